@@ -1,0 +1,45 @@
+# FireFeed: `make demo` runs the sample project, `make test` runs the suite. Both build .venv from nothing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test test-unit test-integration lint format typecheck bench stress clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/firefeed demo
+
+test: $(STAMP)
+	$(BIN)/pytest -m "not stress" tests
+
+test-unit: $(STAMP)
+	$(BIN)/pytest tests/unit
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/python bench/pipeline_bench.py $(BENCH_ARGS)
+
+stress: $(STAMP)
+	$(BIN)/pytest -m stress tests/stress
+
+clean:
+	rm -rf $(VENV) firefeed-demo var exports .mypy_cache .ruff_cache

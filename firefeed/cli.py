@@ -1,0 +1,226 @@
+"""The `firefeed` command line (SPEC section 4)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from firefeed.errors import ConfigError, FireFeedError, NotFoundError, PipelineBusyError, SpecError
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_BUSY, EXIT_UNKNOWN = 0, 1, 2, 3, 4
+
+
+def _err(message: str) -> None:
+    print(f"firefeed: {message}", file=sys.stderr)
+
+
+def ensure_migrated() -> None:
+    """Bring the control plane to head when it is behind (cheap when it is not)."""
+    from firefeed.db.migrate import current_and_head, upgrade
+
+    current, head = current_and_head()
+    if current != head:
+        upgrade()
+
+
+# -- printing ---------------------------------------------------------------
+def format_report(report: dict[str, Any]) -> str:
+    """The RunReport as a readable table."""
+    lines = [
+        f"run {report['run_id']}  {report['company']}/{report['project']}  {report['status']}"
+        f"  trigger={report['trigger']}  {report.get('duration_s') or 0:.2f}s",
+        "",
+        f"  {'step':<8}{'status':<11}{'seconds':>9}{'rows in':>12}{'rows out':>12}  timeline",
+    ]
+    total = report.get("duration_s") or 0.0
+    start = report.get("started_at")
+    from datetime import datetime
+
+    t0 = datetime.fromisoformat(start) if start else None
+    for st in report["steps"]:
+        bar = ""
+        if t0 and total and st["started_at"] and st["finished_at"]:
+            a = (datetime.fromisoformat(st["started_at"]) - t0).total_seconds() / total
+            b = (datetime.fromisoformat(st["finished_at"]) - t0).total_seconds() / total
+            width = 30
+            lo, hi = int(a * width), max(int(a * width) + 1, round(b * width))
+            bar = " " * lo + "█" * (hi - lo)
+        dur = f"{st['duration_s']:.2f}" if st["duration_s"] is not None else "-"
+        lines.append(f"  {st['step']:<8}{st['status']:<11}{dur:>9}{st['rows_in']:>12,}{st['rows_out']:>12,}  {bar}")
+    if report["sources"]:
+        lines += [
+            "",
+            f"  {'source':<20}{'bytes':>14}{'rows':>11}{'unchanged':>10}{'empty key':>10}{'dup key':>9}"
+            f"{'malformed':>10}",
+        ]
+        for s in report["sources"]:
+            sk = s["skipped"]
+            lines.append(
+                f"  {s['name'][:19]:<20}{s['bytes']:>14,}{s['rows']:>11,}{'yes' if s['not_modified'] else 'no':>10}"
+                f"{sk['empty_key']:>10,}{sk['duplicate_key']:>9,}{sk['malformed']:>10,}"
+            )
+    rules = report.get("rules") or {}
+    if rules.get("matched"):
+        lines += ["", f"  rules: {rules['passes']} pass(es), {rules['excluded']:,} excluded"]
+        for name, n in rules["matched"].items():
+            lines.append(f"    {n:>10,}  {name}")
+    if report["exports"]:
+        lines += ["", f"  {'export':<16}{'rows':>11}{'bytes':>14}  path"]
+        for e in report["exports"]:
+            lines.append(f"  {e['name'][:15]:<16}{e['rows']:>11,}{e['bytes']:>14,}  {e['path']}")
+    for w in report.get("warnings") or []:
+        lines.append(f"  warning: {w}")
+    if report.get("error"):
+        e = report["error"]
+        lines += ["", f"  error in {e.get('step')}: {e.get('type')}: {e.get('message')}"]
+    return "\n".join(lines)
+
+
+# -- commands -------------------------------------------------------------
+def cmd_run(args: argparse.Namespace) -> int:
+    from firefeed.pipeline.run import execute_run
+    from firefeed.runs.service import RunStore
+    from firefeed.spec.loader import load_spec_file
+
+    target = Path(args.spec)
+    ensure_migrated()
+    store = RunStore()
+    if target.is_file():
+        spec = load_spec_file(target)
+        store.apply_spec(spec, spec_dir=target.resolve().parent)
+        project = spec.project
+    else:
+        project = args.spec
+    run_id = store.request_run(project, "cli")
+    report = execute_run(run_id)
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return EXIT_OK if report["status"] == "SUCCEEDED" else EXIT_FAILED
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    from firefeed.runs.service import RunStore
+    from firefeed.spec.loader import load_spec_file
+
+    path = Path(args.spec)
+    spec = load_spec_file(path)
+    ensure_migrated()
+    created = RunStore().apply_spec(spec, spec_dir=path.resolve().parent)
+    print(
+        f"{'created' if created else 'updated'} project {spec.project} of company {spec.company}: "
+        f"{len(spec.sources)} sources, {len(spec.parsed_rules)} rules, {len(spec.exports)} exports"
+    )
+    return EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from firefeed.runs.report import build_report
+    from firefeed.runs.service import RunStore
+
+    store = RunStore()
+    try:
+        report = build_report(store, args.target)
+    except NotFoundError:
+        runs = store.runs_of_project(args.target) if _project_exists(store, args.target) else None
+        if runs is None:
+            _err(f"unknown run or project {args.target!r}")
+            return EXIT_UNKNOWN
+        reports = [build_report(store, str(r.id)) for r in runs]
+        if args.json:
+            print(json.dumps(reports, indent=2))
+        else:
+            print(f"{'run':<38}{'status':<11}{'trigger':<9}{'started':<27}{'seconds':>9}")
+            for r in reports:
+                print(
+                    f"{r['run_id']:<38}{r['status']:<11}{r['trigger']:<9}{(r['started_at'] or '-')[:26]:<27}"
+                    f"{(r['duration_s'] or 0):>9.2f}"
+                )
+        return EXIT_OK
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return EXIT_OK
+
+
+def _project_exists(store: Any, project: str) -> bool:
+    try:
+        store.project(project)
+        return True
+    except NotFoundError:
+        return False
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from firefeed.db.migrate import current_and_head, upgrade
+
+    upgrade()
+    current, _ = current_and_head()
+    print(f"control plane at revision {current}")
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from firefeed.demo import run_demo
+
+    return run_demo(Path(args.out))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="firefeed", description="Keeps product feeds fresh: fetch, parse, merge, rules, export."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("demo", help="run the shipped sample project end to end on the embedded default")
+    p.add_argument("--out", default="firefeed-demo", help="folder for the demo's exports (default ./firefeed-demo)")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("run", help="batch mode: run one project in this process and print its RunReport")
+    p.add_argument("spec", metavar="SPEC|PROJECT", help="a spec file (applied first) or a stored project id")
+    p.add_argument("--json", action="store_true", help="print the RunReport as JSON")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("apply", help="create or update the company, project, sources, rules and exports of a spec")
+    p.add_argument("spec", metavar="SPEC")
+    p.set_defaults(func=cmd_apply)
+
+    p = sub.add_parser("status", help="a run's status and step timeline, or a project's latest runs")
+    p.add_argument("target", metavar="RUN_ID|PROJECT")
+    p.add_argument("--json", action="store_true", help="print the RunReport as JSON")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("migrate", help="bring the control-plane tables up to date (Alembic)")
+    p.set_defaults(func=cmd_migrate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from firefeed.config import get_settings
+    from firefeed.logging import setup_logging
+
+    args = build_parser().parse_args(argv)
+    try:
+        settings = get_settings()
+        setup_logging(settings.log_level if getattr(args, "verbose", False) else "WARNING", settings.log_json)
+        return int(args.func(args))
+    except SpecError as err:
+        _err(f"bad spec: {err}")
+        return EXIT_BAD_INPUT
+    except ConfigError as err:
+        _err(f"bad configuration: {err}")
+        return EXIT_BAD_INPUT
+    except PipelineBusyError as err:
+        _err(f"busy: {err}")
+        print(err.run_id or "")
+        return EXIT_BUSY
+    except NotFoundError as err:
+        _err(str(err))
+        return EXIT_UNKNOWN
+    except FireFeedError as err:
+        _err(str(err))
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

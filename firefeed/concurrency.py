@@ -1,0 +1,81 @@
+"""The one module that reads the four concurrency variables (SPEC section 1).
+
+Change `.env`, restart the worker: no rebuild. A bad value stops the process
+with a message naming the variable, because a silently clamped pool is worse
+than a worker that refuses to start.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from firefeed.errors import ConfigError
+
+DEFAULTS: dict[str, int] = {
+    # One run per pipeline worker: more lets N projects run at once, not one run faster.
+    "PIPELINE_CONCURRENCY": 1,
+    # FETCH/PARSE/MERGE jobs are I/O and COPY bound; two overlap downloads with parsing.
+    "IMPORT_CONCURRENCY": 2,
+    "RULES_CONCURRENCY": 2,
+    "EXPORT_CONCURRENCY": 2,
+}
+
+
+@dataclass(frozen=True)
+class Concurrency:
+    pipeline: int
+    import_: int
+    rules: int
+    export: int
+
+    def for_queue(self, queue: str) -> int:
+        return {
+            "pipeline": self.pipeline,
+            "import": self.import_,
+            "rules": self.rules,
+            "export": self.export,
+        }[queue]
+
+    def connections_needed(self, web_pool: int) -> int:
+        """Postgres connections the fleet may hold: PIPELINE x (IMPORT + RULES + EXPORT) + web pool."""
+        return self.pipeline * (self.import_ + self.rules + self.export) + web_pool
+
+
+def _dotenv(path: Path = Path(".env")) -> dict[str, str]:
+    values: dict[str, str] = {}
+    if not path.is_file():
+        return values
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        name, _, value = line.partition("=")
+        values[name.strip()] = value.strip().strip("'\"")
+    return values
+
+
+def _parse(name: str, raw: str | None) -> int:
+    if raw is None or raw.strip() == "":
+        return DEFAULTS[name]
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number >= 1, got {raw!r}") from None
+    if value < 1:
+        raise ConfigError(f"{name} must be a whole number >= 1, got {raw!r}")
+    return value
+
+
+def load_concurrency(environ: dict[str, str] | None = None) -> Concurrency:
+    """Read the four variables (environment first, then `.env`, then the defaults)."""
+    env = dict(os.environ) if environ is None else environ
+    fallback = _dotenv() if environ is None else {}
+    values = {name: _parse(name, env.get(name, fallback.get(name))) for name in DEFAULTS}
+    return Concurrency(
+        pipeline=values["PIPELINE_CONCURRENCY"],
+        import_=values["IMPORT_CONCURRENCY"],
+        rules=values["RULES_CONCURRENCY"],
+        export=values["EXPORT_CONCURRENCY"],
+    )

@@ -1,0 +1,102 @@
+"""The one settings object: every FIREFEED_* variable, read once from the environment and `.env`.
+
+The four concurrency variables are not here on purpose: `firefeed/concurrency.py`
+is the single place that reads them (SPEC section 1).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from firefeed.errors import ConfigError
+
+
+def normalize_database_url(url: str) -> str:
+    """Accept the URL spellings users have and always drive Postgres through psycopg2.
+
+    SQLAlchemy 2.1 maps a bare `postgresql://` to psycopg 3, which FireFeed does not ship.
+    """
+    for prefix in ("postgresql+psycopg2://", "postgresql+psycopg://", "postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg2://" + url[len(prefix) :]
+    raise ConfigError(f"FIREFEED_DATABASE_URL must be a postgresql:// URL, got {url.split(':')[0]}://…")
+
+
+class Settings(BaseSettings):
+    """FireFeed's configuration; see `.env.example` for every variable and its default."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="FIREFEED_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
+    )
+
+    database_url: str | None = None
+    broker_url: str | None = None
+    result_backend: str | None = None
+    export_dir: Path = Path("exports")
+    data_dir: Path = Path("var")
+    storage_url: str | None = None
+    chunk_rows: int = Field(default=2000, ge=1)
+    web_pool_size: int = Field(default=5, ge=1)
+    worker_type: str = "etl"
+    workspace_id: str | None = None
+    process_timeout_s: float = Field(default=3600.0, gt=0)
+    # FETCH
+    fetch_timeout_s: float = Field(default=30.0, gt=0)
+    fetch_retries: int = Field(default=3, ge=0)
+    fetch_backoff_s: float = Field(default=0.5, ge=0)
+    fetch_max_bytes: int = Field(default=5 * 1024**3, ge=1)
+    fetch_allow_private: bool = False
+    fetch_allowed_hosts: str = ""
+    local_sources_root: Path | None = None
+    # runs
+    step_time_limit_s: int = Field(default=3600, ge=1)
+    heartbeat_s: float = Field(default=10.0, gt=0)
+    stale_run_s: float = Field(default=300.0, gt=0)
+    run_retention_days: int = Field(default=30, ge=1)
+    log_json: bool = False
+    log_level: str = "INFO"
+    flower_user: str = "admin"
+    flower_password: str | None = None
+
+    @field_validator("database_url", "broker_url", "result_backend", "storage_url", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        if self.database_url is None:
+            from firefeed.db.embedded import embedded_database_url
+
+            return embedded_database_url(self.data_dir)
+        return normalize_database_url(self.database_url)
+
+    @property
+    def allowed_hosts(self) -> set[str]:
+        return {h.strip().lower() for h in self.fetch_allowed_hosts.split(",") if h.strip()}
+
+
+def _describe(err: ValidationError) -> str:
+    parts = []
+    for e in err.errors():
+        name = "FIREFEED_" + "_".join(str(p) for p in e["loc"]).upper()
+        parts.append(f"{name}: {e['msg']}")
+    return "; ".join(parts)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Load the settings once per process; a bad value stops with the variable's name."""
+    try:
+        return Settings()
+    except ValidationError as err:
+        raise ConfigError(_describe(err)) from err
+
+
+def reset_settings() -> None:
+    """Forget the cached settings (tests change the environment between cases)."""
+    get_settings.cache_clear()

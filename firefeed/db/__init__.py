@@ -1,0 +1,1 @@
+"""Database access: the engine, the control-plane models and their migrations."""

@@ -1,0 +1,62 @@
+"""One SQLAlchemy engine per database URL, and raw psycopg2 connections for COPY and DDL."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from firefeed.config import get_settings
+
+_engines: dict[str, Engine] = {}
+_lock = threading.Lock()
+
+
+def get_engine(url: str | None = None) -> Engine:
+    """The process's engine for `url` (default: the configured database)."""
+    url = url or get_settings().sqlalchemy_url
+    with _lock:
+        engine = _engines.get(url)
+        if engine is None:
+            settings = get_settings()
+            engine = create_engine(
+                url,
+                pool_size=settings.web_pool_size,
+                max_overflow=10,
+                pool_pre_ping=True,
+                # Connections are taken per step: a step that found a dead one retries once, not never.
+                pool_recycle=1800,
+            )
+            _engines[url] = engine
+        return engine
+
+
+def dispose_engines() -> None:
+    """Close every pooled connection (after fork, and at the end of tests)."""
+    with _lock:
+        for engine in _engines.values():
+            engine.dispose()
+        _engines.clear()
+
+
+def session_factory(engine: Engine | None = None) -> sessionmaker[Session]:
+    return sessionmaker(bind=engine or get_engine(), expire_on_commit=False)
+
+
+@contextmanager
+def raw_connection(engine: Engine | None = None) -> Iterator[Any]:
+    """A pooled psycopg2 connection in a transaction: committed on success, rolled back on error."""
+    pooled = (engine or get_engine()).raw_connection()
+    conn: Any = pooled.driver_connection
+    try:
+        yield conn
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
+    finally:
+        pooled.close()

@@ -1,0 +1,116 @@
+"""One error tree: every error FireFeed raises on purpose is a FireFeedError.
+
+Each class carries the offending id and a message a user can act on; the API
+maps them to HTTP status codes in one handler and the CLI to exit codes.
+"""
+
+from __future__ import annotations
+
+
+class FireFeedError(Exception):
+    """FireFeed failed."""
+
+    code = "firefeed_error"
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class ConfigError(FireFeedError):
+    """A setting is missing or invalid."""
+
+    code = "config_error"
+
+
+class SpecError(FireFeedError):
+    """The project spec is invalid."""
+
+    code = "spec_error"
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        self.detail = message
+        super().__init__(f"{path}: {message}" if path else message)
+
+
+class SourceError(FireFeedError):
+    """A source feed could not be used."""
+
+    code = "source_error"
+
+    def __init__(self, source: str, message: str) -> None:
+        self.source = source
+        super().__init__(f"source {source!r}: {message}")
+
+
+class FetchError(SourceError):
+    """A source feed could not be downloaded."""
+
+    code = "fetch_error"
+
+
+class UnsafeURLError(FetchError):
+    """A source URL points somewhere FireFeed may not fetch from."""
+
+    code = "unsafe_url"
+
+
+class ParseError(SourceError):
+    """A source feed could not be parsed."""
+
+    code = "parse_error"
+
+
+class MergeError(FireFeedError):
+    """The sources could not be merged."""
+
+    code = "merge_error"
+
+
+class RulesError(FireFeedError):
+    """The rules could not be applied."""
+
+    code = "rules_error"
+
+
+class ExportError(FireFeedError):
+    """An export could not be written."""
+
+    code = "export_error"
+
+    def __init__(self, export: str, message: str) -> None:
+        self.export = export
+        super().__init__(f"export {export!r}: {message}")
+
+
+class UnsafePathError(FireFeedError):
+    """A path escapes the folder it must stay in."""
+
+    code = "unsafe_path"
+
+
+class NotFoundError(FireFeedError):
+    """No such object."""
+
+    code = "not_found"
+
+
+class PipelineBusyError(FireFeedError):
+    """The project already has a run in progress."""
+
+    code = "pipeline_busy"
+
+    def __init__(self, project: str, run_id: str | None) -> None:
+        self.project = project
+        self.run_id = run_id
+        super().__init__(f"project {project!r} already has an active run {run_id}")
+
+
+class RunCancelledError(FireFeedError):
+    """The run was cancelled."""
+
+    code = "run_cancelled"

@@ -1,0 +1,239 @@
+"""MERGE: combine the staged sources by product key into the project's items table (SPEC 8.2-8.3).
+
+The primary source defines the items, in its order. Later sources merge in
+listed order: `enrich` updates every item present so far, `append` also adds
+the items it alone has, after those present. A non-empty value overwrites, an
+empty one never does. Keys are compared after trimming white space; an empty
+key is skipped and a repeated key keeps its first occurrence, both counted.
+
+The whole merge is set-based: one narrow aggregate per source to find each
+key's first row (and the counts for the report), then one INSERT ... SELECT
+joining every source. Positions are `source_index * 2^40 + row position`, so
+primary items come first and appended ones follow in their source's order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from psycopg2 import sql
+from sqlalchemy import Engine
+
+from firefeed.db.engine import raw_connection
+from firefeed.errors import MergeError
+from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, company_schema, ident
+from firefeed.schema.service import SchemaService
+from firefeed.textutil import WHITESPACE
+
+SOURCE_STRIDE = 2**40
+
+
+@dataclass(frozen=True)
+class StagedSource:
+    """A source whose rows sit in a staging table."""
+
+    name: str
+    table: str
+    fields: Sequence[str]
+    mode: str = "enrich"
+    allowed: Sequence[str] | None = None
+
+
+@dataclass
+class SourceKeyStats:
+    rows: int = 0
+    items: int = 0
+    empty_key: int = 0
+    duplicate_key: int = 0
+
+
+@dataclass
+class MergeResult:
+    fields: list[str]
+    rows: int
+    sources: dict[str, SourceKeyStats] = field(default_factory=dict)
+
+
+def merged_fields(key_field: str, sources: Sequence[StagedSource]) -> tuple[list[str], list[list[str]]]:
+    """The items' fields in first-seen order, and the fields each source contributes."""
+    out: list[str] = list(dict.fromkeys(sources[0].fields))
+    contrib: list[list[str]] = [[f for f in out if f != key_field]]
+    seen = set(out)
+    for src in sources[1:]:
+        allowed = set(src.allowed) if src.allowed is not None else None
+        mine = [f for f in dict.fromkeys(src.fields) if f != key_field and (allowed is None or f in allowed)]
+        contrib.append(mine)
+        for f in mine:
+            if f not in seen:
+                seen.add(f)
+                out.append(f)
+    if key_field in out:
+        out.remove(key_field)
+    return [key_field, *out], contrib
+
+
+def _check_keys(key_field: str, sources: Sequence[StagedSource]) -> None:
+    for src in sources:
+        if key_field not in src.fields:
+            shown = ", ".join(list(src.fields)[:12]) + (" …" if len(src.fields) > 12 else "")
+            raise MergeError(
+                f"source {src.name!r} has no key field {key_field!r} (its fields: {shown or 'none'}); "
+                "set `key:` in the spec or fix the feed's header"
+            )
+
+
+def merge_sources(
+    engine: Engine,
+    schema_service: SchemaService,
+    *,
+    company: str,
+    table: str,
+    key_field: str,
+    sources: Sequence[StagedSource],
+) -> MergeResult:
+    """Rebuild the project's items table from the staged sources, in one transaction."""
+    if not sources:
+        raise MergeError("a project needs at least one source")
+    _check_keys(key_field, sources)
+    fields, contrib = merged_fields(key_field, sources)
+    schema = company_schema(company)
+    schema_service.create_project_table(company, table)
+    schema_service.add_columns(company, table, [column_for_field(f) for f in fields])
+
+    result = MergeResult(fields=fields, rows=0)
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        # Hash aggregates over a million keys fit in memory instead of spilling to disk.
+        cur.execute("SET LOCAL work_mem = '256MB'")
+        # JIT compilation costs more than it saves on these simple expressions.
+        cur.execute("SET LOCAL jit = off")
+        clean: list[bool] = []
+        for j, src in enumerate(sources):
+            win = ident(f"ff_win_{j}")
+            # Temporary scratch of this transaction (session-local, not company DDL).
+            cur.execute(
+                sql.SQL(
+                    "CREATE TEMP TABLE {win} ON COMMIT DROP AS "
+                    "SELECT btrim({k}, %s) AS key, min({ord}) AS ord, count(*) AS n FROM {stg} GROUP BY 1"
+                ).format(win=win, k=ident(column_for_field(key_field)), ord=ident(ORD), stg=ident(schema, src.table)),
+                (WHITESPACE,),
+            )
+            cur.execute(
+                sql.SQL(
+                    "SELECT coalesce(sum(n), 0), coalesce(sum(n) FILTER (WHERE key = ''), 0), "
+                    "coalesce(sum(n - 1) FILTER (WHERE key <> ''), 0), count(*) FILTER (WHERE key <> '') FROM {win}"
+                ).format(win=win)
+            )
+            rows, empty, dup, items = cur.fetchone()
+            result.sources[src.name] = SourceKeyStats(
+                rows=int(rows), items=int(items), empty_key=int(empty), duplicate_key=int(dup)
+            )
+            clean.append(rows == items)
+            cur.execute(sql.SQL("DELETE FROM {win} WHERE key = ''").format(win=win))
+            cur.execute(sql.SQL("ANALYZE {win}").format(win=win))
+
+        # The joins below keep the primary's scan order (it is the probe side), so the
+        # items usually land in position order; exports still ORDER BY position.
+        cur.execute("SET LOCAL max_parallel_workers_per_gather = 0")
+        cur.execute("SET LOCAL synchronize_seqscans = off")
+        statement, params = _insert_sql(schema, table, key_field, fields, contrib, sources, clean)
+        cur.execute(sql.SQL("TRUNCATE {}").format(ident(schema, table)))
+        cur.execute(statement, params)
+        result.rows = cur.rowcount
+    return result
+
+
+def _insert_sql(
+    schema: str,
+    table: str,
+    key_field: str,
+    fields: list[str],
+    contrib: list[list[str]],
+    sources: Sequence[StagedSource],
+    clean: Sequence[bool],
+) -> tuple[sql.Composable, list[Any]]:
+    params: list[Any] = []
+    key_col = ident(column_for_field(key_field))
+    appends = [j for j, s in enumerate(sources) if j > 0 and s.mode == "append"]
+
+    def derived(j: int) -> sql.Composable:
+        """Source j's first row per key, with the trimmed key beside it."""
+        stg = ident(schema, sources[j].table)
+        if clean[j]:
+            # No empty or repeated key: every row is its key's first, skip the dedup join.
+            params.append(WHITESPACE)
+            return sql.SQL("(SELECT btrim(s.{kc}, %s) AS {k}, s.* FROM {stg} s)").format(
+                kc=key_col, k=ident(KEY), stg=stg
+            )
+        return sql.SQL("(SELECT w.key AS {k}, s.* FROM {win} w JOIN {stg} s ON s.{ord} = w.ord)").format(
+            k=ident(KEY), win=ident(f"ff_win_{j}"), stg=stg, ord=ident(ORD)
+        )
+
+    alias = [ident(f"s{j}") for j in range(len(sources))]
+    if not appends:
+        # Every item comes from the primary: no origin bookkeeping needed.
+        items = sql.SQL("{d} {a}").format(d=derived(0), a=alias[0])
+        ord_expr = sql.SQL("{a}.{ord}").format(a=alias[0], ord=ident(ORD))
+        key_expr = sql.SQL("{a}.{k}").format(a=alias[0], k=ident(KEY))
+        src_expr = sql.SQL("0")
+        joins = [
+            sql.SQL(" LEFT JOIN {d} {a} ON {a}.{k} = {a0}.{k}").format(
+                d=derived(j), a=alias[j], k=ident(KEY), a0=alias[0]
+            )
+            for j in range(1, len(sources))
+        ]
+        origin_ok = [sql.SQL("TRUE")] * len(sources)
+    else:
+        # Items: the primary's keys, then each append source's new keys, in source order.
+        parts = [sql.SQL("SELECT key, ord, 0 AS src FROM {w}").format(w=ident("ff_win_0"))]
+        earlier = [0]
+        for j in appends:
+            not_seen = sql.SQL(" AND ").join(
+                sql.SQL("NOT EXISTS (SELECT 1 FROM {e} x WHERE x.key = w.key)").format(e=ident(f"ff_win_{e}"))
+                for e in earlier
+            )
+            parts.append(
+                sql.SQL("SELECT w.key, w.ord, {j} AS src FROM {w} w WHERE ").format(
+                    j=sql.Literal(j), w=ident(f"ff_win_{j}")
+                )
+                + not_seen
+            )
+            earlier.append(j)
+        items = sql.SQL("(") + sql.SQL(" UNION ALL ").join(parts) + sql.SQL(") i")
+        ord_expr = sql.SQL("i.src::bigint * {stride} + i.ord").format(stride=sql.Literal(SOURCE_STRIDE))
+        key_expr = sql.SQL("i.key")
+        src_expr = sql.SQL("i.src")
+        joins = [
+            sql.SQL(" LEFT JOIN {d} {a} ON {a}.{k} = i.key").format(d=derived(j), a=alias[j], k=ident(KEY))
+            for j in range(len(sources))
+        ]
+        origin_ok = [sql.SQL("i.src <= {j}").format(j=sql.Literal(j)) for j in range(len(sources))]
+
+    providers: dict[str, list[int]] = {}
+    for j, mine in enumerate(contrib):
+        for f in mine:
+            providers.setdefault(f, []).append(j)
+
+    select_cols: list[sql.Composable] = [ord_expr, key_expr, src_expr, key_expr]
+    for f in fields[1:]:
+        expr: sql.Composable = sql.SQL("''")
+        for j in providers.get(f, []):
+            col = sql.SQL("{a}.{c}").format(a=alias[j], c=ident(column_for_field(f)))
+            if j == 0 and not appends:
+                expr = col
+                continue
+            expr = sql.SQL("CASE WHEN {ok} AND {col} <> '' THEN {col} ELSE {prev} END").format(
+                ok=origin_ok[j], col=col, prev=expr
+            )
+        select_cols.append(expr)
+
+    target_cols = [ident(ORD), ident(KEY), ident(SRC)] + [ident(column_for_field(f)) for f in fields]
+    statement = (
+        sql.SQL("INSERT INTO {t} ({cols}) SELECT ").format(t=ident(schema, table), cols=sql.SQL(", ").join(target_cols))
+        + sql.SQL(", ").join(select_cols)
+        + sql.SQL(" FROM ")
+        + items
+        + sql.SQL("").join(joins)
+    )
+    return statement, params

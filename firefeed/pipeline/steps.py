@@ -1,0 +1,289 @@
+"""The five steps as plain functions: the batch driver and the Celery tasks both call these.
+
+Nothing here knows about Celery. Each function takes the run's context, does one
+step (or one source / one export of a step) and returns what the next step and
+the RunReport need.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine
+
+from firefeed.config import Settings
+from firefeed.errors import ParseError
+from firefeed.pipeline.merge import MergeResult, StagedSource, merge_sources
+from firefeed.runs.service import RunStore
+from firefeed.schema.identifiers import project_table, staging_table
+from firefeed.schema.service import SchemaService
+from firefeed.spec.model import ProjectSpec, SourceSpec
+
+log = logging.getLogger(__name__)
+
+#: Bump when parsing changes in a way that makes old staging tables stale.
+PARSER_VERSION = "1"
+STEP_ORDER = ("FETCH", "PARSE", "MERGE", "RULES", "EXPORT")
+
+
+@dataclass
+class RunContext:
+    run_id: str
+    spec: ProjectSpec
+    spec_dir: Path | None
+    settings: Settings
+    engine: Engine
+    schema: SchemaService
+    store: RunStore
+
+    def check_cancel(self) -> None:
+        self.store.check_cancel(self.run_id)
+
+    @property
+    def work_dir(self) -> Path:
+        return self.settings.data_dir / "runs" / self.run_id
+
+    @property
+    def items_table(self) -> str:
+        return project_table(self.spec.project)
+
+
+@dataclass
+class FetchOutcome:
+    name: str
+    bytes: int
+    not_modified: bool
+    path: str | None
+    owned: bool
+    validators: dict[str, str | None]
+
+    def report(self) -> dict[str, Any]:
+        return {"name": self.name, "bytes": self.bytes, "not_modified": self.not_modified}
+
+
+@dataclass
+class ParseOutcome:
+    name: str
+    table: str
+    fields: list[str]
+    rows: int
+    malformed: int = 0
+    malformed_lines: list[int] = field(default_factory=list)
+    nul_removed: int = 0
+    warnings: list[str] = field(default_factory=list)
+    not_modified: bool = False
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "rows": self.rows,
+            "fields": len(self.fields),
+            "not_modified": self.not_modified,
+            "skipped": {"malformed": self.malformed},
+            "malformed_lines": self.malformed_lines,
+            "nul_removed": self.nul_removed,
+        }
+
+
+def parse_signature(src: SourceSpec) -> str:
+    """What the staged rows of a source depend on besides the bytes of the file."""
+    doc = src.model_dump(mode="json", exclude={"headers", "mode", "fields", "name"})
+    doc["_parser"] = PARSER_VERSION
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def fetch_one(ctx: RunContext, index: int) -> FetchOutcome:
+    """FETCH one source; an unchanged source (same validators, same parse settings) is not_modified."""
+    from firefeed.pipeline.fetch import Validators, fetch_source
+
+    src = ctx.spec.sources[index]
+    row = ctx.store.source_rows(ctx.spec.project).get(src.name)
+    previous = None
+    staged = ctx.schema.table_exists(ctx.spec.company, staging_table(ctx.spec.project, src.name))
+    if row is not None and staged and row.parse_signature == parse_signature(src) and row.staged_fields is not None:
+        previous = Validators(etag=row.etag, last_modified=row.last_modified, sha256=row.content_sha256)
+    dest = ctx.work_dir / "fetch" / hashlib.sha256(src.name.encode()).hexdigest()[:12]
+    result = fetch_source(
+        source=src.name,
+        url=src.url,
+        dest_dir=dest,
+        base_dir=ctx.spec_dir,
+        headers=src.headers,
+        compression=src.compression,
+        previous=previous,
+        settings=ctx.settings,
+    )
+    path = str(result.path) if result.path is not None else None
+    owned = path is not None and Path(path).resolve().is_relative_to(ctx.work_dir.resolve())
+    return FetchOutcome(
+        name=src.name,
+        bytes=result.bytes,
+        not_modified=result.not_modified,
+        path=path,
+        owned=owned,
+        validators={
+            "etag": result.validators.etag,
+            "last_modified": result.validators.last_modified,
+            "sha256": result.validators.sha256,
+        },
+    )
+
+
+def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcome:
+    """PARSE one source into its staging table, or reuse the staged rows of an unchanged source."""
+    from firefeed.pipeline.parse import open_reader
+    from firefeed.pipeline.stage import stage_source
+
+    src = ctx.spec.sources[index]
+    table = staging_table(ctx.spec.project, src.name)
+    if fetched.not_modified:
+        row = ctx.store.source_rows(ctx.spec.project)[src.name]
+        stats = row.staged_stats or {}
+        return ParseOutcome(
+            name=src.name,
+            table=table,
+            fields=list(row.staged_fields or []),
+            rows=int(stats.get("rows", 0)),
+            malformed=int(stats.get("malformed", 0)),
+            not_modified=True,
+        )
+    assert fetched.path is not None
+    # Staging is about to change: forget the old validators until this parse succeeds.
+    ctx.store.update_source(ctx.spec.project, src.name, parse_signature=None)
+    reader = open_reader(
+        Path(fetched.path),
+        source=src.name,
+        format=src.resolved_format,
+        encoding=src.encoding,
+        delimiter=src.delimiter,
+        item_path=src.item_path,
+    )
+    staged = stage_source(
+        ctx.engine,
+        ctx.schema,
+        company=ctx.spec.company,
+        table=table,
+        reader=reader,
+        chunk_rows=ctx.settings.chunk_rows,
+    )
+    st = staged.stats
+    if index == 0 and staged.rows == 0:
+        what = "the file is empty" if not staged.fields else "the file has a header but no items"
+        raise ParseError(src.name, f"the primary source has no items: {what}")
+    outcome = ParseOutcome(
+        name=src.name,
+        table=table,
+        fields=list(staged.fields),
+        rows=staged.rows,
+        malformed=st.malformed,
+        malformed_lines=list(st.malformed_lines),
+        nul_removed=st.nul_removed,
+        warnings=list(st.warnings),
+    )
+    ctx.store.update_source(
+        ctx.spec.project,
+        src.name,
+        etag=fetched.validators.get("etag"),
+        last_modified=fetched.validators.get("last_modified"),
+        content_sha256=fetched.validators.get("sha256"),
+        parse_signature=parse_signature(src),
+        staged_fields=outcome.fields,
+        staged_stats={"rows": outcome.rows, "malformed": outcome.malformed},
+    )
+    if fetched.owned and fetched.path:
+        Path(fetched.path).unlink(missing_ok=True)
+    return outcome
+
+
+def merge(ctx: RunContext, parsed: Sequence[ParseOutcome]) -> MergeResult:
+    """MERGE the staged sources into the project's items table."""
+    staged = [
+        StagedSource(name=p.name, table=p.table, fields=p.fields, mode=s.mode, allowed=s.fields)
+        for p, s in zip(parsed, ctx.spec.sources, strict=True)
+    ]
+    return merge_sources(
+        ctx.engine,
+        ctx.schema,
+        company=ctx.spec.company,
+        table=ctx.items_table,
+        key_field=ctx.spec.key,
+        sources=staged,
+    )
+
+
+def apply_rules(ctx: RunContext, merged: MergeResult) -> Any:
+    """RULES: every enabled rule, in passes, into `rules_tmp_*` tables."""
+    from firefeed.rules.executor import run_rules
+
+    return run_rules(
+        ctx.engine,
+        ctx.schema,
+        company=ctx.spec.company,
+        run_id=ctx.run_id,
+        source_table=ctx.items_table,
+        fields=merged.fields,
+        rules=ctx.spec.parsed_rules,
+        cancel_check=ctx.check_cancel,
+    )
+
+
+def partial_path(dest: Path, run_id: str) -> Path:
+    """Where an export is written before the run publishes it (same folder: the rename is atomic)."""
+    return dest.with_name(f".{dest.name}.{run_id[:8]}.partial")
+
+
+def export_one(ctx: RunContext, index: int, table: str, fields: Sequence[str]) -> dict[str, Any]:
+    """Write one export next to its final name; `publish` renames it once every export is written."""
+    from firefeed.export import resolve_export_path, write_export
+
+    exp = ctx.spec.exports[index]
+    dest = resolve_export_path(ctx.settings.export_dir, ctx.spec.company, ctx.spec.project, exp.path, gzip=exp.gzip)
+    result = write_export(
+        ctx.engine,
+        schema=f"company_{ctx.spec.company}",
+        table=table,
+        fields=list(fields),
+        export=exp,
+        dest=partial_path(dest, ctx.run_id),
+        title=ctx.spec.name or ctx.spec.project,
+    )
+    return {"name": exp.name, "path": str(dest), "rows": result.rows, "bytes": result.bytes, "sha256": result.sha256}
+
+
+def publish(ctx: RunContext, exports: Sequence[dict[str, Any]]) -> None:
+    """Move every written export onto its published name: all of them, only when all were written."""
+    for e in exports:
+        dest = Path(e["path"])
+        os.replace(partial_path(dest, ctx.run_id), dest)
+
+
+def discard_partials(ctx: RunContext) -> None:
+    """Remove export files a failed run wrote but never published."""
+    from firefeed.export import resolve_export_path
+
+    for exp in ctx.spec.exports:
+        try:
+            dest = resolve_export_path(
+                ctx.settings.export_dir, ctx.spec.company, ctx.spec.project, exp.path, gzip=exp.gzip
+            )
+        except Exception:  # an unsafe path never got written
+            continue
+        partial_path(dest, ctx.run_id).unlink(missing_ok=True)
+
+
+def cleanup(ctx: RunContext) -> None:
+    """Whatever the outcome: drop the run's pass tables and its downloads."""
+    try:
+        ctx.schema.drop_rules_tmp_for_run(ctx.spec.company, ctx.run_id)
+    except Exception:
+        log.exception("could not drop the run's rules_tmp tables; the janitor will")
+    discard_partials(ctx)
+    shutil.rmtree(ctx.work_dir, ignore_errors=True)

@@ -1,0 +1,1 @@
+"""The rule language (SPEC section 3): model, reference evaluator and SQL compiler."""

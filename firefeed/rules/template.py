@@ -1,0 +1,93 @@
+"""Templates: `{field}` is the field's current value, `{{` and `}}` are literal braces.
+
+Shared by rules (set/append/prepend/map values, text condition values) and
+exports (`fields` values with a `{`), in Python and in SQL, so both routes read
+a template the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg2 import sql
+
+from firefeed.errors import SpecError
+
+
+@dataclass(frozen=True)
+class FieldRef:
+    name: str
+
+
+Part = str | FieldRef
+
+
+@dataclass(frozen=True)
+class Template:
+    """A parsed template: literal text and field references, in order."""
+
+    parts: tuple[Part, ...]
+    source: str
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.parts if isinstance(p, FieldRef))
+
+    @property
+    def is_literal(self) -> bool:
+        return not self.fields
+
+    def render(self, item: Mapping[str, str]) -> str:
+        return "".join(p if isinstance(p, str) else item.get(p.name, "") for p in self.parts)
+
+    def to_sql(self, column: Callable[[str], sql.Composable], params: list[Any]) -> sql.Composable:
+        """SQL text for the rendered value; literal parts are appended to `params` as bound values."""
+        pieces: list[sql.Composable] = []
+        for p in self.parts:
+            if isinstance(p, str):
+                params.append(p)
+                pieces.append(sql.SQL("%s::text"))
+            else:
+                pieces.append(column(p.name))
+        if not pieces:
+            return sql.SQL("''::text")
+        if len(pieces) == 1:
+            return pieces[0]
+        return sql.SQL("(") + sql.SQL(" || ").join(pieces) + sql.SQL(")")
+
+
+def parse_template(text: str, path: str) -> Template:
+    """Parse `text`; a lone `{` or `}` is a spec error naming `path`."""
+    parts: list[Part] = []
+    buf: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "{":
+            if i + 1 < n and text[i + 1] == "{":
+                buf.append("{")
+                i += 2
+                continue
+            end = text.find("}", i + 1)
+            inner = text[i + 1 : end] if end != -1 else ""
+            if end == -1 or "{" in inner or inner == "":
+                raise SpecError(path, f"lone '{{' at character {i + 1} of template {text!r} (write '{{{{' for a brace)")
+            if buf:
+                parts.append("".join(buf))
+                buf = []
+            parts.append(FieldRef(inner))
+            i = end + 1
+            continue
+        if ch == "}":
+            if i + 1 < n and text[i + 1] == "}":
+                buf.append("}")
+                i += 2
+                continue
+            raise SpecError(path, f"lone '}}' at character {i + 1} of template {text!r} (write '}}}}' for a brace)")
+        buf.append(ch)
+        i += 1
+    if buf:
+        parts.append("".join(buf))
+    return Template(tuple(parts), text)

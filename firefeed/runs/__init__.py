@@ -1,0 +1,1 @@
+"""Requesting, tracking and cancelling runs: the control plane side of a pipeline run."""

@@ -1,0 +1,78 @@
+"""The RunReport (SPEC section 5), rebuilt from the run row and its step timeline.
+
+Each step stores its part of the report in its `detail`, so any process (the
+batch CLI, the root Celery task, the API, the processes worker) can produce the
+same report from the database alone.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from firefeed.runs.service import STEPS, RunStore
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def _duration(start: datetime | None, end: datetime | None) -> float | None:
+    if start is None or end is None:
+        return None
+    return round((end - start).total_seconds(), 3)
+
+
+def build_report(store: RunStore, run_id: str) -> dict[str, Any]:
+    run = store.run(run_id)
+    steps = store.steps(run_id)
+    details = {st.step: (st.detail or {}) for st in steps}
+    sources: dict[str, dict[str, Any]] = {}
+    for step in ("FETCH", "PARSE", "MERGE"):
+        for entry in details.get(step, {}).get("sources", []):
+            merged = sources.setdefault(
+                entry["name"],
+                {
+                    "name": entry["name"],
+                    "bytes": 0,
+                    "rows": 0,
+                    "not_modified": False,
+                    "skipped": {"empty_key": 0, "duplicate_key": 0, "malformed": 0},
+                },
+            )
+            for k, v in entry.items():
+                if k == "skipped":
+                    merged["skipped"].update(v)
+                else:
+                    merged[k] = v
+    rules = details.get("RULES") or {"passes": 0, "matched": {}, "excluded": 0}
+    report: dict[str, Any] = {
+        "run_id": str(run.id),
+        "company": run.company_id,
+        "project": run.project_id,
+        "status": run.status,
+        "trigger": run.trigger,
+        "requested_at": _iso(run.requested_at),
+        "started_at": _iso(run.started_at),
+        "finished_at": _iso(run.finished_at),
+        "duration_s": _duration(run.started_at, run.finished_at),
+        "steps": [
+            {
+                "step": st.step,
+                "status": st.status,
+                "started_at": _iso(st.started_at),
+                "finished_at": _iso(st.finished_at),
+                "duration_s": _duration(st.started_at, st.finished_at),
+                "rows_in": st.rows_in,
+                "rows_out": st.rows_out,
+            }
+            for st in steps
+            if st.step in STEPS
+        ],
+        "sources": list(sources.values()),
+        "rules": {k: rules.get(k) for k in ("passes", "matched", "excluded")},
+        "exports": details.get("EXPORT", {}).get("exports", []),
+        "warnings": [w for st in steps for w in (st.detail or {}).get("warnings", [])],
+        "error": run.error,
+    }
+    return report

@@ -1,0 +1,255 @@
+"""Projects and runs in the control plane: apply a spec, request a run, record its timeline."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from firefeed.db.engine import get_engine, session_factory
+from firefeed.db.models import Company, Export, PipelineRun, PipelineStep, Project, Rule, Source
+from firefeed.errors import NotFoundError, PipelineBusyError, RunCancelledError
+from firefeed.runs.lock import ACTIVE, with_project_pipeline_lock
+from firefeed.spec.loader import parse_spec
+from firefeed.spec.model import ProjectSpec
+
+STEPS = ("FETCH", "PARSE", "MERGE", "RULES", "EXPORT")
+TRIGGERS = ("cli", "api", "beat", "task", "process")
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+class RunStore:
+    """Reads and writes projects, runs and steps; one short transaction per call."""
+
+    def __init__(self, engine: Engine | None = None) -> None:
+        self.engine = engine or get_engine()
+        self.sessions = session_factory(self.engine)
+
+    # -- projects ---------------------------------------------------------
+    def apply_spec(self, spec: ProjectSpec, *, spec_dir: Path | None, company: str | None = None) -> bool:
+        """Create or update the company, project, sources, rules and exports. True when created.
+
+        `company`, when given, is the caller's company (API token): a project id
+        owned by another company is refused as unknown rather than taken over.
+        """
+        raw = spec.model_dump(mode="json", exclude_none=True)
+        with self.sessions() as s, s.begin():
+            s.execute(pg_insert(Company).values(id=spec.company).on_conflict_do_nothing())
+            existing = s.get(Project, spec.project, with_for_update=True)
+            if existing is not None and existing.company_id != spec.company:
+                raise NotFoundError(f"project {spec.project!r} belongs to another company")
+            created = existing is None
+            if created:
+                existing = Project(id=spec.project, company_id=spec.company)
+                s.add(existing)
+            existing.name = spec.name
+            existing.key_field = spec.key
+            existing.schedule = spec.schedule
+            existing.spec = raw
+            existing.spec_dir = str(spec_dir) if spec_dir else None
+            existing.updated_at = now()
+            s.flush()
+            old_sources = {src.name: src for src in s.scalars(select(Source).where(Source.project_id == spec.project))}
+            for i, src in enumerate(spec.sources):
+                definition = src.model_dump(mode="json", exclude_none=True)
+                row = old_sources.pop(src.name, None)
+                if row is None:
+                    row = Source(project_id=spec.project, name=src.name)
+                    s.add(row)
+                elif row.definition != definition:
+                    # A changed definition must be parsed again even if the file did not change.
+                    row.parse_signature = None
+                row.position, row.url, row.definition = i, src.url, definition
+            for row in old_sources.values():
+                s.delete(row)
+            s.execute(delete(Rule).where(Rule.project_id == spec.project))
+            s.execute(delete(Export).where(Export.project_id == spec.project))
+            for rule in spec.parsed_rules:
+                s.add(
+                    Rule(
+                        project_id=spec.project,
+                        position=rule.index,
+                        name=rule.name,
+                        enabled=rule.enabled,
+                        definition=raw["rules"][rule.index - 1],
+                    )
+                )
+            for i, exp in enumerate(spec.exports):
+                s.add(
+                    Export(
+                        project_id=spec.project,
+                        name=exp.name,
+                        position=i,
+                        format=exp.format,
+                        path=exp.path,
+                        definition=exp.model_dump(mode="json", exclude_none=True),
+                    )
+                )
+        return created
+
+    def project(self, project_id: str, *, company: str | None = None) -> Project:
+        with self.sessions() as s:
+            row = s.get(Project, project_id)
+            if row is None or (company is not None and row.company_id != company):
+                raise NotFoundError(f"unknown project {project_id!r}")
+            return row
+
+    def project_spec(self, project_id: str) -> tuple[ProjectSpec, Path | None]:
+        row = self.project(project_id)
+        return parse_spec(row.spec), Path(row.spec_dir) if row.spec_dir else None
+
+    def source_rows(self, project_id: str) -> dict[str, Source]:
+        with self.sessions() as s:
+            return {r.name: r for r in s.scalars(select(Source).where(Source.project_id == project_id))}
+
+    def update_source(self, project_id: str, name: str, **values: Any) -> None:
+        with self.sessions() as s, s.begin():
+            s.execute(update(Source).where(Source.project_id == project_id, Source.name == name).values(**values))
+
+    # -- runs ---------------------------------------------------------------
+    def request_run(self, project_id: str, trigger: str, *, company: str | None = None) -> str:
+        """Create a PENDING run through the project lock; PipelineBusyError when one is active."""
+        if trigger not in TRIGGERS:
+            raise ValueError(f"unknown trigger {trigger!r}")
+        project = self.project(project_id, company=company)
+
+        def create(s: Session) -> str:
+            run = PipelineRun(
+                id=uuid.uuid4(),
+                project_id=project_id,
+                company_id=project.company_id,
+                status="PENDING",
+                trigger=trigger,
+                requested_at=now(),
+            )
+            s.add(run)
+            s.flush()
+            return str(run.id)
+
+        with self.sessions() as s:
+            try:
+                run_id = with_project_pipeline_lock(s, project_id, create, session_factory=self.sessions)
+                s.commit()
+            except IntegrityError:
+                # The partial unique index caught a run created outside the lock.
+                s.rollback()
+                from firefeed.runs.lock import active_run_id
+
+                raise PipelineBusyError(project_id, active_run_id(s, project_id)) from None
+        return run_id
+
+    def run(self, run_id: str) -> PipelineRun:
+        try:
+            key = uuid.UUID(str(run_id))
+        except ValueError:
+            raise NotFoundError(f"unknown run {run_id!r}") from None
+        with self.sessions() as s:
+            row = s.get(PipelineRun, key)
+            if row is None:
+                raise NotFoundError(f"unknown run {run_id!r}")
+            return row
+
+    def steps(self, run_id: str) -> list[PipelineStep]:
+        with self.sessions() as s:
+            rows = list(s.scalars(select(PipelineStep).where(PipelineStep.run_id == uuid.UUID(run_id))))
+        order = {name: i for i, name in enumerate(STEPS)}
+        return sorted(rows, key=lambda r: order.get(r.step, 99))
+
+    def runs_of_project(self, project_id: str, limit: int = 20) -> list[PipelineRun]:
+        with self.sessions() as s:
+            return list(
+                s.scalars(
+                    select(PipelineRun)
+                    .where(PipelineRun.project_id == project_id)
+                    .order_by(PipelineRun.requested_at.desc())
+                    .limit(limit)
+                )
+            )
+
+    def mark_running(self, run_id: str) -> bool:
+        """PENDING -> RUNNING; False when the run is no longer pending (cancelled, or already taken)."""
+        with self.sessions() as s, s.begin():
+            res = s.execute(
+                update(PipelineRun)
+                .where(PipelineRun.id == uuid.UUID(run_id), PipelineRun.status == "PENDING")
+                .values(status="RUNNING", started_at=now(), heartbeat_at=now())
+            )
+            return bool(res.rowcount)
+
+    def heartbeat(self, run_id: str) -> None:
+        with self.sessions() as s, s.begin():
+            s.execute(update(PipelineRun).where(PipelineRun.id == uuid.UUID(run_id)).values(heartbeat_at=now()))
+
+    def check_cancel(self, run_id: str) -> None:
+        """Raise RunCancelledError when a cancel was recorded for the run."""
+        with self.sessions() as s:
+            flag = s.execute(select(PipelineRun.cancel_requested).where(PipelineRun.id == uuid.UUID(run_id))).scalar()
+        if flag:
+            raise RunCancelledError(f"run {run_id} was cancelled")
+
+    def request_cancel(self, run_id: str) -> str:
+        """Record the cancel first (it must hold even if a revoke is lost); returns the status after."""
+        with self.sessions() as s, s.begin():
+            run = s.get(PipelineRun, uuid.UUID(run_id), with_for_update=True)
+            if run is None:
+                raise NotFoundError(f"unknown run {run_id!r}")
+            if run.status in ACTIVE:
+                run.cancel_requested = True
+                if run.status == "PENDING":
+                    run.status, run.finished_at = "CANCELLED", now()
+            return run.status
+
+    def step_started(self, run_id: str, step: str) -> None:
+        with self.sessions() as s, s.begin():
+            s.execute(
+                pg_insert(PipelineStep)
+                .values(run_id=uuid.UUID(run_id), step=step, status="RUNNING", started_at=now())
+                .on_conflict_do_update(
+                    index_elements=["run_id", "step"],
+                    set_={"status": "RUNNING", "started_at": now(), "finished_at": None},
+                )
+            )
+            s.execute(update(PipelineRun).where(PipelineRun.id == uuid.UUID(run_id)).values(heartbeat_at=now()))
+
+    def step_finished(
+        self,
+        run_id: str,
+        step: str,
+        status: str,
+        *,
+        rows_in: int = 0,
+        rows_out: int = 0,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        with self.sessions() as s, s.begin():
+            s.execute(
+                update(PipelineStep)
+                .where(PipelineStep.run_id == uuid.UUID(run_id), PipelineStep.step == step)
+                .values(status=status, finished_at=now(), rows_in=rows_in, rows_out=rows_out, detail=detail)
+            )
+
+    def finish_run(
+        self, run_id: str, status: str, *, report: dict[str, Any] | None, error: dict[str, Any] | None
+    ) -> None:
+        with self.sessions() as s, s.begin():
+            s.execute(
+                update(PipelineRun)
+                .where(PipelineRun.id == uuid.UUID(run_id))
+                .values(status=status, finished_at=now(), report=report, error=error)
+            )
+            # A step still marked RUNNING when the run ends did not finish.
+            s.execute(
+                update(PipelineStep)
+                .where(PipelineStep.run_id == uuid.UUID(run_id), PipelineStep.status == "RUNNING")
+                .values(status="FAILED" if status == "FAILED" else status, finished_at=now())
+            )

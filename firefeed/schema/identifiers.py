@@ -1,0 +1,105 @@
+"""The one identifier helper: every schema, table and column name reaches SQL through here.
+
+Feed field names are user input (quotes, `;`, unicode, 200 characters, SQL
+keywords). They are mapped to stable column names that fit Postgres' 63-byte
+identifier limit and never collide with FireFeed's own `_ff_` columns, then
+quoted by psycopg2.sql.Identifier.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from psycopg2 import sql
+
+MAX_IDENT_BYTES = 63
+INTERNAL_PREFIX = "_ff_"
+#: position of an item in the feed order (primary order, then appended ones)
+ORD = "_ff_ord"
+#: the item's key after trimming white space, what sources are joined on
+KEY = "_ff_key"
+#: the source that brought an item (0 = primary)
+SRC = "_ff_src"
+
+_COMPANY_RE = re.compile(r"^[a-z0-9][a-z0-9_]{0,39}$")
+_PROJECT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+
+
+def ident(*parts: str) -> sql.Identifier:
+    """Quote a (possibly schema-qualified) identifier; the only way names enter SQL."""
+    for part in parts:
+        if not part or len(part.encode("utf-8")) > MAX_IDENT_BYTES or "\x00" in part:
+            raise ValueError(f"not a usable identifier: {part!r}")
+    return sql.Identifier(*parts)
+
+
+def _digest(text: str, n: int = 10) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:n]
+
+
+def _cut_utf8(text: str, max_bytes: int) -> str:
+    return text.encode("utf-8")[:max_bytes].decode("utf-8", errors="ignore")
+
+
+def column_for_field(field: str) -> str:
+    """The column that stores `field`: the name itself when it fits, else a stable short form.
+
+    A name that is too long, or that starts like an internal column, becomes
+    `_ffx<hash>_<readable prefix>`; the item keeps its original field name.
+    """
+    if len(field.encode("utf-8")) <= MAX_IDENT_BYTES and not field.startswith("_ff") and field:
+        return field
+    tag = f"_ffx{_digest(field)}_"
+    return tag + _cut_utf8(field, MAX_IDENT_BYTES - len(tag))
+
+
+def check_company_id(company: str) -> str:
+    if not _COMPANY_RE.match(company):
+        raise ValueError(f"company id {company!r} must match [a-z0-9][a-z0-9_]{{0,39}}")
+    return company
+
+
+def check_project_id(project: str) -> str:
+    if not _PROJECT_RE.match(project):
+        raise ValueError(f"project id {project!r} must match [A-Za-z0-9][A-Za-z0-9_-]{{0,63}}")
+    return project
+
+
+def company_schema(company: str) -> str:
+    return "company_" + check_company_id(company)
+
+
+def _bounded(prefix: str, name: str) -> str:
+    full = prefix + name
+    if len(full.encode("utf-8")) <= MAX_IDENT_BYTES:
+        return full
+    tag = "_" + _digest(full, 8)
+    return _cut_utf8(full, MAX_IDENT_BYTES - len(tag)) + tag
+
+
+def project_table(project: str) -> str:
+    """The table holding a project's merged items."""
+    return _bounded("items_", check_project_id(project))
+
+
+def staging_table(project: str, source: str) -> str:
+    """The table holding one source's parsed rows (kept between runs for not-modified sources)."""
+    return _bounded("stg_", f"{check_project_id(project)}_{_digest(source, 8)}")
+
+
+RULES_TMP_PREFIX = "rules_tmp_"
+
+
+def rules_tmp_table(run_id: str, pass_no: int) -> str:
+    """A rules pass table; the run id is in the name so the janitor can tell its owner."""
+    return f"{RULES_TMP_PREFIX}{run_id.replace('-', '')}_{pass_no}"
+
+
+def run_id_of_tmp_table(table: str) -> str | None:
+    """The run id a `rules_tmp_*` table belongs to, or None when the name is not ours."""
+    m = re.match(rf"^{RULES_TMP_PREFIX}([0-9a-f]{{32}})_\d+$", table)
+    if not m:
+        return None
+    h = m.group(1)
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

@@ -1,0 +1,100 @@
+"""Read a spec from YAML or JSON and validate it, turning every problem into a SpecError with a path.
+
+YAML is read with every scalar as text (no YAML 1.1 booleans, octals or floats:
+`yes`, `010`, `1.10` stay as written); JSON numbers keep the text they were
+written with. Typed settings parse their text afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from firefeed.errors import SpecError
+from firefeed.spec.model import EXPORT_FORMATS, SOURCE_FORMATS, ProjectSpec
+
+
+def _textify(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return {str(k): _textify(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_textify(v) for v in value]
+    return value
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _message(err: dict[str, Any]) -> str:
+    kind = err["type"]
+    loc = err["loc"]
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "is required"
+    if kind == "literal_error":
+        expected = err.get("ctx", {}).get("expected", "")
+        if loc and loc[-1] == "format":
+            choices = EXPORT_FORMATS if "exports" in loc else SOURCE_FORMATS
+            return "must be one of " + ", ".join(choices)
+        return "must be one of " + expected.replace("'", "")
+    if kind == "string_pattern_mismatch":
+        return f"{err['input']!r} must match {err['ctx']['pattern']}"
+    if kind in ("string_type", "str_type"):
+        return "must be text"
+    if kind in ("list_type",):
+        return "must be a list"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return "must be a mapping"
+    if kind == "bool_parsing" or kind == "bool_type":
+        return "must be true or false"
+    if kind == "too_short":
+        return "must not be empty"
+    msg = str(err.get("msg", "is invalid"))
+    return msg.removeprefix("Value error, ")
+
+
+def parse_spec(data: Any) -> ProjectSpec:
+    """Validate an already-decoded spec document (a mapping)."""
+    if not isinstance(data, dict):
+        raise SpecError("", "a spec must be a mapping with company, project, sources, rules and exports")
+    try:
+        return ProjectSpec.model_validate(_textify(data))
+    except ValidationError as err:
+        first = err.errors()[0]
+        raise SpecError(_path(tuple(first["loc"])), _message(dict(first))) from None
+
+
+def load_spec(text: str, *, filename: str = "<spec>") -> ProjectSpec:
+    """Decode YAML or JSON text (JSON is tried first when it starts like JSON) and validate it."""
+    stripped = text.lstrip()
+    try:
+        if stripped.startswith("{"):
+            data = json.loads(text, parse_int=str, parse_float=str)
+        else:
+            data = yaml.load(text, Loader=yaml.BaseLoader)
+    except (yaml.YAMLError, json.JSONDecodeError) as err:
+        raise SpecError(filename, f"not valid YAML or JSON: {err}") from None
+    return parse_spec(data)
+
+
+def load_spec_file(path: Path) -> ProjectSpec:
+    """Load a spec file; relative source paths in it are later resolved against its folder."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise SpecError(str(path), f"cannot read the spec: {err.strerror}") from None
+    return load_spec(text, filename=str(path))

@@ -1,0 +1,196 @@
+"""Typed project spec. Unknown keys and wrong types are errors that name their path."""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+from firefeed.rules.model import Condition, Rule, parse_condition, parse_rules
+
+SOURCE_FORMATS = ("csv", "tsv", "json", "jsonl", "xml")
+EXPORT_FORMATS = ("csv", "tsv", "json", "jsonl", "google-xml")
+_EXT_FORMATS = {
+    ".csv": "csv",
+    ".txt": "csv",
+    ".tsv": "tsv",
+    ".tab": "tsv",
+    ".json": "json",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".xml": "xml",
+    ".rss": "xml",
+    ".atom": "xml",
+}
+_BOOL_TRUE = {"true", "yes", "on", "1"}
+_BOOL_FALSE = {"false", "no", "off", "0"}
+
+
+def parse_bool(value: Any) -> Any:
+    """The usual spellings of a boolean (YAML scalars arrive as text)."""
+    if isinstance(value, str):
+        low = value.strip().lower()
+        if low in _BOOL_TRUE:
+            return True
+        if low in _BOOL_FALSE:
+            return False
+    return value
+
+
+def format_from_name(url: str) -> str | None:
+    """The format a file name implies (`shoes.csv.gz` -> csv), or None."""
+    name = url.split("?", 1)[0].split("#", 1)[0].rstrip("/").rsplit("/", 1)[-1].lower()
+    for suffix in (".gz", ".gzip", ".zip"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    dot = name.rfind(".")
+    return _EXT_FORMATS.get(name[dot:]) if dot != -1 else None
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
+
+
+class SourceSpec(_Strict):
+    name: str = Field(min_length=1, max_length=200)
+    url: str = Field(min_length=1)
+    format: Literal["csv", "tsv", "json", "jsonl", "xml"] | None = None
+    encoding: str = "auto"
+    delimiter: str = "auto"
+    item_path: str = "auto"
+    compression: Literal["auto", "none", "gzip", "zip"] = "auto"
+    headers: dict[str, str] = Field(default_factory=dict)
+    mode: Literal["enrich", "append"] = "enrich"
+    fields: list[str] | None = None
+
+    @field_validator("delimiter")
+    @classmethod
+    def _delimiter(cls, v: str) -> str:
+        v = {"tab": "\t", "\\t": "\t"}.get(v, v)
+        if v not in ("auto", ",", ";", "|", "\t"):
+            raise ValueError("must be one of auto, ',', ';', '|', tab")
+        return v
+
+    @field_validator("encoding")
+    @classmethod
+    def _encoding(cls, v: str) -> str:
+        import codecs
+
+        if v != "auto":
+            try:
+                codecs.lookup(v)
+            except LookupError:
+                raise ValueError(f"unknown encoding {v!r}") from None
+        return v
+
+    @property
+    def resolved_format(self) -> str:
+        fmt = self.format or format_from_name(self.url)
+        assert fmt is not None  # checked by ProjectSpec
+        return fmt
+
+
+class ExportSpec(_Strict):
+    name: str = Field(min_length=1, max_length=200)
+    format: Literal["csv", "tsv", "json", "jsonl", "google-xml"]
+    path: str = Field(min_length=1)
+    fields: dict[str, str] | None = None
+    where: Any = None
+    gzip: bool = False
+
+    _where: Condition | None = PrivateAttr(default=None)
+
+    @field_validator("gzip", mode="before")
+    @classmethod
+    def _gzip(cls, v: Any) -> Any:
+        return parse_bool(v)
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        p = PurePosixPath(v.replace("\\", "/"))
+        if p.is_absolute() or ".." in p.parts or v.startswith("~") or re.match(r"^[A-Za-z]:", v) or "\x00" in v:
+            raise ValueError("must be a relative path inside the project's export folder (no '..', no absolute path)")
+        return v
+
+    @property
+    def where_condition(self) -> Condition | None:
+        return self._where
+
+
+class ProjectSpec(_Strict):
+    company: str = Field(pattern=r"^[a-z0-9][a-z0-9_]{0,39}$")
+    project: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+    name: str | None = None
+    key: str = Field(default="id", min_length=1)
+    schedule: str | None = None
+    sources: list[SourceSpec] = Field(min_length=1)
+    rules: list[Any] = Field(default_factory=list)
+    exports: list[ExportSpec] = Field(default_factory=list)
+
+    _rules: list[Rule] = PrivateAttr(default_factory=list)
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule(cls, v: str | None) -> str | None:
+        if v is None or v.strip() == "":
+            return None
+        from firefeed.spec.cron import parse_cron
+
+        parse_cron(v)
+        return v
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> ProjectSpec:
+        from firefeed.errors import SpecError
+
+        seen: set[str] = set()
+        for i, s in enumerate(self.sources):
+            if s.name in seen:
+                raise SpecError(f"sources[{i}].name", f"repeats the source name {s.name!r}")
+            seen.add(s.name)
+            if s.format is None and format_from_name(s.url) is None:
+                raise SpecError(
+                    f"sources[{i}].format",
+                    "cannot tell the format from the file name; set one of " + ", ".join(SOURCE_FORMATS),
+                )
+            if i == 0 and "mode" in s.model_fields_set:
+                raise SpecError(
+                    "sources[0].mode", "the first source is the primary: it defines the items and takes no mode"
+                )
+            if i == 0 and s.fields is not None:
+                raise SpecError(
+                    "sources[0].fields", "the primary source takes every field; `fields` is for later sources"
+                )
+        names: set[str] = set()
+        paths: set[str] = set()
+        for i, e in enumerate(self.exports):
+            if e.name in names:
+                raise SpecError(f"exports[{i}].name", f"repeats the export name {e.name!r}")
+            names.add(e.name)
+            norm = str(PurePosixPath(e.path.replace("\\", "/")))
+            if norm in paths:
+                raise SpecError(f"exports[{i}].path", f"repeats the export path {e.path!r}")
+            paths.add(norm)
+            if e.where is not None:
+                e._where = parse_condition(e.where, f"exports[{i}].where")
+            if e.fields is not None:
+                from firefeed.rules.template import parse_template
+
+                if not e.fields:
+                    raise SpecError(f"exports[{i}].fields", "must list at least one field")
+                for out, value in e.fields.items():
+                    if "{" in value or "}" in value:
+                        parse_template(value, f"exports[{i}].fields.{out}")
+        self._rules = parse_rules(self.rules, key_field=self.key, path="rules")
+        return self
+
+    @property
+    def parsed_rules(self) -> list[Rule]:
+        return self._rules
+
+    @property
+    def primary(self) -> SourceSpec:
+        return self.sources[0]

@@ -1,0 +1,64 @@
+"""Shared fixtures: a real Postgres database per test session, created fresh and dropped at the end."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg2
+import pytest
+from sqlalchemy import Engine
+
+from firefeed.config import reset_settings
+from firefeed.db.engine import dispose_engines, get_engine
+
+ADMIN_URL = os.environ.get("FIREFEED_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _admin() -> psycopg2.extensions.connection:
+    conn = psycopg2.connect(ADMIN_URL)
+    conn.autocommit = True
+    return conn
+
+
+@pytest.fixture(scope="session")
+def database_url() -> Iterator[str]:
+    """A fresh database for this test session, with the control-plane tables migrated."""
+    name = f"firefeed_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    with _admin() as conn, conn.cursor() as cur:
+        # C.UTF-8 ctype: lower()/upper() follow Unicode's simple case mapping, as the rule language says.
+        cur.execute(
+            f"CREATE DATABASE {name} TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C.UTF-8' LC_CTYPE 'C.UTF-8'"
+        )
+    base = ADMIN_URL.rsplit("/", 1)[0]
+    url = f"{base}/{name}"
+    old = os.environ.get("FIREFEED_DATABASE_URL")
+    os.environ["FIREFEED_DATABASE_URL"] = url
+    reset_settings()
+    try:
+        from firefeed.db.migrate import upgrade
+
+        upgrade(url)
+        yield url
+    finally:
+        dispose_engines()
+        if old is None:
+            os.environ.pop("FIREFEED_DATABASE_URL", None)
+        else:
+            os.environ["FIREFEED_DATABASE_URL"] = old
+        reset_settings()
+        with _admin() as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture()
+def engine(database_url: str) -> Engine:
+    return get_engine(database_url)
+
+
+@pytest.fixture()
+def fixtures_dir() -> Path:
+    return FIXTURES
