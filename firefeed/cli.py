@@ -192,6 +192,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("migrate", help="bring the control-plane tables up to date (Alembic)")
     p.set_defaults(func=cmd_migrate)
+
+    import importlib
+    import pkgutil
+
+    import firefeed.commands
+
+    for info in sorted(pkgutil.iter_modules(firefeed.commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"firefeed.commands.{info.name}")
+        register = getattr(module, "register", None)
+        if register is not None:
+            register(sub)
     return parser
 
 

@@ -56,6 +56,7 @@ class Settings(BaseSettings):
     step_time_limit_s: int = Field(default=3600, ge=1)
     heartbeat_s: float = Field(default=10.0, gt=0)
     stale_run_s: float = Field(default=300.0, gt=0)
+    job_pickup_timeout_s: float = Field(default=600.0, gt=0)
     run_retention_days: int = Field(default=30, ge=1)
     log_json: bool = False
     log_level: str = "INFO"
@@ -74,6 +75,22 @@ class Settings(BaseSettings):
 
             return embedded_database_url(self.data_dir)
         return normalize_database_url(self.database_url)
+
+    @property
+    def celery_broker_url(self) -> str:
+        """The broker; without one, an in-memory broker that only serves in-process workers."""
+        return self.broker_url or "memory://"
+
+    @property
+    def celery_result_backend(self) -> str:
+        if self.result_backend:
+            return self.result_backend
+        broker = self.broker_url or ""
+        if broker.startswith(("redis://", "rediss://")):
+            return broker
+        if broker.startswith(("amqp://", "pyamqp://")):
+            return "rpc://"
+        return "cache+memory://"
 
     @property
     def allowed_hosts(self) -> set[str]:

@@ -18,21 +18,22 @@ ADMIN_URL = os.environ.get("FIREFEED_TEST_ADMIN_URL", "postgresql://postgres@127
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def _admin() -> psycopg2.extensions.connection:
+def _admin_execute(statement: str) -> None:
     conn = psycopg2.connect(ADMIN_URL)
     conn.autocommit = True
-    return conn
+    try:
+        with conn.cursor() as cur:
+            cur.execute(statement)
+    finally:
+        conn.close()
 
 
 @pytest.fixture(scope="session")
 def database_url() -> Iterator[str]:
     """A fresh database for this test session, with the control-plane tables migrated."""
     name = f"firefeed_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    with _admin() as conn, conn.cursor() as cur:
-        # C.UTF-8 ctype: lower()/upper() follow Unicode's simple case mapping, as the rule language says.
-        cur.execute(
-            f"CREATE DATABASE {name} TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C.UTF-8' LC_CTYPE 'C.UTF-8'"
-        )
+    # C.UTF-8 ctype: lower()/upper() follow Unicode's simple case mapping, as the rule language says.
+    _admin_execute(f"CREATE DATABASE {name} TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C.UTF-8' LC_CTYPE 'C.UTF-8'")
     base = ADMIN_URL.rsplit("/", 1)[0]
     url = f"{base}/{name}"
     old = os.environ.get("FIREFEED_DATABASE_URL")
@@ -50,8 +51,7 @@ def database_url() -> Iterator[str]:
         else:
             os.environ["FIREFEED_DATABASE_URL"] = old
         reset_settings()
-        with _admin() as conn, conn.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        _admin_execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 @pytest.fixture()

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from firefeed.config import get_settings
+from firefeed.config import get_settings, normalize_database_url
 
 _engines: dict[str, Engine] = {}
 _lock = threading.Lock()
@@ -18,7 +18,7 @@ _lock = threading.Lock()
 
 def get_engine(url: str | None = None) -> Engine:
     """The process's engine for `url` (default: the configured database)."""
-    url = url or get_settings().sqlalchemy_url
+    url = normalize_database_url(url) if url else get_settings().sqlalchemy_url
     with _lock:
         engine = _engines.get(url)
         if engine is None:

@@ -10,7 +10,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine
 
-from firefeed.config import get_settings
+from firefeed.config import get_settings, normalize_database_url
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -18,7 +18,8 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 def alembic_config(url: str | None = None) -> Config:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
-    cfg.set_main_option("sqlalchemy.url", (url or get_settings().sqlalchemy_url).replace("%", "%%"))
+    url = normalize_database_url(url) if url else get_settings().sqlalchemy_url
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return cfg
 
 

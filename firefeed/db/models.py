@@ -139,3 +139,48 @@ class PipelineStep(Base):
     rows_in: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     rows_out: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     detail: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
+
+
+class PipelineJob(Base):
+    """One unit of step work (a source, the merge, a rules chunk, an export) of a run.
+
+    Workers claim a job atomically before running it and record its result in
+    the same transaction as its effect where they can, so a redelivered job
+    finds it done and does nothing.
+    """
+
+    __tablename__ = "pipeline_jobs"
+    __table_args__ = (
+        UniqueConstraint("run_id", "kind", "pass_no", "idx"),
+        Index("ix_pipeline_jobs_run_status", "run_id", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    run_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("pipeline_runs.id", ondelete="CASCADE"))
+    step: Mapped[str] = mapped_column(String(16))
+    kind: Mapped[str] = mapped_column(String(16))
+    pass_no: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    idx: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    params: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
+    status: Mapped[str] = mapped_column(String(16), server_default=text("'PENDING'"))
+    attempts: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    claimed_by: Mapped[str | None] = mapped_column(Text)
+    claimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    result: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
+
+
+class ApiToken(Base):
+    """A bearer token of the HTTP API, bound to one company; only its SHA-256 is stored."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    company_id: Mapped[str] = mapped_column(ForeignKey("companies.id", ondelete="CASCADE"), index=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    # The first characters of the token, so an operator can tell tokens apart without the secret.
+    token_prefix: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

@@ -70,7 +70,11 @@ def build_report(store: RunStore, run_id: str) -> dict[str, Any]:
             if st.step in STEPS
         ],
         "sources": list(sources.values()),
-        "rules": {k: rules.get(k) for k in ("passes", "matched", "excluded")},
+        "rules": {
+            "passes": rules.get("passes", 0),
+            "matched": dict(rules.get("matched") or []),
+            "excluded": rules.get("excluded", 0),
+        },
         "exports": details.get("EXPORT", {}).get("exports", []),
         "warnings": [w for st in steps for w in (st.detail or {}).get("warnings", [])],
         "error": run.error,

@@ -42,7 +42,7 @@ class RunStore:
         `company`, when given, is the caller's company (API token): a project id
         owned by another company is refused as unknown rather than taken over.
         """
-        raw = spec.model_dump(mode="json", exclude_none=True)
+        raw = spec.model_dump(mode="json", exclude_unset=True)
         with self.sessions() as s, s.begin():
             s.execute(pg_insert(Company).values(id=spec.company).on_conflict_do_nothing())
             existing = s.get(Project, spec.project, with_for_update=True)
@@ -95,6 +95,9 @@ class RunStore:
                         definition=exp.model_dump(mode="json", exclude_none=True),
                     )
                 )
+        from firefeed.schema.service import SchemaService
+
+        SchemaService(self.engine).create_company_schema(spec.company)
         return created
 
     def project(self, project_id: str, *, company: str | None = None) -> Project:
@@ -209,14 +212,15 @@ class RunStore:
                     run.status, run.finished_at = "CANCELLED", now()
             return run.status
 
-    def step_started(self, run_id: str, step: str) -> None:
+    def step_started(self, run_id: str, step: str, at: datetime | None = None) -> None:
+        at = at or now()
         with self.sessions() as s, s.begin():
             s.execute(
                 pg_insert(PipelineStep)
-                .values(run_id=uuid.UUID(run_id), step=step, status="RUNNING", started_at=now())
+                .values(run_id=uuid.UUID(run_id), step=step, status="RUNNING", started_at=at)
                 .on_conflict_do_update(
                     index_elements=["run_id", "step"],
-                    set_={"status": "RUNNING", "started_at": now(), "finished_at": None},
+                    set_={"status": "RUNNING", "started_at": at, "finished_at": None},
                 )
             )
             s.execute(update(PipelineRun).where(PipelineRun.id == uuid.UUID(run_id)).values(heartbeat_at=now()))
@@ -230,12 +234,13 @@ class RunStore:
         rows_in: int = 0,
         rows_out: int = 0,
         detail: dict[str, Any] | None = None,
+        at: datetime | None = None,
     ) -> None:
         with self.sessions() as s, s.begin():
             s.execute(
                 update(PipelineStep)
                 .where(PipelineStep.run_id == uuid.UUID(run_id), PipelineStep.step == step)
-                .values(status=status, finished_at=now(), rows_in=rows_in, rows_out=rows_out, detail=detail)
+                .values(status=status, finished_at=at or now(), rows_in=rows_in, rows_out=rows_out, detail=detail)
             )
 
     def finish_run(

@@ -1,0 +1,208 @@
+"""`make bench`: FireFeed's batch pipeline on a 1M-item feed against the all-in-Postgres floor, in one run.
+
+Measures, on feeds made by ../shared/feedgen/feedgen.py (cached in --data-dir):
+  - `firefeed run SPEC` (a subprocess: wall time and peak RSS) with a csv export and 20 rules;
+  - the floor (bench/floor.py): COPY in, one join, CTAS with the rules as CASE, COPY out;
+  - the same spec with a google-xml export instead of csv (sources unchanged, so only
+    MERGE..EXPORT run again): the EXPORT step's time against the csv export's;
+  - a 10,000-item run, for the peak-RSS ratio (memory must stay flat with feed size).
+Prints the figures and their ratios, and writes them as JSON to bench/out/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg2
+import yaml
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+FEEDGEN = ROOT.parent / "shared" / "feedgen" / "feedgen.py"
+PANDAS_REFERENCE_S = 30.1  # ../shared/baseline/README.md: pandas 3.1.1 total, 1M rows, these machines
+sys.path.insert(0, str(HERE))
+
+from floor import run_floor  # noqa: E402
+
+
+def feed_files(data_dir: Path, rows: int, seed: int = 42) -> tuple[Path, Path]:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    feed = data_dir / f"feed_{rows}_s{seed}.csv"
+    stock = data_dir / f"stock_{rows}_s{seed}.csv"
+    if not feed.exists():
+        print(f"generating {feed} …", flush=True)
+        subprocess.run(
+            [
+                sys.executable,
+                str(FEEDGEN),
+                "--rows",
+                str(rows),
+                "--seed",
+                str(seed),
+                "--format",
+                "csv",
+                "--out",
+                str(feed),
+            ],
+            check=True,
+        )
+    if not stock.exists():
+        print(f"generating {stock} …", flush=True)
+        subprocess.run(
+            [sys.executable, str(FEEDGEN), "--rows", str(rows), "--seed", str(seed), "--stock", "--out", str(stock)],
+            check=True,
+        )
+    return feed, stock
+
+
+def write_spec(path: Path, project: str, feed: Path, stock: Path, export_format: str) -> Path:
+    rules = yaml.load((HERE / "bench_rules.yaml").read_text(encoding="utf-8"), Loader=yaml.BaseLoader)
+    ext = "xml" if export_format == "google-xml" else export_format
+    spec = {
+        "company": "bench",
+        "project": project,
+        "sources": [
+            {"name": "feed", "url": feed.name},
+            {"name": "stock", "url": stock.name, "mode": "enrich"},
+        ],
+        "rules": rules,
+        "exports": [{"name": "out", "format": export_format, "path": f"out.{ext}"}],
+    }
+    path.write_text(yaml.safe_dump(spec, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def firefeed_run(spec: Path, env: dict[str, str]) -> dict[str, Any]:
+    """Run `firefeed run SPEC --json` as a child; wall seconds, its own peak RSS (MiB) and the report."""
+    import tempfile
+
+    exe = Path(sys.executable).with_name("firefeed")
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t = time.perf_counter()
+        proc = subprocess.Popen([str(exe), "run", str(spec), "--json"], env=env, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if proc.returncode != 0:
+            print(err.read()[-3000:], file=sys.stderr)
+            raise SystemExit(f"firefeed run failed with exit {proc.returncode}")
+        report = json.loads(out.read())
+    return {"wall_s": wall, "peak_rss_mib": usage.ru_maxrss / 1024, "report": report}
+
+
+def step_seconds(report: dict[str, Any]) -> dict[str, float]:
+    return {s["step"]: s["duration_s"] for s in report["steps"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--small-rows", type=int, default=10_000)
+    ap.add_argument("--data-dir", type=Path, default=Path("/tmp/firefeed-bench"))
+    ap.add_argument(
+        "--admin-dsn",
+        default=os.environ.get("FIREFEED_BENCH_ADMIN_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"),
+    )
+    ap.add_argument("--skip-floor", action="store_true")
+    args = ap.parse_args()
+
+    db = f"firefeed_bench_{os.getpid()}"
+    admin = psycopg2.connect(args.admin_dsn)
+    admin.autocommit = True
+    admin.cursor().execute(
+        f"CREATE DATABASE {db} TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C.UTF-8' LC_CTYPE 'C.UTF-8'"
+    )
+    dsn = args.admin_dsn.rsplit("/", 1)[0] + "/" + db
+    results: dict[str, Any] = {"rows": args.rows}
+    try:
+        env = dict(
+            os.environ,
+            FIREFEED_DATABASE_URL=dsn,
+            FIREFEED_EXPORT_DIR=str(args.data_dir / "exports"),
+            FIREFEED_DATA_DIR=str(args.data_dir / "var"),
+        )
+        small_feed, small_stock = feed_files(args.data_dir, args.small_rows)
+        feed, stock = feed_files(args.data_dir, args.rows)
+
+        print("firefeed run, 10k items (for the RSS ratio) …", flush=True)
+        small = firefeed_run(
+            write_spec(args.data_dir / "spec_small.yaml", "bench_small", small_feed, small_stock, "csv"), env
+        )
+        small_rss = small["peak_rss_mib"]
+        print(f"  {small['wall_s']:.2f}s, peak RSS {small_rss:.0f} MiB", flush=True)
+
+        print(f"firefeed run, {args.rows:,} items, csv export …", flush=True)
+        big = firefeed_run(write_spec(args.data_dir / "spec_big.yaml", "bench_big", feed, stock, "csv"), env)
+        big_rss = big["peak_rss_mib"]
+        csv_steps = step_seconds(big["report"])
+        print(f"  {big['wall_s']:.2f}s, peak RSS {big_rss:.0f} MiB, steps {csv_steps}", flush=True)
+
+        print("same items, google-xml export (sources unchanged) …", flush=True)
+        xml = firefeed_run(write_spec(args.data_dir / "spec_big.yaml", "bench_big", feed, stock, "google-xml"), env)
+        xml_steps = step_seconds(xml["report"])
+        print(f"  {xml['wall_s']:.2f}s, steps {xml_steps}", flush=True)
+
+        floor: dict[str, Any] | None = None
+        if not args.skip_floor:
+            print("the all-in-Postgres floor …", flush=True)
+            floor = run_floor(dsn, feed, stock, args.data_dir / "floor_out.csv")
+            print(f"  {floor['seconds']}", flush=True)
+
+        results.update(
+            {
+                "firefeed_s": big["wall_s"],
+                "firefeed_steps_s": csv_steps,
+                "peak_rss_mib": big_rss,
+                "peak_rss_small_mib": small_rss,
+                "rss_ratio": big_rss / small_rss,
+                "xml_export_s": xml_steps["EXPORT"],
+                "csv_export_s": csv_steps["EXPORT"],
+                "xml_to_csv_export": xml_steps["EXPORT"] / csv_steps["EXPORT"],
+                "rows_exported": big["report"]["exports"][0]["rows"],
+                "floor": floor,
+            }
+        )
+        print("\n== results ==")
+        print(f"items {args.rows:,}, exported {results['rows_exported']:,}")
+        print(
+            f"firefeed run (csv)        {big['wall_s']:8.2f} s   steps: "
+            + ", ".join(f"{k} {v:.2f}" for k, v in csv_steps.items())
+        )
+        if floor:
+            ratio = big["wall_s"] / floor["seconds"]["total"]
+            results["ratio_to_floor"] = ratio
+            print(
+                f"all-in-Postgres floor     {floor['seconds']['total']:8.2f} s   ratio firefeed/floor {ratio:.2f} "
+                "(target <= 1.5)"
+            )
+        print(
+            f"pandas reference          {PANDAS_REFERENCE_S:8.2f} s   (../shared/baseline, same machine kind) "
+            f"ratio {big['wall_s'] / PANDAS_REFERENCE_S:.2f} (target <= 1.0)"
+        )
+        print(
+            f"peak RSS                  {big_rss:8.0f} MiB (target < 300); 10k-item run {small_rss:.0f} MiB, "
+            f"ratio {big_rss / small_rss:.2f} (target <= 1.25)"
+        )
+        print(
+            f"EXPORT google-xml / csv   {xml_steps['EXPORT']:.2f} s / {csv_steps['EXPORT']:.2f} s = "
+            f"{results['xml_to_csv_export']:.2f} (target <= 2)"
+        )
+        out_dir = HERE / "out"
+        out_dir.mkdir(exist_ok=True)
+        (out_dir / f"pipeline_{time.strftime('%Y%m%d-%H%M%S')}.json").write_text(json.dumps(results, indent=2))
+    finally:
+        admin.cursor().execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+        admin.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""Celery configuration: maps FireFeed's one settings object to Celery's lowercase keys.
+
+Task names are a wire contract (`firefeed.<area>.<verb>`); routes send each to
+its queue, so a worker on another machine only needs the queue names.
+"""
+
+from __future__ import annotations
+
+from firefeed.config import get_settings
+from firefeed.tasks.queues import Queue
+
+_settings = get_settings()
+
+broker_url = _settings.celery_broker_url
+result_backend = _settings.celery_result_backend
+task_serializer = "json"
+result_serializer = "json"
+accept_content = ["json"]
+timezone = "UTC"
+enable_utc = True
+
+# Flower and the metrics see every task.
+worker_send_task_events = True
+task_send_sent_event = True
+task_track_started = True
+
+# Long jobs: take one message at a time so a busy worker does not hoard queued jobs.
+worker_prefetch_multiplier = 1
+task_acks_late = False
+task_time_limit = _settings.step_time_limit_s + 60
+task_soft_time_limit = _settings.step_time_limit_s
+result_expires = 24 * 3600
+broker_connection_retry_on_startup = True
+# Redis re-delivers an unacked message after the visibility timeout: keep it longer than any
+# job can run, so a live job is never handed to a second worker.
+broker_transport_options = {"visibility_timeout": _settings.step_time_limit_s * 2 + 600}
+result_backend_transport_options = {"retry_policy": {"timeout": 5.0}}
+
+task_default_queue = Queue.PIPELINE.value
+task_routes = {
+    "firefeed.pipeline.*": {"queue": Queue.PIPELINE.value},
+    "firefeed.import.*": {"queue": Queue.IMPORT.value},
+    "firefeed.rules.*": {"queue": Queue.RULES.value},
+    "firefeed.export.*": {"queue": Queue.EXPORT.value},
+    "firefeed.maintenance.*": {"queue": Queue.PIPELINE.value},
+}
+imports = ("firefeed.tasks.pipeline", "firefeed.tasks.steps", "firefeed.tasks.maintenance")

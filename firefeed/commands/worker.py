@@ -1,0 +1,76 @@
+"""`firefeed worker [QUEUE...]` and `firefeed trigger PROJECT`: the distributed side of the CLI."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+from typing import Any
+
+from firefeed.tasks.queues import ALL_QUEUES
+
+
+def worker_argv(queue: str, concurrency: int, loglevel: str = "INFO") -> list[str]:
+    """The celery worker arguments for one queue: its own pool, sized from firefeed/concurrency.py."""
+    return [
+        "worker",
+        "--queues",
+        queue,
+        "--concurrency",
+        str(concurrency),
+        "--hostname",
+        f"{queue}@%h",
+        "--loglevel",
+        loglevel,
+        "--events",
+    ]
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from firefeed.concurrency import load_concurrency
+
+    concurrency = load_concurrency()
+    queues = args.queues or list(ALL_QUEUES)
+    unknown = [q for q in queues if q not in ALL_QUEUES]
+    if unknown:
+        print(f"firefeed: unknown queue(s) {', '.join(unknown)}; queues are {', '.join(ALL_QUEUES)}", file=sys.stderr)
+        return 2
+    if len(queues) == 1:
+        from firefeed.celery_app import app
+
+        app.worker_main(worker_argv(queues[0], concurrency.for_queue(queues[0]), args.loglevel))
+        return 0
+    # One worker process per queue, so each queue's pool bound holds exactly.
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "firefeed.cli", "worker", q, "--loglevel", args.loglevel])
+        for q in queues
+    ]
+
+    def stop(signum: int, frame: Any) -> None:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    codes = [p.wait() for p in procs]
+    return max(codes, default=0)
+
+
+def cmd_trigger(args: argparse.Namespace) -> int:
+    from firefeed.runs.requests import start_run
+
+    run_id = start_run(args.project, "cli")
+    print(run_id)
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("worker", help="a Celery worker for those queues (default: all four, one process each)")
+    p.add_argument("queues", nargs="*", metavar="QUEUE", help=f"queues to consume: {', '.join(ALL_QUEUES)}")
+    p.add_argument("--loglevel", default="INFO")
+    p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("trigger", help="request a run through the lock and the queues; prints the run id")
+    p.add_argument("project", metavar="PROJECT")
+    p.set_defaults(func=cmd_trigger)

@@ -1,0 +1,422 @@
+"""One run, driven through the five steps as claimable jobs: the one core behind both drivers.
+
+The driver (the root Celery task, or `firefeed run` in one process) creates each
+step's jobs in the database, hands them to a Dispatcher, and waits for them by
+watching their rows. Jobs never wait on other jobs, and the root never blocks
+on a Celery result, so no pool can deadlock on itself; in the one-process mode
+the dispatcher simply runs the jobs where the root is.
+
+Every job is claimed atomically before it runs and records its result when it
+ends, so a redelivered job finds it done and does nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+from sqlalchemy import Engine
+
+from firefeed.config import Settings, get_settings
+from firefeed.db.engine import get_engine
+from firefeed.errors import FireFeedError, RunCancelledError
+from firefeed.logging import run_context
+from firefeed.pipeline import steps
+from firefeed.runs.jobs import JobSpec, JobState, JobStore
+from firefeed.runs.report import build_report
+from firefeed.runs.service import RunStore
+from firefeed.schema.service import SchemaService
+from firefeed.tasks.queues import Queue
+
+log = logging.getLogger(__name__)
+
+StepHook = Callable[[str, str, dict[str, Any]], None]
+"""Called as hook(step, "start" | "end", info) so a CLI can draw progress."""
+
+TASK_FOR_KIND = {
+    "source": ("firefeed.import.source", Queue.IMPORT),
+    "merge": ("firefeed.import.merge", Queue.IMPORT),
+    "rules": ("firefeed.rules.apply", Queue.RULES),
+    "export": ("firefeed.export.write", Queue.EXPORT),
+}
+
+
+class StepFailedError(FireFeedError):
+    """A step job failed."""
+
+    def __init__(self, error: dict[str, Any]) -> None:
+        self.error = error
+        super().__init__(str(error.get("message")))
+
+
+class Dispatcher(Protocol):
+    def submit(self, kind: str, job_ids: Sequence[int]) -> None: ...
+
+
+class InlineDispatcher:
+    """Runs each job at once in this process: the batch mode and the one-process worker."""
+
+    def __init__(self, settings: Settings | None = None, engine: Engine | None = None) -> None:
+        self.settings, self.engine = settings, engine
+
+    def submit(self, kind: str, job_ids: Sequence[int]) -> None:
+        for job_id in job_ids:
+            run_job(job_id, settings=self.settings, engine=self.engine)
+
+
+def describe_error(step: str | None, err: BaseException) -> dict[str, Any]:
+    """The RunReport `error`: which step, what kind, and a message a person can act on."""
+    if isinstance(err, StepFailedError):
+        return err.error
+    step = getattr(err, "firefeed_step", step)
+    if isinstance(err, FireFeedError):
+        message = err.message
+    else:
+        pgerror = getattr(err, "pgerror", None)
+        message = (pgerror or str(err) or type(err).__name__).strip()
+    return {"step": step, "type": type(err).__name__, "message": message}
+
+
+class _Beat:
+    """Calls `beat` every `every_s` seconds in a thread while a long piece of work runs."""
+
+    def __init__(self, beat: Callable[[], None], every_s: float) -> None:
+        self._stop = threading.Event()
+        self._beat, self._every = beat, every_s
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._every):
+            try:
+                self._beat()
+            except Exception:  # a missed beat is not worth failing the work for
+                log.warning("heartbeat failed", exc_info=True)
+
+    def __enter__(self) -> _Beat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def load_context(run_id: str, settings: Settings | None = None, engine: Engine | None = None) -> steps.RunContext:
+    settings = settings or get_settings()
+    engine = engine or get_engine()
+    store = RunStore(engine)
+    run = store.run(run_id)
+    spec, spec_dir = store.project_spec(run.project_id)
+    return steps.RunContext(
+        run_id=run_id,
+        spec=spec,
+        spec_dir=spec_dir,
+        settings=settings,
+        engine=engine,
+        schema=SchemaService(engine),
+        store=store,
+    )
+
+
+# -- jobs: what a step worker runs ---------------------------------------------------
+def run_job(job_id: int, *, settings: Settings | None = None, engine: Engine | None = None) -> None:
+    """Claim and run one job; a job already done, taken or cancelled is left alone."""
+    settings = settings or get_settings()
+    engine = engine or get_engine()
+    jobs = JobStore(engine)
+    job = jobs.claim(job_id, lease_s=settings.stale_run_s)
+    if job is None:
+        return
+    state = jobs.get(job_id)
+    assert state is not None
+    ctx = load_context(_run_of(jobs, job_id), settings, engine)
+    with run_context(run_id=ctx.run_id, project=ctx.spec.project, company=ctx.spec.company, step=_STEP_OF[job.kind]):
+        try:
+            with _Beat(lambda: jobs.heartbeat(job_id), settings.heartbeat_s):
+                result = _JOB_FUNCS[job.kind](ctx, job, jobs)
+            jobs.succeed(job_id, result)
+        except Exception as err:
+            error = describe_error(_STEP_OF[job.kind], err)
+            log.error("%s job failed: %s", job.kind, error["message"], exc_info=not isinstance(err, FireFeedError))
+            jobs.fail(job_id, error)
+
+
+def _run_of(jobs: JobStore, job_id: int) -> str:
+    from firefeed.db.models import PipelineJob
+
+    with jobs.sessions() as s:
+        row = s.get(PipelineJob, job_id)
+        assert row is not None
+        return str(row.run_id)
+
+
+def _iso_now() -> str:
+    return datetime.now().astimezone().isoformat()
+
+
+def _source_job(ctx: steps.RunContext, job: JobState, jobs: JobStore) -> dict[str, Any]:
+    started = _iso_now()
+    try:
+        fetched = steps.fetch_one(ctx, job.idx)
+    except Exception as err:
+        err.firefeed_step = "FETCH"  # type: ignore[attr-defined]
+        raise
+    fetched_at = _iso_now()
+    jobs.save_partial(job.id, {"fetch": fetched.report(), "fetch_started": started, "fetch_finished": fetched_at})
+    ctx.check_cancel()
+    parsed = steps.parse_one(ctx, job.idx, fetched)
+    return {
+        "fetch": fetched.report(),
+        "parse": parsed.report() | {"table": parsed.table, "field_names": parsed.fields, "warnings": parsed.warnings},
+        "fetch_started": started,
+        "fetch_finished": fetched_at,
+        "parse_finished": _iso_now(),
+    }
+
+
+def _merge_job(ctx: steps.RunContext, job: JobState, jobs: JobStore) -> dict[str, Any]:
+    parsed = [
+        steps.ParseOutcome(name=p["name"], table=p["table"], fields=p["field_names"], rows=p["rows"])
+        for p in (job.params or {})["parsed"]
+    ]
+    merged = steps.merge(ctx, parsed)
+    return {
+        "fields": merged.fields,
+        "rows": merged.rows,
+        "rows_in": sum(p.rows for p in parsed),
+        "sources": [
+            {"name": name, "skipped": {"empty_key": s.empty_key, "duplicate_key": s.duplicate_key}}
+            for name, s in merged.sources.items()
+        ],
+    }
+
+
+def _rules_job(ctx: steps.RunContext, job: JobState, jobs: JobStore) -> dict[str, Any]:
+    from firefeed.pipeline.merge import MergeResult
+
+    params = job.params or {}
+    result = steps.apply_rules(ctx, MergeResult(fields=params["fields"], rows=params["rows"]))
+    return {
+        "table": result.table,
+        "fields": list(result.fields),
+        "passes": result.passes,
+        # Pairs, not an object: JSONB reorders object keys and the report lists rules in their order.
+        "matched": [[r.name, result.matched.get(r.name, 0)] for r in ctx.spec.parsed_rules if r.enabled],
+        "excluded": result.excluded,
+        "rows_in": result.rows_in,
+        "rows_out": result.rows_out,
+    }
+
+
+def _export_job(ctx: steps.RunContext, job: JobState, jobs: JobStore) -> dict[str, Any]:
+    params = job.params or {}
+    return steps.export_one(ctx, job.idx, params["table"], params["fields"])
+
+
+_JOB_FUNCS: dict[str, Callable[[steps.RunContext, JobState, JobStore], dict[str, Any]]] = {
+    "source": _source_job,
+    "merge": _merge_job,
+    "rules": _rules_job,
+    "export": _export_job,
+}
+_STEP_OF = {"source": "PARSE", "merge": "MERGE", "rules": "RULES", "export": "EXPORT"}
+
+
+# -- the root: what drives one run -------------------------------------------------------
+class _Driver:
+    def __init__(self, ctx: steps.RunContext, dispatcher: Dispatcher, hook: StepHook | None) -> None:
+        self.ctx, self.dispatcher = ctx, dispatcher
+        self.jobs = JobStore(ctx.engine)
+        self.store = ctx.store
+        self.hook = hook or (lambda step, phase, info: None)
+        self.current: str | None = None
+
+    def run_jobs(
+        self, kind: str, specs: Sequence[JobSpec], on_poll: Callable[[list[JobState]], None] | None = None
+    ) -> list[JobState]:
+        ids = self.jobs.create(self.ctx.run_id, specs)
+        self.dispatcher.submit(kind, ids)
+        return self.wait(ids, on_poll)
+
+    def wait(self, ids: Sequence[int], on_poll: Callable[[list[JobState]], None] | None) -> list[JobState]:
+        delay = 0.002
+        pickup_deadline = time.monotonic() + self.ctx.settings.job_pickup_timeout_s
+        while True:
+            states = self.jobs.states(ids)
+            if on_poll:
+                on_poll(states)
+            failed = [s for s in states if s.status == "FAILED"]
+            if failed:
+                raise StepFailedError(
+                    failed[0].error or {"step": self.current, "type": "JobFailed", "message": "a step job failed"}
+                )
+            if any(s.status == "CANCELLED" for s in states):
+                raise RunCancelledError(f"run {self.ctx.run_id} was cancelled")
+            if all(s.status == "SUCCEEDED" for s in states):
+                return states
+            self.ctx.check_cancel()
+            if any(s.status == "PENDING" for s in states) and time.monotonic() > pickup_deadline:
+                task, queue = TASK_FOR_KIND[states[0].kind]
+                raise FireFeedError(
+                    f"no worker took the {self.current} job ({task}) within "
+                    f"{self.ctx.settings.job_pickup_timeout_s:.0f}s: is a worker consuming queue {queue.value!r}?"
+                )
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.05)
+
+    def step(self, name: str, fn: Callable[[], tuple[int, int, dict[str, Any]]]) -> None:
+        self.current = name
+        self.ctx.check_cancel()
+        with run_context(step=name):
+            self.store.step_started(self.ctx.run_id, name)
+            self.hook(name, "start", {})
+            rows_in, rows_out, detail = fn()
+            self.store.step_finished(
+                self.ctx.run_id, name, "SUCCEEDED", rows_in=rows_in, rows_out=rows_out, detail=detail
+            )
+            self.hook(name, "end", {"rows_in": rows_in, "rows_out": rows_out})
+            log.info("%s done: %d rows in, %d rows out", name, rows_in, rows_out)
+
+    # FETCH and PARSE run together, one job per source; their timeline comes from the jobs' own clocks.
+    def fetch_and_parse(self) -> list[dict[str, Any]]:
+        ctx = self.ctx
+        self.current = "FETCH"
+        self.store.step_started(ctx.run_id, "FETCH")
+        self.hook("FETCH", "start", {})
+        fetch_done = {"flag": False}
+
+        def on_poll(states: list[JobState]) -> None:
+            if not fetch_done["flag"] and all(s.result and "fetch_finished" in s.result for s in states):
+                fetch_done["flag"] = True
+                self._finish_fetch(states)
+
+        states = self.run_jobs(
+            "source", [JobSpec("PARSE", "source", idx=i) for i in range(len(ctx.spec.sources))], on_poll
+        )
+        if not fetch_done["flag"]:
+            self._finish_fetch(states)
+        results = [s.result or {} for s in states]
+        self.current = "PARSE"
+        parsed = [r["parse"] for r in results]
+        warnings = [f"source {p['name']!r}: {w}" for p in parsed for w in p.get("warnings", [])]
+        self.store.step_finished(
+            ctx.run_id,
+            "PARSE",
+            "SUCCEEDED",
+            rows_in=0,
+            rows_out=sum(p["rows"] for p in parsed),
+            detail={
+                "sources": [
+                    {k: v for k, v in p.items() if k not in ("table", "field_names", "warnings")} for p in parsed
+                ],
+                "warnings": warnings,
+            },
+            at=max(datetime.fromisoformat(r["parse_finished"]) for r in results),
+        )
+        self.hook("PARSE", "end", {"rows_in": 0, "rows_out": sum(p["rows"] for p in parsed)})
+        return parsed
+
+    def _finish_fetch(self, states: list[JobState]) -> None:
+        results = [s.result or {} for s in states]
+        first = min(datetime.fromisoformat(r["fetch_started"]) for r in results)
+        last = max(datetime.fromisoformat(r["fetch_finished"]) for r in results)
+        self.store.step_started(self.ctx.run_id, "FETCH", at=first)
+        self.store.step_finished(
+            self.ctx.run_id, "FETCH", "SUCCEEDED", detail={"sources": [r["fetch"] for r in results]}, at=last
+        )
+        self.hook("FETCH", "end", {"rows_in": 0, "rows_out": 0})
+        self.current = "PARSE"
+        self.store.step_started(self.ctx.run_id, "PARSE", at=first)
+        self.hook("PARSE", "start", {})
+
+    def drive(self) -> None:
+        ctx = self.ctx
+        parsed = self.fetch_and_parse()
+        state: dict[str, Any] = {}
+
+        def merge() -> tuple[int, int, dict[str, Any]]:
+            (job,) = self.run_jobs("merge", [JobSpec("MERGE", "merge", params={"parsed": parsed})])
+            r = job.result or {}
+            state["merge"] = r
+            return r["rows_in"], r["rows"], {"sources": r["sources"], "fields": r["fields"]}
+
+        def rules() -> tuple[int, int, dict[str, Any]]:
+            m = state["merge"]
+            (job,) = self.run_jobs(
+                "rules", [JobSpec("RULES", "rules", params={"fields": m["fields"], "rows": m["rows"]})]
+            )
+            r = job.result or {}
+            state["rules"] = r
+            return r["rows_in"], r["rows_out"], {k: r[k] for k in ("passes", "matched", "excluded", "fields")}
+
+        def export() -> tuple[int, int, dict[str, Any]]:
+            r = state["rules"]
+            ctx.schema.index_order(ctx.spec.company, r["table"])
+            specs = [
+                JobSpec("EXPORT", "export", idx=i, params={"table": r["table"], "fields": r["fields"]})
+                for i in range(len(ctx.spec.exports))
+            ]
+            exports = [s.result or {} for s in self.run_jobs("export", specs)] if specs else []
+            ctx.check_cancel()
+            steps.publish(ctx, exports)
+            return r["rows_out"], sum(e["rows"] for e in exports), {"exports": exports}
+
+        self.step("MERGE", merge)
+        self.step("RULES", rules)
+        self.step("EXPORT", export)
+
+
+def drive_run(
+    run_id: str,
+    *,
+    dispatcher: Dispatcher | None = None,
+    hook: StepHook | None = None,
+    settings: Settings | None = None,
+    engine: Engine | None = None,
+) -> dict[str, Any]:
+    """Drive a PENDING run to its end and return its RunReport."""
+    settings = settings or get_settings()
+    engine = engine or get_engine()
+    store = RunStore(engine)
+    run = store.run(run_id)
+    with run_context(run_id=run_id, project=run.project_id, company=run.company_id):
+        if not store.mark_running(run_id):
+            log.info("run is no longer pending (%s); nothing to do", store.run(run_id).status)
+            return build_report(store, run_id)
+        if dispatcher is None:
+            from firefeed.tasks.dispatch import CeleryDispatcher
+
+            dispatcher = CeleryDispatcher(settings=settings, engine=engine)
+        ctx: steps.RunContext | None = None
+        driver: _Driver | None = None
+        status, error = "SUCCEEDED", None
+        try:
+            ctx = load_context(run_id, settings, engine)
+            driver = _Driver(ctx, dispatcher, hook)
+            with _Beat(lambda: store.heartbeat(run_id), settings.heartbeat_s):
+                driver.drive()
+        except RunCancelledError:
+            status = "CANCELLED"
+            JobStore(engine).cancel_pending(run_id)
+            log.info("run cancelled during %s", driver.current if driver else None)
+        except Exception as err:
+            current = driver.current if driver else None
+            status, error = "FAILED", describe_error(current, err)
+            if error.get("step") is None:
+                error["step"] = current
+            JobStore(engine).cancel_pending(run_id)
+            log.error("run failed in %s: %s", current, error["message"], exc_info=not isinstance(err, FireFeedError))
+            if current:
+                store.step_finished(run_id, current, "FAILED", detail={"error": error})
+        finally:
+            if ctx is not None:
+                steps.cleanup(ctx)
+        store.finish_run(run_id, status, report=None, error=error)
+        report = build_report(store, run_id)
+        store.finish_run(run_id, status, report=report, error=error)
+        log.info("run %s", status)
+        return report

@@ -1,0 +1,177 @@
+"""Step jobs in the control plane: create, claim (one claimer wins), heartbeat, finish, watch."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select, text, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.engine import Engine
+
+from firefeed.db.engine import get_engine, session_factory
+from firefeed.db.models import PipelineJob
+from firefeed.runs.service import now
+
+WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    step: str
+    kind: str
+    idx: int = 0
+    pass_no: int = 0
+    params: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class JobState:
+    id: int
+    kind: str
+    idx: int
+    pass_no: int
+    status: str
+    params: dict[str, Any] | None
+    result: dict[str, Any] | None
+    error: dict[str, Any] | None
+    claimed_at: Any
+    heartbeat_at: Any
+    created_at: Any
+
+
+def _state(row: PipelineJob) -> JobState:
+    return JobState(
+        row.id,
+        row.kind,
+        row.idx,
+        row.pass_no,
+        row.status,
+        row.params,
+        row.result,
+        row.error,
+        row.claimed_at,
+        row.heartbeat_at,
+        row.created_at,
+    )
+
+
+class JobStore:
+    def __init__(self, engine: Engine | None = None) -> None:
+        self.engine = engine or get_engine()
+        self.sessions = session_factory(self.engine)
+
+    def create(self, run_id: str, jobs: Sequence[JobSpec]) -> list[int]:
+        """Create the jobs (idempotent per run/kind/pass/idx) and return their ids in order."""
+        ids: list[int] = []
+        with self.sessions() as s, s.begin():
+            for j in jobs:
+                row = s.execute(
+                    pg_insert(PipelineJob)
+                    .values(
+                        run_id=uuid.UUID(run_id),
+                        step=j.step,
+                        kind=j.kind,
+                        idx=j.idx,
+                        pass_no=j.pass_no,
+                        params=j.params,
+                        status="PENDING",
+                    )
+                    .on_conflict_do_update(
+                        index_elements=["run_id", "kind", "pass_no", "idx"], set_={"params": j.params}
+                    )
+                    .returning(PipelineJob.id)
+                ).scalar_one()
+                ids.append(int(row))
+        return ids
+
+    def get(self, job_id: int) -> JobState | None:
+        with self.sessions() as s:
+            row = s.get(PipelineJob, job_id)
+            return _state(row) if row else None
+
+    def claim(self, job_id: int, *, lease_s: float) -> JobState | None:
+        """PENDING -> RUNNING, or take over a RUNNING job whose claimer stopped beating; None if not ours."""
+        with self.sessions() as s, s.begin():
+            row = s.execute(
+                update(PipelineJob)
+                .where(
+                    PipelineJob.id == job_id,
+                    (PipelineJob.status == "PENDING")
+                    | (
+                        (PipelineJob.status == "RUNNING")
+                        & (PipelineJob.heartbeat_at < text("now() - make_interval(secs => :lease)"))
+                    ),
+                )
+                .values(
+                    status="RUNNING",
+                    claimed_by=WORKER_ID,
+                    claimed_at=now(),
+                    heartbeat_at=now(),
+                    attempts=PipelineJob.attempts + 1,
+                )
+                .returning(PipelineJob)
+                .execution_options(synchronize_session=False),
+                {"lease": lease_s},
+            ).scalar_one_or_none()
+            return _state(row) if row else None
+
+    def heartbeat(self, job_id: int) -> None:
+        with self.sessions() as s, s.begin():
+            s.execute(update(PipelineJob).where(PipelineJob.id == job_id).values(heartbeat_at=now()))
+
+    def save_partial(self, job_id: int, result: dict[str, Any]) -> None:
+        with self.sessions() as s, s.begin():
+            s.execute(update(PipelineJob).where(PipelineJob.id == job_id).values(result=result, heartbeat_at=now()))
+
+    def succeed(self, job_id: int, result: dict[str, Any], conn: Any = None) -> None:
+        """Mark done; with `conn` (a psycopg2 connection) inside the caller's transaction."""
+        if conn is not None:
+            import json
+
+            with conn.cursor() as cur:
+                cur.execute(
+                    "UPDATE pipeline_jobs SET status = 'SUCCEEDED', result = %s::jsonb, finished_at = now() "
+                    "WHERE id = %s",
+                    (json.dumps(result), job_id),
+                )
+            return
+        with self.sessions() as s, s.begin():
+            s.execute(
+                update(PipelineJob)
+                .where(PipelineJob.id == job_id)
+                .values(status="SUCCEEDED", result=result, finished_at=now())
+            )
+
+    def fail(self, job_id: int, error: dict[str, Any]) -> None:
+        with self.sessions() as s, s.begin():
+            s.execute(
+                update(PipelineJob)
+                .where(PipelineJob.id == job_id)
+                .values(status="FAILED", error=error, finished_at=now())
+            )
+
+    def states(self, job_ids: Sequence[int]) -> list[JobState]:
+        with self.sessions() as s:
+            rows = s.scalars(select(PipelineJob).where(PipelineJob.id.in_(list(job_ids)))).all()
+        by_id = {r.id: _state(r) for r in rows}
+        return [by_id[i] for i in job_ids]
+
+    def cancel_pending(self, run_id: str) -> list[int]:
+        """Mark a run's queued jobs CANCELLED so a worker that gets one later skips it."""
+        with self.sessions() as s, s.begin():
+            rows = (
+                s.execute(
+                    update(PipelineJob)
+                    .where(PipelineJob.run_id == uuid.UUID(run_id), PipelineJob.status == "PENDING")
+                    .values(status="CANCELLED", finished_at=now())
+                    .returning(PipelineJob.id)
+                )
+                .scalars()
+                .all()
+            )
+        return [int(r) for r in rows]

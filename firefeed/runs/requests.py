@@ -1,0 +1,35 @@
+"""Requesting a run: the one path every trigger takes (API, CLI, beat, task by name, processes worker).
+
+The run row is created and committed through the project lock first; only then
+is the root task enqueued, so a worker never sees a run id that is not
+committed. If the enqueue fails the run is marked FAILED at once and the
+project is free again.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from firefeed.runs.service import RunStore
+
+log = logging.getLogger(__name__)
+
+
+def start_run(project_id: str, trigger: str, *, company: str | None = None, store: RunStore | None = None) -> str:
+    """Create a PENDING run (PipelineBusyError when busy) and enqueue its root task; returns the run id."""
+    store = store or RunStore()
+    run_id = store.request_run(project_id, trigger, company=company)
+    try:
+        from firefeed.tasks.dispatch import enqueue_run
+
+        enqueue_run(run_id)
+    except Exception as err:
+        log.error("could not enqueue run %s: %s", run_id, err)
+        store.finish_run(
+            run_id,
+            "FAILED",
+            report=None,
+            error={"step": None, "type": type(err).__name__, "message": f"could not enqueue the run: {err}"},
+        )
+        raise
+    return run_id

@@ -1,0 +1,1 @@
+"""Celery tasks: thin wrappers that parse arguments and call the plain pipeline functions."""

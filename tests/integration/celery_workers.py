@@ -1,0 +1,65 @@
+"""Real `firefeed worker` processes (one per queue) against Redis, for the distributed tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import redis
+
+REDIS_URL = os.environ.get("FIREFEED_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+FIREFEED = str(Path(sys.executable).with_name("firefeed"))
+
+
+def flush_redis(url: str = REDIS_URL) -> None:
+    redis.Redis.from_url(url).flushdb()
+
+
+@contextmanager
+def celery_workers(
+    env: dict[str, str],
+    queues: tuple[str, ...] = ("pipeline", "import", "rules", "export"),
+    log_dir: Path | None = None,
+) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Start one worker process per queue, wait until every one answers a ping, stop them at the end."""
+    from celery import Celery
+
+    procs: list[subprocess.Popen[bytes]] = []
+    logs = []
+    try:
+        for q in queues:
+            log = (log_dir / f"worker-{q}.log").open("wb") if log_dir else subprocess.DEVNULL
+            if log_dir:
+                logs.append(log)
+            procs.append(
+                subprocess.Popen([FIREFEED, "worker", q, "--loglevel", "INFO"], env=env, stdout=log, stderr=log)
+            )
+        client = Celery(broker=env["FIREFEED_BROKER_URL"], backend=env["FIREFEED_BROKER_URL"])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            replies = client.control.ping(timeout=0.5) or []
+            names = {name for r in replies for name in r}
+            if all(any(n.startswith(f"{q}@") for n in names) for q in queues):
+                break
+            if any(p.poll() is not None for p in procs):
+                raise RuntimeError("a worker exited during start-up")
+        else:
+            raise RuntimeError("workers did not answer a ping within 60 s")
+        yield procs
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for log in logs:
+            log.close()

@@ -1,0 +1,55 @@
+"""Fixtures for end-to-end runs: a project folder with feeds, and settings pointing at temp folders."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator
+from contextlib import redirect_stdout
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from firefeed.config import reset_settings
+
+
+@pytest.fixture()
+def run_env(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Exports and downloads under tmp_path; yields the export folder."""
+    exports = tmp_path / "exports"
+    monkeypatch.setenv("FIREFEED_EXPORT_DIR", str(exports))
+    monkeypatch.setenv("FIREFEED_DATA_DIR", str(tmp_path / "var"))
+    reset_settings()
+    yield exports
+    reset_settings()
+
+
+def write_csv(path: Path, header: list[str], rows: list[list[str]], delimiter: str = ",") -> None:
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f, delimiter=delimiter)
+        w.writerow(header)
+        w.writerows(rows)
+
+
+def read_csv(path: Path) -> tuple[list[str], list[list[str]]]:
+    with path.open(newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    return rows[0], rows[1:]
+
+
+def cli(*args: str) -> tuple[int, str]:
+    """Run the `firefeed` command in-process; returns (exit code, stdout)."""
+    from firefeed.cli import main
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = main(list(args))
+    return code, out.getvalue()
+
+
+def run_json(spec: Path) -> tuple[int, dict[str, Any]]:
+    import json
+
+    code, out = cli("run", str(spec), "--json")
+    return code, json.loads(out)

@@ -1,0 +1,185 @@
+"""The pipeline through real Celery workers (one process per queue) on Redis."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from firefeed.config import reset_settings
+from firefeed.runs.report import build_report
+from firefeed.runs.requests import start_run
+from firefeed.runs.service import RunStore
+from tests.integration.celery_workers import REDIS_URL, celery_workers, flush_redis
+from tests.integration.conftest import run_json, write_csv
+
+pytestmark = pytest.mark.integration
+
+RULES = [
+    {
+        "name": "out of stock",
+        "when": {"field": "quantity", "op": "lte", "value": "0"},
+        "then": [{"set": "availability", "value": "out of stock"}],
+    },
+    {"name": "vat", "then": [{"math": "price", "op": "multiply", "value": "1.22", "round": "2"}]},
+    {"name": "drop cheap", "when": {"field": "price", "op": "lt", "value": "2"}, "then": [{"exclude": "true"}]},
+    {"name": "title", "then": [{"capitalize": "title"}, {"append": "title", "value": " | {brand}"}]},
+]
+
+
+def _spec(folder: Path, company: str, project: str, items: int = 40) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    write_csv(
+        folder / "main.csv",
+        ["id", "title", "brand", "price", "quantity"],
+        [[f"K{i}", f"item number {i}", f"brand{i % 3}", f"{i}.50 EUR", str(i % 4)] for i in range(items)],
+    )
+    (folder / "extra.jsonl").write_text(
+        "\n".join(
+            json.dumps({"id": f"K{i}", "color": ["red", "blue"][i % 2], "quantity": str(i)}) for i in range(0, items, 2)
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    spec = {
+        "company": company,
+        "project": project,
+        "sources": [{"name": "main", "url": "main.csv"}, {"name": "extra", "url": "extra.jsonl", "mode": "append"}],
+        "rules": RULES,
+        "exports": [
+            {"name": "csv", "format": "csv", "path": "out.csv"},
+            {"name": "jsonl", "format": "jsonl", "path": "out.jsonl", "gzip": "true"},
+            {"name": "google", "format": "google-xml", "path": "google.xml"},
+        ],
+    }
+    path = folder / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def workers(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    base = tmp_path_factory.mktemp("dist")
+    env = dict(
+        os.environ,
+        FIREFEED_DATABASE_URL=database_url,
+        FIREFEED_BROKER_URL=REDIS_URL,
+        FIREFEED_EXPORT_DIR=str(base / "exports"),
+        FIREFEED_DATA_DIR=str(base / "var"),
+        PIPELINE_CONCURRENCY="3",
+        IMPORT_CONCURRENCY="2",
+        RULES_CONCURRENCY="2",
+        EXPORT_CONCURRENCY="2",
+        FIREFEED_CHUNK_ROWS="10",
+    )
+    flush_redis()
+    with celery_workers(env, log_dir=base):
+        yield env
+
+
+@pytest.fixture()
+def client_env(workers: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    """This test process sends to the same broker and writes to the same folders as the workers."""
+    for key in ("FIREFEED_BROKER_URL", "FIREFEED_EXPORT_DIR", "FIREFEED_DATA_DIR", "FIREFEED_CHUNK_ROWS"):
+        monkeypatch.setenv(key, workers[key])
+    reset_settings()
+    from firefeed.celery_app import app
+
+    app.conf.broker_url = REDIS_URL
+    app.conf.result_backend = REDIS_URL
+    yield workers
+    reset_settings()
+
+
+def wait_finished(run_id: str, timeout: float = 60) -> dict[str, Any]:
+    store = RunStore()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = store.run(run_id)
+        if run.status not in ("PENDING", "RUNNING"):
+            return build_report(store, run_id)
+        time.sleep(0.02)
+    raise AssertionError(f"run {run_id} did not finish in {timeout}s (status {store.run(run_id).status})")
+
+
+def test_a_run_through_the_queues_writes_the_same_exports_as_firefeed_run(
+    client_env: dict[str, str], tmp_path: Path
+) -> None:
+    spec = _spec(tmp_path, "acme", "dist_same")
+    code, batch = run_json(spec)
+    assert code == 0, batch["error"]
+    report = wait_finished(start_run("dist_same", "api"))
+    assert report["status"] == "SUCCEEDED", report["error"]
+    assert [s["step"] for s in report["steps"]] == ["FETCH", "PARSE", "MERGE", "RULES", "EXPORT"]
+    assert {e["name"]: e["sha256"] for e in report["exports"]} == {e["name"]: e["sha256"] for e in batch["exports"]}
+    assert report["rules"] == batch["rules"]
+
+
+def test_three_projects_of_two_companies_run_at_once(client_env: dict[str, str], tmp_path: Path) -> None:
+    from firefeed.runs.service import RunStore
+    from firefeed.spec.loader import load_spec_file
+
+    store = RunStore()
+    names = [("acme", "par_a"), ("acme", "par_b"), ("beta", "par_c")]
+    for company, project in names:
+        spec_path = _spec(tmp_path / project, company, project, items=400)
+        store.apply_spec(load_spec_file(spec_path), spec_dir=spec_path.parent)
+    run_ids = [start_run(project, "api") for _, project in names]
+    reports = [wait_finished(r, timeout=120) for r in run_ids]
+    assert [r["status"] for r in reports] == ["SUCCEEDED"] * 3, [r["error"] for r in reports]
+    starts = [datetime.fromisoformat(r["started_at"]) for r in reports]
+    ends = [datetime.fromisoformat(r["finished_at"]) for r in reports]
+    assert max(starts) < min(ends), "the three runs did not overlap"
+    rows = {r["project"]: r["exports"][0]["rows"] for r in reports}
+    assert len(set(rows.values())) == 1 and next(iter(rows.values())) > 0
+
+
+def test_a_bare_celery_client_triggers_a_run_by_task_name(client_env: dict[str, str], tmp_path: Path) -> None:
+    from firefeed.spec.loader import load_spec_file
+
+    spec_path = _spec(tmp_path, "acme", "by_name")
+    RunStore().apply_spec(load_spec_file(spec_path), spec_dir=spec_path.parent)
+    script = (
+        "import json, sys\n"
+        "from celery import Celery\n"
+        f"app = Celery(broker={REDIS_URL!r}, backend={REDIS_URL!r})\n"
+        "r = app.send_task('firefeed.pipeline.trigger', args=['by_name'], queue='pipeline')\n"
+        "print(json.dumps(r.get(timeout=30)))\n"
+        "assert 'firefeed' not in sys.modules\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FIREFEED_")}
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", script], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr
+    answer = json.loads(out.stdout)
+    assert answer["status"] == "accepted"
+    report = wait_finished(answer["run_id"])
+    assert report["status"] == "SUCCEEDED", report["error"]
+    assert report["trigger"] == "task"
+
+
+def test_a_failed_step_fails_the_run_keeps_exports_and_frees_the_project(
+    client_env: dict[str, str], tmp_path: Path
+) -> None:
+    spec = _spec(tmp_path, "acme", "dist_fail")
+    assert run_json(spec)[0] == 0
+    export = Path(client_env["FIREFEED_EXPORT_DIR"]) / "acme" / "dist_fail" / "out.csv"
+    before = export.read_bytes()
+    (tmp_path / "extra.jsonl").unlink()
+    report = wait_finished(start_run("dist_fail", "api"))
+    assert report["status"] == "FAILED"
+    assert report["error"]["step"] == "FETCH"
+    assert "extra" in report["error"]["message"]
+    assert export.read_bytes() == before
+    _spec(tmp_path, "acme", "dist_fail")
+    assert wait_finished(start_run("dist_fail", "api"))["status"] == "SUCCEEDED"

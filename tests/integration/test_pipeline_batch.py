@@ -1,0 +1,223 @@
+"""`firefeed run SPEC` end to end on the real Postgres: the exports are what the reference evaluator predicts."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import yaml
+from psycopg2 import sql
+
+from firefeed.db.engine import raw_connection
+from firefeed.rules.model import parse_rules
+from firefeed.rules.reference import apply_rules
+from tests.integration.conftest import cli, read_csv, run_json, write_csv
+
+RULES = [
+    {
+        "name": "out of stock",
+        "when": {"field": "quantity", "op": "lte", "value": "0"},
+        "then": [{"set": "availability", "value": "out of stock"}],
+    },
+    {
+        "name": "drop tests",
+        "when": {"any": [{"field": "title", "op": "contains", "value": "test"}, {"field": "price", "op": "empty"}]},
+        "then": [{"exclude": "true"}],
+    },
+    {"name": "vat", "then": [{"math": "price", "op": "multiply", "value": "1.22", "round": "2"}]},
+    {
+        "name": "brand in title",
+        "when": {"not": {"field": "title", "op": "starts_with", "value": "{brand}"}},
+        "then": [{"set": "title", "value": "{brand} {title}"}],
+    },
+    {
+        "name": "label",
+        "when": {"field": "quantity", "op": "gt", "value": "5"},
+        "then": [{"set": "label", "value": "plenty"}],
+        "else": [{"set": "label", "value": "few"}],
+    },
+]
+
+
+def _project(tmp: Path, *, rules: list | None = None, exports: list | None = None, project: str = "shoes_it") -> Path:
+    write_csv(
+        tmp / "main.csv",
+        ["id", "title", "brand", "price", "quantity", "availability"],
+        [
+            ["A1", "Mocassino", "Lux", "19,99 EUR", "3", "in stock"],
+            ["A2", "Lux Sandalo", "Lux", "10.00 EUR", "9", "in stock"],
+            ["A3", "test item", "Mare", "5 EUR", "1", "in stock"],
+            [" A4 ", "Stivale", "Vento", "", "1", "in stock"],
+            ["", "no key", "Vento", "1 EUR", "1", "in stock"],
+            ["A1", "dup of A1", "Lux", "1 EUR", "1", "in stock"],
+            ["A5", "Sneaker", "Sole", "0.125 EUR", "7", "in stock"],
+        ],
+    )
+    write_csv(
+        tmp / "stock.csv",
+        ["id", "quantity", "availability", "price"],
+        [["A1", "0", "", ""], ["A2", "12", "in stock", "11.00 EUR"], ["A9", "4", "in stock", "2 EUR"]],
+        delimiter=";",
+    )
+    spec = {
+        "company": "acme",
+        "project": project,
+        "sources": [
+            {"name": "main", "url": "main.csv"},
+            {"name": "stock", "url": "stock.csv", "mode": "enrich", "fields": ["quantity", "availability", "price"]},
+        ],
+        "rules": RULES if rules is None else rules,
+        "exports": exports
+        if exports is not None
+        else [
+            {"name": "csv", "format": "csv", "path": "out.csv"},
+            {"name": "google", "format": "google-xml", "path": "google.xml"},
+        ],
+    }
+    path = tmp / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+def _oracle(tmp: Path) -> list[dict[str, str]]:
+    """Merge the two CSVs in plain Python (SPEC 8.2-8.3) and apply the reference evaluator."""
+    _, main_rows = read_csv(tmp / "main.csv")
+    header = ["id", "title", "brand", "price", "quantity", "availability"]
+    items: dict[str, dict[str, str]] = {}
+    for row in main_rows:
+        item = dict(zip(header, row, strict=True))
+        key = item["id"].strip()
+        if key and key not in items:
+            item["id"] = key
+            items[key] = item
+    with (tmp / "stock.csv").open(newline="", encoding="utf-8") as f:
+        stock = list(csv.reader(f, delimiter=";"))
+    seen: set[str] = set()
+    for row in stock[1:]:
+        s = dict(zip(stock[0], row, strict=True))
+        key = s["id"].strip()
+        if key in seen or key not in items:
+            continue
+        seen.add(key)
+        for f_ in ("quantity", "availability", "price"):
+            if s[f_] != "":
+                items[key][f_] = s[f_]
+    outcome = apply_rules(list(items.values()), parse_rules(RULES, key_field="id"))
+    return outcome.items
+
+
+def test_a_two_source_project_exports_what_the_reference_evaluator_predicts(run_env: Path, tmp_path: Path) -> None:
+    spec = _project(tmp_path)
+    code, report = run_json(spec)
+    assert code == 0, report["error"]
+    assert report["status"] == "SUCCEEDED"
+    assert [s["step"] for s in report["steps"]] == ["FETCH", "PARSE", "MERGE", "RULES", "EXPORT"]
+    main = next(s for s in report["sources"] if s["name"] == "main")
+    assert main["skipped"] == {"empty_key": 1, "duplicate_key": 1, "malformed": 0}
+    expected = _oracle(tmp_path)
+    header, rows = read_csv(run_env / "acme" / "shoes_it" / "out.csv")
+    assert header == ["id", "title", "brand", "price", "quantity", "availability", "label"]
+    got = [dict(zip(header, r, strict=True)) for r in rows]
+    assert got == [{h: item.get(h, "") for h in header} for item in expected]
+    assert report["rules"]["excluded"] == 2
+    assert report["rules"]["matched"]["out of stock"] == 1
+    export = next(e for e in report["exports"] if e["name"] == "csv")
+    assert export["rows"] == len(expected)
+
+
+def test_a_failed_run_keeps_the_previous_exports_and_frees_the_project(run_env: Path, tmp_path: Path) -> None:
+    spec = _project(tmp_path, project="fails")
+    assert run_json(spec)[0] == 0
+    out = run_env / "acme" / "fails" / "out.csv"
+    before = out.read_bytes()
+    (tmp_path / "stock.csv").unlink()
+    code, report = run_json(spec)
+    assert code == 1
+    assert report["status"] == "FAILED"
+    assert report["error"]["step"] == "FETCH"
+    assert "stock" in report["error"]["message"]
+    assert out.read_bytes() == before
+    assert not [p for p in out.parent.iterdir() if p.name.endswith(".partial")]
+    with raw_connection() as conn, conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'rules\\_tmp\\_%%'")
+        assert cur.fetchone()[0] == 0
+    _project(tmp_path, project="fails")
+    assert run_json(spec)[0] == 0
+
+
+def test_an_unchanged_source_is_reported_not_modified_and_gives_the_same_export(run_env: Path, tmp_path: Path) -> None:
+    spec = _project(tmp_path, project="unchanged")
+    code1, first = run_json(spec)
+    code2, second = run_json(spec)
+    assert (code1, code2) == (0, 0)
+    assert [s["not_modified"] for s in first["sources"]] == [False, False]
+    assert [s["not_modified"] for s in second["sources"]] == [True, True]
+    assert [e["sha256"] for e in first["exports"]] == [e["sha256"] for e in second["exports"]]
+
+
+def test_hostile_field_names_parse_export_and_round_trip(run_env: Path, tmp_path: Path) -> None:
+    names = [
+        "id",
+        'quo"te',
+        "semi;colon",
+        "drop table x;--",
+        "select",
+        "prezzo €",
+        "L" * 200,
+        "color",
+        "color",
+        "_ff_ord",
+        "from",
+    ]
+    values = ["K1", 'a "b"', "x;y", "'); DROP TABLE companies; --", "s", "€ 5", "long", "red", "blue", "o", "f"]
+    write_csv(tmp_path / "main.csv", names, [values])
+    spec = {
+        "company": "acme",
+        "project": "hostile",
+        "sources": [{"name": "main", "url": "main.csv"}],
+        "rules": [{"name": "touch", "then": [{"set": "semi;colon", "value": "{drop table x;--}|{" + "L" * 200 + "}"}]}],
+        "exports": [
+            {"name": "csv", "format": "csv", "path": "h.csv"},
+            {"name": "j", "format": "jsonl", "path": "h.jsonl"},
+        ],
+    }
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec, allow_unicode=True), encoding="utf-8")
+    code, report = run_json(path)
+    assert code == 0, report["error"]
+    header, rows = read_csv(run_env / "acme" / "hostile" / "h.csv")
+    expected_names = [*names[:8], "color_2", *names[9:]]
+    assert header == expected_names
+    expected = dict(zip(expected_names, values, strict=True))
+    expected["semi;colon"] = "'); DROP TABLE companies; --|long"
+    assert dict(zip(header, rows[0], strict=True)) == expected
+    line = json.loads((run_env / "acme" / "hostile" / "h.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    assert line == expected
+    assert any("color_2" in w for w in report["warnings"])
+    with raw_connection() as conn, conn.cursor() as cur:
+        cur.execute(sql.SQL("SELECT count(*) FROM companies"))
+        assert cur.fetchone()[0] >= 1
+
+
+def test_a_bad_spec_exits_2_naming_the_key(run_env: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    path = _project(tmp_path)
+    doc = yaml.safe_load(path.read_text())
+    doc["sources"][1]["format"] = "xlsx"
+    path.write_text(yaml.safe_dump(doc))
+    code, _ = cli("run", str(path))
+    assert code == 2
+    assert "sources[1].format: must be one of csv, tsv, json, jsonl, xml" in capsys.readouterr().err
+
+
+def test_a_project_with_an_active_run_is_refused_with_exit_3(run_env: Path, tmp_path: Path) -> None:
+    from firefeed.runs.service import RunStore
+
+    path = _project(tmp_path, project="busy_one")
+    assert cli("apply", str(path))[0] == 0
+    run_id = RunStore().request_run("busy_one", "api")
+    code, out = cli("run", str(path))
+    assert code == 3
+    assert run_id in out
+    RunStore().request_cancel(run_id)
+    assert cli("run", str(path))[0] == 0
