@@ -12,6 +12,7 @@ ends, so a redelivered job finds it done and does nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -41,6 +42,7 @@ TASK_FOR_KIND = {
     "source": ("firefeed.import.source", Queue.IMPORT),
     "merge": ("firefeed.import.merge", Queue.IMPORT),
     "rules": ("firefeed.rules.apply", Queue.RULES),
+    "rules_chunk": ("firefeed.rules.chunk", Queue.RULES),
     "export": ("firefeed.export.write", Queue.EXPORT),
 }
 
@@ -56,6 +58,10 @@ class StepFailedError(FireFeedError):
 class Dispatcher(Protocol):
     def submit(self, kind: str, job_ids: Sequence[int]) -> None: ...
 
+    def fans_out(self, kind: str) -> bool:
+        """True when jobs of this kind run elsewhere in parallel, so splitting them into chunks pays."""
+        ...
+
 
 class InlineDispatcher:
     """Runs each job at once in this process: the batch mode and the one-process worker."""
@@ -64,8 +70,14 @@ class InlineDispatcher:
         self.settings, self.engine = settings, engine
 
     def submit(self, kind: str, job_ids: Sequence[int]) -> None:
+        if kind == "source":
+            run_source_jobs_phased(job_ids, settings=self.settings, engine=self.engine)
+            return
         for job_id in job_ids:
             run_job(job_id, settings=self.settings, engine=self.engine)
+
+    def fans_out(self, kind: str) -> bool:
+        return False
 
 
 def describe_error(step: str | None, err: BaseException) -> dict[str, Any]:
@@ -131,18 +143,51 @@ def run_job(job_id: int, *, settings: Settings | None = None, engine: Engine | N
     job = jobs.claim(job_id, lease_s=settings.stale_run_s)
     if job is None:
         return
-    state = jobs.get(job_id)
-    assert state is not None
     ctx = load_context(_run_of(jobs, job_id), settings, engine)
+    ok, result = _guarded(ctx, job, jobs, lambda: _JOB_FUNCS[job.kind](ctx, job, jobs))
+    if ok and result is not None:
+        jobs.succeed(job_id, result)
+
+
+def _guarded(
+    ctx: steps.RunContext, job: JobState, jobs: JobStore, work: Callable[[], dict[str, Any] | None]
+) -> tuple[bool, dict[str, Any] | None]:
+    """Run a job's work with its log context and heartbeat; a failure is recorded on the job row."""
     with run_context(run_id=ctx.run_id, project=ctx.spec.project, company=ctx.spec.company, step=_STEP_OF[job.kind]):
         try:
-            with _Beat(lambda: jobs.heartbeat(job_id), settings.heartbeat_s):
-                result = _JOB_FUNCS[job.kind](ctx, job, jobs)
-            jobs.succeed(job_id, result)
+            with _Beat(lambda: jobs.heartbeat(job.id), ctx.settings.heartbeat_s):
+                return True, work()
         except Exception as err:
             error = describe_error(_STEP_OF[job.kind], err)
             log.error("%s job failed: %s", job.kind, error["message"], exc_info=not isinstance(err, FireFeedError))
-            jobs.fail(job_id, error)
+            jobs.fail(job.id, error)
+            return False, None
+
+
+def run_source_jobs_phased(
+    job_ids: Sequence[int], *, settings: Settings | None = None, engine: Engine | None = None
+) -> None:
+    """In one process: every source's FETCH first, then every PARSE, so the timeline shows the steps apart."""
+    settings = settings or get_settings()
+    engine = engine or get_engine()
+    jobs = JobStore(engine)
+    claimed = [j for j in (jobs.claim(i, lease_s=settings.stale_run_s) for i in job_ids) if j is not None]
+    if not claimed:
+        return
+    ctx = load_context(_run_of(jobs, claimed[0].id), settings, engine)
+    fetched: list[tuple[JobState, dict[str, Any]]] = []
+    for job in claimed:
+        ok, partial = _guarded(ctx, job, jobs, lambda job=job: _source_fetch(ctx, job, jobs))  # type: ignore[misc]
+        if not ok:
+            return
+        assert partial is not None
+        fetched.append((job, partial))
+    for job, partial in fetched:
+        ok, result = _guarded(ctx, job, jobs, lambda job=job, partial=partial: _source_parse(ctx, job, partial))  # type: ignore[misc]
+        if not ok:
+            return
+        assert result is not None
+        jobs.succeed(job.id, result)
 
 
 def _run_of(jobs: JobStore, job_id: int) -> str:
@@ -158,24 +203,38 @@ def _iso_now() -> str:
     return datetime.now().astimezone().isoformat()
 
 
-def _source_job(ctx: steps.RunContext, job: JobState, jobs: JobStore) -> dict[str, Any]:
+def _source_fetch(ctx: steps.RunContext, job: JobState, jobs: JobStore) -> dict[str, Any]:
     started = _iso_now()
     try:
         fetched = steps.fetch_one(ctx, job.idx)
     except Exception as err:
         err.firefeed_step = "FETCH"  # type: ignore[attr-defined]
         raise
-    fetched_at = _iso_now()
-    jobs.save_partial(job.id, {"fetch": fetched.report(), "fetch_started": started, "fetch_finished": fetched_at})
-    ctx.check_cancel()
-    parsed = steps.parse_one(ctx, job.idx, fetched)
-    return {
+    partial = {
         "fetch": fetched.report(),
-        "parse": parsed.report() | {"table": parsed.table, "field_names": parsed.fields, "warnings": parsed.warnings},
         "fetch_started": started,
-        "fetch_finished": fetched_at,
+        "fetch_finished": _iso_now(),
+        "fetched": dataclasses.asdict(fetched),
+    }
+    jobs.save_partial(job.id, partial)
+    return partial
+
+
+def _source_parse(ctx: steps.RunContext, job: JobState, partial: dict[str, Any]) -> dict[str, Any]:
+    ctx.check_cancel()
+    parsed = steps.parse_one(ctx, job.idx, steps.FetchOutcome(**partial["fetched"]))
+    return {
+        "fetch": partial["fetch"],
+        "parse": parsed.report() | {"table": parsed.table, "field_names": parsed.fields, "warnings": parsed.warnings},
+        "fetch_started": partial["fetch_started"],
+        "fetch_finished": partial["fetch_finished"],
         "parse_finished": _iso_now(),
     }
+
+
+def _source_job(ctx: steps.RunContext, job: JobState, jobs: JobStore) -> dict[str, Any]:
+    """FETCH then PARSE one source: one job, so the download never leaves the worker that made it."""
+    return _source_parse(ctx, job, _source_fetch(ctx, job, jobs))
 
 
 def _merge_job(ctx: steps.RunContext, job: JobState, jobs: JobStore) -> dict[str, Any]:
@@ -212,18 +271,40 @@ def _rules_job(ctx: steps.RunContext, job: JobState, jobs: JobStore) -> dict[str
     }
 
 
+def _rules_chunk_job(ctx: steps.RunContext, job: JobState, jobs: JobStore) -> dict[str, Any] | None:
+    """One chunk of one rules pass; its rows and its job's SUCCEEDED land in one transaction."""
+    from firefeed.db.engine import raw_connection
+    from firefeed.rules.executor import plan_passes, run_pass_chunk
+
+    p = job.params or {}
+    plan = plan_passes(ctx.spec.parsed_rules, p["fields"])[job.pass_no - 1]
+    with raw_connection(ctx.engine) as conn:
+        counts = run_pass_chunk(conn, plan, p["src"], p["dst"], p["lo"], p["hi"], company=ctx.spec.company)
+        jobs.succeed(
+            job.id,
+            {
+                "rows_in": counts.rows_in,
+                "rows_out": counts.rows_out,
+                "matched": [[k, v] for k, v in counts.matched.items()],
+            },
+            conn=conn,
+        )
+    return None
+
+
 def _export_job(ctx: steps.RunContext, job: JobState, jobs: JobStore) -> dict[str, Any]:
     params = job.params or {}
     return steps.export_one(ctx, job.idx, params["table"], params["fields"])
 
 
-_JOB_FUNCS: dict[str, Callable[[steps.RunContext, JobState, JobStore], dict[str, Any]]] = {
+_JOB_FUNCS: dict[str, Callable[[steps.RunContext, JobState, JobStore], dict[str, Any] | None]] = {
     "source": _source_job,
     "merge": _merge_job,
     "rules": _rules_job,
+    "rules_chunk": _rules_chunk_job,
     "export": _export_job,
 }
-_STEP_OF = {"source": "PARSE", "merge": "MERGE", "rules": "RULES", "export": "EXPORT"}
+_STEP_OF = {"source": "PARSE", "merge": "MERGE", "rules": "RULES", "rules_chunk": "RULES", "export": "EXPORT"}
 
 
 # -- the root: what drives one run -------------------------------------------------------
@@ -333,6 +414,72 @@ class _Driver:
         self.store.step_started(self.ctx.run_id, "PARSE", at=first)
         self.hook("PARSE", "start", {})
 
+    def chunked_rules(self, fields: list[str], rows: int) -> dict[str, Any]:
+        """RULES as chunk jobs: each pass split into FIREFEED_CHUNK_ROWS items per job on the rules queue."""
+        from firefeed.rules.executor import plan_passes, prepare_pass
+
+        ctx = self.ctx
+        plans = plan_passes(ctx.spec.parsed_rules, fields)
+        enabled = [r.name for r in ctx.spec.parsed_rules if r.enabled]
+        matched = dict.fromkeys(enabled, 0)
+        src, rows_in, current = ctx.items_table, rows, rows
+        for plan in plans:
+            ctx.check_cancel()
+            dst = prepare_pass(ctx.schema, company=ctx.spec.company, run_id=ctx.run_id, plan=plan)
+            bounds = self.chunk_bounds(src)
+            specs = [
+                JobSpec(
+                    "RULES",
+                    "rules_chunk",
+                    idx=i,
+                    pass_no=plan.number,
+                    params={"fields": fields, "src": src, "dst": dst, "lo": lo, "hi": hi},
+                )
+                for i, (lo, hi) in enumerate(bounds)
+            ]
+            results = [s.result or {} for s in self.run_jobs("rules_chunk", specs)]
+            for res in results:
+                for name, n in res["matched"]:
+                    matched[name] = matched.get(name, 0) + n
+            current = sum(res["rows_out"] for res in results)
+            if src != ctx.items_table:
+                ctx.schema.drop_table(ctx.spec.company, src)
+            src = dst
+        final_fields = list(plans[-1].fields_out) if plans else list(dict.fromkeys(fields))
+        return {
+            "table": src,
+            "fields": final_fields,
+            "passes": len(plans),
+            "matched": [[n, matched.get(n, 0)] for n in enabled],
+            "excluded": rows_in - current,
+            "rows_in": rows_in,
+            "rows_out": current,
+        }
+
+    def chunk_bounds(self, table: str) -> list[tuple[int | None, int | None]]:
+        """Position ranges of about FIREFEED_CHUNK_ROWS items each (one open range for a small table)."""
+        from psycopg2 import sql
+
+        from firefeed.db.engine import raw_connection
+        from firefeed.schema.identifiers import ORD, company_schema, ident
+
+        size = self.ctx.settings.chunk_rows
+        self.ctx.schema.index_order(self.ctx.spec.company, table)
+        with raw_connection(self.ctx.engine) as conn, conn.cursor() as cur:
+            cur.execute(
+                sql.SQL(
+                    "SELECT o FROM (SELECT {ord} AS o, row_number() OVER (ORDER BY {ord}) AS n FROM {t}) s "
+                    "WHERE n %% %s = 1 ORDER BY o"
+                ).format(ord=ident(ORD), t=ident(company_schema(self.ctx.spec.company), table)),
+                (size,),
+            )
+            starts = [int(r[0]) for r in cur.fetchall()]
+        if len(starts) <= 1:
+            return [(None, None)]
+        return [
+            (None if i == 0 else lo, starts[i + 1] - 1 if i + 1 < len(starts) else None) for i, lo in enumerate(starts)
+        ]
+
     def drive(self) -> None:
         ctx = self.ctx
         parsed = self.fetch_and_parse()
@@ -346,10 +493,13 @@ class _Driver:
 
         def rules() -> tuple[int, int, dict[str, Any]]:
             m = state["merge"]
-            (job,) = self.run_jobs(
-                "rules", [JobSpec("RULES", "rules", params={"fields": m["fields"], "rows": m["rows"]})]
-            )
-            r = job.result or {}
+            if self.dispatcher.fans_out("rules_chunk"):
+                r = self.chunked_rules(m["fields"], m["rows"])
+            else:
+                (job,) = self.run_jobs(
+                    "rules", [JobSpec("RULES", "rules", params={"fields": m["fields"], "rows": m["rows"]})]
+                )
+                r = job.result or {}
             state["rules"] = r
             return r["rows_in"], r["rows_out"], {k: r[k] for k in ("passes", "matched", "excluded", "fields")}
 

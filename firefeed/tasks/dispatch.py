@@ -50,3 +50,8 @@ class CeleryDispatcher:
             return
         for job_id in job_ids:
             app.send_task(task, args=[job_id], queue=queue.value)
+
+    def fans_out(self, kind: str) -> bool:
+        from firefeed.pipeline.orchestrator import TASK_FOR_KIND
+
+        return TASK_FOR_KIND[kind][1].value not in _consumed_queues

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from firefeed.celery_app import app
 
+# Step jobs are claimed through their row and record their result with their effect, so a
+# redelivered job is harmless: ack after the work, and hand a job lost with its worker to another.
+STEP_TASK = {"acks_late": True, "reject_on_worker_lost": True}
+
 
 def _run(job_id: int) -> None:
     from firefeed.pipeline.orchestrator import run_job
@@ -11,25 +15,31 @@ def _run(job_id: int) -> None:
     run_job(int(job_id))
 
 
-@app.task(name="firefeed.import.source")
+@app.task(name="firefeed.import.source", **STEP_TASK)
 def source(job_id: int) -> None:
     """FETCH and PARSE one source into its staging table."""
     _run(job_id)
 
 
-@app.task(name="firefeed.import.merge")
+@app.task(name="firefeed.import.merge", **STEP_TASK)
 def merge(job_id: int) -> None:
     """MERGE the staged sources into the project's items table."""
     _run(job_id)
 
 
-@app.task(name="firefeed.rules.apply")
+@app.task(name="firefeed.rules.apply", **STEP_TASK)
 def apply(job_id: int) -> None:
     """Apply the project's rules."""
     _run(job_id)
 
 
-@app.task(name="firefeed.export.write")
+@app.task(name="firefeed.rules.chunk", **STEP_TASK)
+def chunk(job_id: int) -> None:
+    """Apply one pass of the rules to one chunk of items."""
+    _run(job_id)
+
+
+@app.task(name="firefeed.export.write", **STEP_TASK)
 def write(job_id: int) -> None:
     """Write one export next to its published name."""
     _run(job_id)

@@ -17,6 +17,18 @@ REDIS_URL = os.environ.get("FIREFEED_TEST_REDIS_URL", "redis://127.0.0.1:6379/13
 FIREFEED = str(Path(sys.executable).with_name("firefeed"))
 
 
+def use_broker(url: str) -> None:
+    """Point this process's Celery app at another broker, dropping connections made to the old one."""
+    from firefeed.celery_app import app
+
+    if app._pool is not None:
+        app._pool.force_close_all()
+    app._pool = None
+    app.amqp._producer_pool = None
+    app.conf.broker_url = url
+    app.conf.result_backend = url if url.startswith("redis") else "cache+memory://"
+
+
 def flush_redis(url: str = REDIS_URL) -> None:
     redis.Redis.from_url(url).flushdb()
 

@@ -92,11 +92,11 @@ def client_env(workers: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iter
     for key in ("FIREFEED_BROKER_URL", "FIREFEED_EXPORT_DIR", "FIREFEED_DATA_DIR", "FIREFEED_CHUNK_ROWS"):
         monkeypatch.setenv(key, workers[key])
     reset_settings()
-    from firefeed.celery_app import app
+    from tests.integration.celery_workers import use_broker
 
-    app.conf.broker_url = REDIS_URL
-    app.conf.result_backend = REDIS_URL
+    use_broker(REDIS_URL)
     yield workers
+    use_broker("memory://")
     reset_settings()
 
 
@@ -183,3 +183,85 @@ def test_a_failed_step_fails_the_run_keeps_exports_and_frees_the_project(
     assert export.read_bytes() == before
     _spec(tmp_path, "acme", "dist_fail")
     assert wait_finished(start_run("dist_fail", "api"))["status"] == "SUCCEEDED"
+
+
+def _max_overlap(intervals: list[tuple[datetime, datetime]]) -> int:
+    events = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
+    best = now = 0
+    for _, delta in events:
+        now += delta
+        best = max(best, now)
+    return best
+
+
+def test_rules_chunk_jobs_run_in_parallel_up_to_the_pool_size_and_not_beyond(client_env: dict[str, str],
+                                                                            tmp_path: Path) -> None:
+    from sqlalchemy import select
+
+    from firefeed.db.engine import session_factory
+    from firefeed.db.models import PipelineJob
+
+    spec = _spec(tmp_path, "acme", "chunky", items=600)
+    code, batch = run_json(spec)
+    assert code == 0
+    run_id = start_run("chunky", "api")
+    report = wait_finished(run_id, timeout=120)
+    assert report["status"] == "SUCCEEDED", report["error"]
+    assert report["rules"] == batch["rules"]
+    assert {e["name"]: e["sha256"] for e in report["exports"]} == {e["name"]: e["sha256"] for e in batch["exports"]}
+    with session_factory()() as s:
+        jobs = s.scalars(select(PipelineJob).where(PipelineJob.run_id == report["run_id"],
+                                                   PipelineJob.kind == "rules_chunk")).all()
+    assert len(jobs) >= 60  # 600 items in chunks of 10, per pass
+    overlap = _max_overlap([(j.claimed_at, j.finished_at) for j in jobs])
+    assert overlap == 2, f"RULES_CONCURRENCY=2 but at most {overlap} chunk jobs ran at once"
+
+
+def test_a_cancel_stops_a_running_run_and_drops_its_tables(client_env: dict[str, str], tmp_path: Path) -> None:
+    from firefeed.db.engine import raw_connection
+    from firefeed.spec.loader import load_spec_file
+
+    spec_path = _spec(tmp_path, "acme", "cancel_me", items=2000)
+    store = RunStore()
+    store.apply_spec(load_spec_file(spec_path), spec_dir=spec_path.parent)
+    run_id = start_run("cancel_me", "api")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        steps = {s.step: s.status for s in store.steps(run_id)}
+        if steps.get("RULES") == "RUNNING":
+            break
+        time.sleep(0.005)
+    assert store.request_cancel(run_id) == "RUNNING"
+    report = wait_finished(run_id)
+    assert report["status"] == "CANCELLED"
+    with raw_connection() as conn, conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg_tables WHERE tablename LIKE %s", ("rules_tmp_" + run_id.replace("-", "") + "%",))
+        assert cur.fetchone()[0] == 0
+        cur.execute("SELECT count(*) FROM pipeline_jobs WHERE run_id = %s AND status = 'PENDING'", (run_id,))
+        assert cur.fetchone()[0] == 0
+    assert not (Path(client_env["FIREFEED_EXPORT_DIR"]) / "acme" / "cancel_me" / "out.csv").exists()
+    assert wait_finished(start_run("cancel_me", "api"))["status"] == "SUCCEEDED"
+
+
+def test_a_redelivered_step_job_does_nothing_the_second_time(client_env: dict[str, str], tmp_path: Path) -> None:
+    from sqlalchemy import select
+
+    from firefeed.db.engine import session_factory
+    from firefeed.db.models import PipelineJob
+    from firefeed.pipeline.orchestrator import run_job
+
+    spec = _spec(tmp_path, "acme", "redeliver")
+    code, report = run_json(spec)
+    assert code == 0
+    with session_factory()() as s:
+        job = s.scalars(select(PipelineJob).where(PipelineJob.run_id == report["run_id"],
+                                                  PipelineJob.kind == "export")).first()
+    assert job is not None and job.status == "SUCCEEDED"
+    export = Path(client_env["FIREFEED_EXPORT_DIR"]) / "acme" / "redeliver" / "out.csv"
+    before = (export.stat().st_mtime_ns, export.read_bytes())
+    run_job(job.id)
+    with session_factory()() as s:
+        again = s.get(PipelineJob, job.id)
+        assert again is not None and again.status == "SUCCEEDED" and again.attempts == job.attempts
+    assert (export.stat().st_mtime_ns, export.read_bytes()) == before
+    assert not list(export.parent.glob(".*.partial"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine, pool
 
+import firefeed.processes.models  # noqa: F401  (registers the processes table on Base.metadata)
 from firefeed.config import get_settings
 from firefeed.db.models import Base
 
