@@ -1,0 +1,152 @@
+"""Actions as SQL text expressions: the new value of the action's field.
+
+All inline expressions (no CREATE FUNCTION, no per-row subquery), so a pass
+is one INSERT ... SELECT that runs on any database. The tricky ones:
+
+- capitalize: Postgres' initcap() starts a word after any non-alphanumeric
+  character ("x-men" -> "X-Men"), the spec after white space only. A marker
+  '0' (alphanumeric, caseless) is put after every character that is neither
+  alphanumeric nor white space, so initcap sees a word start exactly after
+  white space; the markers are then removed ("<char>0" -> "<char>", a real
+  '0' after such a character included). Regex `[[:alnum:]]` and initcap's
+  word test are the same glibc iswalnum, and case mapping never moves a
+  character in or out of that class (both checked over all of Unicode).
+  Only punctuation gets a marker, so the regex engine (costly per match in
+  Postgres) runs a few times per value, not once per character.
+- trim and truncate: the regex engine is costly per match, and more so with
+  capture groups, so trim only matches where there is work (runs of two or
+  more white-space characters, or one that is not ' ') and truncate finds the
+  head's last white space with one anchored, capture-free match. translate()
+  is no help: with a multibyte set it is slower than the regexes.
+- math divide: Python divides to 28 significant digits (rounding half away
+  from zero). Postgres' `/` rounds at a scale of its own choosing, so the
+  quotient is first truncated exactly at 60 decimals with div(), then rounded
+  to 28 significant digits; truncating before a half-away-from-zero rounding
+  at fewer digits does not change it, so the result is exact for every
+  `round` up to 30.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from firefeed.rules._conditions_sql import number_frag, template_frag
+from firefeed.rules._frag import Frag, fmt, join, val
+from firefeed.rules._text import NUMBER_PATTERN
+from firefeed.rules.model import (
+    Append,
+    Capitalize,
+    Copy,
+    FieldAction,
+    Lowercase,
+    MapValues,
+    Math,
+    Prepend,
+    RegexReplace,
+    Replace,
+    Set,
+    Trim,
+    Truncate,
+    Uppercase,
+)
+from firefeed.textutil import WHITESPACE
+
+Column = Callable[[str], Frag]
+
+_WS_CLASS = "".join(WHITESPACE)  # no character of it is special inside [...]
+_PUNCT = f"([^[:alnum:]{_WS_CLASS}])"
+#: white space that trim must rewrite: runs of two or more, or a single one that is not ' '
+_WS_TO_FOLD = f"[{_WS_CLASS}]{{2,}}|[{_WS_CLASS.replace(' ', '')}]"
+#: the head up to and including its last white space (longest match, no capture group)
+_UP_TO_LAST_WS = f"^.*[{_WS_CLASS}]"
+_MATH_OPS = {"add": "+", "subtract": "-", "multiply": "*"}
+#: literal maps bigger than this are looked up in a jsonb object (binary search) instead of a CASE
+_MAP_JSONB_MIN = 9
+
+
+def pg_replacement(parts: tuple[str | int, ...]) -> str:
+    """regexp_replace's replacement text: a literal backslash doubled, groups as \\n."""
+    return "".join(p.replace("\\", "\\\\") if isinstance(p, str) else f"\\{p}" for p in parts)
+
+
+def _math(action: Math, x: Frag) -> Frag:
+    n = number_frag(x)
+    if action.op == "divide":
+        if action.value.is_zero():
+            return x
+        q = fmt("div({0} * 1e60, {1})", n, val(action.value, "numeric"))
+        # q is the quotient * 10^60, truncated; 88 - digits(q) decimals keep 28 significant digits
+        result = fmt("round(round({0} * 1e-60, 88 - length(abs({0})::text)), {1})", q, val(action.round, "integer"))
+    else:
+        result = fmt(
+            "round({0} " + _MATH_OPS[action.op] + " {1}, {2})",
+            n,
+            val(action.value, "numeric"),
+            val(action.round, "integer"),
+        )
+    return fmt("coalesce(regexp_replace({0}, {1}, ({2})::text), {0})", x, val(NUMBER_PATTERN, "text"), result)
+
+
+def _trim(x: Frag) -> Frag:
+    return fmt("btrim(regexp_replace({0}, {1}, ' ', 'g'), ' ')", x, val(_WS_TO_FOLD, "text"))
+
+
+def _truncate(x: Frag, n: int) -> Frag:
+    # Past the first n characters: unless the next one is white space, cut the head after its
+    # last white space (kept whole when it has none); then drop trailing white space.
+    head = fmt("left({0}, {1})", x, val(n, "integer"))
+    next_is_ws = fmt("strpos({0}, substr({1}, {2}, 1)) > 0", val(WHITESPACE, "text"), x, val(n + 1, "integer"))
+    cut = fmt("coalesce(substring({0} FROM {1}), {0})", head, val(_UP_TO_LAST_WS, "text"))
+    return fmt(
+        "(CASE WHEN char_length({0}) <= {1} THEN {0} ELSE rtrim(CASE WHEN {2} THEN {3} ELSE {4} END, {5}) END)",
+        x, val(n, "integer"), next_is_ws, head, cut, val(WHITESPACE, "text"),
+    )  # fmt: skip
+
+
+def _map(action: MapValues, x: Frag, column: Column) -> Frag:
+    fallback = template_frag(action.default, column) if action.default is not None else x
+    if not action.values:
+        return fallback
+    if len(action.values) >= _MAP_JSONB_MIN and all(t.is_literal for _, t in action.values):
+        lookup = json.dumps({k: t.render({}) for k, t in action.values}, ensure_ascii=False)
+        return fmt("coalesce({0}::jsonb ->> {1}, {2})", val(lookup), x, fallback)
+    whens = join((fmt("WHEN {0} THEN {1}", val(k, "text"), template_frag(t, column)) for k, t in action.values), " ")
+    return fmt("(CASE {0} {1} ELSE {2} END)", x, whens, fallback)
+
+
+def action_frag(action: FieldAction, column: Column) -> Frag:
+    """The SQL for the field's value after `action`; `column(f)` gives f's value before it."""
+    x = column(action.field)
+    if isinstance(action, Set):
+        return template_frag(action.value, column)
+    if isinstance(action, Copy):
+        return column(action.source)
+    if isinstance(action, Append):
+        return fmt("({0} || {1})", x, template_frag(action.value, column))
+    if isinstance(action, Prepend):
+        return fmt("({0} || {1})", template_frag(action.value, column), x)
+    if isinstance(action, Replace):
+        return fmt("replace({0}, {1}, {2})", x, val(action.find, "text"), val(action.with_, "text"))
+    if isinstance(action, RegexReplace):
+        return fmt(
+            "regexp_replace({0}, {1}, {2}, 'g')",
+            x,
+            val(action.pattern.pg, "text"),
+            val(pg_replacement(action.with_), "text"),
+        )
+    if isinstance(action, Lowercase):
+        return fmt("lower({0})", x)
+    if isinstance(action, Uppercase):
+        return fmt("upper({0})", x)
+    if isinstance(action, Capitalize):
+        marked = fmt("regexp_replace({0}, {1}, '\\10', 'g')", x, val(_PUNCT, "text"))
+        return fmt("regexp_replace(initcap({0}), {1}, '\\1', 'g')", marked, val(_PUNCT + "0", "text"))
+    if isinstance(action, Trim):
+        return _trim(x)
+    if isinstance(action, Truncate):
+        return _truncate(x, action.length)
+    if isinstance(action, Math):
+        return _math(action, x)
+    assert isinstance(action, MapValues)
+    return _map(action, x, column)

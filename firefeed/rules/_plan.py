@@ -1,0 +1,153 @@
+"""How the enabled rules are cut into passes, levels and steps.
+
+A *pass* is one INSERT ... SELECT from the previous table into a new one (the
+expensive part: every row is written). Inside a pass, nested subqueries
+(*levels*) let a rule see what an earlier rule of the same pass wrote, at the
+cost of one cheap projection; so passes are only cut where counting needs
+it: an excluding rule starts a new pass. There it is the first rule, every
+row of the pass input reaches it, and the rows it drops (rows in - rows out)
+are exactly the ones it excluded, while the later rules of the pass only see
+the kept rows, which is what the INSERT's RETURNING counts.
+
+Inside a level, rules are independent (none reads or writes a field another
+one of the level wrote), so all their `when`s are computed side by side once
+per row (flag columns) and their actions composed into one CASE per field.
+A rule's action chain is composed inline; where an action would repeat an
+already composed value several times (truncate, math), the rest of the chain
+becomes a new *step* in the next level, which reuses the rule's flag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from firefeed.rules.model import FieldAction, Rule, action_reads, condition_fields, effective
+from firefeed.schema.identifiers import column_for_field
+
+#: more levels than this in one pass starts a new pass (keeps statements and plans small)
+MAX_LEVELS = 40
+#: Postgres allows 1600 columns; leave room for the flag columns
+MAX_COLUMNS = 1500
+
+
+@dataclass(frozen=True)
+class Step:
+    """Part of one rule's actions, computed in one level."""
+
+    rule: Rule
+    then: tuple[FieldAction, ...]
+    else_: tuple[FieldAction, ...]
+    first: bool  # the rule's first step: its flag is computed in this level
+
+    @property
+    def writes(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(a.field for a in (*self.then, *self.else_)))
+
+    @property
+    def reads(self) -> set[str]:
+        names = {f for a in (*self.then, *self.else_) for f in action_reads(a)}
+        if self.first and self.rule.when is not None:
+            names.update(condition_fields(self.rule.when))
+        return names
+
+
+@dataclass(frozen=True)
+class PassPlan:
+    """One pass: its rules, their levels, and the fields it reads and writes."""
+
+    number: int  # 1-based
+    rules: tuple[Rule, ...]
+    levels: tuple[tuple[Step, ...], ...]
+    fields_in: tuple[str, ...]
+    fields_out: tuple[str, ...]
+    excluding: Rule | None  # the pass's first rule when it excludes
+
+    @property
+    def created(self) -> tuple[str, ...]:
+        return self.fields_out[len(self.fields_in) :]
+
+    @property
+    def flagged(self) -> tuple[Rule, ...]:
+        """Rules with a `when`: their per-row match flag is a boolean column of the pass table."""
+        return tuple(r for r in self.rules if r.when is not None)
+
+    def columns(self, fields: Sequence[str] | None = None) -> list[str]:
+        return [column_for_field(f) for f in (self.fields_out if fields is None else fields)]
+
+    def extra(self) -> list[tuple[str, str]]:
+        return [(flag_column(r), "boolean") for r in self.flagged]
+
+
+def flag_column(rule: Rule) -> str:
+    return f"_ff_m{rule.index}"
+
+
+def _segments(actions: tuple[FieldAction, ...]) -> list[tuple[FieldAction, ...]]:
+    """Cut a branch where an action would repeat a value composed earlier in the same segment."""
+    segments: list[tuple[FieldAction, ...]] = []
+    current: list[FieldAction] = []
+    written: set[str] = set()
+    for action in actions:
+        if any(times > 1 and name in written for name, times in action_reads(action).items()):
+            segments.append(tuple(current))
+            current, written = [], set()
+        current.append(action)
+        written.add(action.field)
+    segments.append(tuple(current))
+    return segments
+
+
+def steps_of(rule: Rule) -> list[Step]:
+    then = _segments(effective(rule.then))
+    else_ = _segments(effective(rule.else_))
+    count = max(len(then), len(else_))
+    return [
+        Step(rule, then[i] if i < len(then) else (), else_[i] if i < len(else_) else (), i == 0) for i in range(count)
+    ]
+
+
+def _levels(rules: Sequence[Rule]) -> list[tuple[Step, ...]]:
+    levels: list[tuple[Step, ...]] = []
+    current: list[Step] = []
+    written: set[str] = set()
+    for rule in rules:
+        for step in steps_of(rule):
+            if current and (step.reads | set(step.writes)) & written:
+                levels.append(tuple(current))
+                current, written = [], set()
+            current.append(step)
+            written.update(step.writes)
+    if current:
+        levels.append(tuple(current))
+    return levels
+
+
+def plan_passes(rules: Sequence[Rule], fields: Sequence[str]) -> list[PassPlan]:
+    """Cut the enabled rules into passes; `fields` are the input table's fields, in order."""
+    groups: list[list[Rule]] = []
+    current: list[Rule] = []
+    known = list(dict.fromkeys(fields))
+    width = len(known)
+    for rule in (r for r in rules if r.enabled):
+        new = [f for f in rule.writes if f not in known]
+        too_wide = width + len(new) + len(current) + 1 > MAX_COLUMNS
+        if current and (rule.excludes or too_wide or len(_levels([*current, rule])) > MAX_LEVELS):
+            groups.append(current)
+            current = []
+        current.append(rule)
+        known.extend(new)
+        width = len(known)
+    if current:
+        groups.append(current)
+
+    plans: list[PassPlan] = []
+    fields_in = tuple(dict.fromkeys(fields))
+    for number, group in enumerate(groups, start=1):
+        out = list(fields_in)
+        for rule in group:
+            out.extend(f for f in rule.writes if f not in out)
+        excluding = group[0] if group[0].excludes else None
+        plans.append(PassPlan(number, tuple(group), tuple(_levels(group)), fields_in, tuple(out), excluding))
+        fields_in = tuple(out)
+    return plans

@@ -1,0 +1,469 @@
+"""The rule language's model (SPEC section 3 and 8.8-8.17), parsed and checked from raw spec data.
+
+Raw input comes from YAML read with every scalar as text ("0", "true", "1.22")
+or from JSON (int, float, bool): both are accepted. Every mistake is a
+SpecError naming its path with 0-based indices (`rules[3].then[0].length`), so
+a user can find it; nothing is checked later at run time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from firefeed.errors import SpecError
+from firefeed.rules._regex import RegexError, translate
+from firefeed.rules._scalars import _field_name, _kind, _mapping, _number, _text, parse_bool, parse_whole
+from firefeed.rules._text import MAX_ROUND
+from firefeed.rules.template import Template, parse_template
+
+TEMPLATE_OPS = ("eq", "ne", "contains", "not_contains", "starts_with", "ends_with")
+LIST_OPS = ("in", "not_in")
+NUMBER_OPS = ("gt", "gte", "lt", "lte")
+LENGTH_OPS = ("length_gt", "length_lt")
+EMPTY_OPS = ("empty", "not_empty")
+OPS = (*TEMPLATE_OPS, *LIST_OPS, "matches", "empty", "not_empty", *NUMBER_OPS, *LENGTH_OPS)
+MATH_OPS = ("add", "subtract", "multiply", "divide")
+
+
+# -- regular expressions ---------------------------------------------------
+@dataclass(frozen=True)
+class Regex:
+    """A checked pattern, spelled for Python (`py`) and Postgres (`pg`)."""
+
+    source: str
+    py: str
+    pg: str
+    groups: int
+
+
+def _checked_regex(source: str, path: str, *, fold_case: bool) -> Regex:
+    try:
+        t = translate(source, fold_case=fold_case)
+    except RegexError as exc:
+        raise SpecError(path, f"invalid regular expression {source!r}: {exc}") from None
+    return Regex(source, t.py, t.pg, t.groups)
+
+
+# -- conditions ------------------------------------------------------------
+@dataclass(frozen=True)
+class Leaf:
+    """`{field, op, value}`; exactly the attribute its op needs is set."""
+
+    field: str
+    op: str
+    case_sensitive: bool = False
+    template: Template | None = None  # eq, ne, contains, not_contains, starts_with, ends_with
+    values: tuple[str, ...] = ()  # in, not_in
+    regex: Regex | None = None  # matches (lowercased literals unless case_sensitive)
+    number: Decimal | None = None  # gt, gte, lt, lte
+    length: int | None = None  # length_gt, length_lt
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        return (self.field, *(self.template.fields if self.template else ()))
+
+
+@dataclass(frozen=True)
+class AllOf:
+    items: tuple[Condition, ...]
+
+
+@dataclass(frozen=True)
+class AnyOf:
+    items: tuple[Condition, ...]
+
+
+@dataclass(frozen=True)
+class Not:
+    item: Condition
+
+
+Condition = Leaf | AllOf | AnyOf | Not
+
+
+def condition_fields(cond: Condition) -> tuple[str, ...]:
+    """Every field a condition reads, in order (with repeats)."""
+    if isinstance(cond, Leaf):
+        return cond.reads
+    if isinstance(cond, Not):
+        return condition_fields(cond.item)
+    return tuple(f for c in cond.items for f in condition_fields(c))
+
+
+# -- actions ---------------------------------------------------------------
+@dataclass(frozen=True)
+class Set:
+    field: str
+    value: Template
+
+
+@dataclass(frozen=True)
+class Copy:
+    field: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Append:
+    field: str
+    value: Template
+
+
+@dataclass(frozen=True)
+class Prepend:
+    field: str
+    value: Template
+
+
+@dataclass(frozen=True)
+class Replace:
+    field: str
+    find: str
+    with_: str
+
+
+@dataclass(frozen=True)
+class RegexReplace:
+    """`with` as parts: literal text, or an int for a group reference \\1-\\9."""
+
+    field: str
+    pattern: Regex
+    with_: tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Lowercase:
+    field: str
+
+
+@dataclass(frozen=True)
+class Uppercase:
+    field: str
+
+
+@dataclass(frozen=True)
+class Capitalize:
+    field: str
+
+
+@dataclass(frozen=True)
+class Trim:
+    field: str
+
+
+@dataclass(frozen=True)
+class Truncate:
+    field: str
+    length: int
+
+
+@dataclass(frozen=True)
+class Math:
+    field: str
+    op: str
+    value: Decimal
+    round: int = 2
+
+
+@dataclass(frozen=True)
+class MapValues:
+    field: str
+    values: tuple[tuple[str, Template], ...]
+    default: Template | None = None
+
+
+@dataclass(frozen=True)
+class Exclude:
+    pass
+
+
+FieldAction = (
+    Set
+    | Copy
+    | Append
+    | Prepend
+    | Replace
+    | RegexReplace
+    | Lowercase
+    | Uppercase
+    | Capitalize
+    | Trim
+    | Truncate
+    | Math
+    | MapValues
+)
+Action = FieldAction | Exclude
+
+
+def action_reads(action: Action) -> dict[str, int]:
+    """Fields an action reads, with how many times its SQL refers to each (for expression sizing)."""
+    counts: dict[str, int] = {}
+
+    def add(name: str, times: int = 1) -> None:
+        counts[name] = counts.get(name, 0) + times
+
+    if isinstance(action, Exclude):
+        return counts
+    if isinstance(action, Set):
+        for f in action.value.fields:
+            add(f)
+    elif isinstance(action, Copy):
+        add(action.source)
+    elif isinstance(action, Append | Prepend):
+        add(action.field)
+        for f in action.value.fields:
+            add(f)
+    elif isinstance(action, Truncate):
+        add(action.field, 6)
+    elif isinstance(action, Math):
+        add(action.field, 4 if action.op == "divide" else 3)
+    elif isinstance(action, MapValues):
+        add(action.field, 2)
+        for _, target in action.values:
+            for f in target.fields:
+                add(f)
+        for f in action.default.fields if action.default else ():
+            add(f)
+    else:
+        add(action.field)
+    return counts
+
+
+@dataclass(frozen=True)
+class Rule:
+    index: int  # 1-based over the whole list, disabled rules included
+    name: str
+    enabled: bool
+    when: Condition | None
+    then: tuple[Action, ...] = ()
+    else_: tuple[Action, ...] = field(default=())
+
+    @property
+    def excludes(self) -> bool:
+        return any(isinstance(a, Exclude) for a in (*self.then, *self.else_))
+
+    @property
+    def writes(self) -> tuple[str, ...]:
+        """Fields the rule may change on an item it keeps (a branch that excludes changes nothing)."""
+        return tuple(dict.fromkeys(a.field for a in (*effective(self.then), *effective(self.else_))))
+
+
+def branch_excludes(branch: tuple[Action, ...]) -> bool:
+    return any(isinstance(a, Exclude) for a in branch)
+
+
+def effective(branch: tuple[Action, ...]) -> tuple[FieldAction, ...]:
+    """The actions of a branch that can show: none when the branch excludes the item."""
+    if branch_excludes(branch):
+        return ()
+    return tuple(a for a in branch if not isinstance(a, Exclude))
+
+
+# -- conditions ------------------------------------------------------------
+_LEAF_KEYS = ("field", "op", "value", "case_sensitive")
+
+
+def parse_condition(raw: Any, path: str) -> Condition:
+    """A leaf `{field, op, value}` or a group `{all: [...]}`, `{any: [...]}`, `{not: ...}`."""
+    if not isinstance(raw, Mapping):
+        raise SpecError(path, f"must be a condition mapping, not {_kind(raw)}")
+    groups = [k for k in ("all", "any", "not") if k in raw]
+    if groups:
+        key = groups[0]
+        _mapping(raw, path, (key,))
+        inner = raw[key]
+        if key == "not":
+            return Not(parse_condition(inner, f"{path}.not"))
+        if not isinstance(inner, list | tuple):
+            raise SpecError(f"{path}.{key}", f"must be a list of conditions, not {_kind(inner)}")
+        items = tuple(parse_condition(c, f"{path}.{key}[{i}]") for i, c in enumerate(inner))
+        return AllOf(items) if key == "all" else AnyOf(items)
+    _mapping(raw, path, _LEAF_KEYS, ("field", "op"))
+    name = _field_name(raw["field"], f"{path}.field")
+    op = _text(raw["op"], f"{path}.op")
+    if op not in OPS:
+        raise SpecError(f"{path}.op", f"unknown op {op!r} (expected one of {', '.join(OPS)})")
+    cs = parse_bool(raw["case_sensitive"], f"{path}.case_sensitive") if "case_sensitive" in raw else False
+    vpath = f"{path}.value"
+    has_value = "value" in raw and raw["value"] is not None
+    if op in EMPTY_OPS:
+        if has_value and raw["value"] != "":
+            raise SpecError(vpath, f"op {op} takes no value")
+        return Leaf(name, op, cs)
+    if not has_value:
+        raise SpecError(vpath, f"is required for op {op}")
+    value = raw["value"]
+    if op in TEMPLATE_OPS:
+        return Leaf(name, op, cs, template=parse_template(_text(value, vpath), vpath))
+    if op in LIST_OPS:
+        if not isinstance(value, list | tuple):
+            raise SpecError(vpath, f"must be a list for op {op}, not {_kind(value)}")
+        return Leaf(name, op, cs, values=tuple(_text(v, f"{vpath}[{i}]", allow_none=True) for i, v in enumerate(value)))
+    if op == "matches":
+        return Leaf(name, op, cs, regex=_checked_regex(_text(value, vpath), vpath, fold_case=not cs))
+    if op in NUMBER_OPS:
+        return Leaf(name, op, cs, number=_number(value, vpath))
+    return Leaf(name, op, cs, length=parse_whole(value, vpath))
+
+
+# -- actions ---------------------------------------------------------------
+_ACTION_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    # kind: (other allowed keys, required keys)
+    "set": (("value",), ("value",)),
+    "copy": (("from",), ("from",)),
+    "append": (("value",), ("value",)),
+    "prepend": (("value",), ("value",)),
+    "replace": (("find", "with"), ("find",)),
+    "regex_replace": (("pattern", "with"), ("pattern",)),
+    "lowercase": ((), ()),
+    "uppercase": ((), ()),
+    "capitalize": ((), ()),
+    "trim": ((), ()),
+    "truncate": (("length",), ("length",)),
+    "math": (("op", "value", "round"), ("op", "value")),
+    "map": (("values", "default"), ("values",)),
+    "exclude": ((), ()),
+}
+
+
+def _replacement(text: str, groups: int, path: str) -> tuple[str | int, ...]:
+    """`with` of regex_replace: only \\1-\\9 and \\\\ are special (SPEC 8.15)."""
+    parts: list[str | int] = []
+    buf: list[str] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        nxt = text[i + 1] if i + 1 < len(text) else ""
+        if ch == "\\" and nxt in "123456789" and nxt:
+            n = int(nxt)
+            if n > groups:
+                raise SpecError(path, f"\\{n} refers to group {n} but the pattern has {groups}")
+            if buf:
+                parts.append("".join(buf))
+                buf = []
+            parts.append(n)
+            i += 2
+        elif ch == "\\" and nxt == "\\":
+            buf.append("\\")
+            i += 2
+        else:
+            buf.append(ch)
+            i += 1
+    if buf:
+        parts.append("".join(buf))
+    return tuple(parts)
+
+
+def parse_action(raw: Any, path: str, *, key_field: str) -> Action | None:
+    """One action; None for `{exclude: false}`, which does nothing."""
+    if not isinstance(raw, Mapping):
+        raise SpecError(path, f"must be an action mapping, not {_kind(raw)}")
+    kinds = [k for k in raw if k in _ACTION_KEYS]
+    if not kinds:
+        raise SpecError(path, f"must name one action ({', '.join(_ACTION_KEYS)})")
+    if len(kinds) > 1:
+        raise SpecError(path, f"names two actions ({kinds[0]}, {kinds[1]}); write one per list item")
+    kind = kinds[0]
+    allowed, required = _ACTION_KEYS[kind]
+    _mapping(raw, path, (kind, *allowed), required)
+    if kind == "exclude":
+        return Exclude() if parse_bool(raw["exclude"], f"{path}.exclude") else None
+    target = _field_name(raw[kind], f"{path}.{kind}")
+    if target == key_field:
+        raise SpecError(f"{path}.{kind}", f"may not change the key field {key_field!r}")
+
+    def tpl(key: str) -> Template:
+        return parse_template(_text(raw[key], f"{path}.{key}", allow_none=True), f"{path}.{key}")
+
+    if kind == "set":
+        return Set(target, tpl("value"))
+    if kind == "copy":
+        return Copy(target, _field_name(raw["from"], f"{path}.from"))
+    if kind == "append":
+        return Append(target, tpl("value"))
+    if kind == "prepend":
+        return Prepend(target, tpl("value"))
+    if kind == "replace":
+        find = _text(raw["find"], f"{path}.find")
+        if find == "":
+            raise SpecError(f"{path}.find", "must not be empty")
+        return Replace(target, find, _text(raw.get("with", ""), f"{path}.with", allow_none=True))
+    if kind == "regex_replace":
+        pattern = _checked_regex(_text(raw["pattern"], f"{path}.pattern"), f"{path}.pattern", fold_case=False)
+        repl = _replacement(_text(raw.get("with", ""), f"{path}.with", allow_none=True), pattern.groups, f"{path}.with")
+        return RegexReplace(target, pattern, repl)
+    if kind == "truncate":
+        return Truncate(target, parse_whole(raw["length"], f"{path}.length"))
+    if kind == "math":
+        op = _text(raw["op"], f"{path}.op")
+        if op not in MATH_OPS:
+            raise SpecError(f"{path}.op", f"must be one of {', '.join(MATH_OPS)}")
+        places = parse_whole(raw["round"], f"{path}.round", maximum=MAX_ROUND) if "round" in raw else 2
+        return Math(target, op, _number(raw["value"], f"{path}.value"), places)
+    if kind == "map":
+        values = raw["values"]
+        if not isinstance(values, Mapping):
+            raise SpecError(f"{path}.values", f"must be a mapping of value -> template, not {_kind(values)}")
+        pairs = tuple(
+            (
+                _text(k, f"{path}.values", allow_none=True),
+                parse_template(_text(v, f"{path}.values.{k}", allow_none=True), f"{path}.values.{k}"),
+            )
+            for k, v in values.items()
+        )
+        default = tpl("default") if "default" in raw and raw["default"] is not None else None
+        return MapValues(target, pairs, default)
+    simple: dict[str, type[Lowercase | Uppercase | Capitalize | Trim]] = {
+        "lowercase": Lowercase,
+        "uppercase": Uppercase,
+        "capitalize": Capitalize,
+        "trim": Trim,
+    }
+    return simple[kind](target)
+
+
+def _actions(raw: Any, path: str, *, key_field: str) -> tuple[Action, ...]:
+    if raw is None:
+        return ()
+    if isinstance(raw, Mapping):
+        raw = [raw]
+    if not isinstance(raw, list | tuple):
+        raise SpecError(path, f"must be a list of actions, not {_kind(raw)}")
+    out = (parse_action(a, f"{path}[{i}]", key_field=key_field) for i, a in enumerate(raw))
+    return tuple(a for a in out if a is not None)
+
+
+# -- rules -----------------------------------------------------------------
+_RULE_KEYS = ("name", "enabled", "when", "then", "else")
+
+
+def parse_rules(raw: Any, *, key_field: str, path: str = "rules") -> list[Rule]:
+    """The ordered rule list; names default to `rule <n>` (1-based) and must be unique."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list | tuple):
+        raise SpecError(path, f"must be a list of rules, not {_kind(raw)}")
+    rules: list[Rule] = []
+    seen: dict[str, int] = {}
+    for i, item in enumerate(raw):
+        rpath = f"{path}[{i}]"
+        _mapping(item, rpath, _RULE_KEYS)
+        index = i + 1
+        if "name" in item and item["name"] is not None:
+            name = _text(item["name"], f"{rpath}.name")
+            if not name.strip():
+                raise SpecError(f"{rpath}.name", "must not be empty")
+        else:
+            name = f"rule {index}"
+        if name in seen:
+            raise SpecError(f"{rpath}.name", f"duplicate rule name {name!r} (also {path}[{seen[name]}])")
+        seen[name] = i
+        enabled = parse_bool(item["enabled"], f"{rpath}.enabled") if "enabled" in item else True
+        when = parse_condition(item["when"], f"{rpath}.when") if item.get("when") is not None else None
+        then = _actions(item.get("then"), f"{rpath}.then", key_field=key_field)
+        else_ = _actions(item.get("else"), f"{rpath}.else", key_field=key_field)
+        rules.append(Rule(index, name, enabled, when, then, else_))
+    return rules
