@@ -110,6 +110,12 @@ class PipelineBusyError(FireFeedError):
         super().__init__(f"project {project!r} already has an active run {run_id}")
 
 
+class EnqueueError(FireFeedError):
+    """The run could not be handed to the broker."""
+
+    code = "enqueue_failed"
+
+
 class RunCancelledError(FireFeedError):
     """The run was cancelled."""
 

@@ -7,6 +7,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg2.extensions
+from psycopg2 import sql
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -47,11 +49,37 @@ def session_factory(engine: Engine | None = None) -> sessionmaker[Session]:
     return sessionmaker(bind=engine or get_engine(), expire_on_commit=False)
 
 
+def render_for_binding(node: sql.Composable, context: Any) -> str:
+    """Query text for execution with bound values: `%` inside names and literals made literal.
+
+    psycopg2 applies `%` formatting to the whole text when values are bound, so a
+    field named `50% off` would break a query (or `%s` be read as a placeholder).
+    Only FireFeed's own SQL text (sql.SQL, sql.Placeholder) may carry placeholders.
+    """
+    if isinstance(node, sql.Composed):
+        return "".join(render_for_binding(part, context) for part in node.seq)
+    if isinstance(node, sql.SQL):
+        return node.string
+    if isinstance(node, sql.Placeholder):
+        return str(node.as_string(context))
+    return str(node.as_string(context)).replace("%", "%%")
+
+
+class PercentSafeCursor(psycopg2.extensions.cursor):
+    """A cursor whose composed queries keep user text's `%` literal when values are bound."""
+
+    def execute(self, query: Any, vars: Any = None) -> Any:  # noqa: A002 - psycopg2's own name
+        if vars is not None and isinstance(query, sql.Composable):
+            query = render_for_binding(query, self)
+        return super().execute(query, vars)
+
+
 @contextmanager
 def raw_connection(engine: Engine | None = None) -> Iterator[Any]:
     """A pooled psycopg2 connection in a transaction: committed on success, rolled back on error."""
     pooled = (engine or get_engine()).raw_connection()
     conn: Any = pooled.driver_connection
+    conn.cursor_factory = PercentSafeCursor
     try:
         yield conn
         conn.commit()

@@ -505,7 +505,6 @@ class _Driver:
 
         def export() -> tuple[int, int, dict[str, Any]]:
             r = state["rules"]
-            ctx.schema.index_order(ctx.spec.company, r["table"])
             specs = [
                 JobSpec("EXPORT", "export", idx=i, params={"table": r["table"], "fields": r["fields"]})
                 for i in range(len(ctx.spec.exports))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 
+from firefeed.errors import EnqueueError
 from firefeed.runs.service import RunStore
 
 log = logging.getLogger(__name__)
@@ -31,5 +32,5 @@ def start_run(project_id: str, trigger: str, *, company: str | None = None, stor
             report=None,
             error={"step": None, "type": type(err).__name__, "message": f"could not enqueue the run: {err}"},
         )
-        raise
+        raise EnqueueError(f"run {run_id} could not be handed to the broker: {err}") from err
     return run_id

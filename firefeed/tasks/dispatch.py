@@ -15,7 +15,8 @@ def enqueue_run(run_id: str) -> None:
     """Send the root task of a committed run to the `pipeline` queue."""
     from firefeed.celery_app import app
 
-    app.send_task(RUN_TASK, args=[run_id], queue=Queue.PIPELINE.value)
+    # The task id is the run id, so a cancel can revoke the root task without storing anything.
+    app.send_task(RUN_TASK, args=[run_id], queue=Queue.PIPELINE.value, task_id=run_id)
 
 
 _consumed_queues: set[str] = set()

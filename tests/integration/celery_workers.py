@@ -21,8 +21,7 @@ def use_broker(url: str) -> None:
     """Point this process's Celery app at another broker, dropping connections made to the old one."""
     from firefeed.celery_app import app
 
-    if app._pool is not None:
-        app._pool.force_close_all()
+    # Drop, don't close: kombu shares a broker URL's pool, and a closed one cannot be reused.
     app._pool = None
     app.amqp._producer_pool = None
     app.conf.broker_url = url

@@ -176,7 +176,10 @@ def test_hostile_field_names_parse_export_and_round_trip(run_env: Path, tmp_path
         "company": "acme",
         "project": "hostile",
         "sources": [{"name": "main", "url": "main.csv"}],
-        "rules": [{"name": "touch", "then": [{"set": "semi;colon", "value": "{drop table x;--}|{" + "L" * 200 + "}"}]}],
+        "rules": [
+            {"name": "touch", "when": {"field": "50% off", "op": "eq", "value": "{50% off}"},
+             "then": [{"set": "semi;colon", "value": "{drop table x;--}|{" + "L" * 200 + "}"}]},
+        ],
         "exports": [
             {"name": "csv", "format": "csv", "path": "h.csv"},
             {"name": "j", "format": "jsonl", "path": "h.jsonl"},

@@ -1,0 +1,105 @@
+"""The one error handler: FireFeedError subclasses -> HTTP status codes and a stable JSON body.
+
+Every error body has `error` (the exception's `.code`, a stable machine-readable
+string) and `message` (for a person); some add the id a caller needs next:
+the active `run_id` of a busy project, the `path` of a bad spec key.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from firefeed.errors import (
+    EnqueueError,
+    FireFeedError,
+    NotFoundError,
+    PipelineBusyError,
+    RunCancelledError,
+    SpecError,
+)
+
+log = logging.getLogger(__name__)
+
+
+class AuthenticationError(FireFeedError):
+    """A valid bearer token is required: send `Authorization: Bearer <token>`."""
+
+    code = "unauthorized"
+
+
+# Most specific first: the first matching class decides the status.
+STATUS: tuple[tuple[type[FireFeedError], int], ...] = (
+    (AuthenticationError, 401),
+    (NotFoundError, 404),
+    (PipelineBusyError, 409),
+    (RunCancelledError, 409),
+    (SpecError, 422),
+    (EnqueueError, 503),
+)
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+
+
+def status_of(err: FireFeedError) -> int:
+    for cls, status in STATUS:
+        if isinstance(err, cls):
+            return status
+    # An unmapped FireFeedError reaching the API is the server's problem, not the caller's.
+    return 500
+
+
+def error_body(err: FireFeedError) -> dict[str, Any]:
+    body: dict[str, Any] = {"error": err.code, "message": err.message}
+    if isinstance(err, PipelineBusyError):
+        body["project"] = err.project
+        body["run_id"] = err.run_id
+        body["links"] = {"run": f"/api/runs/{err.run_id}"} if err.run_id else {}
+    elif isinstance(err, SpecError):
+        body["path"] = err.path
+        body["message"] = err.detail
+    return body
+
+
+async def handle_firefeed_error(request: Request, exc: Exception) -> JSONResponse:
+    """The one mapping from FireFeed's error tree to HTTP."""
+    assert isinstance(exc, FireFeedError)
+    status = status_of(exc)
+    if status >= 500:
+        log.error("%s %s failed: %s", request.method, request.url.path, exc, exc_info=exc)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(error_body(exc), status_code=status, headers=headers)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    """Framework errors (unknown route, wrong method) in the same body shape."""
+    assert isinstance(exc, StarletteHTTPException)
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    return JSONResponse({"error": code, "message": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+
+
+async def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    first = exc.errors()[0] if exc.errors() else {}
+    path = ".".join(str(p) for p in first.get("loc", ()))
+    return JSONResponse(
+        {"error": "invalid_request", "message": str(first.get("msg", "invalid request")), "path": path},
+        status_code=422,
+    )
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    # Details stay in the log: a stack trace is no answer for an API client.
+    log.error("%s %s failed unexpectedly", request.method, request.url.path, exc_info=exc)
+    return JSONResponse({"error": "internal_error", "message": "internal error, see the server log"}, 500)
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(FireFeedError, handle_firefeed_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_exception_handler(Exception, _unexpected)

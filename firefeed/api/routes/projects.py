@@ -1,0 +1,99 @@
+"""/api/projects: specs, run requests (the lock) and run listings of the token's company."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+
+from firefeed.api import schemas, service
+from firefeed.api.auth import CurrentCompany
+from firefeed.api.deps import Store
+from firefeed.runs.requests import start_run
+from firefeed.runs.service import RunStore
+
+router = APIRouter(prefix="/api/projects", tags=["projects"])
+
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": schemas.ErrorBody, "description": "unknown project (or another company's)"}
+}
+_BUSY: dict[int | str, dict[str, Any]] = {
+    409: {"model": schemas.BusyBody, "description": "the project already has a PENDING or RUNNING run"}
+}
+_BAD_SPEC: dict[int | str, dict[str, Any]] = {
+    422: {"model": schemas.SpecErrorBody, "description": "invalid spec; `path` names the key"}
+}
+_SPEC_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "description": "The project spec (SPEC section 2) as JSON or YAML.",
+        "content": {
+            "application/json": {"schema": {"type": "object"}},
+            "application/yaml": {"schema": {"type": "string"}},
+        },
+    }
+}
+
+
+@router.get("", response_model=schemas.ProjectList)
+def list_projects(company: CurrentCompany, store: Store) -> schemas.ProjectList:
+    """The token's company's projects, each with its latest run."""
+    return service.list_projects(store, company)
+
+
+@router.get("/{project_id}", responses=_NOT_FOUND)
+def get_project(project_id: str, company: CurrentCompany, store: Store) -> dict[str, Any]:
+    """The project's stored spec."""
+    return service.project_spec(store, company, project_id)
+
+
+@router.put(
+    "/{project_id}",
+    response_model=schemas.ProjectApplied,
+    responses={201: {"model": schemas.ProjectApplied, "description": "created"}, **_NOT_FOUND, **_BAD_SPEC},
+    openapi_extra=_SPEC_BODY,
+)
+async def put_project(
+    project_id: str, request: Request, response: Response, company: CurrentCompany, store: Store
+) -> schemas.ProjectApplied:
+    """Create (201) or update (200) the project from its spec; `project` and `company` must match."""
+    body = await request.body()
+    applied = await run_in_threadpool(service.apply_project, store, company, project_id, body)
+    response.status_code = 201 if applied.created else 200
+    return applied
+
+
+def _request_run(project_id: str, company: str, store: RunStore, response: Response) -> schemas.RunAccepted:
+    run_id = start_run(project_id, "api", company=company, store=store)
+    response.headers["Location"] = f"/api/runs/{run_id}"
+    return schemas.RunAccepted(run_id=run_id, status="PENDING", links=schemas.run_links(run_id, project_id))
+
+
+# The run requests are async and make exactly one trip to the thread pool (the lock transaction and the
+# enqueue): under a burst for one project, every extra hop is queueing time on a busy pool.
+@router.post("/{project_id}/pipeline/run", status_code=202, responses={**_NOT_FOUND, **_BUSY})
+async def run_pipeline(
+    project_id: str, response: Response, company: CurrentCompany, store: Store
+) -> schemas.RunAccepted:
+    """Request a run through the project lock: 202 with its id, or 409 naming the active run at once."""
+    return await run_in_threadpool(_request_run, project_id, company, store, response)
+
+
+@router.post("/{project_id}/pipeline/run-now", status_code=202, responses={**_NOT_FOUND, **_BUSY})
+async def run_pipeline_now(
+    project_id: str, response: Response, company: CurrentCompany, store: Store
+) -> schemas.RunAccepted:
+    """The same request as `.../pipeline/run` (an alias kept for callers that use this name)."""
+    return await run_in_threadpool(_request_run, project_id, company, store, response)
+
+
+@router.get("/{project_id}/pipeline/runs", response_model=schemas.RunList, responses=_NOT_FOUND)
+def list_runs(
+    project_id: str,
+    company: CurrentCompany,
+    store: Store,
+    limit: Annotated[int, Query(ge=1, le=200, description="at most this many runs")] = 20,
+) -> schemas.RunList:
+    """The project's runs, newest first."""
+    return service.project_runs(store, company, project_id, limit)

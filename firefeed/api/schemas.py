@@ -1,0 +1,130 @@
+"""Shapes of the API's answers, for /docs and for typed endpoints (the RunReport is SPEC section 5)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+def run_links(run_id: str, project_id: str) -> dict[str, str]:
+    return {
+        "self": f"/api/runs/{run_id}",
+        "cancel": f"/api/runs/{run_id}/cancel",
+        "project_runs": f"/api/projects/{project_id}/pipeline/runs",
+    }
+
+
+def project_links(project_id: str) -> dict[str, str]:
+    return {
+        "self": f"/api/projects/{project_id}",
+        "runs": f"/api/projects/{project_id}/pipeline/runs",
+        "run": f"/api/projects/{project_id}/pipeline/run",
+    }
+
+
+class ErrorBody(BaseModel):
+    """Every error: a stable `error` code and a `message`; some add the id needed next."""
+
+    model_config = ConfigDict(extra="allow")
+
+    error: str
+    message: str
+
+
+class BusyBody(ErrorBody):
+    """409 pipeline_busy: the project's active run."""
+
+    project: str
+    run_id: str | None
+    links: dict[str, str]
+
+
+class SpecErrorBody(ErrorBody):
+    """422 spec_error: `path` names the bad key (`sources[0].url`)."""
+
+    path: str
+
+
+class RunAccepted(BaseModel):
+    run_id: str
+    status: str
+    links: dict[str, str]
+
+
+class RunSummary(BaseModel):
+    run_id: str
+    project: str
+    status: str
+    trigger: str
+    requested_at: str | None
+    started_at: str | None
+    finished_at: str | None
+    duration_s: float | None
+    cancel_requested: bool
+    links: dict[str, str]
+
+
+class ProjectSummary(BaseModel):
+    project: str
+    company: str
+    name: str | None
+    schedule: str | None
+    updated_at: str | None
+    latest_run: RunSummary | None
+    links: dict[str, str]
+
+
+class ProjectList(BaseModel):
+    company: str
+    projects: list[ProjectSummary]
+
+
+class ProjectApplied(BaseModel):
+    project: str
+    company: str
+    created: bool
+    links: dict[str, str]
+
+
+class RunList(BaseModel):
+    project: str
+    runs: list[RunSummary]
+
+
+class StepReport(BaseModel):
+    step: str
+    status: str
+    started_at: str | None
+    finished_at: str | None
+    duration_s: float | None
+    rows_in: int
+    rows_out: int
+
+
+class RunReport(BaseModel):
+    """The RunReport of SPEC section 5, plus `links`."""
+
+    model_config = ConfigDict(extra="allow")
+
+    run_id: str
+    company: str
+    project: str
+    status: str
+    trigger: str
+    started_at: str | None
+    finished_at: str | None
+    duration_s: float | None
+    steps: list[StepReport]
+    sources: list[dict[str, Any]]
+    rules: dict[str, Any]
+    exports: list[dict[str, Any]]
+    error: dict[str, Any] | None
+    links: dict[str, str]
+
+
+class CancelAnswer(BaseModel):
+    run_id: str
+    status: str
+    cancel_requested: bool
+    links: dict[str, str]

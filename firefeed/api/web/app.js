@@ -1,0 +1,348 @@
+// The run timeline page: a thin client of the JSON API under /api.
+// Every piece of data reaches the page through textContent or an attribute, never innerHTML,
+// so a project, rule or error text cannot inject markup.
+"use strict";
+
+const TOKEN_KEY = "firefeed.token";
+const ACTIVE = new Set(["PENDING", "RUNNING"]);
+const STEPS = ["FETCH", "PARSE", "MERGE", "RULES", "EXPORT"];
+// Refresh often while something runs, rarely otherwise.
+const FAST_MS = 2000;
+const SLOW_MS = 15000;
+
+const state = { project: null, runId: null, timer: null };
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, props, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props || {})) {
+    if (key === "class") node.className = value;
+    else if (key === "dataset") Object.assign(node.dataset, value);
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value);
+  }
+  for (const child of children) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function fill(tbody, rows) {
+  tbody.replaceChildren(...rows);
+}
+
+const fmtInt = (n) => (n === null || n === undefined ? "-" : Number(n).toLocaleString("en"));
+const fmtSec = (s) => (s === null || s === undefined ? "-" : Number(s).toFixed(2));
+const fmtTime = (iso) => (iso ? new Date(iso).toLocaleString() : "-");
+const shortId = (id) => (id ? String(id).slice(0, 8) : "");
+
+function statusBadge(status) {
+  return el("span", { class: "status status-" + String(status).toLowerCase() }, status);
+}
+
+// --- the API --------------------------------------------------------------
+class ApiError extends Error {
+  constructor(status, body) {
+    super((body && body.message) || "HTTP " + status);
+    this.status = status;
+    this.body = body || {};
+  }
+}
+
+async function api(method, path) {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  const response = await fetch(path, {
+    method,
+    headers: { Authorization: "Bearer " + token, Accept: "application/json" },
+  });
+  let body = null;
+  try {
+    body = await response.json();
+  } catch (_) {
+    body = null;
+  }
+  if (response.status === 401) {
+    forgetToken("That token was not accepted: " + ((body && body.message) || "unauthorized"));
+    throw new ApiError(401, body);
+  }
+  if (!response.ok) throw new ApiError(response.status, body);
+  return body;
+}
+
+// --- token ----------------------------------------------------------------
+function forgetToken(reason) {
+  sessionStorage.removeItem(TOKEN_KEY);
+  clearTimeout(state.timer);
+  $("main").hidden = true;
+  $("forget-token").hidden = true;
+  $("company").textContent = "";
+  $("login").hidden = false;
+  $("login-error").textContent = reason || "";
+  $("token-input").focus();
+}
+
+async function start() {
+  if (!sessionStorage.getItem(TOKEN_KEY)) {
+    forgetToken("");
+    return;
+  }
+  $("login").hidden = true;
+  $("main").hidden = false;
+  $("forget-token").hidden = false;
+  await refresh();
+}
+
+// --- rendering --------------------------------------------------------------
+async function loadProjects() {
+  const data = await api("GET", "/api/projects");
+  $("company").textContent = "company " + data.company;
+  $("no-projects").hidden = data.projects.length > 0;
+  const items = data.projects.map((p) =>
+    el(
+      "li",
+      { class: p.project === state.project ? "selected" : "", dataset: { project: p.project } },
+      el(
+        "button",
+        { type: "button", class: "link", onclick: () => selectProject(p.project) },
+        el("strong", {}, p.project),
+        p.name ? el("span", { class: "muted" }, " " + p.name) : null,
+      ),
+      " ",
+      p.latest_run ? statusBadge(p.latest_run.status) : el("span", { class: "muted" }, "no runs"),
+    ),
+  );
+  $("projects").replaceChildren(...items);
+  if (!state.project && data.projects.length) selectProject(data.projects[0].project, false);
+  return data.projects.some((p) => p.latest_run && ACTIVE.has(p.latest_run.status));
+}
+
+async function loadRuns() {
+  if (!state.project) return false;
+  const data = await api("GET", "/api/projects/" + encodeURIComponent(state.project) + "/pipeline/runs");
+  $("project-title").textContent = state.project;
+  fill(
+    $("runs").tBodies[0],
+    data.runs.map((r) =>
+      el(
+        "tr",
+        { class: r.run_id === state.runId ? "selected" : "", dataset: { runId: r.run_id } },
+        el("td", {}, el("button", { type: "button", class: "link mono", onclick: () => selectRun(r.run_id) }, shortId(r.run_id))),
+        el("td", {}, statusBadge(r.status)),
+        el("td", {}, r.trigger),
+        el("td", {}, fmtTime(r.requested_at)),
+        el("td", { class: "num" }, fmtSec(r.duration_s)),
+      ),
+    ),
+  );
+  if (!state.runId && data.runs.length) state.runId = data.runs[0].run_id;
+  return data.runs.some((r) => ACTIVE.has(r.status));
+}
+
+function renderTimeline(report) {
+  const steps = report.steps.filter((s) => s.started_at);
+  if (!report.started_at && !steps.length) {
+    $("timeline").replaceChildren(el("p", { class: "muted" }, `${report.status.toLowerCase()}: no step has started`));
+    return;
+  }
+  const starts = steps.map((s) => Date.parse(s.started_at));
+  const t0 = report.started_at ? Date.parse(report.started_at) : Math.min(...starts);
+  const ends = steps.map((s) => (s.finished_at ? Date.parse(s.finished_at) : Date.now()));
+  const t1 = Math.max(report.finished_at ? Date.parse(report.finished_at) : Date.now(), ...ends, t0 + 1);
+  const span = t1 - t0;
+  const rows = [];
+  const axis = el("div", { class: "axis" });
+  for (const f of [0, 0.25, 0.5, 0.75, 1]) {
+    const tick = el("span", { class: "tick" }, ((span * f) / 1000).toFixed(2) + " s");
+    tick.style.left = f * 100 + "%";
+    axis.append(tick);
+  }
+  rows.push(el("div", { class: "timeline-row axis-row" }, el("span", { class: "label" }, ""), axis));
+  for (const name of STEPS) {
+    const step = report.steps.find((s) => s.step === name);
+    const track = el("div", { class: "track" });
+    if (step && step.started_at) {
+      const a = Date.parse(step.started_at) - t0;
+      const b = (step.finished_at ? Date.parse(step.finished_at) : Date.now()) - t0;
+      const bar = el(
+        "div",
+        {
+          class: "bar-fill status-" + step.status.toLowerCase(),
+          title: `${name} ${step.status} ${fmtSec(step.duration_s)} s, rows in ${fmtInt(step.rows_in)}, out ${fmtInt(step.rows_out)}`,
+        },
+        `${fmtSec(step.duration_s)} s · ${fmtInt(step.rows_in)} → ${fmtInt(step.rows_out)}`,
+      );
+      bar.style.left = (a / span) * 100 + "%";
+      bar.style.width = Math.max(((b - a) / span) * 100, 0.5) + "%";
+      track.append(bar);
+    }
+    if (report.error && report.error.step === name) {
+      track.append(el("span", { class: "step-error", title: report.error.message || "" }, "✕ " + (report.error.type || "error")));
+    }
+    rows.push(
+      el("div", { class: "timeline-row", dataset: { step: name } }, el("span", { class: "label" }, name), track),
+    );
+  }
+  $("timeline").replaceChildren(...rows);
+}
+
+function renderReport(report) {
+  $("run-pane").hidden = false;
+  $("run-id").textContent = report.run_id;
+  $("run-status").replaceChildren(statusBadge(report.status));
+  $("cancel").disabled = !ACTIVE.has(report.status);
+  $("run-meta").textContent =
+    `${report.company}/${report.project} · trigger ${report.trigger} · started ${fmtTime(report.started_at)}` +
+    ` · finished ${fmtTime(report.finished_at)} · ${fmtSec(report.duration_s)} s` +
+    (report.cancel_requested ? " · cancel requested" : "");
+  const err = report.error;
+  $("error-box").hidden = !err;
+  $("error-box").textContent = err ? `error in ${err.step || "run"}: ${err.type}: ${err.message}` : "";
+  renderTimeline(report);
+  fill(
+    $("steps").tBodies[0],
+    report.steps.map((s) =>
+      el(
+        "tr",
+        { dataset: { step: s.step } },
+        el("td", {}, s.step),
+        el("td", {}, statusBadge(s.status)),
+        el("td", { class: "num" }, fmtSec(s.duration_s)),
+        el("td", { class: "num" }, fmtInt(s.rows_in)),
+        el("td", { class: "num" }, fmtInt(s.rows_out)),
+      ),
+    ),
+  );
+  fill(
+    $("sources").tBodies[0],
+    (report.sources || []).map((s) => {
+      const sk = s.skipped || {};
+      return el(
+        "tr",
+        {},
+        el("td", {}, s.name),
+        el("td", { class: "num" }, fmtInt(s.bytes)),
+        el("td", { class: "num" }, fmtInt(s.rows)),
+        el("td", {}, s.not_modified ? "yes" : "no"),
+        el("td", {}, `empty key ${fmtInt(sk.empty_key)}, duplicate ${fmtInt(sk.duplicate_key)}, malformed ${fmtInt(sk.malformed)}`),
+      );
+    }),
+  );
+  const rules = report.rules || {};
+  $("rules-summary").textContent = `${fmtInt(rules.passes)} pass(es), ${fmtInt(rules.excluded)} excluded`;
+  fill(
+    $("rules").tBodies[0],
+    Object.entries(rules.matched || {}).map(([name, n]) =>
+      el("tr", {}, el("td", {}, name), el("td", { class: "num" }, fmtInt(n))),
+    ),
+  );
+  fill(
+    $("exports").tBodies[0],
+    (report.exports || []).map((e) =>
+      el(
+        "tr",
+        {},
+        el("td", {}, e.name),
+        el("td", { class: "num" }, fmtInt(e.rows)),
+        el("td", { class: "num" }, fmtInt(e.bytes)),
+        el("td", { class: "mono" }, e.path),
+        el("td", { class: "mono", title: e.sha256 || "" }, shortId(e.sha256)),
+      ),
+    ),
+  );
+  $("warnings").replaceChildren(...(report.warnings || []).map((w) => el("li", {}, "warning: " + w)));
+}
+
+async function loadRun() {
+  if (!state.runId) {
+    $("run-pane").hidden = true;
+    return false;
+  }
+  const report = await api("GET", "/api/runs/" + encodeURIComponent(state.runId));
+  renderReport(report);
+  return ACTIVE.has(report.status);
+}
+
+// --- actions ----------------------------------------------------------------
+function answer(kind, text) {
+  const item = el("li", { class: "answer answer-" + kind }, `${new Date().toLocaleTimeString()} ${text}`);
+  $("answers").prepend(item);
+  while ($("answers").children.length > 5) $("answers").lastChild.remove();
+}
+
+async function runNow() {
+  const project = state.project;
+  try {
+    const body = await api("POST", "/api/projects/" + encodeURIComponent(project) + "/pipeline/run");
+    answer("accepted", `accepted — run ${body.run_id} (${project})`);
+    state.runId = body.run_id;
+  } catch (err) {
+    if (err.status === 409 && err.body.error === "pipeline_busy") {
+      answer("busy", `busy — run ${err.body.run_id} is active`);
+      if (err.body.run_id) state.runId = err.body.run_id;
+    } else if (err.status !== 401) {
+      answer("error", `refused: ${err.body.error || err.status}: ${err.message}`);
+    }
+  }
+  await refresh();
+}
+
+async function cancelRun() {
+  const runId = state.runId;
+  try {
+    const body = await api("POST", "/api/runs/" + encodeURIComponent(runId) + "/cancel");
+    answer("cancelled", `cancel — run ${body.run_id} is ${body.status}`);
+  } catch (err) {
+    if (err.status !== 401) answer("error", `cancel refused: ${err.body.error || err.status}: ${err.message}`);
+  }
+  await refresh();
+}
+
+function selectProject(project, reload = true) {
+  if (state.project !== project) {
+    state.project = project;
+    state.runId = null;
+    $("answers").replaceChildren();
+  }
+  $("project-pane").hidden = false;
+  if (reload) refresh();
+}
+
+function selectRun(runId) {
+  state.runId = runId;
+  refresh();
+}
+
+async function refresh() {
+  clearTimeout(state.timer);
+  if (!sessionStorage.getItem(TOKEN_KEY)) return;
+  let active = false;
+  try {
+    active = await loadProjects();
+    active = (await loadRuns()) || active;
+    active = (await loadRun()) || active;
+    document.body.dataset.loaded = "true";
+  } catch (err) {
+    if (err.status === 401) return;
+    if (err.status === 404) {
+      state.runId = null;
+    } else {
+      answer("error", "could not load: " + err.message);
+    }
+  }
+  state.timer = setTimeout(refresh, active ? FAST_MS : SLOW_MS);
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("login-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, $("token-input").value.trim());
+    $("token-input").value = "";
+    start();
+  });
+  $("forget-token").addEventListener("click", () => forgetToken(""));
+  $("run-now").addEventListener("click", runNow);
+  $("cancel").addEventListener("click", cancelRun);
+  start();
+});
