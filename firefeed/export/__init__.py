@@ -1,0 +1,11 @@
+"""EXPORT: write a project's channel feeds (csv, tsv, json, jsonl, google-xml) from its items.
+
+`resolve_export_path` says where a feed goes (and refuses paths that escape the
+project's folder); `write_export` writes it atomically and reports rows, bytes
+and SHA-256.
+"""
+
+from firefeed.export.paths import resolve_export_path
+from firefeed.export.writer import ExportResult, write_export
+
+__all__ = ["ExportResult", "resolve_export_path", "write_export"]

@@ -1,0 +1,98 @@
+"""Stream items out of Postgres with COPY, in `_ff_ord` order, without sorting when we can.
+
+Order. Exports list items in `_ff_ord` order. `ORDER BY _ff_ord` over a wide
+table is an external sort: on 1M items x 21 fields (760 MB) it cost the server
++1.5 s CPU (+58 %) on a 2.7 s csv export, plus ~250 MB of temp files. The
+final items table is normally written in `_ff_ord` order, so a sequential scan
+already returns that order; we use it only where it is guaranteed:
+
+* the transaction is REPEATABLE READ, so the check and the COPY see the same
+  snapshot, and our ACCESS SHARE lock keeps VACUUM FULL / CLUSTER out;
+* `synchronize_seqscans = off` (a scan starts at block 0, not where another
+  scan happens to be), no parallel workers (they interleave blocks), no index
+  or bitmap scan (a `where` could otherwise pick an index order);
+* a check (one scan of the `_ff_ord` column that stops at the first item out
+  of order; 0.4 s on 1M items) proves the physical order is `_ff_ord` order.
+
+When the check fails (e.g. rows were updated in place) the COPY falls back to
+`ORDER BY _ff_ord`. Both routes give the same bytes.
+
+Placeholders. psycopg2 applies `%` formatting to the whole query text, so an
+identifier that contains `%` (a field named `50% off`) would break it or be
+read as a placeholder. `render()` doubles `%` inside identifiers and literals
+before binding; only FireFeed's own SQL text (sql.SQL, sql.Placeholder) carries
+placeholders.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg2.extensions
+from psycopg2 import sql
+
+from firefeed.export._atomic import Sink
+from firefeed.export.select import Piece, sql_text
+from firefeed.schema.identifiers import ORD, ident
+
+_SCAN_SETTINGS = (
+    "SET LOCAL synchronize_seqscans = off",
+    "SET LOCAL max_parallel_workers_per_gather = 0",
+    "SET LOCAL enable_indexscan = off",
+    "SET LOCAL enable_indexonlyscan = off",
+    "SET LOCAL enable_bitmapscan = off",
+)
+
+
+def render(piece: Piece, cur: Any) -> bytes:
+    """The final query bytes: `%` made literal outside FireFeed's own SQL, then values bound."""
+    return bytes(cur.mogrify(_escaped(piece.text, cur), piece.params))
+
+
+def _escaped(node: sql.Composable, cur: Any) -> str:
+    if isinstance(node, sql.Composed):
+        return "".join(_escaped(part, cur) for part in node.seq)
+    if isinstance(node, sql.SQL):
+        return node.string
+    if isinstance(node, sql.Placeholder):
+        return str(node.as_string(cur))
+    # Identifier, Literal: user text, where a `%` is just a character
+    return str(node.as_string(cur)).replace("%", "%%")
+
+
+def in_physical_order(cur: Any, schema: str, table: str) -> bool:
+    """True when a sequential scan returns the items in `_ff_ord` order (no item out of order)."""
+    query = sql.SQL(
+        "SELECT NOT EXISTS (SELECT 1 FROM (SELECT {ord}, lag({ord}) OVER () AS prev FROM {t}) s"
+        " WHERE prev > {ord})"
+    ).format(ord=ident(ORD), t=ident(schema, table))
+    cur.execute(query)
+    return bool(cur.fetchone()[0])
+
+
+def copy_items(
+    conn: Any, *, schema: str, table: str, row: Piece, where: Piece, options: str, sink: Sink
+) -> int:
+    """COPY `SELECT row FROM schema.table [where]` in `_ff_ord` order into `sink`; the row count."""
+    if conn.info.transaction_status != psycopg2.extensions.TRANSACTION_STATUS_IDLE:
+        conn.rollback()  # SET TRANSACTION must be the first statement of ours
+    if conn.encoding != "UTF8":
+        # Values are bound and read back as UTF-8; every FireFeed database is UTF8.
+        conn.set_client_encoding("UTF8")
+    with conn.cursor() as cur:
+        cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        for setting in _SCAN_SETTINGS:
+            cur.execute(setting)
+        order = sql_text("") if in_physical_order(cur, schema, table) else Piece(
+            sql.SQL(" ORDER BY {}").format(ident(ORD))
+        )
+        query = (
+            sql_text("COPY (SELECT ")
+            + row
+            + Piece(sql.SQL(" FROM {}").format(ident(schema, table)))
+            + where
+            + order
+            + sql_text(f") TO STDOUT WITH ({options})")
+        )
+        cur.copy_expert(render(query, cur), sink)
+        return int(cur.rowcount)

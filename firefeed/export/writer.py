@@ -1,0 +1,106 @@
+"""write_export: one channel feed from a project's final items table, written atomically.
+
+Postgres renders the rows (COPY), Python only adds the format's head and tail,
+optional gzip, and the hash; see `_copy` for how `_ff_ord` order is kept
+without a sort, and `_atomic` for the all-or-nothing file replacement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psycopg2
+from sqlalchemy import Engine
+
+from firefeed.db.engine import raw_connection
+from firefeed.errors import ExportError, FireFeedError
+from firefeed.export._atomic import atomic_output
+from firefeed.export._copy import copy_items
+from firefeed.export.delimited import render_delimited
+from firefeed.export.google_xml import render_google_xml
+from firefeed.export.jsonish import render_json, render_jsonl
+from firefeed.export.rendering import Rendering
+from firefeed.export.select import OutputColumn, output_columns, where_clause
+
+if TYPE_CHECKING:
+    from firefeed.spec.model import ExportSpec
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What the RunReport lists per export (SPEC section 5)."""
+
+    name: str
+    path: str
+    rows: int
+    bytes: int
+    sha256: str
+
+
+def _rendering(
+    export: ExportSpec, columns: Sequence[OutputColumn], title: str | None, link: str | None
+) -> Rendering:
+    if export.format in ("csv", "tsv"):
+        return render_delimited(columns, export.format)
+    if export.format == "json":
+        return render_json(columns)
+    if export.format == "jsonl":
+        return render_jsonl(columns)
+    if export.format == "google-xml":
+        name = title or export.name
+        return render_google_xml(columns, title=name, link=link or "", description=name)
+    raise ExportError(export.name, f"unknown format {export.format!r}")
+
+
+def write_export(
+    engine: Engine,
+    *,
+    schema: str,
+    table: str,
+    fields: Sequence[str],
+    export: ExportSpec,
+    dest: Path,
+    title: str | None = None,
+    link: str | None = None,
+) -> ExportResult:
+    """Write `export` of the items in `schema.table` to `dest`, replacing it atomically.
+
+    `fields` are the item fields in order (key first); the table has one column
+    per field (`column_for_field`). `dest` should come from `resolve_export_path`
+    (with `gzip=export.gzip`); it is written gzip-compressed when `export.gzip`.
+    `title` and `link` fill the google-xml channel (default title: the export's
+    name). Database and file errors become ExportError naming the export; the
+    previous file at `dest` is then untouched.
+    """
+    columns = output_columns(fields, export)
+    rendering = _rendering(export, columns, title, link)
+    where = where_clause(fields, export)
+    try:
+        with atomic_output(dest, compress=export.gzip) as out:
+            out.write(rendering.head)
+            stream = rendering.framing(out)
+            with raw_connection(engine) as conn:
+                rows = copy_items(
+                    conn,
+                    schema=schema,
+                    table=table,
+                    row=rendering.row,
+                    where=where,
+                    options=rendering.options,
+                    sink=stream,
+                )
+            stream.finish()
+            out.write(rendering.tail(rows))
+    except FireFeedError:
+        raise
+    except psycopg2.Error as exc:
+        message = (exc.pgerror or str(exc)).strip()
+        raise ExportError(export.name, f"reading the items failed: {message}") from exc
+    except OSError as exc:
+        raise ExportError(export.name, f"writing {dest} failed: {exc}") from exc
+    return ExportResult(
+        name=export.name, path=str(dest), rows=rows, bytes=out.bytes, sha256=out.sha256
+    )
