@@ -1,0 +1,55 @@
+"""PARSE: streaming readers that turn a feed file into rows of text (SPEC 2 "Items", 8.4-8.7).
+
+`open_reader` picks the reader for a format. Every reader yields
+`(line, values)` with values aligned to `reader.fields` as it was at that
+moment (xml and json discover fields as they go, so a row may be shorter than
+the final field list: pad with ""). Memory stays flat whatever the file size.
+
+Encoding `auto` reads UTF-8 optimistically. If a later byte proves the file is
+not UTF-8, the reader switches to windows-1252 and, if it had already yielded
+rows, raises `EncodingRestart`: the consumer discards what it got and iterates
+again (stage.stage_source does this by recreating the staging table).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from firefeed.errors import ParseError
+from firefeed.pipeline.parse._base import EncodingRestart, FeedReader, ParseStats
+from firefeed.pipeline.parse.csv_reader import CsvReader
+from firefeed.pipeline.parse.json_reader import JsonlReader, JsonReader
+from firefeed.pipeline.parse.xml_reader import XmlReader
+
+FORMATS = ("csv", "tsv", "json", "jsonl", "xml")
+
+
+def open_reader(
+    path: Path,
+    *,
+    source: str,
+    format: str,
+    encoding: str = "auto",
+    delimiter: str = "auto",
+    item_path: str = "auto",
+) -> FeedReader:
+    """The reader for one decompressed, local feed file (it may be opened more than once).
+
+    Settings that do not apply to the format are ignored. A file that cannot
+    be opened, or an unknown encoding, raises ParseError naming the source.
+    """
+    try:
+        if format in ("csv", "tsv"):
+            return CsvReader(path, source=source, encoding=encoding, delimiter=delimiter, fmt=format)
+        if format == "json":
+            return JsonReader(path, source=source, encoding=encoding, item_path=item_path)
+        if format == "jsonl":
+            return JsonlReader(path, source=source, encoding=encoding)
+        if format == "xml":
+            return XmlReader(path, source=source, encoding=encoding, item_path=item_path)
+    except OSError as exc:
+        raise ParseError(source, f"cannot read the feed file: {exc.strerror or exc}") from exc
+    raise ParseError(source, f"format must be one of {', '.join(FORMATS)}, not {format!r}")
+
+
+__all__ = ["FORMATS", "EncodingRestart", "FeedReader", "ParseStats", "open_reader"]

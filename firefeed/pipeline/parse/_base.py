@@ -1,0 +1,72 @@
+"""What every reader shares: its statistics, the protocol the loader relies on, the restart signal."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from firefeed.errors import ParseError
+
+#: malformed rows whose line numbers are kept for the report
+MAX_MALFORMED_LINES = 20
+
+
+@dataclass
+class ParseStats:
+    """Counts a reader keeps while it reads; they end up in the run report, per source."""
+
+    rows: int = 0
+    malformed: int = 0
+    malformed_lines: list[int] = field(default_factory=list)
+    nul_removed: int = 0
+    warnings: list[str] = field(default_factory=list)
+    #: the encoding the rows were decoded with ("utf-8", "windows-1252", ...)
+    encoding: str = ""
+
+
+class FeedReader(Protocol):
+    """Rows of one feed file: `fields` may grow while iterating (xml, json), never shrink.
+
+    Each row is `(line, values)`: the line where the row starts and its values
+    aligned with `fields` as it was when yielded (shorter lists mean "" for the
+    rest). Values and field names never contain NUL or lone surrogates.
+    """
+
+    fields: list[str]
+    stats: ParseStats
+
+    def __iter__(self) -> Iterator[tuple[int, list[str]]]: ...
+
+
+class EncodingRestart(Exception):
+    """The feed proved not to be UTF-8 after rows were yielded: discard them and iterate again.
+
+    The reader has already switched to windows-1252 and reset `fields` and
+    `stats`; the next `iter(reader)` starts from the first byte. A consumer that
+    cannot discard what it received treats this as fatal.
+    """
+
+
+class RowCounter:
+    """Malformed-row bookkeeping and the end-of-file verdict, shared by the readers."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.stats = ParseStats()
+        self.first_problem: tuple[int, str] | None = None
+
+    def malformed(self, line: int, why: str) -> None:
+        stats = self.stats
+        stats.malformed += 1
+        if len(stats.malformed_lines) < MAX_MALFORMED_LINES:
+            stats.malformed_lines.append(line)
+        if self.first_problem is None:
+            self.first_problem = (line, why)
+
+    def finish(self, rows: int) -> None:
+        """Record the row count; a feed where rows exist but none parses is not a feed of that format."""
+        self.stats.rows = rows
+        if rows == 0 and self.first_problem is not None:
+            line, why = self.first_problem
+            raise ParseError(self.source, f"line {line}: no row could be parsed: {why}")

@@ -1,0 +1,79 @@
+"""Field names: unique, non-empty, storable — whatever the feed's header says (SPEC 8.7)."""
+
+from __future__ import annotations
+
+import re
+
+from firefeed.pipeline.parse._base import ParseStats
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(value: str, stats: ParseStats) -> str:
+    """Drop NULs (counted) and lone surrogates, which Postgres cannot store; for the rare dirty value."""
+    if "\x00" in value:
+        stats.nul_removed += value.count("\x00")
+        value = value.replace("\x00", "")
+    return _SURROGATE.sub("\ufffd", value)
+
+
+def free_name(name: str, taken: set[str] | dict[str, int]) -> str:
+    """`name` if free, else `name_n` with the lowest free n >= 2."""
+    if name not in taken:
+        return name
+    n = 2
+    while f"{name}_{n}" in taken:
+        n += 1
+    return f"{name}_{n}"
+
+
+def header_names(raw: list[str], stats: ParseStats) -> list[str]:
+    """A CSV header as unique field names; the names the feed wrote itself are kept first.
+
+    An empty name becomes `column_<n>` (its 1-based position); a repeated one
+    takes the lowest free `_n`, n >= 2, skipping names the header already uses
+    (`a, a, a_2` -> `a, a_3, a_2`). Each change is a warning.
+    """
+    names = [clean_text(name, stats) for name in raw]
+    for i, name in enumerate(names):
+        if name == "":
+            names[i] = f"column_{i + 1}"
+            stats.warnings.append(f"empty header name in column {i + 1} named {names[i]!r}")
+    written = set(names)
+    taken: set[str] = set()
+    out = []
+    for name in names:
+        unique = name if name not in taken else free_name(name, taken | written)
+        if unique != name:
+            stats.warnings.append(f"repeated header {name!r} renamed to {unique!r}")
+        taken.add(unique)
+        out.append(unique)
+    return out
+
+
+class FieldIndex:
+    """Fields discovered while reading (xml, json): a name's position never changes once given."""
+
+    def __init__(self, fields: list[str], stats: ParseStats) -> None:
+        self.fields = fields
+        self.stats = stats
+        #: name as the feed wrote it -> position in `fields`
+        self.position: dict[str, int] = {}
+        self._names: set[str] = set()
+
+    def add(self, raw: str) -> int:
+        """The position of a name not seen before (appended to `fields`)."""
+        name = clean_text(raw, self.stats)
+        if name == "":
+            name = free_name(f"column_{len(self.fields) + 1}", self._names)
+            self.stats.warnings.append(f"empty field name named {name!r}")
+        elif name in self._names:
+            # Cleaning made it collide with another name: SPEC 8.7, lowest free _n.
+            unique = free_name(name, self._names)
+            self.stats.warnings.append(f"field {name!r} renamed to {unique!r}")
+            name = unique
+        pos = len(self.fields)
+        self.fields.append(name)
+        self._names.add(name)
+        self.position[raw] = pos
+        return pos
