@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from firefeed.config import get_settings
 from firefeed.tasks.queues import Queue
+from firefeed.tasks.schedules import beat_schedule as _beat_entries  # beat (#5)
 
 _settings = get_settings()
 
@@ -43,5 +44,9 @@ task_routes = {
     "firefeed.rules.*": {"queue": Queue.RULES.value},
     "firefeed.export.*": {"queue": Queue.EXPORT.value},
     "firefeed.maintenance.*": {"queue": Queue.PIPELINE.value},
+    "firefeed.schedules.*": {"queue": Queue.PIPELINE.value},  # beat (#5)
 }
 imports = ("firefeed.tasks.pipeline", "firefeed.tasks.steps", "firefeed.tasks.maintenance")
+# Operations (#5): the schedule tick and maintenance entries, and the worker hooks (metrics, log fields).
+imports += ("firefeed.tasks.schedules", "firefeed.tasks.signals")
+beat_schedule = _beat_entries(_settings)

@@ -62,8 +62,17 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     flower_user: str = "admin"
     flower_password: str | None = None
+    # operations (issue #5): beat, maintenance, metrics, Flower
+    schedule_tick_s: float = Field(default=30.0, gt=0)
+    maintenance_interval_s: float = Field(default=60.0, gt=0)
+    prune_interval_s: float = Field(default=3600.0, gt=0)
+    metrics_address: str = "127.0.0.1"
+    worker_metrics_port: int = Field(default=9810, ge=0, le=65535)
+    metrics_dir: Path | None = None
+    flower_address: str = "127.0.0.1"
+    flower_port: int = Field(default=5555, ge=1, le=65535)
 
-    @field_validator("database_url", "broker_url", "result_backend", "storage_url", mode="before")
+    @field_validator("database_url", "broker_url", "result_backend", "storage_url", "flower_password", mode="before")
     @classmethod
     def _blank_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value

@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import threading
+import warnings
 from pathlib import Path
 from types import FrameType
 from urllib.parse import parse_qs, urlparse
@@ -87,7 +88,10 @@ def embedded_database_url(data_dir: Path) -> str:
             _prune_stale_handles(pgdata)
         _exit_on_sigterm()
         try:
-            server = get_server(pgdata)
+            with warnings.catch_warnings():
+                # platformdirs warns when XDG_RUNTIME_DIR is unset (root, containers); its fallback is fine.
+                warnings.simplefilter("ignore")
+                server = get_server(pgdata)
         except Exception as err:
             raise ConfigError(
                 f"FIREFEED_DATABASE_URL is not set and the embedded Postgres in {pgdata} did not start: {err}"

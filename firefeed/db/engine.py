@@ -68,7 +68,7 @@ def render_for_binding(node: sql.Composable, context: Any) -> str:
 class PercentSafeCursor(psycopg2.extensions.cursor):
     """A cursor whose composed queries keep user text's `%` literal when values are bound."""
 
-    def execute(self, query: Any, vars: Any = None) -> Any:  # noqa: A002 - psycopg2's own name
+    def execute(self, query: Any, vars: Any = None) -> Any:
         if vars is not None and isinstance(query, sql.Composable):
             query = render_for_binding(query, self)
         return super().execute(query, vars)

@@ -52,6 +52,7 @@ class Project(Base):
     spec_dir: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    last_scheduled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # the cron slot beat handled
 
 
 class Source(Base):

@@ -17,6 +17,7 @@ from typing import Any
 from psycopg2.extras import Json
 from sqlalchemy import Engine
 
+from firefeed import metrics
 from firefeed.db.engine import raw_connection
 from firefeed.processes._sql import query
 
@@ -69,7 +70,11 @@ class ProcessStore:
             "claim_process",
             {"claimed_by": self.claimed_by, "worker_type": self.worker_type, "workspace_id": self.workspace_id},
         )
-        return ClaimedRow(*rows[0]) if rows else None
+        if not rows:
+            return None
+        row = ClaimedRow(*rows[0])
+        metrics.process_claimed(row.function)
+        return row
 
     def heartbeat(self, ids: Sequence[int]) -> set[int]:
         """Renew the lease of `ids`; returns the ids still ours."""
@@ -90,6 +95,8 @@ class ProcessStore:
                 "error_message": error_message,
             },
         )
+        if rows:
+            metrics.process_finished("completed" if ok else "failed")
         return bool(rows)
 
     def release(self, ids: Sequence[int]) -> set[int]:

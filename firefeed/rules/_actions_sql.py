@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from firefeed.rules._conditions_sql import number_frag, template_frag
+from firefeed.rules._conditions_sql import NumberText, number_frag, numeric_frag, template_frag
 from firefeed.rules._frag import Frag, fmt, join, val
 from firefeed.rules._text import NUMBER_PATTERN
 from firefeed.rules.model import (
@@ -58,6 +58,9 @@ _WS_CLASS = "".join(WHITESPACE)  # no character of it is special inside [...]
 _PUNCT = f"([^[:alnum:]{_WS_CLASS}])"
 #: white space that trim must rewrite: runs of two or more, or a single one that is not ' '
 _WS_TO_FOLD = f"[{_WS_CLASS}]{{2,}}|[{_WS_CLASS.replace(' ', '')}]"
+#: anything trim would change: two spaces, white space other than ' ', a space at either end
+#: (a two-character run with another white space character contains one that is not ' ')
+_TRIM_HAS_WORK = f"  |[{_WS_CLASS.replace(' ', '')}]|^ | $"
 #: the head up to and including its last white space (longest match, no capture group)
 _UP_TO_LAST_WS = f"^.*[{_WS_CLASS}]"
 _MATH_OPS = {"add": "+", "subtract": "-", "multiply": "*"}
@@ -70,8 +73,9 @@ def pg_replacement(parts: tuple[str | int, ...]) -> str:
     return "".join(p.replace("\\", "\\\\") if isinstance(p, str) else f"\\{p}" for p in parts)
 
 
-def _math(action: Math, x: Frag) -> Frag:
-    n = number_frag(x)
+def _math(action: Math, x: Frag, matched: Frag | None = None) -> Frag:
+    """`matched`: the text of x's first number, when already computed (a column); else it is matched inline."""
+    n = number_frag(x) if matched is None else numeric_frag(matched)
     if action.op == "divide":
         if action.value.is_zero():
             return x
@@ -85,11 +89,22 @@ def _math(action: Math, x: Frag) -> Frag:
             val(action.value, "numeric"),
             val(action.round, "integer"),
         )
-    return fmt("coalesce(regexp_replace({0}, {1}, ({2})::text), {0})", x, val(NUMBER_PATTERN, "text"), result)
+    if matched is None:
+        return fmt("coalesce(regexp_replace({0}, {1}, ({2})::text), {0})", x, val(NUMBER_PATTERN, "text"), result)
+    # The first match's text first occurs where the match is: an earlier occurrence would be an
+    # earlier match. So overlay() at strpos() replaces the first match without a second regex.
+    return fmt(
+        "CASE WHEN {1} IS NULL THEN {0} ELSE overlay({0} PLACING ({2})::text FROM strpos({0}, {1}) FOR {3}) END",
+        x, matched, result, fmt("char_length({0})", matched),
+    )  # fmt: skip
 
 
 def _trim(x: Frag) -> Frag:
-    return fmt("btrim(regexp_replace({0}, {1}, ' ', 'g'), ' ')", x, val(_WS_TO_FOLD, "text"))
+    # Most values need no change; one cheap regex test skips the replacing regex for them.
+    return fmt(
+        "CASE WHEN {0} ~ {1} THEN btrim(regexp_replace({0}, {2}, ' ', 'g'), ' ') ELSE {0} END",
+        x, val(_TRIM_HAS_WORK, "text"), val(_WS_TO_FOLD, "text"),
+    )  # fmt: skip
 
 
 def _truncate(x: Frag, n: int) -> Frag:
@@ -115,8 +130,9 @@ def _map(action: MapValues, x: Frag, column: Column) -> Frag:
     return fmt("(CASE {0} {1} ELSE {2} END)", x, whens, fallback)
 
 
-def action_frag(action: FieldAction, column: Column) -> Frag:
-    """The SQL for the field's value after `action`; `column(f)` gives f's value before it."""
+def action_frag(action: FieldAction, column: Column, number_text: NumberText | None = None) -> Frag:
+    """The SQL for the field's value after `action`; `column(f)` gives f's value before it,
+    `number_text(f)` (optional) the text of the first number of that value when already computed."""
     x = column(action.field)
     if isinstance(action, Set):
         return template_frag(action.value, column)
@@ -147,6 +163,6 @@ def action_frag(action: FieldAction, column: Column) -> Frag:
     if isinstance(action, Truncate):
         return _truncate(x, action.length)
     if isinstance(action, Math):
-        return _math(action, x)
+        return _math(action, x, number_text(action.field) if number_text is not None else None)
     assert isinstance(action, MapValues)
     return _map(action, x, column)

@@ -16,6 +16,8 @@ from firefeed.rules.template import FieldRef, Template
 from firefeed.textutil import WHITESPACE
 
 Column = Callable[[str], Frag]
+#: a field's first number as matched text (a column computed once for several uses), or None: compute it inline
+NumberText = Callable[[str], Frag | None]
 
 _CMP = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<=", "length_gt": ">", "length_lt": "<"}
 
@@ -30,9 +32,32 @@ def template_frag(template: Template, column: Column) -> Frag:
     return fmt("({0})", join(pieces, " || "))
 
 
+def number_text_frag(value: Frag) -> Frag:
+    """The text of the value's first number, NULL when it has none (the one regex of number reading)."""
+    return fmt("substring({0} FROM {1})", value, val(NUMBER_PATTERN, "text"))
+
+
+def numeric_frag(text: Frag) -> Frag:
+    """A number's matched text as numeric (a comma is the decimal point); NULL stays NULL."""
+    return fmt("replace({0}, ',', '.')::numeric", text)
+
+
 def number_frag(value: Frag) -> Frag:
     """The value's first number as numeric, NULL when it has none."""
-    return fmt("replace(substring({0} FROM {1}), ',', '.')::numeric", value, val(NUMBER_PATTERN, "text"))
+    return numeric_frag(number_text_frag(value))
+
+
+def blank_frag(value: Frag, empty: bool) -> Frag:
+    """`empty` / `not_empty` of a value (a column: it is repeated).
+
+    btrim() with the multibyte white-space set measures the whole value first,
+    which is slow on long text; most values are '' or start with a character
+    that is not white space, and those are decided without it.
+    """
+    ws = val(WHITESPACE, "text")
+    if empty:
+        return fmt("({0} = '' OR (strpos({1}, left({0}, 1)) > 0 AND btrim({0}, {1}) = ''))", value, ws)
+    return fmt("({0} <> '' AND (strpos({1}, left({0}, 1)) = 0 OR btrim({0}, {1}) <> ''))", value, ws)
 
 
 def _text_leaf(cond: Leaf, subject: Frag, column: Column) -> Frag:
@@ -61,15 +86,15 @@ def _text_leaf(cond: Leaf, subject: Frag, column: Column) -> Frag:
     return fmt("(right({0}, char_length({1})) = {1})", left, wanted)
 
 
-def leaf_frag(cond: Leaf, column: Column) -> Frag:
+def leaf_frag(cond: Leaf, column: Column, number_text: NumberText | None = None) -> Frag:
     subject = column(cond.field)
     op = cond.op
     if op in ("empty", "not_empty"):
-        return fmt(
-            "(btrim({0}, {1}) = '')" if op == "empty" else "(btrim({0}, {1}) <> '')", subject, val(WHITESPACE, "text")
-        )
+        return blank_frag(subject, op == "empty")
     if op in ("gt", "gte", "lt", "lte"):
-        return fmt("coalesce({0} " + _CMP[op] + " {1}, false)", number_frag(subject), val(cond.number, "numeric"))
+        known = number_text(cond.field) if number_text is not None else None
+        number = numeric_frag(known) if known is not None else number_frag(subject)
+        return fmt("coalesce({0} " + _CMP[op] + " {1}, false)", number, val(cond.number, "numeric"))
     if op in ("length_gt", "length_lt"):
         return fmt("(char_length({0}) " + _CMP[op] + " {1})", subject, val(cond.length, "integer"))
     if op == "matches":
@@ -79,14 +104,15 @@ def leaf_frag(cond: Leaf, column: Column) -> Frag:
     return _text_leaf(cond, subject, column)
 
 
-def condition_frag(cond: Condition, column: Column) -> Frag:
-    """A boolean SQL expression for `cond`; `column(field)` gives a field's current value."""
+def condition_frag(cond: Condition, column: Column, number_text: NumberText | None = None) -> Frag:
+    """A boolean SQL expression for `cond`; `column(field)` gives a field's current value,
+    `number_text(field)` (optional) the text of its first number when that is already computed."""
     if isinstance(cond, Leaf):
-        return leaf_frag(cond, column)
+        return leaf_frag(cond, column, number_text)
     if isinstance(cond, Not):
-        return fmt("(NOT {0})", condition_frag(cond.item, column))
+        return fmt("(NOT {0})", condition_frag(cond.item, column, number_text))
     if not cond.items:
         return raw("true" if isinstance(cond, AllOf) else "false")
     sep = " AND " if isinstance(cond, AllOf) else " OR "
     assert isinstance(cond, AllOf | AnyOf)
-    return fmt("({0})", join((condition_frag(c, column) for c in cond.items), sep))
+    return fmt("({0})", join((condition_frag(c, column, number_text) for c in cond.items), sep))

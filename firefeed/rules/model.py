@@ -218,6 +218,8 @@ def action_reads(action: Action) -> dict[str, int]:
             add(f)
     elif isinstance(action, Truncate):
         add(action.field, 6)
+    elif isinstance(action, Trim):
+        add(action.field, 3)
     elif isinstance(action, Math):
         add(action.field, 4 if action.op == "divide" else 3)
     elif isinstance(action, MapValues):

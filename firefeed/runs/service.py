@@ -13,6 +13,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from firefeed import metrics
 from firefeed.db.engine import get_engine, session_factory
 from firefeed.db.models import Company, Export, PipelineRun, PipelineStep, Project, Rule, Source
 from firefeed.errors import NotFoundError, PipelineBusyError, RunCancelledError
@@ -49,7 +50,7 @@ class RunStore:
             if existing is not None and existing.company_id != spec.company:
                 raise NotFoundError(f"project {spec.project!r} belongs to another company")
             created = existing is None
-            if created:
+            if existing is None:
                 existing = Project(id=spec.project, company_id=spec.company)
                 s.add(existing)
             existing.name = spec.name
@@ -148,7 +149,11 @@ class RunStore:
                 s.rollback()
                 from firefeed.runs.lock import active_run_id
 
+                metrics.lock_refused(trigger)  # metrics (#5)
                 raise PipelineBusyError(project_id, active_run_id(s, project_id)) from None
+            except PipelineBusyError:
+                metrics.lock_refused(trigger)  # metrics (#5)
+                raise
         return run_id
 
     def run(self, run_id: str) -> PipelineRun:
@@ -182,12 +187,15 @@ class RunStore:
     def mark_running(self, run_id: str) -> bool:
         """PENDING -> RUNNING; False when the run is no longer pending (cancelled, or already taken)."""
         with self.sessions() as s, s.begin():
-            res = s.execute(
+            trigger = s.execute(
                 update(PipelineRun)
                 .where(PipelineRun.id == uuid.UUID(run_id), PipelineRun.status == "PENDING")
                 .values(status="RUNNING", started_at=now(), heartbeat_at=now())
-            )
-            return bool(res.rowcount)
+                .returning(PipelineRun.trigger)  # metrics (#5)
+            ).scalar()
+        if trigger is not None:
+            metrics.run_started(trigger)  # metrics (#5)
+        return trigger is not None
 
     def heartbeat(self, run_id: str) -> None:
         with self.sessions() as s, s.begin():
@@ -210,6 +218,7 @@ class RunStore:
                 run.cancel_requested = True
                 if run.status == "PENDING":
                     run.status, run.finished_at = "CANCELLED", now()
+                    metrics.run_finished(run.trigger, "CANCELLED", None, None)  # metrics (#5)
             return run.status
 
     def step_started(self, run_id: str, step: str, at: datetime | None = None) -> None:
@@ -237,16 +246,24 @@ class RunStore:
         at: datetime | None = None,
     ) -> None:
         with self.sessions() as s, s.begin():
-            s.execute(
+            started_at = s.execute(
                 update(PipelineStep)
                 .where(PipelineStep.run_id == uuid.UUID(run_id), PipelineStep.step == step)
                 .values(status=status, finished_at=at or now(), rows_in=rows_in, rows_out=rows_out, detail=detail)
-            )
+                .returning(PipelineStep.started_at)  # metrics (#5)
+            ).scalar()
+        metrics.step_finished(step, status, started_at, at or now(), rows_in, rows_out)  # metrics (#5)
 
     def finish_run(
         self, run_id: str, status: str, *, report: dict[str, Any] | None, error: dict[str, Any] | None
     ) -> None:
         with self.sessions() as s, s.begin():
+            # metrics (#5): the status before, so a run is counted once although drivers finish it twice.
+            before = s.execute(
+                select(PipelineRun.status, PipelineRun.trigger, PipelineRun.started_at)
+                .where(PipelineRun.id == uuid.UUID(run_id))
+                .with_for_update()
+            ).one_or_none()
             s.execute(
                 update(PipelineRun)
                 .where(PipelineRun.id == uuid.UUID(run_id))
@@ -258,3 +275,5 @@ class RunStore:
                 .where(PipelineStep.run_id == uuid.UUID(run_id), PipelineStep.status == "RUNNING")
                 .values(status="FAILED" if status == "FAILED" else status, finished_at=now())
             )
+        if before is not None and before.status in ACTIVE:
+            metrics.run_finished(before.trigger, status, before.started_at, now())  # metrics (#5)

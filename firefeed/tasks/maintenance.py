@@ -1,4 +1,8 @@
-"""Maintenance tasks run by beat: the rules_tmp janitor and the stale-run reaper."""
+"""Maintenance tasks run by beat: the rules_tmp janitor, the stale-run reaper, the history pruner.
+
+Thin: each calls one plain function of firefeed/runs/maintenance.py. Their beat
+entries are in firefeed/tasks/schedules.py.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,22 @@ from firefeed.celery_app import app
 @app.task(name="firefeed.maintenance.janitor")
 def janitor() -> list[str]:
     """Drop `rules_tmp_*` tables whose run is no longer PENDING or RUNNING."""
-    from firefeed.schema.service import SchemaService
+    from firefeed.runs.maintenance import drop_orphan_tmp_tables
 
-    return SchemaService().drop_orphan_tmp_tables()
+    return drop_orphan_tmp_tables()
+
+
+@app.task(name="firefeed.maintenance.reap")
+def reap() -> list[str]:
+    """Mark FAILED the RUNNING runs whose heartbeat is older than FIREFEED_STALE_RUN_S; returns their ids."""
+    from firefeed.runs.maintenance import reap_stale_runs
+
+    return reap_stale_runs()
+
+
+@app.task(name="firefeed.maintenance.prune")
+def prune() -> int:
+    """Delete finished runs older than FIREFEED_RUN_RETENTION_DAYS; returns how many."""
+    from firefeed.runs.maintenance import prune_history
+
+    return prune_history()

@@ -194,8 +194,9 @@ def _max_overlap(intervals: list[tuple[datetime, datetime]]) -> int:
     return best
 
 
-def test_rules_chunk_jobs_run_in_parallel_up_to_the_pool_size_and_not_beyond(client_env: dict[str, str],
-                                                                            tmp_path: Path) -> None:
+def test_rules_chunk_jobs_run_in_parallel_up_to_the_pool_size_and_not_beyond(
+    client_env: dict[str, str], tmp_path: Path
+) -> None:
     from sqlalchemy import select
 
     from firefeed.db.engine import session_factory
@@ -210,8 +211,9 @@ def test_rules_chunk_jobs_run_in_parallel_up_to_the_pool_size_and_not_beyond(cli
     assert report["rules"] == batch["rules"]
     assert {e["name"]: e["sha256"] for e in report["exports"]} == {e["name"]: e["sha256"] for e in batch["exports"]}
     with session_factory()() as s:
-        jobs = s.scalars(select(PipelineJob).where(PipelineJob.run_id == report["run_id"],
-                                                   PipelineJob.kind == "rules_chunk")).all()
+        jobs = s.scalars(
+            select(PipelineJob).where(PipelineJob.run_id == report["run_id"], PipelineJob.kind == "rules_chunk")
+        ).all()
     assert len(jobs) >= 60  # 600 items in chunks of 10, per pass
     overlap = _max_overlap([(j.claimed_at, j.finished_at) for j in jobs])
     assert overlap == 2, f"RULES_CONCURRENCY=2 but at most {overlap} chunk jobs ran at once"
@@ -235,7 +237,9 @@ def test_a_cancel_stops_a_running_run_and_drops_its_tables(client_env: dict[str,
     report = wait_finished(run_id)
     assert report["status"] == "CANCELLED"
     with raw_connection() as conn, conn.cursor() as cur:
-        cur.execute("SELECT count(*) FROM pg_tables WHERE tablename LIKE %s", ("rules_tmp_" + run_id.replace("-", "") + "%",))
+        cur.execute(
+            "SELECT count(*) FROM pg_tables WHERE tablename LIKE %s", ("rules_tmp_" + run_id.replace("-", "") + "%",)
+        )
         assert cur.fetchone()[0] == 0
         cur.execute("SELECT count(*) FROM pipeline_jobs WHERE run_id = %s AND status = 'PENDING'", (run_id,))
         assert cur.fetchone()[0] == 0
@@ -254,8 +258,9 @@ def test_a_redelivered_step_job_does_nothing_the_second_time(client_env: dict[st
     code, report = run_json(spec)
     assert code == 0
     with session_factory()() as s:
-        job = s.scalars(select(PipelineJob).where(PipelineJob.run_id == report["run_id"],
-                                                  PipelineJob.kind == "export")).first()
+        job = s.scalars(
+            select(PipelineJob).where(PipelineJob.run_id == report["run_id"], PipelineJob.kind == "export")
+        ).first()
     assert job is not None and job.status == "SUCCEEDED"
     export = Path(client_env["FIREFEED_EXPORT_DIR"]) / "acme" / "redeliver" / "out.csv"
     before = (export.stat().st_mtime_ns, export.read_bytes())

@@ -140,7 +140,10 @@ def test_a_failed_run_keeps_the_previous_exports_and_frees_the_project(run_env: 
     assert out.read_bytes() == before
     assert not [p for p in out.parent.iterdir() if p.name.endswith(".partial")]
     with raw_connection() as conn, conn.cursor() as cur:
-        cur.execute("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'rules\\_tmp\\_%%'")
+        cur.execute(
+            "SELECT count(*) FROM pg_tables WHERE tablename LIKE %s",
+            ("rules_tmp_" + report["run_id"].replace("-", "") + "%",),
+        )
         assert cur.fetchone()[0] == 0
     _project(tmp_path, project="fails")
     assert run_json(spec)[0] == 0
@@ -177,8 +180,11 @@ def test_hostile_field_names_parse_export_and_round_trip(run_env: Path, tmp_path
         "project": "hostile",
         "sources": [{"name": "main", "url": "main.csv"}],
         "rules": [
-            {"name": "touch", "when": {"field": "50% off", "op": "eq", "value": "{50% off}"},
-             "then": [{"set": "semi;colon", "value": "{drop table x;--}|{" + "L" * 200 + "}"}]},
+            {
+                "name": "touch",
+                "when": {"field": "50% off", "op": "eq", "value": "{50% off}"},
+                "then": [{"set": "semi;colon", "value": "{drop table x;--}|{" + "L" * 200 + "}"}],
+            },
         ],
         "exports": [
             {"name": "csv", "format": "csv", "path": "h.csv"},

@@ -8,7 +8,6 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from sqlalchemy import text
 
 router = APIRouter(tags=["operations"])
@@ -63,4 +62,7 @@ def readyz(request: Request) -> JSONResponse:
 @router.get("/metrics", response_class=Response)
 def metrics() -> Response:
     """Prometheus text exposition of the process's default registry."""
-    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+    from firefeed.metrics import render
+
+    body, content_type = render()
+    return Response(body, media_type=content_type)

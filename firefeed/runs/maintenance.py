@@ -1,0 +1,334 @@
+"""Keeping the control plane healthy: the schedule tick, the stale-run reaper, the history pruner.
+
+Plain functions, no Celery: beat's tasks (firefeed/tasks/schedules.py and
+maintenance.py) call them, and so can tests and scripts. Every decision about
+time uses the database's clock, so two beat processes on two machines with
+skewed clocks still agree on which cron slot is due.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from celery.schedules import crontab
+from sqlalchemy import delete, func, or_, select, text, update
+from sqlalchemy.dialects.postgresql import distinct_on
+from sqlalchemy.engine import Engine
+
+from firefeed import metrics
+from firefeed.db.engine import get_engine, session_factory
+from firefeed.db.models import PipelineRun, PipelineStep, Project
+from firefeed.errors import NotFoundError, PipelineBusyError
+from firefeed.logging import run_context
+
+log = logging.getLogger(__name__)
+
+# How far back a cron expression is searched for its latest slot; an expression that never
+# fires (`0 0 30 2 *`) must not loop, and a schedule idle for longer than this is not "due".
+_CRON_LOOKBACK = timedelta(days=366 * 5)
+# Rows deleted per transaction when pruning, so a large backlog never holds long locks.
+_PRUNE_BATCH = 500
+
+
+def db_now(engine: Engine | None = None) -> datetime:
+    """The database's current time (UTC)."""
+    with (engine or get_engine()).connect() as conn:
+        value = conn.execute(select(func.now())).scalar_one()
+    return value.astimezone(UTC)
+
+
+# -- cron ------------------------------------------------------------------------------------
+def _day_matches(cron: crontab, t: datetime) -> bool:
+    # Celery's crontab: day_of_week 0 is Sunday; both day fields must match (celery's reading, not cron's OR).
+    return t.day in cron.day_of_month and (t.isoweekday() % 7) in cron.day_of_week
+
+
+def latest_slot(cron: crontab, at: datetime) -> datetime | None:
+    """The latest time <= `at` (to the minute, UTC) at which `cron` fires; None if none in the lookback."""
+    t = at.astimezone(UTC).replace(second=0, microsecond=0)
+    floor = t - _CRON_LOOKBACK
+    while t >= floor:
+        if t.month not in cron.month_of_year:
+            t = t.replace(day=1, hour=0, minute=0) - timedelta(minutes=1)  # last minute of the previous month
+        elif not _day_matches(cron, t):
+            t = t.replace(hour=0, minute=0) - timedelta(minutes=1)
+        elif t.hour not in cron.hour:
+            t = t.replace(minute=0) - timedelta(minutes=1)
+        elif t.minute not in cron.minute:
+            t -= timedelta(minutes=1)
+        else:
+            return t
+    return None
+
+
+# -- the schedule tick -----------------------------------------------------------------------
+@dataclass
+class TickResult:
+    """What one tick did, by project id."""
+
+    started: dict[str, str] = field(default_factory=dict)  # project -> run id
+    busy: list[str] = field(default_factory=list)
+    duplicate: list[str] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+    invalid: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DueProject:
+    project: str
+    company: str
+    slot: datetime
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def _warn_once(kind: str, key: str, message: str, *args: Any) -> None:
+    """A condition that repeats every tick is logged at WARNING the first time, then at DEBUG."""
+    level = logging.DEBUG if (kind, key) in _warned else logging.WARNING
+    _warned.add((kind, key))
+    log.log(level, message, *args)
+
+
+def due_schedules(engine: Engine | None = None, now: datetime | None = None) -> tuple[list[DueProject], dict[str, str]]:
+    """Projects whose cron has a slot after the one last handled (or after the spec was applied), up to `now`.
+
+    Returns (due projects, {project: problem} for schedules that do not parse).
+    The schedule is read from the database on every call, so an edit through
+    the API or `firefeed apply` counts from the next tick without a restart.
+    """
+    from firefeed.spec.cron import parse_cron
+
+    engine = engine or get_engine()
+    now = now or db_now(engine)
+    with session_factory(engine)() as s:
+        rows = s.execute(
+            select(
+                Project.id, Project.company_id, Project.schedule, Project.last_scheduled_at, Project.updated_at
+            ).where(Project.schedule.is_not(None), Project.schedule != "")
+        ).all()
+    due: list[DueProject] = []
+    invalid: dict[str, str] = {}
+    for project_id, company, schedule, last_slot, updated_at in rows:
+        try:
+            cron = parse_cron(str(schedule))
+        except ValueError as err:
+            invalid[project_id] = f"schedule {schedule!r} {err}"
+            continue
+        # Never scheduled: count from when the spec (and so the schedule) was applied, not from the epoch.
+        anchor = last_slot or updated_at
+        slot = latest_slot(cron, now)
+        if slot is not None and slot > anchor:
+            due.append(DueProject(project_id, company, slot))
+    return due, invalid
+
+
+def _claim_slot(engine: Engine, project_id: str, slot: datetime) -> bool:
+    """Move the project's last handled slot forward to `slot`; False when another tick already did."""
+    with session_factory(engine)() as s, s.begin():
+        won = s.execute(
+            update(Project)
+            .where(
+                Project.id == project_id,
+                or_(Project.last_scheduled_at.is_(None), Project.last_scheduled_at < slot),
+            )
+            .values(last_scheduled_at=slot)
+            .returning(Project.id)
+        ).scalar()
+        return won is not None
+
+
+def tick(
+    engine: Engine | None = None,
+    now: datetime | None = None,
+    start: Callable[[str], str] | None = None,
+) -> TickResult:
+    """Start one run (trigger "beat") for each project whose schedule is due.
+
+    Each due slot is claimed first with a compare-and-set on the project row,
+    so two beat processes (or two ticks at once) start it once: the loser
+    counts a `duplicate` and warns once that another beat is running. A slot
+    missed while beat was down is started once, not once per missed slot. A
+    project still busy with another run skips that slot, counted as `busy` and
+    logged once (the slot is spent, so the next tick does not log it again).
+    """
+    engine = engine or get_engine()
+    if start is None:
+        from firefeed.runs.requests import start_run
+        from firefeed.runs.service import RunStore
+
+        store = RunStore(engine)
+
+        def start(project_id: str) -> str:
+            return start_run(project_id, "beat", store=store)
+
+    result = TickResult()
+    due, invalid = due_schedules(engine, now)
+    for project_id, problem in invalid.items():
+        metrics.schedule_outcome("invalid")
+        result.invalid[project_id] = problem
+        _warn_once("invalid", f"{project_id}:{problem}", "project %s is not scheduled: %s", project_id, problem)
+    for item in due:
+        with run_context(project=item.project, company=item.company):
+            if not _claim_slot(engine, item.project, item.slot):
+                metrics.schedule_outcome("duplicate")
+                result.duplicate.append(item.project)
+                _warn_once(
+                    "duplicate",
+                    "beat",
+                    "slot %s of project %s was already taken by another tick: is a second beat running? "
+                    "(no double run: each slot starts once)",
+                    item.slot.isoformat(),
+                    item.project,
+                )
+                continue
+            try:
+                run_id = start(item.project)
+            except PipelineBusyError as err:
+                metrics.schedule_outcome("busy")
+                result.busy.append(item.project)
+                log.info(
+                    "scheduled run of %s at %s skipped: the project is busy with run %s",
+                    item.project,
+                    item.slot.isoformat(),
+                    err.run_id,
+                )
+                continue
+            except NotFoundError:
+                continue  # deleted between the read and the start
+            except Exception as err:
+                metrics.schedule_outcome("error")
+                result.errors[item.project] = f"{type(err).__name__}: {err}"
+                log.error("scheduled run of %s at %s could not start: %s", item.project, item.slot.isoformat(), err)
+                continue
+            metrics.schedule_outcome("started")
+            result.started[item.project] = run_id
+            with run_context(run_id=run_id):
+                log.info("scheduled run started for slot %s", item.slot.isoformat())
+    return result
+
+
+# -- the reaper ------------------------------------------------------------------------------
+def reap_stale_runs(engine: Engine | None = None, stale_after_s: float | None = None) -> list[str]:
+    """Mark FAILED every RUNNING run whose heartbeat is older than `stale_after_s` (FIREFEED_STALE_RUN_S).
+
+    The driver of such a run is gone (its worker crashed, was killed or lost the
+    database), and the run would hold its project's lock forever. The status
+    changes only if the heartbeat is still stale in the same statement, so a
+    run whose driver beats again is left alone. Its pending jobs are cancelled
+    and its rules_tmp tables dropped.
+    """
+    from firefeed.config import get_settings
+    from firefeed.runs.jobs import JobStore
+    from firefeed.runs.report import build_report
+    from firefeed.runs.service import RunStore
+    from firefeed.schema.service import SchemaService
+
+    engine = engine or get_engine()
+    stale_after_s = stale_after_s if stale_after_s is not None else get_settings().stale_run_s
+    message = (
+        f"no heartbeat for more than {stale_after_s:g}s: the worker driving the run stopped "
+        "(crashed, killed, or lost the database); the reaper marked it failed, start a new run"
+    )
+    reaped: list[str] = []
+    sessions = session_factory(engine)
+    with sessions() as s:
+        candidates = s.execute(
+            select(PipelineRun.id).where(
+                PipelineRun.status == "RUNNING",
+                PipelineRun.heartbeat_at < func.now() - text("make_interval(secs => :stale)"),
+            ),
+            {"stale": stale_after_s},
+        ).scalars()
+        candidate_ids = list(candidates)
+    store = RunStore(engine)
+    for key in candidate_ids:
+        run_id = str(key)
+        with sessions() as s, s.begin():
+            step = s.execute(
+                select(PipelineStep.step).where(PipelineStep.run_id == key, PipelineStep.status == "RUNNING")
+            ).scalar()
+            error = {"step": step, "type": "StaleRun", "message": message}
+            row = s.execute(
+                update(PipelineRun)
+                .where(
+                    PipelineRun.id == key,
+                    PipelineRun.status == "RUNNING",
+                    PipelineRun.heartbeat_at < func.now() - text("make_interval(secs => :stale)"),
+                )
+                .values(status="FAILED", finished_at=func.now(), error=error)
+                .returning(PipelineRun.trigger, PipelineRun.company_id, PipelineRun.started_at, PipelineRun.finished_at)
+                .execution_options(synchronize_session=False),
+                {"stale": stale_after_s},
+            ).one_or_none()
+        if row is None:
+            continue  # it beat again, or ended, since the first read
+        trigger, company, started_at, finished_at = row
+        with run_context(run_id=run_id, company=company):
+            JobStore(engine).cancel_pending(run_id)
+            SchemaService(engine).drop_rules_tmp_for_run(company, run_id)
+            # The same FAILED status again, now with the report (steps still RUNNING become FAILED).
+            store.finish_run(run_id, "FAILED", report=build_report(store, run_id), error=error)
+            metrics.run_finished(trigger, "FAILED", started_at, finished_at)
+            log.warning("reaped stale run: %s", message)
+        reaped.append(run_id)
+    if reaped:
+        metrics.runs_reaped(len(reaped))
+    return reaped
+
+
+# -- history ---------------------------------------------------------------------------------
+def prune_history(retention_days: int | None = None, engine: Engine | None = None) -> int:
+    """Delete finished runs (their steps and jobs cascade) older than the retention; returns runs deleted.
+
+    Each project's latest run is kept whatever its age, so `firefeed status
+    PROJECT` always has something to show. Deletes in small batches.
+    """
+    from firefeed.config import get_settings
+
+    engine = engine or get_engine()
+    days = retention_days if retention_days is not None else get_settings().run_retention_days
+    latest = (
+        select(PipelineRun.id)
+        .ext(distinct_on(PipelineRun.project_id))
+        .order_by(PipelineRun.project_id, PipelineRun.requested_at.desc())
+    )
+    victims = (
+        select(PipelineRun.id)
+        .where(
+            PipelineRun.status.not_in(("PENDING", "RUNNING")),
+            func.coalesce(PipelineRun.finished_at, PipelineRun.requested_at)
+            < func.now() - text("make_interval(days => :days)"),
+            PipelineRun.id.not_in(latest),
+        )
+        .limit(_PRUNE_BATCH)
+    )
+    total = 0
+    sessions = session_factory(engine)
+    while True:
+        with sessions() as s, s.begin():
+            ids: list[uuid.UUID] = list(s.execute(victims, {"days": days}).scalars())
+            if ids:
+                s.execute(delete(PipelineRun).where(PipelineRun.id.in_(ids)))
+        total += len(ids)
+        if len(ids) < _PRUNE_BATCH:
+            break
+    if total:
+        metrics.runs_pruned(total)
+        log.info("pruned %d runs older than %d days", total, days)
+    return total
+
+
+def drop_orphan_tmp_tables(engine: Engine | None = None) -> list[str]:
+    """The janitor: drop rules_tmp tables whose run is not PENDING or RUNNING (never a live run's)."""
+    from firefeed.schema.service import SchemaService
+
+    dropped = SchemaService(engine).drop_orphan_tmp_tables()
+    if dropped:
+        metrics.rules_tmp_dropped(len(dropped))
+    return dropped

@@ -1,0 +1,137 @@
+"""Maintenance on beat: the janitor drops orphans only, the reaper frees crashed runs, history is pruned."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, text
+
+from firefeed import metrics
+from firefeed.runs.jobs import JobSpec, JobStore
+from firefeed.runs.maintenance import drop_orphan_tmp_tables, prune_history, reap_stale_runs
+from firefeed.runs.service import RunStore
+from firefeed.schema.service import SchemaService
+from firefeed.spec.loader import parse_spec
+
+pytestmark = pytest.mark.integration
+
+COMPANY = "ops_maint"
+
+
+def new_project() -> str:
+    project = "maint_" + uuid.uuid4().hex[:10]
+    spec: dict[str, Any] = {
+        "company": COMPANY,
+        "project": project,
+        "sources": [{"name": "main", "url": "https://feeds.example.test/main.csv"}],
+        "exports": [{"name": "csv", "format": "csv", "path": "out.csv"}],
+    }
+    RunStore().apply_spec(parse_spec(spec), spec_dir=None)
+    return project
+
+
+def running_run(project: str) -> str:
+    store = RunStore()
+    run_id = store.request_run(project, "api")
+    assert store.mark_running(run_id)
+    return run_id
+
+
+def sample(name: str, **labels: str) -> float:
+    body, _ = metrics.render(fleet=False)
+    return next(
+        (v for n, lbl, v in metrics.iter_samples(body.decode()) if n == name and lbl == labels),
+        0.0,
+    )
+
+
+def tmp_tables() -> set[str]:
+    return {table for _, table in SchemaService().list_rules_tmp(COMPANY)}
+
+
+def test_the_janitor_drops_an_orphan_and_never_a_live_runs_table(engine: Engine) -> None:
+    schema = SchemaService(engine)
+    live = running_run(new_project())
+    pending = RunStore().request_run(new_project(), "api")
+    finished = running_run(new_project())
+    RunStore().finish_run(finished, "FAILED", report=None, error=None)
+    crashed_unknown = str(uuid.uuid4())
+    live_t = schema.create_rules_tmp(COMPANY, live, 1, ["title"])
+    pending_t = schema.create_rules_tmp(COMPANY, pending, 1, ["title"])
+    orphan_t = schema.create_rules_tmp(COMPANY, finished, 2, ["title"])
+    unknown_t = schema.create_rules_tmp(COMPANY, crashed_unknown, 1, ["title"])
+    before = sample("firefeed_janitor_dropped_tables_total")
+
+    dropped = drop_orphan_tmp_tables(engine)
+
+    assert {d.split(".", 1)[1] for d in dropped} >= {orphan_t, unknown_t}
+    left = tmp_tables()
+    assert {live_t, pending_t} <= left
+    assert not {orphan_t, unknown_t} & left
+    assert sample("firefeed_janitor_dropped_tables_total") >= before + 2
+
+
+def test_the_reaper_fails_a_run_without_heartbeat_and_frees_its_project(engine: Engine) -> None:
+    store = RunStore(engine)
+    project = new_project()
+    stale = running_run(project)
+    fresh = running_run(new_project())
+    store.step_started(stale, "MERGE")
+    table = SchemaService(engine).create_rules_tmp(COMPANY, stale, 1, ["title"])
+    (job,) = JobStore(engine).create(stale, [JobSpec("EXPORT", "export")])
+    with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE pipeline_runs SET heartbeat_at = now() - interval '1 hour' WHERE id = :id"), {"id": stale}
+        )
+    reaped_before = sample("firefeed_reaped_runs_total")
+    failed_before = sample("firefeed_runs_finished_total", status="FAILED", trigger="api")
+
+    reaped = reap_stale_runs(engine, stale_after_s=300)
+
+    assert stale in reaped and fresh not in reaped
+    run = store.run(stale)
+    assert run.status == "FAILED"
+    assert run.error is not None and run.error["type"] == "StaleRun" and run.error["step"] == "MERGE"
+    assert "no heartbeat" in run.error["message"]
+    assert run.report is not None and run.report["status"] == "FAILED"
+    assert [s.status for s in store.steps(stale)] == ["FAILED"]
+    assert store.run(fresh).status == "RUNNING"
+    assert table not in tmp_tables()
+    state = JobStore(engine).get(job)
+    assert state is not None and state.status == "CANCELLED"
+    assert store.request_run(project, "api")  # the project is free again
+    assert sample("firefeed_reaped_runs_total") == reaped_before + 1
+    assert sample("firefeed_runs_finished_total", status="FAILED", trigger="api") == failed_before + 1
+    assert reap_stale_runs(engine, stale_after_s=300) == []
+
+
+def test_pruning_deletes_old_finished_runs_but_keeps_each_projects_latest(engine: Engine) -> None:
+    store = RunStore(engine)
+    project = new_project()
+    runs = []
+    for _ in range(3):
+        run_id = running_run(project)
+        store.finish_run(run_id, "SUCCEEDED", report=None, error=None)
+        runs.append(run_id)
+    old, also_old, latest = runs
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE pipeline_runs SET finished_at = now() - interval '40 days', "
+                "requested_at = requested_at - interval '40 days' WHERE id = ANY(CAST(:ids AS uuid[]))"
+            ),
+            {"ids": runs},
+        )
+    recent = running_run(new_project())
+    store.finish_run(recent, "FAILED", report=None, error=None)
+
+    pruned = prune_history(30, engine)
+
+    assert pruned >= 2
+    left = {str(r.id) for r in store.runs_of_project(project)}
+    assert left == {latest}
+    assert store.run(recent).status == "FAILED"
+    assert prune_history(30, engine) == 0
+    _ = (old, also_old)
