@@ -270,3 +270,73 @@ def test_a_redelivered_step_job_does_nothing_the_second_time(client_env: dict[st
         assert again is not None and again.status == "SUCCEEDED" and again.attempts == job.attempts
     assert (export.stat().st_mtime_ns, export.read_bytes()) == before
     assert not list(export.parent.glob(".*.partial"))
+
+
+def test_one_in_process_worker_for_every_queue_runs_a_project_without_deadlock(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one-process mode: Celery's own embedded worker, solo pool, consuming all four queues."""
+    from celery.contrib.testing.worker import start_worker
+
+    from firefeed.celery_app import app
+    from firefeed.spec.loader import load_spec_file
+    from firefeed.tasks.queues import ALL_QUEUES
+    from tests.integration.celery_workers import use_broker
+
+    monkeypatch.setenv("FIREFEED_EXPORT_DIR", str(tmp_path / "exports"))
+    monkeypatch.setenv("FIREFEED_DATA_DIR", str(tmp_path / "var"))
+    reset_settings()
+    url = REDIS_URL.rsplit("/", 1)[0] + "/9"
+    flush_redis(url)
+    use_broker(url)
+    spec_path = _spec(tmp_path, "acme", "one_process")
+    RunStore().apply_spec(load_spec_file(spec_path), spec_dir=spec_path.parent)
+    try:
+        with start_worker(app, queues=list(ALL_QUEUES), perform_ping_check=False, shutdown_timeout=30):
+            report = wait_finished(start_run("one_process", "api"), timeout=60)
+    finally:
+        use_broker("memory://")
+        from firefeed.tasks.dispatch import note_worker_queues
+
+        note_worker_queues(set())
+        reset_settings()
+    assert report["status"] == "SUCCEEDED", report["error"]
+    assert [s["status"] for s in report["steps"]] == ["SUCCEEDED"] * 5
+
+
+def test_every_concurrency_set_to_one_with_one_worker_per_queue_does_not_deadlock(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from firefeed.spec.loader import load_spec_file
+    from tests.integration.celery_workers import use_broker
+
+    url = REDIS_URL.rsplit("/", 1)[0] + "/8"
+    env = dict(
+        os.environ,
+        FIREFEED_DATABASE_URL=database_url,
+        FIREFEED_BROKER_URL=url,
+        FIREFEED_EXPORT_DIR=str(tmp_path / "exports"),
+        FIREFEED_DATA_DIR=str(tmp_path / "var"),
+        PIPELINE_CONCURRENCY="1",
+        IMPORT_CONCURRENCY="1",
+        RULES_CONCURRENCY="1",
+        EXPORT_CONCURRENCY="1",
+        FIREFEED_CHUNK_ROWS="5",
+        FIREFEED_WORKER_METRICS_PORT="0",
+    )
+    for key in ("FIREFEED_EXPORT_DIR", "FIREFEED_DATA_DIR", "FIREFEED_CHUNK_ROWS"):
+        monkeypatch.setenv(key, env[key])
+    reset_settings()
+    flush_redis(url)
+    spec_paths = [_spec(tmp_path / p, "acme", p) for p in ("ones_a", "ones_b")]
+    for sp in spec_paths:
+        RunStore().apply_spec(load_spec_file(sp), spec_dir=sp.parent)
+    use_broker(url)
+    try:
+        with celery_workers(env, log_dir=tmp_path):
+            run_ids = [start_run(p, "api") for p in ("ones_a", "ones_b")]
+            reports = [wait_finished(r, timeout=90) for r in run_ids]
+    finally:
+        use_broker("memory://")
+        reset_settings()
+    assert [r["status"] for r in reports] == ["SUCCEEDED", "SUCCEEDED"], [r["error"] for r in reports]
