@@ -44,6 +44,11 @@ class Settings(BaseSettings):
     worker_type: str = "etl"
     workspace_id: str | None = None
     process_timeout_s: float = Field(default=3600.0, gt=0)
+    process_lease_s: float = Field(default=30.0, ge=0.1)
+    process_max_attempts: int = Field(default=2, ge=1)
+    process_concurrency: int = Field(default=4, ge=1)
+    process_poll_s: float = Field(default=2.0, ge=0.01)
+    process_grace_s: float = Field(default=30.0, ge=0)
     # FETCH
     fetch_timeout_s: float = Field(default=30.0, gt=0)
     fetch_retries: int = Field(default=3, ge=0)

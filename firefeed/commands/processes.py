@@ -22,7 +22,7 @@ def cmd_processes_worker(args: argparse.Namespace) -> int:
         raise ConfigError("FIREFEED_WORKSPACE_ID is required: the company whose rows this worker runs")
     if not settings.worker_type.strip():
         raise ConfigError("FIREFEED_WORKER_TYPE must not be empty (default etl)")
-    config = ProcessConfig.from_env()
+    config = ProcessConfig.from_settings(settings)
     # A daemon logs what it does: INFO by default, not the CLI's quiet WARNING.
     setup_logging(settings.log_level, settings.log_json)
     worker = Worker(

@@ -1,30 +1,10 @@
-"""The processes worker's own knobs, read from the environment once at start.
-
-Stand-in until they join the one settings object (firefeed/config.py); the
-variable names are final. A bad value stops the worker with the variable's name.
-"""
+"""The processes worker's knobs, taken from the one settings object (FIREFEED_PROCESS_*)."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 
-from firefeed.errors import ConfigError
-
-
-def _number(env: Mapping[str, str], name: str, default: float, *, integer: bool, minimum: float) -> float:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw) if integer else float(raw)
-    except ValueError:
-        kind = "an integer" if integer else "a number"
-        raise ConfigError(f"{name} must be {kind} >= {minimum:g}, got {raw!r}") from None
-    if value < minimum or value != value:  # value != value: NaN
-        raise ConfigError(f"{name} must be >= {minimum:g}, got {raw!r}")
-    return value
+from firefeed.config import Settings, get_settings
 
 
 @dataclass(frozen=True)
@@ -52,12 +32,12 @@ class ProcessConfig:
         return max(self.lease_s / 2, 0.2)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> ProcessConfig:
-        env = os.environ if env is None else env
+    def from_settings(cls, settings: Settings | None = None) -> ProcessConfig:
+        settings = settings or get_settings()
         return cls(
-            lease_s=_number(env, "FIREFEED_PROCESS_LEASE_S", cls.lease_s, integer=False, minimum=0.1),
-            max_attempts=int(_number(env, "FIREFEED_PROCESS_MAX_ATTEMPTS", cls.max_attempts, integer=True, minimum=1)),
-            concurrency=int(_number(env, "FIREFEED_PROCESS_CONCURRENCY", cls.concurrency, integer=True, minimum=1)),
-            poll_s=_number(env, "FIREFEED_PROCESS_POLL_S", cls.poll_s, integer=False, minimum=0.01),
-            grace_s=_number(env, "FIREFEED_PROCESS_GRACE_S", cls.grace_s, integer=False, minimum=0),
+            lease_s=settings.process_lease_s,
+            max_attempts=settings.process_max_attempts,
+            concurrency=settings.process_concurrency,
+            poll_s=settings.process_poll_s,
+            grace_s=settings.process_grace_s,
         )

@@ -390,15 +390,25 @@ def test_stopping_releases_the_rows_that_did_not_finish_within_the_grace_period(
 
 
 @pytest.mark.parametrize(
-    ("name", "value", "message"),
+    ("name", "value"),
     [
-        ("FIREFEED_PROCESS_LEASE_S", "abc", "FIREFEED_PROCESS_LEASE_S must be a number >= 0.1, got 'abc'"),
-        ("FIREFEED_PROCESS_CONCURRENCY", "0", "FIREFEED_PROCESS_CONCURRENCY must be >= 1, got '0'"),
-        ("FIREFEED_PROCESS_MAX_ATTEMPTS", "1.5", "FIREFEED_PROCESS_MAX_ATTEMPTS must be an integer >= 1"),
-        ("FIREFEED_PROCESS_POLL_S", "-1", "FIREFEED_PROCESS_POLL_S must be >= 0.01, got '-1'"),
+        ("FIREFEED_PROCESS_LEASE_S", "abc"),
+        ("FIREFEED_PROCESS_CONCURRENCY", "0"),
+        ("FIREFEED_PROCESS_MAX_ATTEMPTS", "1.5"),
+        ("FIREFEED_PROCESS_POLL_S", "-1"),
     ],
 )
-def test_a_bad_process_setting_is_refused_naming_the_variable(name: str, value: str, message: str) -> None:
-    with pytest.raises(ConfigError, match="^" + message.replace(".", r"\.").replace("(", r"\(")):
-        ProcessConfig.from_env({name: value})
-    assert ProcessConfig.from_env({}) == ProcessConfig()
+def test_a_bad_process_setting_is_refused_naming_the_variable(
+    name: str, value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from firefeed.config import get_settings, reset_settings
+
+    monkeypatch.setenv(name, value)
+    reset_settings()
+    try:
+        with pytest.raises(ConfigError, match=name):
+            get_settings()
+    finally:
+        monkeypatch.delenv(name)
+        reset_settings()
+    assert ProcessConfig.from_settings() == ProcessConfig()
