@@ -191,4 +191,4 @@ def test_a_bad_process_setting_stops_the_worker_naming_the_variable(
 ) -> None:
     worker = spawn(workspace, FIREFEED_PROCESS_CONCURRENCY="abc")
     assert worker.proc.wait(30) == 2
-    assert "FIREFEED_PROCESS_CONCURRENCY must be an integer >= 1, got 'abc'" in worker.output()
+    assert "FIREFEED_PROCESS_CONCURRENCY: Input should be a valid integer" in worker.output()
