@@ -35,6 +35,8 @@ from prometheus_client.mmap_dict import MmapedDict, mmap_key
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
+from firefeed.procutil import pid_alive
+
 log = logging.getLogger(__name__)
 
 TRIGGERS = ("cli", "api", "beat", "task", "process")
@@ -333,16 +335,6 @@ _compact_lock = threading.Lock()
 _COMPACTED = ("counter", "histogram", "summary")
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _file_pid(path: str) -> int | None:
     stem = os.path.basename(path)[: -len(".db")]
     tail = stem.rsplit("_", 1)[-1]
@@ -362,7 +354,7 @@ def compact(path: str | Path) -> int:
     removed = 0
     with _compact_lock:
         files = glob.glob(os.path.join(path, "*.db"))
-        dead = [f for f in files if (pid := _file_pid(f)) is not None and not _pid_alive(pid)]
+        dead = [f for f in files if (pid := _file_pid(f)) is not None and not pid_alive(pid)]
         for typ in _COMPACTED:
             mine = [f for f in dead if os.path.basename(f).startswith(typ + "_")]
             if not mine:

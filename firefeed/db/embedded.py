@@ -22,6 +22,7 @@ from types import FrameType
 from urllib.parse import parse_qs, urlparse
 
 from firefeed.errors import ConfigError
+from firefeed.procutil import pid_alive
 
 DATABASE = "firefeed"
 _lock = threading.Lock()
@@ -37,16 +38,6 @@ def default_embedded_dir(data_dir: Path) -> Path:
     return data_dir / "embedded-pg"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _prune_stale_handles(pgdata: Path) -> None:
     """Forget handles of processes that died without cleanup (kill -9), so the last live one stops the server."""
     path = pgdata / ".handle_pids.json"
@@ -54,7 +45,7 @@ def _prune_stale_handles(pgdata: Path) -> None:
         pids = json.loads(path.read_text())
     except (OSError, ValueError):
         return
-    alive = [p for p in pids if isinstance(p, int) and p != os.getpid() and _pid_alive(p)]
+    alive = [p for p in pids if isinstance(p, int) and p != os.getpid() and pid_alive(p)]
     if alive != pids:
         path.write_text(json.dumps(alive))
 

@@ -31,6 +31,7 @@ from typing import Any
 import psycopg2.extensions
 from psycopg2 import sql
 
+from firefeed.db.engine import render_for_binding
 from firefeed.export._atomic import Sink
 from firefeed.export.select import Piece, sql_text
 from firefeed.schema.identifiers import ORD, ident
@@ -46,33 +47,19 @@ _SCAN_SETTINGS = (
 
 def render(piece: Piece, cur: Any) -> bytes:
     """The final query bytes: `%` made literal outside FireFeed's own SQL, then values bound."""
-    return bytes(cur.mogrify(_escaped(piece.text, cur), piece.params))
-
-
-def _escaped(node: sql.Composable, cur: Any) -> str:
-    if isinstance(node, sql.Composed):
-        return "".join(_escaped(part, cur) for part in node.seq)
-    if isinstance(node, sql.SQL):
-        return node.string
-    if isinstance(node, sql.Placeholder):
-        return str(node.as_string(cur))
-    # Identifier, Literal: user text, where a `%` is just a character
-    return str(node.as_string(cur)).replace("%", "%%")
+    return bytes(cur.mogrify(render_for_binding(piece.text, cur), piece.params))
 
 
 def in_physical_order(cur: Any, schema: str, table: str) -> bool:
     """True when a sequential scan returns the items in `_ff_ord` order (no item out of order)."""
     query = sql.SQL(
-        "SELECT NOT EXISTS (SELECT 1 FROM (SELECT {ord}, lag({ord}) OVER () AS prev FROM {t}) s"
-        " WHERE prev > {ord})"
+        "SELECT NOT EXISTS (SELECT 1 FROM (SELECT {ord}, lag({ord}) OVER () AS prev FROM {t}) s WHERE prev > {ord})"
     ).format(ord=ident(ORD), t=ident(schema, table))
     cur.execute(query)
     return bool(cur.fetchone()[0])
 
 
-def copy_items(
-    conn: Any, *, schema: str, table: str, row: Piece, where: Piece, options: str, sink: Sink
-) -> int:
+def copy_items(conn: Any, *, schema: str, table: str, row: Piece, where: Piece, options: str, sink: Sink) -> int:
     """COPY `SELECT row FROM schema.table [where]` in `_ff_ord` order into `sink`; the row count."""
     if conn.info.transaction_status != psycopg2.extensions.TRANSACTION_STATUS_IDLE:
         conn.rollback()  # SET TRANSACTION must be the first statement of ours
@@ -83,8 +70,8 @@ def copy_items(
         cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         for setting in _SCAN_SETTINGS:
             cur.execute(setting)
-        order = sql_text("") if in_physical_order(cur, schema, table) else Piece(
-            sql.SQL(" ORDER BY {}").format(ident(ORD))
+        order = (
+            sql_text("") if in_physical_order(cur, schema, table) else Piece(sql.SQL(" ORDER BY {}").format(ident(ORD)))
         )
         query = (
             sql_text("COPY (SELECT ")
