@@ -17,7 +17,12 @@ is one INSERT ... SELECT that runs on any database. The tricky ones:
   capture groups, so trim only matches where there is work (runs of two or
   more white-space characters, or one that is not ' ') and truncate finds the
   head's last white space with one anchored, capture-free match. translate()
-  is no help: with a multibyte set it is slower than the regexes.
+  is no help: with a multibyte set it is slower than the regexes. Most values
+  need no trim at all: one capture-free test (half the cost) skips the rest.
+- math: the first number's text is matched once (a column computed by the
+  pass when it can, see sqlgen) and put back with overlay() at its strpos():
+  the matched text cannot occur earlier in the value, or a match would start
+  there; so no second regex finds the match again.
 - math divide: Python divides to 28 significant digits (rounding half away
   from zero). Postgres' `/` rounds at a scale of its own choosing, so the
   quotient is first truncated exactly at 60 decimals with div(), then rounded

@@ -19,6 +19,9 @@ Column = Callable[[str], Frag]
 #: a field's first number as matched text (a column computed once for several uses), or None: compute it inline
 NumberText = Callable[[str], Frag | None]
 
+#: characters with a meaning in a Postgres pattern; a translated pattern without any is a literal string
+_REGEX_SPECIAL = frozenset("\\.[](){}*+?|^$")
+
 _CMP = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<=", "length_gt": ">", "length_lt": "<"}
 
 
@@ -71,8 +74,15 @@ def _text_leaf(cond: Leaf, subject: Frag, column: Column) -> Frag:
     assert cond.template is not None
     tpl = cond.template
     if tpl.is_literal:
-        text = tpl.render({})
-        wanted = val(text if cs else simple_lower(text), "text")
+        text = tpl.render({}) if cs else simple_lower(tpl.render({}))
+        wanted = val(text, "text")
+        # lower() maps each character to one character, so only the compared end of the value is lowered
+        if op == "starts_with":
+            head = fmt("left({0}, {1})", subject, val(len(text), "integer"))
+            return fmt("({0} = {1})", head if cs else fmt("lower({0})", head), wanted)
+        if op == "ends_with":
+            tail = fmt("right({0}, {1})", subject, val(len(text), "integer"))
+            return fmt("({0} = {1})", tail if cs else fmt("lower({0})", tail), wanted)
     else:
         wanted = template_frag(tpl, column) if cs else fmt("lower({0})", template_frag(tpl, column))
     left = subject if cs else fmt("lower({0})", subject)
@@ -100,6 +110,9 @@ def leaf_frag(cond: Leaf, column: Column, number_text: NumberText | None = None)
     if op == "matches":
         assert cond.regex is not None
         left = subject if cond.case_sensitive else fmt("lower({0})", subject)
+        if not _REGEX_SPECIAL.intersection(cond.regex.pg):
+            # a literal pattern (punctuation is always escaped): a plain substring test, no regex engine
+            return fmt("(strpos({0}, {1}) > 0)", left, val(cond.regex.pg, "text"))
         return fmt("({0} ~ {1})", left, val(cond.regex.pg, "text"))
     return _text_leaf(cond, subject, column)
 

@@ -1,19 +1,22 @@
 """The rule language compiled to SQL: conditions, and the one statement a pass runs.
 
 A pass is `INSERT INTO dst SELECT ... FROM (levels...) FROM src`. Each level is
-two nested subqueries kept apart by `OFFSET 0` (so Postgres does not fold
-them together and compute an expression once per use):
+up to three nested subqueries kept apart by `OFFSET 0` (so Postgres does not
+fold them together and compute an expression once per use):
 
-    F: SELECT <every column>, <when of each rule starting here> AS _ff_m<i> FROM (previous) OFFSET 0
+    H: SELECT <every column>, substring(<field> FROM <number>) AS _ff_n<k> FROM (previous) OFFSET 0
+    F: SELECT <every column>, <when of each rule starting here> AS _ff_m<i> FROM (H) OFFSET 0
     V: SELECT <every column, CASE WHEN _ff_m<i> THEN <then> ELSE <else> END for changed ones>
        FROM (F) [WHERE <the excluding rule lets the row through>] OFFSET 0
 
-A level may start with one more subquery, H, computing the text of a field's
-first number (the costly regex of number reading) once as a column `_ff_n<k>`
-when several conditions or actions of the pass read that same value, or a math
-action reads it (it needs the matched text three times). Such a column rides
-along until its field is written or it has no more readers; it is never
-written to the pass table.
+H computes the text of a field's first number (the costly regex of number
+reading) once, when several conditions or actions of the pass read that same
+value, or a math action reads it (it needs the matched text three times). Such
+a column rides along until its field is written or nobody reads it again; it
+is never written to the pass table. H and F only read the values their level
+starts with, so when the previous V wrote none of the fields they read, their
+columns are computed in that V instead of a subquery of their own (a
+subquery costs about as much as a cheap expression per row and column).
 
 The flags are written to the pass table too, so the statement's RETURNING
 counts the matches without a second scan. Identifiers only come from
@@ -23,6 +26,7 @@ firefeed.schema.identifiers.ident; every value is a bound parameter.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from psycopg2 import sql
@@ -31,7 +35,17 @@ from firefeed.rules._actions_sql import action_frag
 from firefeed.rules._conditions_sql import condition_frag, number_text_frag
 from firefeed.rules._frag import Frag, fmt, join, of, raw, val
 from firefeed.rules._plan import PassPlan, Step, flag_column
-from firefeed.rules.model import AllOf, AnyOf, Condition, FieldAction, Leaf, Math, Not, branch_excludes
+from firefeed.rules.model import (
+    AllOf,
+    AnyOf,
+    Condition,
+    FieldAction,
+    Leaf,
+    Math,
+    Not,
+    branch_excludes,
+    condition_fields,
+)
 from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, ident
 
 
@@ -93,16 +107,33 @@ def chunk_filter(lo: int | None, hi: int | None) -> Frag | None:
     return join(parts, " AND ") if parts else None
 
 
+@dataclass
+class _Layer:
+    """A subquery not yet nested: new values of some fields, and new columns (flags, number texts)."""
+
+    values: dict[str, Frag] = field(default_factory=dict)  # field -> its new value
+    new_fields: list[str] = field(default_factory=list)  # fields this layer creates (in `values` too)
+    extra: list[tuple[str, Frag]] = field(default_factory=list)  # new flag and number columns
+    drop: set[str] = field(default_factory=set)  # carried columns not passed on
+    where: Frag | None = None
+
+
 class _Builder:
-    """Walks a pass's levels, stacking subqueries over the source table."""
+    """Walks a pass's levels, stacking subqueries over the source table.
+
+    The flags (and number texts) a level starts with only read values the level
+    starts with: when the previous level's values subquery wrote none of them,
+    they are computed in that same subquery instead of one of their own.
+    """
 
     def __init__(self, plan: PassPlan, source: sql.Composable, where: Frag | None) -> None:
         self.plan = plan
         self.fields = list(plan.fields_in)  # fields that are columns of the current relation
-        self.flags: list[str] = []
+        self.carried: list[str] = []  # flag and number columns of the current relation
         self.relation = fmt("{0} AS t", of(source))
         self.where = where  # applies to the first subquery that reads the table
         self.numbers: dict[str, str] = {}  # field -> column holding the text of its current value's first number
+        self.pending: _Layer | None = None  # the subquery being built over the current relation
         self._plan_numbers()
 
     def _plan_numbers(self) -> None:
@@ -117,52 +148,19 @@ class _Builder:
                 for name in step.writes:
                     version[name] = version.get(name, 0) + 1
         self.number_at: dict[int, list[str]] = {}  # level -> fields whose number column starts there
-        self.number_until: dict[tuple[str, int], int] = {}  # (field, first level) -> last reading level
+        self.number_until: dict[str, int] = {}  # number column -> last level reading it
+        self._number_until: dict[tuple[str, int], int] = {}  # (field, first level) -> last reading level
         for (name, _), uses in reads.items():
             if len(uses) >= 2 or any(always for _, always in uses):
                 first = uses[0][0]
                 self.number_at.setdefault(first, []).append(name)
-                self.number_until[(name, first)] = uses[-1][0]
-        self._number_since: dict[str, int] = {}
+                self._number_until[(name, first)] = uses[-1][0]
 
     def number_text(self, name: str) -> Frag | None:
         return _col(self.numbers[name]) if name in self.numbers else None
 
     def base(self, name: str) -> Frag:
         return _col(column_for_field(name)) if name in self.fields else raw("''::text")
-
-    def _passthrough(
-        self, values: dict[str, Frag] | None = None, order: list[str] | None = None, numbers: bool = True
-    ) -> list[Frag]:
-        values = values or {}
-        items = [_col(ORD), _col(KEY), _col(SRC)]
-        for name in order or self.fields:
-            col = column_for_field(name)
-            items.append(_as(values[name], col) if name in values else _col(col))
-        items.extend(_col(f) for f in self.flags)
-        if numbers:
-            items.extend(_col(c) for c in self.numbers.values())
-        return items
-
-    def _start_numbers(self, i: int) -> None:
-        """The H subquery of level i: the number texts first read at this level."""
-        names = self.number_at.get(i, [])
-        if not names:
-            return
-        items = self._passthrough()
-        for name in names:
-            col = f"_ff_n{len(self._number_since) + 1}"
-            items.append(_as(number_text_frag(self.base(name)), col))
-            self.numbers[name] = col
-            self._number_since[col] = i
-        self._nest(self._select(items, None, barrier=True))
-
-    def _end_numbers(self, i: int, level: tuple[Step, ...]) -> None:
-        """After level i's values: drop number columns of rewritten fields and of values nobody reads again."""
-        written = {n for step in level for n in step.writes}
-        for name, col in list(self.numbers.items()):
-            if name in written or self.number_until[(name, self._number_since[col])] <= i:
-                del self.numbers[name]
 
     def _select(self, items: list[Frag], where: Frag | None, barrier: bool) -> Frag:
         conds = [w for w in (self.where, where) if w is not None]
@@ -172,8 +170,61 @@ class _Builder:
             text = fmt("{0} WHERE {1}", text, join(conds, " AND "))
         return fmt("{0} OFFSET 0", text) if barrier else text
 
-    def _nest(self, query: Frag) -> None:
-        self.relation = fmt("({0}) AS t", query)
+    def _layer(self, reads: set[str], columns: set[str]) -> _Layer:
+        """The pending subquery when it wrote none of the fields `reads` and made none of `columns`; else a new one."""
+        layer = self.pending
+        if layer is not None and (reads & set(layer.values) or columns & {c for c, _ in layer.extra}):
+            self._flush()
+            layer = None
+        if layer is None:
+            layer = self.pending = _Layer()
+        return layer
+
+    def _flush(self) -> None:
+        """Nest the pending subquery: the current relation becomes it."""
+        layer = self.pending
+        if layer is None:
+            return
+        self.pending = None
+        items = [_col(ORD), _col(KEY), _col(SRC)]
+        for name in self.fields + layer.new_fields:
+            col = column_for_field(name)
+            items.append(_as(layer.values[name], col) if name in layer.values else _col(col))
+        items.extend(_col(c) for c in self.carried if c not in layer.drop)
+        items.extend(_as(expr, c) for c, expr in layer.extra)
+        self.relation = fmt("({0}) AS t", self._select(items, layer.where, barrier=True))
+        self.fields.extend(layer.new_fields)
+        self.carried = [c for c in self.carried if c not in layer.drop] + [c for c, _ in layer.extra]
+
+    def _start_numbers(self, i: int) -> None:
+        """The number texts first read at level i, from the values the level starts with."""
+        names = self.number_at.get(i, [])
+        if not names:
+            return
+        layer = self._layer(set(names), set())
+        for name in names:
+            col = f"_ff_n{len(self.number_until) + 1}"
+            layer.extra.append((col, number_text_frag(self.base(name))))
+            self.numbers[name] = col
+            self.number_until[col] = self._number_until[(name, i)]
+
+    def _start_flags(self, level: tuple[Step, ...]) -> None:
+        rules = [s.rule for s in level if s.first and s.rule.when is not None]
+        if not rules:
+            return
+        reads = {f for r in rules if r.when is not None for f in condition_fields(r.when)}
+        layer = self._layer(reads, {self.numbers[f] for f in reads if f in self.numbers})
+        for rule in rules:
+            assert rule.when is not None
+            layer.extra.append((flag_column(rule), condition_frag(rule.when, self.base, self.number_text)))
+
+    def _end_numbers(self, i: int, level: tuple[Step, ...], layer: _Layer) -> None:
+        """After level i's values: drop number columns of rewritten fields and of values nobody reads again."""
+        written = {n for step in level for n in step.writes}
+        for name, col in list(self.numbers.items()):
+            if name in written or self.number_until[col] <= i:
+                del self.numbers[name]
+                layer.drop.add(col)
 
     def _chain(self, actions: tuple[FieldAction, ...]) -> dict[str, Frag]:
         current: dict[str, Frag] = {}
@@ -215,25 +266,19 @@ class _Builder:
         last = len(self.plan.levels) - 1
         for i, level in enumerate(self.plan.levels):
             self._start_numbers(i)
-            starting = [s.rule for s in level if s.first and s.rule.when is not None]
-            if starting:
-                items = self._passthrough()
-                for rule in starting:
-                    assert rule.when is not None
-                    items.append(_as(condition_frag(rule.when, self.base, self.number_text), flag_column(rule)))
-                self._nest(self._select(items, None, barrier=True))
-                self.flags.extend(flag_column(r) for r in starting)
+            self._start_flags(level)
+            self._flush()  # the values read the level's flags and number texts
             values = self._values(level)
-            new = [n for n in values if n not in self.fields]
             where = self._exclusion() if i == 0 else None
             if i == last:
-                self.fields.extend(new)
-                items = self._passthrough(values, list(self.plan.fields_out), numbers=False)
+                items = [_col(ORD), _col(KEY), _col(SRC)]
+                for name in self.plan.fields_out:
+                    col = column_for_field(name)
+                    items.append(_as(values[name], col) if name in values else _col(col))
+                items.extend(_col(c) for c in self.carried if c not in self.number_until)
                 return self._select(items, where, barrier=False)
-            self._end_numbers(i, level)
-            query = self._select(self._passthrough(values, self.fields + new), where, barrier=True)
-            self.fields.extend(new)
-            self._nest(query)
+            layer = self.pending = _Layer(values, [n for n in values if n not in self.fields], where=where)
+            self._end_numbers(i, level, layer)
         raise AssertionError("a pass has at least one level")
 
 

@@ -17,6 +17,7 @@ from firefeed.rules.reference import matches
 from firefeed.rules.sqlgen import condition_sql
 from firefeed.schema.identifiers import column_for_field, ident
 from firefeed.schema.service import SchemaService
+from firefeed.textutil import WHITESPACE
 from tests.integration.test_rules_differential import COMPANY, KEY_FIELD, assert_same, load_items, read_items
 
 pytestmark = pytest.mark.integration
@@ -324,3 +325,112 @@ def test_capitalize_agrees_with_postgres_on_every_cased_bmp_character(engine: En
 def test_hostile_field_names_become_quoted_columns(engine: Engine) -> None:
     assert column_for_field(HOSTILE[3]) != HOSTILE[3]  # 200 characters: a shortened column
     assert ident(column_for_field(HOSTILE[0]))  # usable; the quotes are doubled by psycopg2
+
+
+# -- fast paths (empty test, trim guard, shared number texts, overlay math, literal patterns) --
+WS_EDGE = [
+    "",
+    " ",
+    "  ",
+    *WHITESPACE,
+    "\u00a0\u3000",
+    "\u0085x",
+    "x\u0085",
+    " lead",
+    "trail ",
+    "\u3000lead",
+    "trail\u00a0",
+    "in  ner",
+    "in\u2003ner",
+    "a b c",
+    "a\tb",
+    "5 and 5",
+    "x 5 and 5",
+    "-5 apples",
+    "a-5",
+    "--5",
+    "1,5 kg",
+    "x 1,5 y 1,5",
+    "5.5.5",
+    "1.299,00",
+    "99,999 EUR",
+    "no number",
+    "abc5",
+    "5abc",
+    "0",
+    "-0.004",
+    "Shoes > İzmir ß",
+    "ǅ4",
+]
+
+
+def ws_items() -> list[dict[str, str]]:
+    n = len(WS_EDGE)
+    return [{KEY_FIELD: str(i), "t": v, "p": WS_EDGE[(i * 5 + 3) % n]} for i, v in enumerate(WS_EDGE)]
+
+
+@pytest.mark.parametrize("op", ["empty", "not_empty"])
+def test_empty_fast_path_on_every_white_space(engine: Engine, op: str) -> None:
+    rules = [
+        {"when": {"field": "t", "op": op}, "then": [{"set": "hit", "value": "y"}]},
+        {"when": {"not": {"field": "p", "op": op}}, "then": [{"set": "hit2", "value": "y"}]},
+    ]
+    assert_same(engine, ws_items(), [KEY_FIELD, "t", "p"], rules)
+
+
+def test_trim_guard_agrees_with_the_reference(engine: Engine) -> None:
+    assert_same(engine, ws_items(), [KEY_FIELD, "t", "p"], [{"then": [{"trim": "t"}, {"trim": "p"}]}])
+    chain = [{"set": "t", "value": "{t} {p}"}, {"trim": "t"}, {"truncate": "t", "length": 4}, {"trim": "t"}]
+    assert_same(engine, ws_items(), [KEY_FIELD, "t", "p"], [{"then": chain}])
+
+
+@pytest.mark.parametrize("op,value,places", [("multiply", "1.22", "2"), ("subtract", "10", "0"), ("divide", "3", "4")])
+def test_math_with_a_shared_number_agrees(engine: Engine, op: str, value: str, places: str) -> None:
+    math = {"math": "t", "op": op, "value": value, "round": places}
+    assert_same(engine, ws_items(), [KEY_FIELD, "t", "p"], [{"then": [math]}])  # number text as a column
+    when = {"field": "p", "op": "not_empty"}
+    assert_same(engine, ws_items(), [KEY_FIELD, "t", "p"], [{"when": when, "then": [math]}])  # inline
+
+    # several readers of the same value, and of the value after math rewrote it
+    def num(f: str, o: str, v: str) -> dict[str, str]:
+        return {"field": f, "op": o, "value": v}
+
+    rules = [
+        {"name": "a", "when": {"all": [num("t", "gt", "1"), num("t", "lt", "6")]},
+         "then": [{"set": "a", "value": "y"}]},
+        {"name": "b", "then": [math, {"append": "t", "value": " !"}, {"math": "p", "op": op, "value": value}]},
+        {"name": "c", "when": {"field": "t", "op": "gte", "value": "5"}, "then": [{"set": "c", "value": "y"}]},
+        {"name": "d", "when": {"field": "t", "op": "lte", "value": "0"}, "then": [{"set": "c", "value": "n"}],
+         "else": [math]},
+        {"name": "e", "when": {"field": "p", "op": "gt", "value": "0"}, "then": [{"set": "e", "value": "{t}"}]},
+        {"name": "f", "when": {"any": [num("t", "lt", "-1"), num("e", "gt", "1")]},
+         "then": [{"exclude": True}]},
+        {"name": "g", "when": {"field": "t", "op": "gt", "value": "2"}, "then": [math], "else": [math, math]},
+    ]  # fmt: skip
+    for n in range(2, len(rules) + 1):
+        assert_same(engine, ws_items(), [KEY_FIELD, "t", "p"], rules[:n])
+
+
+@pytest.mark.parametrize(
+    "leaf",
+    [
+        {"op": "matches", "value": "Shoes"},
+        {"op": "matches", "value": "shoes", "case_sensitive": True},
+        {"op": "matches", "value": "İZMİR ß"},
+        {"op": "matches", "value": "5 and"},
+        {"op": "matches", "value": "a\\-5"},
+        {"op": "starts_with", "value": "ǆ"},
+        {"op": "starts_with", "value": "x 5 and 5 and more"},
+        {"op": "starts_with", "value": "\u3000L", "case_sensitive": True},
+        {"op": "ends_with", "value": "Ner"},
+        {"op": "ends_with", "value": "ß"},
+        {"op": "ends_with", "value": "\u0085"},
+        {"op": "ends_with", "value": "4", "case_sensitive": True},
+        {"op": "ends_with", "value": ""},
+        {"op": "starts_with", "value": ""},
+    ],
+    ids=lambda c: f"{c['op']}:{c['value']}",
+)
+def test_literal_patterns_and_ends_agree(engine: Engine, leaf: dict[str, Any]) -> None:
+    rules = [{"when": {"field": "t", **leaf}, "then": [{"set": "hit", "value": "y"}]}]
+    assert_same(engine, ws_items(), [KEY_FIELD, "t", "p"], rules)
