@@ -126,9 +126,14 @@ def merge_sources(
             cur.execute(
                 sql.SQL(
                     "CREATE TEMP TABLE {win} ON COMMIT DROP AS "
-                    "SELECT btrim({k}, %s) AS key, min({ord}) AS ord, count(*) AS n FROM {stg} GROUP BY 1"
-                ).format(win=win, k=ident(column_for_field(key_field)), ord=ident(ORD), stg=ident(schema, src.table)),
-                (WHITESPACE,),
+                    "SELECT {key} AS key, min({ord}) AS ord, count(*) AS n FROM {stg} GROUP BY 1"
+                ).format(
+                    win=win,
+                    key=trimmed(sql.SQL("{}").format(ident(column_for_field(key_field)))),
+                    ord=ident(ORD),
+                    stg=ident(schema, src.table),
+                ),
+                [WHITESPACE] * 3,
             )
             cur.execute(
                 sql.SQL(

@@ -157,6 +157,10 @@ def _guarded(
         try:
             with _Beat(lambda: jobs.heartbeat(job.id), ctx.settings.heartbeat_s):
                 return True, work()
+        except RunCancelledError:
+            # A cancel seen inside a job is the run's cancel, not the job's failure.
+            jobs.cancel(job.id)
+            return False, None
         except Exception as err:
             error = describe_error(_STEP_OF[job.kind], err)
             log.error("%s job failed: %s", job.kind, error["message"], exc_info=not isinstance(err, FireFeedError))

@@ -155,6 +155,12 @@ class JobStore:
                 .values(status="FAILED", error=error, finished_at=now())
             )
 
+    def cancel(self, job_id: int) -> None:
+        with self.sessions() as s, s.begin():
+            s.execute(
+                update(PipelineJob).where(PipelineJob.id == job_id).values(status="CANCELLED", finished_at=now())
+            )
+
     def states(self, job_ids: Sequence[int]) -> list[JobState]:
         with self.sessions() as s:
             rows = s.scalars(select(PipelineJob).where(PipelineJob.id.in_(list(job_ids)))).all()
