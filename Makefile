@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-unit test-integration lint format typecheck bench stress clean
+.PHONY: install demo demo-check test test-unit test-integration lint format typecheck bench stress clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,10 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/firefeed demo
+
+# Issue 7 acceptance: a fresh clone of HEAD runs `make demo` in a network namespace without services (root).
+demo-check:
+	bash tests/fresh_clone_demo.sh
 
 test: $(STAMP)
 	$(BIN)/pytest -m "not stress" tests

@@ -55,17 +55,22 @@ def main() -> None:
     db = f"firefeed_dbench_{os.getpid()}"
     admin = psycopg2.connect(args.admin_dsn)
     admin.autocommit = True
-    admin.cursor().execute(f"CREATE DATABASE {db} TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C.UTF-8' "
-                           "LC_CTYPE 'C.UTF-8'")
+    admin.cursor().execute(
+        f"CREATE DATABASE {db} TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C.UTF-8' LC_CTYPE 'C.UTF-8'"
+    )
     dsn = args.admin_dsn.rsplit("/", 1)[0] + "/" + db
-    env = dict(os.environ, FIREFEED_DATABASE_URL=dsn, FIREFEED_BROKER_URL=args.redis,
-               FIREFEED_EXPORT_DIR=str(args.data_dir / "exports"), FIREFEED_DATA_DIR=str(args.data_dir / "var"),
-               FIREFEED_WORKER_METRICS_PORT="0")
+    env = dict(
+        os.environ,
+        FIREFEED_DATABASE_URL=dsn,
+        FIREFEED_BROKER_URL=args.redis,
+        FIREFEED_EXPORT_DIR=str(args.data_dir / "exports"),
+        FIREFEED_DATA_DIR=str(args.data_dir / "var"),
+        FIREFEED_WORKER_METRICS_PORT="0",
+    )
     os.environ.update(env)
     redis.Redis.from_url(args.redis).flushdb()
-    from tests.integration.celery_workers import celery_workers, use_broker
-
     from firefeed.config import reset_settings
+    from tests.integration.celery_workers import celery_workers, use_broker
 
     reset_settings()
     use_broker(args.redis)
@@ -81,7 +86,9 @@ def main() -> None:
             # 1. latency of a small project
             small = args.data_dir / "tiny"
             small.mkdir(parents=True, exist_ok=True)
-            (small / "tiny.csv").write_text("id,title,price\n" + "".join(f"T{i},item {i},{i}.50 EUR\n" for i in range(10)))
+            (small / "tiny.csv").write_text(
+                "id,title,price\n" + "".join(f"T{i},item {i},{i}.50 EUR\n" for i in range(10))
+            )
             spec = small / "spec.yaml"
             spec.write_text(
                 "company: bench\nproject: tiny\nsources: [{name: main, url: tiny.csv}]\n"
@@ -99,9 +106,12 @@ def main() -> None:
             lat.sort()
             results["tiny_median_s"] = statistics.median(lat)
             results["tiny_p90_s"] = lat[int(0.9 * (len(lat) - 1))]
-            print(f"10-item project, trigger -> SUCCEEDED over {len(lat)} runs: median "
-                  f"{results['tiny_median_s'] * 1000:.0f} ms, p90 {results['tiny_p90_s'] * 1000:.0f} ms "
-                  "(target median < 500 ms)", flush=True)
+            print(
+                f"10-item project, trigger -> SUCCEEDED over {len(lat)} runs: median "
+                f"{results['tiny_median_s'] * 1000:.0f} ms, p90 {results['tiny_p90_s'] * 1000:.0f} ms "
+                "(target median < 500 ms)",
+                flush=True,
+            )
 
             if not args.skip_big:
                 feed, stock = feed_files(args.data_dir, args.rows)
@@ -127,12 +137,21 @@ def main() -> None:
                 dist_s = time.perf_counter() - t
                 assert report["status"] == "SUCCEEDED", report["error"]
                 same = [e["sha256"] for e in report["exports"]] == [e["sha256"] for e in batch["exports"]]
-                results.update({"batch_s": batch_s, "celery_s": dist_s, "ratio": dist_s / batch_s,
-                                "same_exports": same,
-                                "celery_steps": {s["step"]: s["duration_s"] for s in report["steps"]},
-                                "batch_steps": {s["step"]: s["duration_s"] for s in batch["steps"]}})
-                print(f"through the queues: {dist_s:.2f}s, ratio {dist_s / batch_s:.2f} (target <= 1.25), "
-                      f"same exports: {same}", flush=True)
+                results.update(
+                    {
+                        "batch_s": batch_s,
+                        "celery_s": dist_s,
+                        "ratio": dist_s / batch_s,
+                        "same_exports": same,
+                        "celery_steps": {s["step"]: s["duration_s"] for s in report["steps"]},
+                        "batch_steps": {s["step"]: s["duration_s"] for s in batch["steps"]},
+                    }
+                )
+                print(
+                    f"through the queues: {dist_s:.2f}s, ratio {dist_s / batch_s:.2f} (target <= 1.25), "
+                    f"same exports: {same}",
+                    flush=True,
+                )
                 print(f"  steps batch  {results['batch_steps']}\n  steps celery {results['celery_steps']}")
         out_dir = HERE / "out"
         out_dir.mkdir(exist_ok=True)

@@ -1,4 +1,8 @@
-"""Shared fixtures: a real Postgres database per test session, created fresh and dropped at the end."""
+"""Shared fixtures: a real Postgres database per test session, created fresh and dropped at the end.
+
+The server is Postgres on 127.0.0.1:5432 when it answers, else the embedded Postgres
+(see tests/services.py): `make test` needs no services.
+"""
 
 from __future__ import annotations
 
@@ -13,13 +17,13 @@ from sqlalchemy import Engine
 
 from firefeed.config import reset_settings
 from firefeed.db.engine import dispose_engines, get_engine
+from tests.services import admin_url, database_url_for
 
-ADMIN_URL = os.environ.get("FIREFEED_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def _admin_execute(statement: str) -> None:
-    conn = psycopg2.connect(ADMIN_URL)
+    conn = psycopg2.connect(admin_url())
     conn.autocommit = True
     try:
         with conn.cursor() as cur:
@@ -34,8 +38,7 @@ def database_url() -> Iterator[str]:
     name = f"firefeed_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     # C.UTF-8 ctype: lower()/upper() follow Unicode's simple case mapping, as the rule language says.
     _admin_execute(f"CREATE DATABASE {name} TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C.UTF-8' LC_CTYPE 'C.UTF-8'")
-    base = ADMIN_URL.rsplit("/", 1)[0]
-    url = f"{base}/{name}"
+    url = database_url_for(admin_url(), name)
     old = os.environ.get("FIREFEED_DATABASE_URL")
     os.environ["FIREFEED_DATABASE_URL"] = url
     reset_settings()

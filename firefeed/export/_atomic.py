@@ -104,9 +104,7 @@ def atomic_output(dest: Path, *, compress: bool = False) -> Iterator[AtomicOutpu
             os.fchmod(file.fileno(), _file_mode(dest))
             digest = _Digest(file)
             zipper = (
-                gzip.GzipFile(
-                    filename="", mode="wb", fileobj=digest, compresslevel=_GZIP_LEVEL, mtime=0
-                )
+                gzip.GzipFile(filename="", mode="wb", fileobj=digest, compresslevel=_GZIP_LEVEL, mtime=0)
                 if compress
                 else None
             )

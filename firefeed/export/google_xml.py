@@ -154,9 +154,7 @@ def _finished(lines: bytes) -> bytes:
     return lines
 
 
-def render_google_xml(
-    columns: Sequence[OutputColumn], *, title: str, link: str, description: str
-) -> Rendering:
+def render_google_xml(columns: Sequence[OutputColumn], *, title: str, link: str, description: str) -> Rendering:
     head = (
         '<?xml version="1.0" encoding="UTF-8"?>\n'
         f'<rss version="2.0" xmlns:g="{GOOGLE_NS}">\n<channel>\n'

@@ -43,7 +43,7 @@ def object_sql(columns: Sequence[OutputColumn]) -> Piece:
     parts: list[Piece] = []
     for i, column in enumerate(columns):
         key = json.dumps(column.name, ensure_ascii=False)
-        parts.append(bound(('{' if i == 0 else '",') + key + ':"'))
+        parts.append(bound(("{" if i == 0 else '",') + key + ':"'))
         parts.append(_escaped(column.value))
     parts.append(bound('"}'))
     return concat(parts)

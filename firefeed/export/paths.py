@@ -23,9 +23,7 @@ def project_export_dir(export_dir: Path, company: str, project: str) -> Path:
         raise UnsafePathError(str(exc)) from exc
 
 
-def resolve_export_path(
-    export_dir: Path, company: str, project: str, rel_path: str, *, gzip: bool = False
-) -> Path:
+def resolve_export_path(export_dir: Path, company: str, project: str, rel_path: str, *, gzip: bool = False) -> Path:
     """The absolute file an export writes, resolved through any existing symlinks.
 
     With `gzip`, ".gz" is appended unless `rel_path` already ends with it, so a
@@ -46,16 +44,13 @@ def resolve_export_path(
         or ".." in pure.parts
         or (len(text) > 1 and text[1] == ":")
     ):
-        raise UnsafePathError(
-            f"export path {rel_path!r} must be relative to the project's export folder"
-        )
+        raise UnsafePathError(f"export path {rel_path!r} must be relative to the project's export folder")
     if gzip and not text.endswith(GZIP_SUFFIX):
         text += GZIP_SUFFIX
     root = base.resolve()
     target = (root / text).resolve()
     if target == root or not target.is_relative_to(root):
         raise UnsafePathError(
-            f"export path {rel_path!r} resolves to {target}, outside the project's export "
-            f"folder {root}"
+            f"export path {rel_path!r} resolves to {target}, outside the project's export folder {root}"
         )
     return target

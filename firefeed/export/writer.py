@@ -40,9 +40,7 @@ class ExportResult:
     sha256: str
 
 
-def _rendering(
-    export: ExportSpec, columns: Sequence[OutputColumn], title: str | None, link: str | None
-) -> Rendering:
+def _rendering(export: ExportSpec, columns: Sequence[OutputColumn], title: str | None, link: str | None) -> Rendering:
     if export.format in ("csv", "tsv"):
         return render_delimited(columns, export.format)
     if export.format == "json":
@@ -101,6 +99,4 @@ def write_export(
         raise ExportError(export.name, f"reading the items failed: {message}") from exc
     except OSError as exc:
         raise ExportError(export.name, f"writing {dest} failed: {exc}") from exc
-    return ExportResult(
-        name=export.name, path=str(dest), rows=rows, bytes=out.bytes, sha256=out.sha256
-    )
+    return ExportResult(name=export.name, path=str(dest), rows=rows, bytes=out.bytes, sha256=out.sha256)

@@ -48,9 +48,7 @@ def strip_suffix(name: str) -> str:
     return name
 
 
-def decompress(
-    path: Path, kind: Compression, *, dest_dir: Path, max_bytes: int, source: str
-) -> tuple[Path, str]:
+def decompress(path: Path, kind: Compression, *, dest_dir: Path, max_bytes: int, source: str) -> tuple[Path, str]:
     """Write the decompressed content of `path` to a new temp file in `dest_dir`.
 
     Returns the temp file and the inner file name (a zip member's base name, or
@@ -105,14 +103,10 @@ def _unzip(path: Path, out: IO[bytes], *, max_bytes: int, source: str) -> str:
             if len(members) > 1:
                 names = ", ".join(m.filename for m in members[:20])
                 more = f" and {len(members) - 20} more" if len(members) > 20 else ""
-                raise FetchError(
-                    source, f"the zip archive must hold exactly one file, it holds {names}{more}"
-                )
+                raise FetchError(source, f"the zip archive must hold exactly one file, it holds {names}{more}")
             member = members[0]
             if member.file_size > max_bytes:  # declared size: refuse before inflating anything
-                raise FetchError(
-                    source, f"decompressed size exceeds the size cap of {max_bytes} bytes"
-                )
+                raise FetchError(source, f"decompressed size exceeds the size cap of {max_bytes} bytes")
             with archive.open(member) as src:
                 _copy_capped(src, out, max_bytes=max_bytes, source=source)
             return PurePosixPath(member.filename.replace("\\", "/")).name

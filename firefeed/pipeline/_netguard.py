@@ -43,9 +43,7 @@ def url_kind(source: str, url: str) -> str:
         return "http"
     if scheme == "file":
         return "file"
-    raise UnsafeURLError(
-        source, f"URL scheme {scheme!r} is not allowed; use http://, https://, file:// or a path"
-    )
+    raise UnsafeURLError(source, f"URL scheme {scheme!r} is not allowed; use http://, https://, file:// or a path")
 
 
 def is_public_address(address: IPAddress) -> bool:
@@ -106,11 +104,7 @@ def resolve_public(source: str, host: str, port: int) -> list[str]:
             raise httpx.ConnectError(f"host {host!r} has no IP address")
     for address in addresses:
         if not is_public_address(address):
-            where = (
-                f"address {host} is"
-                if literal is not None
-                else f"host {host!r} resolves to {address},"
-            )
+            where = f"address {host} is" if literal is not None else f"host {host!r} resolves to {address},"
             raise UnsafeURLError(
                 source,
                 f"{where} a non-public address; set FIREFEED_FETCH_ALLOWED_HOSTS "
@@ -137,8 +131,7 @@ def resolve_local_path(source: str, url: str, *, base_dir: Path | None, settings
     roots = [r.resolve() for r in (base_dir, settings.local_sources_root) if r is not None]
     if not roots:
         raise UnsafePathError(
-            f"source {source!r}: local files are not allowed here; "
-            "set FIREFEED_LOCAL_SOURCES_ROOT to allow a folder"
+            f"source {source!r}: local files are not allowed here; set FIREFEED_LOCAL_SOURCES_ROOT to allow a folder"
         )
     candidate = written if written.is_absolute() else roots[0] / written
     # resolve() follows every symlink, so a link pointing out of the root is caught here.
@@ -211,7 +204,5 @@ def guarded_client(*, source: str, settings: Settings) -> Iterator[httpx.Client]
     """
     timeout = httpx.Timeout(settings.fetch_timeout_s)
     transport = GuardedTransport(source=source, settings=settings)
-    with httpx.Client(
-        transport=transport, timeout=timeout, follow_redirects=False, trust_env=False
-    ) as client:
+    with httpx.Client(transport=transport, timeout=timeout, follow_redirects=False, trust_env=False) as client:
         yield client

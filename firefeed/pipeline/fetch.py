@@ -264,9 +264,7 @@ def _try_http(
         raise FetchError(source, f"more than {MAX_REDIRECTS} redirects from {redact_url(url)}")
 
 
-def _headers_for_redirect(
-    origin: httpx.URL, target: httpx.URL, headers: dict[str, str]
-) -> dict[str, str]:
+def _headers_for_redirect(origin: httpx.URL, target: httpx.URL, headers: dict[str, str]) -> dict[str, str]:
     """The source's own headers (credentials, API keys) go only to the origin the spec named.
 
     httpx drops just Authorization on a cross-origin redirect; a custom key
@@ -275,11 +273,7 @@ def _headers_for_redirect(
     """
     same_host = target.host == origin.host
     upgrade = origin.scheme == "http" and target.scheme == "https"
-    if (
-        same_host
-        and (target.scheme == origin.scheme or upgrade)
-        and (target.port == origin.port or upgrade)
-    ):
+    if same_host and (target.scheme == origin.scheme or upgrade) and (target.port == origin.port or upgrade):
         return headers
     kept = {"user-agent", "if-none-match", "if-modified-since"}
     return {k: v for k, v in headers.items() if k.lower() in kept}
@@ -416,25 +410,19 @@ def _fetch_local(
         out = _finish(path, path.name, kind, source=source, dest_dir=dest_dir, settings=settings)
     except OSError as exc:
         # strerror only: the message names the path as written, not where it resolved to.
-        raise FetchError(
-            source, f"cannot read {url}: {exc.strerror or type(exc).__name__}"
-        ) from exc
+        raise FetchError(source, f"cannot read {url}: {exc.strerror or type(exc).__name__}") from exc
     return FetchResult(out, size, False, validators, None, final_url)
 
 
 # ---------------------------------------------------------------- shared
 
 
-def _finish(
-    raw: Path, name: str, kind: Compression, *, source: str, dest_dir: Path, settings: Settings
-) -> Path:
+def _finish(raw: Path, name: str, kind: Compression, *, source: str, dest_dir: Path, settings: Settings) -> Path:
     """Decompress `raw` (left in place) if needed; give the result its final name in one rename."""
     if kind == "none":
         ready, inner = raw, ""
     else:
-        ready, inner = decompress(
-            raw, kind, dest_dir=dest_dir, max_bytes=settings.fetch_max_bytes, source=source
-        )
+        ready, inner = decompress(raw, kind, dest_dir=dest_dir, max_bytes=settings.fetch_max_bytes, source=source)
     try:
         final = dest_dir / _file_name(source, inner or strip_suffix(name))
         os.replace(ready, final)

@@ -157,9 +157,7 @@ class JobStore:
 
     def cancel(self, job_id: int) -> None:
         with self.sessions() as s, s.begin():
-            s.execute(
-                update(PipelineJob).where(PipelineJob.id == job_id).values(status="CANCELLED", finished_at=now())
-            )
+            s.execute(update(PipelineJob).where(PipelineJob.id == job_id).values(status="CANCELLED", finished_at=now()))
 
     def states(self, job_ids: Sequence[int]) -> list[JobState]:
         with self.sessions() as s:

@@ -1,8 +1,11 @@
-"""Real `firefeed worker` processes (one per queue) against Redis, for the distributed tests."""
+"""Real `firefeed worker` processes (one per queue) against Redis, for the distributed tests.
+
+Without Redis (tests/services.py), `in_process_worker` is the fallback: Celery's own test
+worker in this process, on the in-memory broker, consuming every queue (the one-process mode).
+"""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -13,7 +16,8 @@ from pathlib import Path
 
 import redis
 
-REDIS_URL = os.environ.get("FIREFEED_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+from tests.services import REDIS_URL, backend_for
+
 FIREFEED = str(Path(sys.executable).with_name("firefeed"))
 
 
@@ -25,7 +29,7 @@ def use_broker(url: str) -> None:
     app._pool = None
     app.amqp._producer_pool = None
     app.conf.broker_url = url
-    app.conf.result_backend = url if url.startswith("redis") else "cache+memory://"
+    app.conf.result_backend = backend_for(url)
 
 
 def flush_redis(url: str = REDIS_URL) -> None:
@@ -74,3 +78,37 @@ def celery_workers(
                 p.kill()
         for log in logs:
             log.close()
+
+
+def purge_memory_broker() -> None:
+    """Empty the in-memory broker's queues: they live as long as the process, and other tests send to them."""
+    from kombu.transport.memory import Channel
+
+    for queue in list(Channel.queues.values()):
+        with queue.mutex:
+            queue.queue.clear()
+
+
+@contextmanager
+def in_process_worker(queues: tuple[str, ...] | None = None, concurrency: int = 3) -> Iterator[object]:
+    """Celery's in-process test worker (thread pool) on the app's current broker; step jobs run in place."""
+    from celery.contrib.testing.worker import start_worker
+
+    from firefeed.celery_app import app
+    from firefeed.tasks.dispatch import note_worker_queues
+    from firefeed.tasks.queues import ALL_QUEUES
+
+    if app.conf.broker_url.startswith("memory://"):
+        purge_memory_broker()  # messages other tests left would run here, against their finished tests
+    try:
+        with start_worker(
+            app,
+            queues=list(queues or ALL_QUEUES),
+            pool="threads",
+            concurrency=concurrency,
+            perform_ping_check=False,
+            shutdown_timeout=30,
+        ):
+            yield app
+    finally:
+        note_worker_queues(set())

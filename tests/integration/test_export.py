@@ -31,11 +31,42 @@ pytestmark = pytest.mark.integration
 COMPANY = "exptest"
 SCHEMA = company_schema(COMPANY)
 LONG = "ü" + "x" * 198 + "é"  # 200 characters, over the 63-byte identifier limit
-FIELDS = ["id", "title", 'say "hi"', "semi;colon", "ünï 🚀", LONG, "color", "color_2",
-          "select", "50% off", "%s", "availability", "price"]
-HOSTILE = ["", '"quoted"', "a,b;c", "line1\nline2", "cr\r\nlf", "tab\there", "back\\slash\\",
-           "<&>", "ctl\x01\x02\x0b\x1fend", "emoji 🔥👍🏽", "\\N", "\\.", " lead and trail ",
-           "]]>", "nc\ufffe\uffffx", "quote'single", "\x07", "日本語", "{{not a template}}"]
+FIELDS = [
+    "id",
+    "title",
+    'say "hi"',
+    "semi;colon",
+    "ünï 🚀",
+    LONG,
+    "color",
+    "color_2",
+    "select",
+    "50% off",
+    "%s",
+    "availability",
+    "price",
+]
+HOSTILE = [
+    "",
+    '"quoted"',
+    "a,b;c",
+    "line1\nline2",
+    "cr\r\nlf",
+    "tab\there",
+    "back\\slash\\",
+    "<&>",
+    "ctl\x01\x02\x0b\x1fend",
+    "emoji 🔥👍🏽",
+    "\\N",
+    "\\.",
+    " lead and trail ",
+    "]]>",
+    "nc\ufffe\uffffx",
+    "quote'single",
+    "\x07",
+    "日本語",
+    "{{not a template}}",
+]
 
 
 def _items() -> list[dict[str, str]]:
@@ -82,13 +113,18 @@ def db(database_url: str) -> Iterator[Engine]:
 
 
 def spec(**export: Any) -> ExportSpec:
-    raw = {"company": COMPANY, "project": "p1", "sources": [{"name": "main", "url": "x.csv"}],
-           "exports": [{"name": "e", "path": "out.dat", **export}]}
+    raw = {
+        "company": COMPANY,
+        "project": "p1",
+        "sources": [{"name": "main", "url": "x.csv"}],
+        "exports": [{"name": "e", "path": "out.dat", **export}],
+    }
     return ProjectSpec.model_validate(raw).exports[0]
 
 
-def run(db: Engine, tmp_path: Path, export: ExportSpec, table: str = "items_ordered",
-        **kw: Any) -> tuple[ExportResult, bytes]:
+def run(
+    db: Engine, tmp_path: Path, export: ExportSpec, table: str = "items_ordered", **kw: Any
+) -> tuple[ExportResult, bytes]:
     dest = resolve_export_path(tmp_path, COMPANY, "p1", export.path, gzip=export.gzip)
     result = write_export(db, schema=SCHEMA, table=table, fields=FIELDS, export=export, dest=dest, **kw)
     data = dest.read_bytes()
@@ -115,8 +151,7 @@ def expected_rows(items: Sequence[dict[str, str]] = ITEMS) -> list[list[str]]:
 
 
 @pytest.mark.parametrize(("fmt", "delimiter"), [("csv", ","), ("tsv", "\t")])
-def test_delimited_round_trips_hostile_names_and_values(db: Engine, tmp_path: Path, fmt: str,
-                                                        delimiter: str) -> None:
+def test_delimited_round_trips_hostile_names_and_values(db: Engine, tmp_path: Path, fmt: str, delimiter: str) -> None:
     result, data = run(db, tmp_path, spec(format=fmt))
     rows = parse_delimited(data, delimiter)
     assert rows[0] == FIELDS
@@ -174,8 +209,7 @@ def test_google_xml_parses_and_round_trips_values(db: Engine, tmp_path: Path) ->
     assert len(items) == len(ITEMS) == result.rows
     for element, item in zip(items, ITEMS, strict=True):
         got = [(etree.QName(child).localname, child.text or "") for child in element]
-        want = [(name, xml_value(item[f])) for name, f in zip(names, FIELDS, strict=True)
-                if xml_value(item[f]) != ""]
+        want = [(name, xml_value(item[f])) for name, f in zip(names, FIELDS, strict=True) if xml_value(item[f]) != ""]
         assert got == want
 
 
@@ -192,8 +226,15 @@ def test_xml_names_are_made_valid_and_unique() -> None:
 
 
 def test_fields_map_names_missing_fields_and_templates(db: Engine, tmp_path: Path) -> None:
-    fields = {"ID": "id", "price": "{price} EUR", "ghost": "no_such_field", "braces": "{{literal}}",
-              "mixed": "{title}|{nope}|{50% off}", "long " + LONG: LONG, "50%": "%s"}
+    fields = {
+        "ID": "id",
+        "price": "{price} EUR",
+        "ghost": "no_such_field",
+        "braces": "{{literal}}",
+        "mixed": "{title}|{nope}|{50% off}",
+        "long " + LONG: LONG,
+        "50%": "%s",
+    }
     _, data = run(db, tmp_path, spec(format="csv", fields=fields))
     rows = parse_delimited(data, ",")
     assert rows[0] == list(fields)
@@ -211,16 +252,19 @@ def test_where_filters_items_after_rules(db: Engine, tmp_path: Path) -> None:
 
 
 def test_where_on_a_hostile_field_name(db: Engine, tmp_path: Path) -> None:
-    where = {"any": [{"field": "50% off", "op": "eq", "value": ITEMS[1]["50% off"]},
-                     {"field": "id", "op": "eq", "value": "id-4"}]}
+    where = {
+        "any": [
+            {"field": "50% off", "op": "eq", "value": ITEMS[1]["50% off"]},
+            {"field": "id", "op": "eq", "value": "id-4"},
+        ]
+    }
     _, data = run(db, tmp_path, spec(format="jsonl", fields={"id": "id"}, where=where))
     ids = [json.loads(line)["id"] for line in data.splitlines()]
     assert ids == [i["id"] for i in ITEMS if i["50% off"] == ITEMS[1]["50% off"] or i["id"] == "id-4"]
 
 
 @pytest.mark.parametrize("fmt", ["csv", "json", "google-xml"])
-def test_items_come_out_in_ff_ord_order_whatever_the_physical_order(db: Engine, tmp_path: Path,
-                                                                      fmt: str) -> None:
+def test_items_come_out_in_ff_ord_order_whatever_the_physical_order(db: Engine, tmp_path: Path, fmt: str) -> None:
     _, ordered = run(db, tmp_path, spec(format=fmt, path="a.out"))
     _, shuffled = run(db, tmp_path, spec(format=fmt, path="b.out"), table="items_shuffled")
     assert shuffled == ordered
@@ -256,19 +300,25 @@ def failing_view(db: Engine) -> Iterator[str]:
     cols = [ident(column_for_field(f)) for f in FIELDS]
     select = [ident(ORD), ident(KEY), ident(SRC)] + [
         sql.SQL("CASE WHEN {o} = 3 THEN (1 / ({o} - 3))::text ELSE {c} END AS {c}").format(o=ident(ORD), c=c)
-        if f == "title" else c for f, c in zip(FIELDS, cols, strict=True)
+        if f == "title"
+        else c
+        for f, c in zip(FIELDS, cols, strict=True)
     ]
     with raw_connection(db) as conn, conn.cursor() as cur:
-        cur.execute(sql.SQL("CREATE OR REPLACE VIEW {} AS SELECT {} FROM {}").format(
-            ident(SCHEMA, "items_failing"), sql.SQL(", ").join(select), ident(SCHEMA, "items_ordered")))
+        cur.execute(
+            sql.SQL("CREATE OR REPLACE VIEW {} AS SELECT {} FROM {}").format(
+                ident(SCHEMA, "items_failing"), sql.SQL(", ").join(select), ident(SCHEMA, "items_ordered")
+            )
+        )
     yield "items_failing"
     with raw_connection(db) as conn, conn.cursor() as cur:
         cur.execute(sql.SQL("DROP VIEW {}").format(ident(SCHEMA, "items_failing")))
 
 
 @pytest.mark.parametrize("gz", [False, True])
-def test_a_failure_midway_leaves_the_previous_file_untouched(db: Engine, tmp_path: Path,
-                                                              failing_view: str, gz: bool) -> None:
+def test_a_failure_midway_leaves_the_previous_file_untouched(
+    db: Engine, tmp_path: Path, failing_view: str, gz: bool
+) -> None:
     export = spec(format="csv", gzip=gz)
     _, before = run(db, tmp_path, export)
     dest = resolve_export_path(tmp_path, COMPANY, "p1", export.path, gzip=gz)
@@ -281,8 +331,7 @@ def test_a_failure_midway_leaves_the_previous_file_untouched(db: Engine, tmp_pat
 def test_a_missing_table_is_an_export_error_and_writes_nothing(db: Engine, tmp_path: Path) -> None:
     dest = resolve_export_path(tmp_path, COMPANY, "p1", "new.csv")
     with pytest.raises(ExportError):
-        write_export(db, schema=SCHEMA, table="no_such_table", fields=FIELDS, export=spec(format="csv"),
-                     dest=dest)
+        write_export(db, schema=SCHEMA, table="no_such_table", fields=FIELDS, export=spec(format="csv"), dest=dest)
     assert list(dest.parent.iterdir()) == []
 
 
@@ -313,26 +362,27 @@ def big_table(db: Engine) -> str:
     service.create_project_table(COMPANY, table)
     service.add_columns(COMPANY, table, BIG_FIELDS)
     with raw_connection(db) as conn, conn.cursor() as cur:
-        cur.execute(sql.SQL(
-            "INSERT INTO {} SELECT g, 'k' || g, 0, 'k' || g, repeat('<b&a\"r> ', 90) || g,"
-            " CASE WHEN g %% 7 = 0 THEN E'two\\nlines\\r' WHEN g %% 11 = 0 THEN E'ctl\\x01\\x02\\x1f'"
-            " WHEN g %% 13 = 0 THEN '' ELSE 'plain' END FROM generate_series(1, %s) g"
-        ).format(ident(SCHEMA, table)), (BIG_ROWS,))
+        cur.execute(
+            sql.SQL(
+                "INSERT INTO {} SELECT g, 'k' || g, 0, 'k' || g, repeat('<b&a\"r> ', 90) || g,"
+                " CASE WHEN g %% 7 = 0 THEN E'two\\nlines\\r' WHEN g %% 11 = 0 THEN E'ctl\\x01\\x02\\x1f'"
+                " WHEN g %% 13 = 0 THEN '' ELSE 'plain' END FROM generate_series(1, %s) g"
+            ).format(ident(SCHEMA, table)),
+            (BIG_ROWS,),
+        )
     return table
 
 
 def big_expected() -> list[list[str]]:
     rows = []
     for g in range(1, BIG_ROWS + 1):
-        note = ("two\nlines\r" if g % 7 == 0 else "ctl\x01\x02\x1f" if g % 11 == 0
-                else "" if g % 13 == 0 else "plain")
+        note = "two\nlines\r" if g % 7 == 0 else "ctl\x01\x02\x1f" if g % 11 == 0 else "" if g % 13 == 0 else "plain"
         rows.append([f"k{g}", '<b&a"r> ' * 90 + str(g), note])
     return rows
 
 
 @pytest.mark.parametrize("fmt", ["csv", "json", "jsonl", "google-xml"])
-def test_many_items_keep_order_and_values_across_batches(db: Engine, tmp_path: Path, big_table: str,
-                                                         fmt: str) -> None:
+def test_many_items_keep_order_and_values_across_batches(db: Engine, tmp_path: Path, big_table: str, fmt: str) -> None:
     export = spec(format=fmt)
     dest = resolve_export_path(tmp_path, COMPANY, "p1", export.path)
     result = write_export(db, schema=SCHEMA, table=big_table, fields=BIG_FIELDS, export=export, dest=dest)

@@ -19,6 +19,7 @@ from firefeed.runs.service import RunStore
 from firefeed.spec.loader import load_spec_file
 from tests.integration.celery_workers import FIREFEED, celery_workers, flush_redis
 from tests.integration.conftest import write_csv
+from tests.services import requires_redis
 from tests.unit.test_metrics import promtool_check
 
 pytestmark = pytest.mark.integration
@@ -133,10 +134,12 @@ def fleet(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         flower_log.close()
 
 
+@requires_redis
 def test_the_run_through_the_fleet_succeeded(fleet: dict[str, Any]) -> None:
     assert fleet["status"] == "SUCCEEDED"
 
 
+@requires_redis
 def test_flowers_api_lists_the_finished_root_task_behind_basic_auth(fleet: dict[str, Any]) -> None:
     url = f"{fleet['flower']}/api/tasks"
     assert httpx.get(url, timeout=5).status_code == 401
@@ -159,6 +162,7 @@ def test_flower_refuses_to_start_without_a_password() -> None:
     assert "FIREFEED_FLOWER_PASSWORD" in done.stderr
 
 
+@requires_redis
 def test_each_worker_serves_every_childs_metrics_on_its_port_and_passes_promtool(fleet: dict[str, Any]) -> None:
     totals: dict[str, float] = {}
     for offset, queue in enumerate(("pipeline", "import", "rules", "export")):
@@ -177,6 +181,7 @@ def test_each_worker_serves_every_childs_metrics_on_its_port_and_passes_promtool
     ]
 
 
+@requires_redis
 def test_the_workers_log_lines_of_the_run_carry_its_run_id(fleet: dict[str, Any]) -> None:
     text = (fleet["logs"] / "worker-pipeline.log").read_text(encoding="utf-8", errors="replace")
     text += (fleet["logs"] / "worker-export.log").read_text(encoding="utf-8", errors="replace")

@@ -23,6 +23,7 @@ from firefeed.runs.service import RunStore
 from firefeed.schema.service import SchemaService
 from firefeed.spec.loader import load_spec_file
 from tests.integration.conftest import write_csv
+from tests.services import requires_redis
 from tests.unit.test_metrics import promtool_check
 
 pytestmark = pytest.mark.integration
@@ -165,6 +166,7 @@ def test_every_log_record_written_inside_the_run_carries_its_run_id(finished_run
     assert f'"run_id": "{finished_run["run_id"]}"' in doc
 
 
+@requires_redis
 def test_the_fleet_gauges_read_active_runs_rules_tmp_tables_and_queue_depth(
     finished_run: dict[str, Any], engine: Engine
 ) -> None:

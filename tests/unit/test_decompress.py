@@ -34,16 +34,11 @@ def temp_files(folder: Path) -> list[str]:
 
 
 def test_auto_detects_gzip_by_magic_whatever_the_name(tmp_path: Path) -> None:
-    assert (
-        detect(write(tmp_path / "feed", gzip.compress(DATA)), "auto", "feed.csv", source="s")
-        == "gzip"
-    )
+    assert detect(write(tmp_path / "feed", gzip.compress(DATA)), "auto", "feed.csv", source="s") == "gzip"
 
 
 def test_auto_detects_zip_by_magic_or_suffix(tmp_path: Path) -> None:
-    assert (
-        detect(make_zip(tmp_path / "a", {"x.csv": DATA}), "auto", "download", source="s") == "zip"
-    )
+    assert detect(make_zip(tmp_path / "a", {"x.csv": DATA}), "auto", "download", source="s") == "zip"
     assert detect(write(tmp_path / "b", b"junk" + DATA), "auto", "feed.ZIP", source="s") == "zip"
 
 
@@ -82,9 +77,7 @@ def test_gzip_is_decompressed_including_several_members(tmp_path: Path) -> None:
 
 
 def test_a_zip_with_one_file_and_folders_gives_that_file(tmp_path: Path) -> None:
-    src = make_zip(
-        tmp_path / "f.zip", {"export/2025/products.csv": DATA}, dirs=("export/", "export/2025/")
-    )
+    src = make_zip(tmp_path / "f.zip", {"export/2025/products.csv": DATA}, dirs=("export/", "export/2025/"))
     out, inner = decompress(src, "zip", dest_dir=tmp_path, max_bytes=1000, source="s")
     assert out.read_bytes() == DATA and inner == "products.csv"
 
@@ -105,9 +98,7 @@ def test_an_empty_zip_is_an_error(tmp_path: Path) -> None:
 def test_a_gzip_bomb_stops_at_the_cap(tmp_path: Path) -> None:
     packer = zlib.compressobj(9, zlib.DEFLATED, 31)
     chunk = b"\0" * (1 << 20)
-    src = write(
-        tmp_path / "bomb.gz", b"".join(packer.compress(chunk) for _ in range(64)) + packer.flush()
-    )
+    src = write(tmp_path / "bomb.gz", b"".join(packer.compress(chunk) for _ in range(64)) + packer.flush())
     with pytest.raises(FetchError, match="decompressed size exceeds the size cap of 2097152 bytes"):
         decompress(src, "gzip", dest_dir=tmp_path, max_bytes=2 << 20, source="s")
     assert temp_files(tmp_path) == []
@@ -139,9 +130,7 @@ def test_a_zip_member_that_lies_about_its_size_still_stops_at_the_cap(tmp_path: 
 @pytest.mark.parametrize("data", [b"\x1f\x8bnot really gzip", gzip.compress(DATA)[:-6]])
 def test_a_broken_gzip_is_a_fetch_error(tmp_path: Path, data: bytes) -> None:
     with pytest.raises(FetchError, match="not a valid gzip file"):
-        decompress(
-            write(tmp_path / "f.gz", data), "gzip", dest_dir=tmp_path, max_bytes=1000, source="s"
-        )
+        decompress(write(tmp_path / "f.gz", data), "gzip", dest_dir=tmp_path, max_bytes=1000, source="s")
     assert temp_files(tmp_path) == []
 
 

@@ -30,16 +30,29 @@ def test_backslashes_count_as_separators(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "rel",
-    ["../x.csv", "a/../../x.csv", "..\\x.csv", "/etc/passwd", "\\etc\\passwd", "~/x.csv",
-     "C:/x.csv", "", "  ", ".", "a/..", "x\x00.csv"],
+    [
+        "../x.csv",
+        "a/../../x.csv",
+        "..\\x.csv",
+        "/etc/passwd",
+        "\\etc\\passwd",
+        "~/x.csv",
+        "C:/x.csv",
+        "",
+        "  ",
+        ".",
+        "a/..",
+        "x\x00.csv",
+    ],
 )
 def test_paths_that_leave_the_folder_are_refused(tmp_path: Path, rel: str) -> None:
     with pytest.raises(UnsafePathError):
         resolve_export_path(tmp_path, "acme", "p1", rel)
 
 
-@pytest.mark.parametrize(("company", "project"), [("../acme", "p1"), ("acme", "../p1"), ("Acme", "p1"),
-                                                  ("acme", "p/1"), ("", "p1")])
+@pytest.mark.parametrize(
+    ("company", "project"), [("../acme", "p1"), ("acme", "../p1"), ("Acme", "p1"), ("acme", "p/1"), ("", "p1")]
+)
 def test_bad_company_or_project_ids_are_refused(tmp_path: Path, company: str, project: str) -> None:
     with pytest.raises(UnsafePathError):
         resolve_export_path(tmp_path, company, project, "x.csv")

@@ -59,9 +59,7 @@ class FeedServer:
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 server.hits[path] += 1
-                server.headers.setdefault(path, []).append(
-                    {k.lower(): v for k, v in self.headers.items()}
-                )
+                server.headers.setdefault(path, []).append({k.lower(): v for k, v in self.headers.items()})
                 route = server.routes.get(path)
                 if route is None:
                     self.send_error(404)
@@ -74,9 +72,7 @@ class FeedServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(
-            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}
-        )
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05})
         self.thread.start()
 
     def url(self, path: str, host: str = "127.0.0.1") -> str:
@@ -141,11 +137,7 @@ def fetch(url: str, tmp_path: Path, **kwargs: Any) -> FetchResult:
 
 def leftovers(tmp_path: Path) -> list[str]:
     folder = tmp_path / "dl"
-    return (
-        sorted(p.name for p in folder.iterdir() if p.name.endswith(".part"))
-        if folder.exists()
-        else []
-    )
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".part")) if folder.exists() else []
 
 
 # ------------------------------------------------------------ downloads
@@ -160,9 +152,7 @@ def test_a_plain_feed_is_saved_with_its_validators(server: FeedServer, tmp_path:
     assert result.path.parent == tmp_path / "dl" and result.path.name == "main.csv"
     assert result.bytes == len(CSV)
     assert not result.not_modified
-    assert result.validators == Validators(
-        '"v1"', "Wed, 01 Jan 2025 00:00:00 GMT", hashlib.sha256(CSV).hexdigest()
-    )
+    assert result.validators == Validators('"v1"', "Wed, 01 Jan 2025 00:00:00 GMT", hashlib.sha256(CSV).hexdigest())
     assert result.content_type == "text/csv"
     assert result.final_url == server.url("/shoes.csv")
     assert leftovers(tmp_path) == []
@@ -214,9 +204,7 @@ def test_a_matching_etag_gives_not_modified(server: FeedServer, tmp_path: Path) 
 def test_an_unchanged_last_modified_gives_not_modified(server: FeedServer, tmp_path: Path) -> None:
     stamp = "Wed, 01 Jan 2025 00:00:00 GMT"
     server.routes["/f.csv"] = status(304)
-    result = fetch(
-        server.url("/f.csv"), tmp_path, previous=Validators(last_modified=stamp, sha256="abc")
-    )
+    result = fetch(server.url("/f.csv"), tmp_path, previous=Validators(last_modified=stamp, sha256="abc"))
     assert result.not_modified and result.path is None
     assert result.validators.last_modified == stamp and result.validators.sha256 == "abc"
     assert server.headers["/f.csv"][0]["if-modified-since"] == stamp
@@ -241,9 +229,7 @@ def test_the_same_content_again_gives_not_modified(server: FeedServer, tmp_path:
 
 def test_changed_content_is_not_not_modified(server: FeedServer, tmp_path: Path) -> None:
     server.routes["/f.csv"] = body(CSV + b"3,Sock,1\n")
-    result = fetch(
-        server.url("/f.csv"), tmp_path, previous=Validators(sha256=hashlib.sha256(CSV).hexdigest())
-    )
+    result = fetch(server.url("/f.csv"), tmp_path, previous=Validators(sha256=hashlib.sha256(CSV).hexdigest()))
     assert not result.not_modified and result.path is not None
 
 
@@ -265,9 +251,7 @@ def test_a_429_is_retried(server: FeedServer, tmp_path: Path) -> None:
 
 def test_a_lasting_5xx_gives_up_after_the_retries(server: FeedServer, tmp_path: Path) -> None:
     server.routes["/f.csv"] = status(500)
-    with pytest.raises(
-        FetchError, match=r"HTTP 500 from http://127\.0\.0\.1:\d+/f\.csv \(gave up after 3 tries\)"
-    ):
+    with pytest.raises(FetchError, match=r"HTTP 500 from http://127\.0\.0\.1:\d+/f\.csv \(gave up after 3 tries\)"):
         fetch(server.url("/f.csv"), tmp_path)
     assert server.hits["/f.csv"] == 3
 
@@ -275,9 +259,7 @@ def test_a_lasting_5xx_gives_up_after_the_retries(server: FeedServer, tmp_path: 
 @pytest.mark.parametrize("code", [400, 401, 403, 404, 410])
 def test_a_4xx_is_not_retried(server: FeedServer, tmp_path: Path, code: int) -> None:
     server.routes["/f.csv"] = status(code)
-    with pytest.raises(
-        FetchError, match=rf"HTTP {code} from http://127\.0\.0\.1:\d+/f\.csv"
-    ) as err:
+    with pytest.raises(FetchError, match=rf"HTTP {code} from http://127\.0\.0\.1:\d+/f\.csv") as err:
         fetch(server.url("/f.csv"), tmp_path)
     assert err.value.source == "main"
     assert server.hits["/f.csv"] == 1
@@ -370,9 +352,7 @@ def test_an_endless_body_stops_at_the_size_cap(server: FeedServer, tmp_path: Pat
     assert leftovers(tmp_path) == []
 
 
-def test_a_content_length_over_the_cap_is_refused_up_front(
-    server: FeedServer, tmp_path: Path
-) -> None:
+def test_a_content_length_over_the_cap_is_refused_up_front(server: FeedServer, tmp_path: Path) -> None:
     def huge(h: BaseHTTPRequestHandler) -> None:
         h.send_response(200)
         h.send_header("Content-Length", str(10**12))
@@ -385,9 +365,7 @@ def test_a_content_length_over_the_cap_is_refused_up_front(
     assert leftovers(tmp_path) == []
 
 
-def test_a_content_encoded_body_is_capped_after_decoding(
-    server: FeedServer, tmp_path: Path
-) -> None:
+def test_a_content_encoded_body_is_capped_after_decoding(server: FeedServer, tmp_path: Path) -> None:
     packed = gzip.compress(b"a" * 100_000)
     server.routes["/f.csv"] = body(packed, Content_Encoding="gzip")
     with pytest.raises(FetchError, match="larger than the size cap of 50000 bytes"):
@@ -421,9 +399,7 @@ def test_a_redirect_is_followed(server: FeedServer, tmp_path: Path) -> None:
     assert server.headers["/new.csv"][0]["x-api-key"] == "k"  # same origin keeps the headers
 
 
-def test_a_cross_origin_redirect_drops_the_source_headers(
-    server: FeedServer, tmp_path: Path
-) -> None:
+def test_a_cross_origin_redirect_drops_the_source_headers(server: FeedServer, tmp_path: Path) -> None:
     server.routes["/old"] = status(302, Location=server.url("/new.csv", host="localhost"))
     server.routes["/new.csv"] = body(CSV)
     fetch(
@@ -451,9 +427,7 @@ def test_a_redirect_loop_is_bounded(server: FeedServer, tmp_path: Path) -> None:
         "http://10.0.0.1/x",
     ],
 )
-def test_a_redirect_to_a_private_address_is_refused(
-    server: FeedServer, tmp_path: Path, target: str
-) -> None:
+def test_a_redirect_to_a_private_address_is_refused(server: FeedServer, tmp_path: Path, target: str) -> None:
     server.routes["/go"] = status(302, Location=target.format(port=server.port))
     server.routes["/f.csv"] = body(CSV)
     settings = make_settings(fetch_allow_private=False, fetch_allowed_hosts="127.0.0.1")
@@ -479,9 +453,7 @@ def test_loopback_is_refused_by_default(server: FeedServer, tmp_path: Path) -> N
 
 def test_an_allowed_host_may_be_private(server: FeedServer, tmp_path: Path) -> None:
     server.routes["/f.csv"] = body(CSV)
-    settings = make_settings(
-        fetch_allow_private=False, fetch_allowed_hosts="example.org, 127.0.0.1"
-    )
+    settings = make_settings(fetch_allow_private=False, fetch_allowed_hosts="example.org, 127.0.0.1")
     assert fetch(server.url("/f.csv"), tmp_path, settings=settings).path is not None
 
 
@@ -531,9 +503,7 @@ def test_header_variables_are_read_from_the_environment(
 
 def test_an_unset_header_variable_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("FIREFEED_TEST_NO_SUCH_VAR", raising=False)
-    with pytest.raises(
-        FetchError, match=r"header 'Authorization' uses \$\{FIREFEED_TEST_NO_SUCH_VAR\}"
-    ):
+    with pytest.raises(FetchError, match=r"header 'Authorization' uses \$\{FIREFEED_TEST_NO_SUCH_VAR\}"):
         fetch(
             "http://127.0.0.1:9/f",
             tmp_path,
@@ -606,9 +576,7 @@ def test_an_unchanged_local_file_is_not_modified(tmp_path: Path, spec_dir: Path)
     assert again.not_modified and again.path is None
 
 
-def test_a_compressed_local_file_is_decompressed_into_dest_dir(
-    tmp_path: Path, spec_dir: Path
-) -> None:
+def test_a_compressed_local_file_is_decompressed_into_dest_dir(tmp_path: Path, spec_dir: Path) -> None:
     (spec_dir / "stock.csv.gz").write_bytes(gzip.compress(CSV))
     result = fetch("stock.csv.gz", tmp_path)
     assert result.path == tmp_path / "dl" / "main.csv" and result.path.read_bytes() == CSV
@@ -621,9 +589,7 @@ def test_a_missing_local_file_is_named_as_written(tmp_path: Path, spec_dir: Path
 
 
 @pytest.mark.parametrize("url", ["../secret.csv", "sub/../../secret.csv", "file:../secret.csv"])
-def test_a_path_climbing_out_of_the_spec_folder_is_refused(
-    tmp_path: Path, spec_dir: Path, url: str
-) -> None:
+def test_a_path_climbing_out_of_the_spec_folder_is_refused(tmp_path: Path, spec_dir: Path, url: str) -> None:
     (tmp_path / "secret.csv").write_bytes(CSV)
     with pytest.raises(UnsafePathError, match="outside the allowed folders"):
         fetch(url, tmp_path)
@@ -663,10 +629,7 @@ def test_an_api_spec_reads_inside_the_local_sources_root(tmp_path: Path) -> None
     (root / "stock.csv").write_bytes(CSV)
     settings = make_settings(local_sources_root=root)
     assert fetch("stock.csv", tmp_path, base_dir=None, settings=settings).path == root / "stock.csv"
-    assert (
-        fetch(str(root / "stock.csv"), tmp_path, base_dir=None, settings=settings).path
-        == root / "stock.csv"
-    )
+    assert fetch(str(root / "stock.csv"), tmp_path, base_dir=None, settings=settings).path == root / "stock.csv"
     with pytest.raises(UnsafePathError):
         fetch("../x.csv", tmp_path, base_dir=None, settings=settings)
 

@@ -68,9 +68,7 @@ def test_non_public_addresses_are_not_public(address: str) -> None:
     assert not is_public_address(ipaddress.ip_address(address))
 
 
-@pytest.mark.parametrize(
-    "address", ["8.8.8.8", "93.184.216.34", "2606:4700:4700::1111", "::ffff:8.8.8.8"]
-)
+@pytest.mark.parametrize("address", ["8.8.8.8", "93.184.216.34", "2606:4700:4700::1111", "::ffff:8.8.8.8"])
 def test_public_addresses_are_public(address: str) -> None:
     assert is_public_address(ipaddress.ip_address(address))
 
@@ -90,9 +88,7 @@ def test_url_kinds(url: str, kind: str) -> None:
     assert url_kind("s", url) == kind
 
 
-@pytest.mark.parametrize(
-    "url", ["ftp://x/f", "gopher://x/", "data:,x", "jar:http://x!/", "weird:name.csv"]
-)
+@pytest.mark.parametrize("url", ["ftp://x/f", "gopher://x/", "data:,x", "jar:http://x!/", "weird:name.csv"])
 def test_other_schemes_are_unsafe(url: str) -> None:
     with pytest.raises(UnsafeURLError, match="scheme"):
         url_kind("s", url)
@@ -113,17 +109,13 @@ def fake_getaddrinfo(*answers: str) -> Any:
 def test_a_name_with_one_private_address_among_public_ones_is_refused(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(
-        _netguard.socket, "getaddrinfo", fake_getaddrinfo("93.184.216.34", "10.0.0.5")
-    )
+    monkeypatch.setattr(_netguard.socket, "getaddrinfo", fake_getaddrinfo("93.184.216.34", "10.0.0.5"))
     with pytest.raises(UnsafeURLError, match=r"host 'feeds\.example\.com' resolves to 10\.0\.0\.5"):
         resolve_public("main", "feeds.example.com", 443)
 
 
 def test_a_name_with_only_public_addresses_resolves(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(
-        _netguard.socket, "getaddrinfo", fake_getaddrinfo("93.184.216.34", "2606:4700::1")
-    )
+    monkeypatch.setattr(_netguard.socket, "getaddrinfo", fake_getaddrinfo("93.184.216.34", "2606:4700::1"))
     assert resolve_public("main", "feeds.example.com", 443) == ["93.184.216.34", "2606:4700::1"]
 
 
@@ -176,9 +168,7 @@ def test_the_transport_connects_to_the_checked_address(monkeypatch: pytest.Monke
 
 
 def test_the_transport_tries_the_next_checked_address(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(
-        _netguard.socket, "getaddrinfo", fake_getaddrinfo("2606:4700::1", "93.184.216.34")
-    )
+    monkeypatch.setattr(_netguard.socket, "getaddrinfo", fake_getaddrinfo("2606:4700::1", "93.184.216.34"))
     transport = RecordingTransport(source="main", settings=make_settings(), fail_first=1)
     transport.handle_request(httpx.Request("GET", "http://feeds.example.com:8080/f"))
     assert [str(r.url) for _, r in transport.sent] == [
@@ -196,9 +186,7 @@ def test_the_transport_refuses_before_sending(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_an_exempt_host_is_passed_through_unchanged() -> None:
-    transport = RecordingTransport(
-        source="main", settings=make_settings(fetch_allowed_hosts="intranet.local")
-    )
+    transport = RecordingTransport(source="main", settings=make_settings(fetch_allowed_hosts="intranet.local"))
     transport.handle_request(httpx.Request("GET", "http://intranet.local/f"))
     assert str(transport.sent[0][1].url) == "http://intranet.local/f"
 
