@@ -16,6 +16,7 @@ import dataclasses
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
@@ -117,12 +118,49 @@ class _Beat:
         self._thread.join(timeout=5)
 
 
+_SPECS: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
+_SPECS_LOCK = threading.Lock()
+
+
+def _run_spec(store: RunStore, run_id: str) -> tuple[Any, Any]:
+    """A run's spec, parsed once per process: a worker runs hundreds of chunk jobs of one run."""
+    with _SPECS_LOCK:
+        if run_id in _SPECS:
+            _SPECS.move_to_end(run_id)
+            return _SPECS[run_id]
+    run = store.run(run_id)
+    found = store.project_spec(run.project_id)
+    with _SPECS_LOCK:
+        _SPECS[run_id] = found
+        while len(_SPECS) > 32:
+            _SPECS.popitem(last=False)
+    return found
+
+
+_PLANS: OrderedDict[tuple[str, int, tuple[str, ...]], Any] = OrderedDict()
+
+
+def _pass_plan(ctx: steps.RunContext, pass_no: int, fields: tuple[str, ...]) -> Any:
+    """The plan of one rules pass, computed once per process and run."""
+    from firefeed.rules.executor import plan_passes
+
+    key = (ctx.run_id, pass_no, fields)
+    with _SPECS_LOCK:
+        if key in _PLANS:
+            return _PLANS[key]
+    plan = plan_passes(ctx.spec.parsed_rules, list(fields))[pass_no - 1]
+    with _SPECS_LOCK:
+        _PLANS[key] = plan
+        while len(_PLANS) > 64:
+            _PLANS.popitem(last=False)
+    return plan
+
+
 def load_context(run_id: str, settings: Settings | None = None, engine: Engine | None = None) -> steps.RunContext:
     settings = settings or get_settings()
     engine = engine or get_engine()
     store = RunStore(engine)
-    run = store.run(run_id)
-    spec, spec_dir = store.project_spec(run.project_id)
+    spec, spec_dir = _run_spec(store, run_id)
     return steps.RunContext(
         run_id=run_id,
         spec=spec,
@@ -278,12 +316,14 @@ def _rules_job(ctx: steps.RunContext, job: JobState, jobs: JobStore) -> dict[str
 def _rules_chunk_job(ctx: steps.RunContext, job: JobState, jobs: JobStore) -> dict[str, Any] | None:
     """One chunk of one rules pass; its rows and its job's SUCCEEDED land in one transaction."""
     from firefeed.db.engine import raw_connection
-    from firefeed.rules.executor import plan_passes, run_pass_chunk
+    from firefeed.rules.executor import run_pass_chunk
 
     p = job.params or {}
-    plan = plan_passes(ctx.spec.parsed_rules, p["fields"])[job.pass_no - 1]
+    plan = _pass_plan(ctx, job.pass_no, tuple(p["fields"]))
     with raw_connection(ctx.engine) as conn:
-        counts = run_pass_chunk(conn, plan, p["src"], p["dst"], p["lo"], p["hi"], company=ctx.spec.company)
+        counts = run_pass_chunk(
+            conn, plan, p["src"], p["dst"], p["lo"], p["hi"], company=ctx.spec.company, rows_in=p.get("rows")
+        )
         jobs.succeed(
             job.id,
             {
@@ -437,9 +477,9 @@ class _Driver:
                     "rules_chunk",
                     idx=i,
                     pass_no=plan.number,
-                    params={"fields": fields, "src": src, "dst": dst, "lo": lo, "hi": hi},
+                    params={"fields": fields, "src": src, "dst": dst, "lo": lo, "hi": hi, "rows": n},
                 )
-                for i, (lo, hi) in enumerate(bounds)
+                for i, ((lo, hi), n) in enumerate(zip(bounds, self.chunk_rows(bounds, current), strict=True))
             ]
             results = [s.result or {} for s in self.run_jobs("rules_chunk", specs)]
             for res in results:
@@ -459,6 +499,13 @@ class _Driver:
             "rows_in": rows_in,
             "rows_out": current,
         }
+
+    def chunk_rows(self, bounds: list[tuple[int | None, int | None]], total: int) -> list[int]:
+        """Items per chunk: FIREFEED_CHUNK_ROWS each, the rest in the last (bounds cut at every n-th item)."""
+        size = self.ctx.settings.chunk_rows
+        if len(bounds) == 1:
+            return [total]
+        return [size] * (len(bounds) - 1) + [total - size * (len(bounds) - 1)]
 
     def chunk_bounds(self, table: str) -> list[tuple[int | None, int | None]]:
         """Position ranges of about FIREFEED_CHUNK_ROWS items each (one open range for a small table)."""
