@@ -322,7 +322,15 @@ def _rules_chunk_job(ctx: steps.RunContext, job: JobState, jobs: JobStore) -> di
     plan = _pass_plan(ctx, job.pass_no, tuple(p["fields"]))
     with raw_connection(ctx.engine) as conn:
         counts = run_pass_chunk(
-            conn, plan, p["src"], p["dst"], p["lo"], p["hi"], company=ctx.spec.company, rows_in=p.get("rows")
+            conn,
+            plan,
+            p["src"],
+            p["dst"],
+            p["lo"],
+            p["hi"],
+            company=ctx.spec.company,
+            rows_in=p.get("rows"),
+            prepare=True,
         )
         jobs.succeed(
             job.id,

@@ -8,6 +8,7 @@ All DDL goes through the SchemaService; this module only INSERTs and SELECTs.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 from psycopg2 import sql
 from sqlalchemy import Engine
 
-from firefeed.db.engine import raw_connection
+from firefeed.db.engine import raw_connection, render_for_binding
 from firefeed.rules._plan import PassPlan, plan_passes
 from firefeed.rules.model import Rule, branch_excludes
 from firefeed.rules.sqlgen import count_select, pass_insert
@@ -85,12 +86,14 @@ def run_pass_chunk(
     *,
     company: str,
     rows_in: int | None = None,
+    prepare: bool = False,
 ) -> ChunkCounts:
     """Write the rows of `src_table` with _ff_ord in [lo, hi] (all when both are None) through the pass.
 
     `conn` is a psycopg2 connection in a transaction (the caller commits). For a
     pass that excludes, `rows_in` (the chunk's input rows, when the caller knows
-    them) spares a count of the source chunk.
+    them) spares a count of the source chunk. `prepare` runs the pass as a prepared
+    statement of the connection: a pass is planned once, not once per chunk.
     """
     schema = company_schema(company)
     source, target = ident(schema, src_table), ident(schema, dst_table)
@@ -104,8 +107,11 @@ def run_pass_chunk(
             counted = count_select(plan, source, lo, hi)
             cur.execute(counted.sql, counted.params)
             rows_in, when_count = cur.fetchone()
-        statement = pass_insert(plan, source, target, lo, hi)
-        cur.execute(statement.sql, statement.params)
+        if prepare:
+            _execute_prepared(cur, plan, source, target, lo, hi)
+        else:
+            statement = pass_insert(plan, source, target, lo, hi)
+            cur.execute(statement.sql, statement.params)
         flagged: dict[str, int] = {}
         if plan.flagged:
             row = cur.fetchone()
@@ -117,6 +123,32 @@ def run_pass_chunk(
         rows_in = rows_out
     matched = {r.name: _rule_matches(plan, r, rows_in, rows_out, flagged, when_count) for r in plan.rules}
     return ChunkCounts(rows_in, rows_out, matched)
+
+
+# Stand-ins for a chunk's bounds while the statement text is made; a real bound never equals them.
+_LO, _HI = -(2**63) + 1, 2**63 - 2
+
+
+def _execute_prepared(cur: Any, plan: PassPlan, source: Any, target: Any, lo: int | None, hi: int | None) -> None:
+    """Run the pass for [lo, hi] as `EXECUTE ff_pass_<hash>(lo, hi)`, preparing it on first use.
+
+    Planning the pass's large query costs more than a small chunk's work; with the
+    bounds as the statement's only parameters, Postgres switches to a generic
+    plan after a few executions and each chunk skips planning.
+    """
+    statement = pass_insert(plan, source, target, _LO, _HI)
+    text = cur.mogrify(render_for_binding(statement.sql, cur), statement.params).decode()
+    if text.count(str(_LO)) != 1 or text.count(str(_HI)) != 1:
+        # A rule value spells a stand-in: plan this chunk the ordinary way.
+        plain = pass_insert(plan, source, target, lo, hi)
+        cur.execute(plain.sql, plain.params)
+        return
+    text = text.replace(str(_LO), "$1").replace(str(_HI), "$2")
+    name = "ff_pass_" + hashlib.sha256(text.encode()).hexdigest()[:24]
+    cur.execute("SELECT 1 FROM pg_prepared_statements WHERE name = %s", (name,))
+    if cur.fetchone() is None:
+        cur.execute(f"PREPARE {name}(bigint, bigint) AS {text}")
+    cur.execute(f"EXECUTE {name}(%s, %s)", (-(2**63) if lo is None else lo, 2**63 - 1 if hi is None else hi))
 
 
 def _count(engine: Engine, company: str, table: str) -> int:
