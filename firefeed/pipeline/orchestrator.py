@@ -376,24 +376,36 @@ class _Driver:
         return self.wait(ids, on_poll)
 
     def wait(self, ids: Sequence[int], on_poll: Callable[[list[JobState]], None] | None) -> list[JobState]:
+        """Watch the jobs until all succeeded; a failed or cancelled one ends the wait.
+
+        Without an `on_poll` the loop reads only a count per status (hundreds of
+        chunk jobs would otherwise be loaded whole, many times a second) and loads
+        the jobs once, at the end.
+        """
         delay = 0.002
         pickup_deadline = time.monotonic() + self.ctx.settings.job_pickup_timeout_s
         while True:
-            states = self.jobs.states(ids)
-            if on_poll:
+            if on_poll is not None:
+                states = self.jobs.states(ids)
                 on_poll(states)
-            failed = [s for s in states if s.status == "FAILED"]
-            if failed:
+                counts: dict[str, int] = {}
+                for st in states:
+                    counts[st.status] = counts.get(st.status, 0) + 1
+            else:
+                counts = self.jobs.status_counts(ids)
+            if counts.get("FAILED"):
+                failed = [st for st in self.jobs.states(ids) if st.status == "FAILED"]
                 raise StepFailedError(
                     failed[0].error or {"step": self.current, "type": "JobFailed", "message": "a step job failed"}
                 )
-            if any(s.status == "CANCELLED" for s in states):
+            if counts.get("CANCELLED"):
                 raise RunCancelledError(f"run {self.ctx.run_id} was cancelled")
-            if all(s.status == "SUCCEEDED" for s in states):
-                return states
+            if counts.get("SUCCEEDED", 0) == len(ids):
+                return self.jobs.states(ids)
             self.ctx.check_cancel()
-            if any(s.status == "PENDING" for s in states) and time.monotonic() > pickup_deadline:
-                task, queue = TASK_FOR_KIND[states[0].kind]
+            if counts.get("PENDING") and time.monotonic() > pickup_deadline:
+                kind = self.jobs.states(ids[:1])[0].kind
+                task, queue = TASK_FOR_KIND[kind]
                 raise FireFeedError(
                     f"no worker took the {self.current} job ({task}) within "
                     f"{self.ctx.settings.job_pickup_timeout_s:.0f}s: is a worker consuming queue {queue.value!r}?"

@@ -155,6 +155,18 @@ class JobStore:
                 .values(status="FAILED", error=error, finished_at=now())
             )
 
+    def status_counts(self, job_ids: Sequence[int]) -> dict[str, int]:
+        """How many of the jobs are in each status (one small query, whatever their number)."""
+        from sqlalchemy import func
+
+        with self.sessions() as s:
+            rows = s.execute(
+                select(PipelineJob.status, func.count())
+                .where(PipelineJob.id.in_(list(job_ids)))
+                .group_by(PipelineJob.status)
+            ).all()
+        return {str(status): int(n) for status, n in rows}
+
     def cancel(self, job_id: int) -> None:
         with self.sessions() as s, s.begin():
             s.execute(update(PipelineJob).where(PipelineJob.id == job_id).values(status="CANCELLED", finished_at=now()))

@@ -6,7 +6,8 @@ from firefeed.celery_app import app
 
 # Step jobs are claimed through their row and record their result with their effect, so a
 # redelivered job is harmless: ack after the work, and hand a job lost with its worker to another.
-STEP_TASK = {"acks_late": True, "reject_on_worker_lost": True}
+# Their outcome is the job row, so Celery stores no result.
+STEP_TASK = {"acks_late": True, "reject_on_worker_lost": True, "ignore_result": True}
 
 
 def _run(job_id: int) -> None:
