@@ -12,6 +12,7 @@ ends, so a redelivered job finds it done and does nothing.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import logging
 import threading
@@ -100,7 +101,9 @@ class _Beat:
     def __init__(self, beat: Callable[[], None], every_s: float) -> None:
         self._stop = threading.Event()
         self._beat, self._every = beat, every_s
-        self._thread = threading.Thread(target=self._loop, daemon=True)
+        # The thread runs in a copy of the caller's context, so its log lines carry the run id too.
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(target=context.run, args=(self._loop,), daemon=True)
 
     def _loop(self) -> None:
         while not self._stop.wait(self._every):
