@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo demo-check test test-unit test-integration lint format typecheck bench stress clean
+.PHONY: install demo demo-check test test-unit test-integration lint format typecheck bench bench-distributed bench-rules bench-api bench-processes stress clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,19 @@ typecheck: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/pipeline_bench.py $(BENCH_ARGS)
+
+# The other benchmarks (each prints its figures and targets; see the script's docstring).
+bench-distributed: $(STAMP)
+	$(BIN)/python bench/distributed_bench.py $(BENCH_ARGS)
+
+bench-rules: $(STAMP)
+	$(BIN)/python bench/rules_bench.py $(BENCH_ARGS)
+
+bench-api: $(STAMP)
+	$(BIN)/python bench/api_bench.py $(BENCH_ARGS)
+
+bench-processes: $(STAMP)
+	$(BIN)/python bench/processes_bench.py $(BENCH_ARGS)
 
 stress: $(STAMP)
 	$(BIN)/pytest -m stress tests/stress
