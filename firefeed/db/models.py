@@ -125,6 +125,10 @@ class PipelineRun(Base):
     cancel_requested: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     error: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
     report: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
+    # The spec as it was when the run was requested: every job of the run reads this one, so
+    # a spec applied mid-run takes effect with the next run, never half-way through this one.
+    spec: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
+    spec_dir: Mapped[str | None] = mapped_column(Text)
 
 
 class PipelineStep(Base):

@@ -131,8 +131,7 @@ def _run_spec(store: RunStore, run_id: str) -> tuple[Any, Any]:
         if run_id in _SPECS:
             _SPECS.move_to_end(run_id)
             return _SPECS[run_id]
-    run = store.run(run_id)
-    found = store.project_spec(run.project_id)
+    found = store.run_spec(run_id)
     with _SPECS_LOCK:
         _SPECS[run_id] = found
         while len(_SPECS) > 32:

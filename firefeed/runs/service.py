@@ -112,6 +112,13 @@ class RunStore:
         row = self.project(project_id)
         return parse_spec(row.spec), Path(row.spec_dir) if row.spec_dir else None
 
+    def run_spec(self, run_id: str) -> tuple[ProjectSpec, Path | None]:
+        """The spec a run was requested with (runs from before snapshots: the project's current one)."""
+        run = self.run(run_id)
+        if run.spec is None:
+            return self.project_spec(run.project_id)
+        return parse_spec(run.spec), Path(run.spec_dir) if run.spec_dir else None
+
     def source_rows(self, project_id: str) -> dict[str, Source]:
         with self.sessions() as s:
             return {r.name: r for r in s.scalars(select(Source).where(Source.project_id == project_id))}
@@ -128,6 +135,8 @@ class RunStore:
         project = self.project(project_id, company=company)
 
         def create(s: Session) -> str:
+            current = s.get(Project, project_id)
+            assert current is not None
             run = PipelineRun(
                 id=uuid.uuid4(),
                 project_id=project_id,
@@ -135,6 +144,8 @@ class RunStore:
                 status="PENDING",
                 trigger=trigger,
                 requested_at=now(),
+                spec=current.spec,
+                spec_dir=current.spec_dir,
             )
             s.add(run)
             s.flush()

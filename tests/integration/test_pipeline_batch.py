@@ -230,3 +230,21 @@ def test_a_project_with_an_active_run_is_refused_with_exit_3(run_env: Path, tmp_
     assert run_id in out
     RunStore().request_cancel(run_id)
     assert cli("run", str(path))[0] == 0
+
+
+def test_a_spec_applied_while_a_run_waits_takes_effect_with_the_next_run(run_env: Path, tmp_path: Path) -> None:
+    from firefeed.pipeline.run import execute_run
+    from firefeed.runs.service import RunStore
+    from firefeed.spec.loader import load_spec_file
+
+    spec = _project(tmp_path, project="snapshot")
+    store = RunStore()
+    store.apply_spec(load_spec_file(spec), spec_dir=tmp_path)
+    run_id = store.request_run("snapshot", "api")
+    # The spec changes before the run starts: this run keeps the spec it was requested with.
+    _project(tmp_path, project="snapshot", exports=[{"name": "other", "format": "jsonl", "path": "other.jsonl"}])
+    store.apply_spec(load_spec_file(spec), spec_dir=tmp_path)
+    report = execute_run(run_id)
+    assert report["status"] == "SUCCEEDED", report["error"]
+    assert [e["name"] for e in report["exports"]] == ["csv", "google"]
+    assert run_json(spec)[1]["exports"][0]["name"] == "other"
