@@ -29,7 +29,7 @@ from firefeed.db.engine import get_engine
 from firefeed.errors import FireFeedError, RunCancelledError
 from firefeed.logging import run_context
 from firefeed.pipeline import steps
-from firefeed.runs.jobs import JobSpec, JobState, JobStore
+from firefeed.runs.jobs import JobLostError, JobSpec, JobState, JobStore
 from firefeed.runs.report import build_report
 from firefeed.runs.service import RunStore
 from firefeed.schema.service import SchemaService
@@ -186,7 +186,10 @@ def run_job(job_id: int, *, settings: Settings | None = None, engine: Engine | N
     ctx = load_context(_run_of(jobs, job_id), settings, engine)
     ok, result = _guarded(ctx, job, jobs, lambda: _JOB_FUNCS[job.kind](ctx, job, jobs))
     if ok and result is not None:
-        jobs.succeed(job_id, result)
+        try:
+            jobs.succeed(job_id, result)
+        except JobLostError:
+            log.warning("job %s was taken over by another worker; its result here is dropped", job_id)
 
 
 def _guarded(
@@ -200,6 +203,9 @@ def _guarded(
         except RunCancelledError:
             # A cancel seen inside a job is the run's cancel, not the job's failure.
             jobs.cancel(job.id)
+            return False, None
+        except JobLostError:
+            log.warning("job %s was taken over by another worker; this attempt is dropped", job.id)
             return False, None
         except Exception as err:
             error = describe_error(_STEP_OF[job.kind], err)
@@ -220,18 +226,32 @@ def run_source_jobs_phased(
         return
     ctx = load_context(_run_of(jobs, claimed[0].id), settings, engine)
     fetched: list[tuple[JobState, dict[str, Any]]] = []
-    for job in claimed:
+
+    def give_up(after: int) -> None:
+        # The step failed: the sources this process claimed but will not run are cancelled, not left RUNNING.
+        for other in claimed[after:]:
+            jobs.cancel(other.id)
+
+    for i, job in enumerate(claimed):
         ok, partial = _guarded(ctx, job, jobs, lambda job=job: _source_fetch(ctx, job, jobs))  # type: ignore[misc]
         if not ok:
+            give_up(i + 1)
+            for done, _ in fetched:
+                jobs.cancel(done.id)
             return
         assert partial is not None
         fetched.append((job, partial))
-    for job, partial in fetched:
+    for i, (job, partial) in enumerate(fetched):
         ok, result = _guarded(ctx, job, jobs, lambda job=job, partial=partial: _source_parse(ctx, job, partial))  # type: ignore[misc]
         if not ok:
+            for later, _ in fetched[i + 1 :]:
+                jobs.cancel(later.id)
             return
         assert result is not None
-        jobs.succeed(job.id, result)
+        try:
+            jobs.succeed(job.id, result)
+        except JobLostError:
+            log.warning("job %s was taken over by another worker; its result here is dropped", job.id)
 
 
 def _run_of(jobs: JobStore, job_id: int) -> str:
@@ -382,10 +402,15 @@ class _Driver:
 
         Without an `on_poll` the loop reads only a count per status (hundreds of
         chunk jobs would otherwise be loaded whole, many times a second) and loads
-        the jobs once, at the end.
+        the jobs once, at the end. A job whose worker died (RUNNING, heartbeat older
+        than the lease) is sent again; the pickup timeout counts from the last time
+        any job moved, so a long but moving queue is not mistaken for a missing worker.
         """
+        settings = self.ctx.settings
         delay = 0.002
-        pickup_deadline = time.monotonic() + self.ctx.settings.job_pickup_timeout_s
+        last_counts: dict[str, int] = {}
+        deadline = time.monotonic() + settings.job_pickup_timeout_s
+        next_stale_check = time.monotonic() + settings.heartbeat_s
         while True:
             if on_poll is not None:
                 states = self.jobs.states(ids)
@@ -405,12 +430,22 @@ class _Driver:
             if counts.get("SUCCEEDED", 0) == len(ids):
                 return self.jobs.states(ids)
             self.ctx.check_cancel()
-            if counts.get("PENDING") and time.monotonic() > pickup_deadline:
+            now_ = time.monotonic()
+            if counts != last_counts:
+                last_counts, deadline = counts, now_ + settings.job_pickup_timeout_s
+            if now_ >= next_stale_check:
+                next_stale_check = now_ + settings.heartbeat_s
+                lost = self.jobs.stale_running(ids, settings.stale_run_s)
+                if lost:
+                    log.warning("%d job(s) lost their worker; sending them again", len(lost))
+                    kind = self.jobs.states(lost[:1])[0].kind
+                    self.dispatcher.submit(kind, lost)
+            if counts.get("PENDING") and now_ > deadline:
                 kind = self.jobs.states(ids[:1])[0].kind
                 task, queue = TASK_FOR_KIND[kind]
                 raise FireFeedError(
-                    f"no worker took the {self.current} job ({task}) within "
-                    f"{self.ctx.settings.job_pickup_timeout_s:.0f}s: is a worker consuming queue {queue.value!r}?"
+                    f"no {self.current} job ({task}) moved for {settings.job_pickup_timeout_s:.0f}s: "
+                    f"is a worker consuming queue {queue.value!r}?"
                 )
             time.sleep(delay)
             delay = min(delay * 1.5, 0.05)
@@ -592,6 +627,27 @@ class _Driver:
         self.step("EXPORT", export)
 
 
+# How long a failed or cancelled run waits for its still-running jobs to notice and stop.
+_DRAIN_S = 30.0
+
+
+def _stop_jobs(store: RunStore, run_id: str, settings: Settings) -> None:
+    """Before the project is freed: flag the cancel, drop queued jobs, give running ones time to stop.
+
+    Otherwise a job of the failed run could still be writing a staging table that
+    the project's next run is already rebuilding.
+    """
+    jobs = JobStore(store.engine)
+    try:
+        store.request_cancel(run_id)
+        jobs.cancel_pending(run_id)
+        deadline = time.monotonic() + _DRAIN_S
+        while jobs.running_count(run_id) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    except Exception:  # the run must still end; the reaper and the lease cover what is left
+        log.warning("could not stop the run's jobs", exc_info=True)
+
+
 def drive_run(
     run_id: str,
     *,
@@ -635,6 +691,8 @@ def drive_run(
             if current:
                 store.step_finished(run_id, current, "FAILED", detail={"error": error})
         finally:
+            if status != "SUCCEEDED":
+                _stop_jobs(store, run_id, settings)
             if ctx is not None:
                 steps.cleanup(ctx)
         store.finish_run(run_id, status, report=None, error=error)

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from firefeed.config import Settings
-from firefeed.errors import ParseError
+from firefeed.errors import MergeError, ParseError
 from firefeed.pipeline.merge import MergeResult, StagedSource, merge_sources
 from firefeed.runs.service import RunStore
 from firefeed.schema.identifiers import project_table, staging_table
@@ -107,9 +107,22 @@ def fetch_one(ctx: RunContext, index: int) -> FetchOutcome:
     src = ctx.spec.sources[index]
     row = ctx.store.source_rows(ctx.spec.project).get(src.name)
     previous = None
-    staged = ctx.schema.table_exists(ctx.spec.company, staging_table(ctx.spec.project, src.name))
-    if row is not None and staged and row.parse_signature == parse_signature(src) and row.staged_fields is not None:
-        previous = Validators(etag=row.etag, last_modified=row.last_modified, sha256=row.content_sha256)
+    reusable = row is not None and row.parse_signature == parse_signature(src) and row.staged_fields is not None
+    if reusable and row is not None:
+        # The staging rows must still be there: crash recovery empties UNLOGGED tables but keeps them.
+        expected = int((row.staged_stats or {}).get("rows", 0))
+        table = staging_table(ctx.spec.project, src.name)
+        staged = (
+            ctx.schema.table_has_rows(ctx.spec.company, table)
+            if expected
+            else ctx.schema.table_exists(ctx.spec.company, table)
+        )
+        if staged:
+            previous = Validators(etag=row.etag, last_modified=row.last_modified, sha256=row.content_sha256)
+    settings = ctx.settings
+    if ctx.spec_dir is None and settings.local_sources_root is not None:
+        # A spec sent over the API may read local files only in its own company's folder.
+        settings = settings.model_copy(update={"local_sources_root": settings.local_sources_root / ctx.spec.company})
     dest = ctx.work_dir / "fetch" / hashlib.sha256(src.name.encode()).hexdigest()[:12]
     result = fetch_source(
         source=src.name,
@@ -119,7 +132,7 @@ def fetch_one(ctx: RunContext, index: int) -> FetchOutcome:
         headers=src.headers,
         compression=src.compression,
         previous=previous,
-        settings=ctx.settings,
+        settings=settings,
     )
     path = str(result.path) if result.path is not None else None
     owned = path is not None and Path(path).resolve().is_relative_to(ctx.work_dir.resolve())
@@ -209,7 +222,7 @@ def merge(ctx: RunContext, parsed: Sequence[ParseOutcome]) -> MergeResult:
         StagedSource(name=p.name, table=p.table, fields=p.fields, mode=s.mode, allowed=s.fields)
         for p, s in zip(parsed, ctx.spec.sources, strict=True)
     ]
-    return merge_sources(
+    merged = merge_sources(
         ctx.engine,
         ctx.schema,
         company=ctx.spec.company,
@@ -217,6 +230,10 @@ def merge(ctx: RunContext, parsed: Sequence[ParseOutcome]) -> MergeResult:
         key_field=ctx.spec.key,
         sources=staged,
     )
+    if merged.rows == 0:
+        # Whatever the cause (every key empty, or staged rows that vanished), never publish an empty feed.
+        raise MergeError(f"no items: the primary source {staged[0].name!r} gave no item with a non-empty key")
+    return merged
 
 
 def apply_rules(ctx: RunContext, merged: MergeResult) -> Any:

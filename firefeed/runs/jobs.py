@@ -17,7 +17,14 @@ from firefeed.db.engine import get_engine, session_factory
 from firefeed.db.models import PipelineJob
 from firefeed.runs.service import now
 
-WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
+
+def worker_id() -> str:
+    """host:pid of this process (computed per call: prefork children have their own pid)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class JobLostError(Exception):
+    """The job was taken over by another worker (its lease ran out); this worker's work must not count."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +116,7 @@ class JobStore:
                 )
                 .values(
                     status="RUNNING",
-                    claimed_by=WORKER_ID,
+                    claimed_by=worker_id(),
                     claimed_at=now(),
                     heartbeat_at=now(),
                     attempts=PipelineJob.attempts + 1,
@@ -129,22 +136,56 @@ class JobStore:
             s.execute(update(PipelineJob).where(PipelineJob.id == job_id).values(result=result, heartbeat_at=now()))
 
     def succeed(self, job_id: int, result: dict[str, Any], conn: Any = None) -> None:
-        """Mark done; with `conn` (a psycopg2 connection) inside the caller's transaction."""
-        if conn is not None:
-            import json
+        """Mark done, only while this worker still holds the job; with `conn` inside the caller's transaction.
 
+        JobLostError when another worker took the job over: the caller's transaction must roll back,
+        so a chunk is never written twice.
+        """
+        import json
+
+        statement = (
+            "UPDATE pipeline_jobs SET status = 'SUCCEEDED', result = %s::jsonb, finished_at = now() "
+            "WHERE id = %s AND status = 'RUNNING' AND claimed_by = %s"
+        )
+        params = (json.dumps(result), job_id, worker_id())
+        if conn is not None:
             with conn.cursor() as cur:
-                cur.execute(
-                    "UPDATE pipeline_jobs SET status = 'SUCCEEDED', result = %s::jsonb, finished_at = now() "
-                    "WHERE id = %s",
-                    (json.dumps(result), job_id),
-                )
+                cur.execute(statement, params)
+                if cur.rowcount != 1:
+                    raise JobLostError(f"job {job_id} is no longer held by {worker_id()}")
             return
-        with self.sessions() as s, s.begin():
-            s.execute(
-                update(PipelineJob)
-                .where(PipelineJob.id == job_id)
-                .values(status="SUCCEEDED", result=result, finished_at=now())
+        from firefeed.db.engine import raw_connection
+
+        with raw_connection(self.engine) as own, own.cursor() as cur:
+            cur.execute(statement, params)
+            if cur.rowcount != 1:
+                raise JobLostError(f"job {job_id} is no longer held by {worker_id()}")
+
+    def stale_running(self, job_ids: Sequence[int], lease_s: float) -> list[int]:
+        """Jobs RUNNING whose claimer stopped beating for longer than the lease (its worker died)."""
+        with self.sessions() as s:
+            rows = (
+                s.execute(
+                    select(PipelineJob.id).where(
+                        PipelineJob.id.in_(list(job_ids)),
+                        PipelineJob.status == "RUNNING",
+                        PipelineJob.heartbeat_at < text("now() - make_interval(secs => :lease)"),
+                    ),
+                    {"lease": lease_s},
+                )
+                .scalars()
+                .all()
+            )
+        return [int(r) for r in rows]
+
+    def running_count(self, run_id: str) -> int:
+        with self.sessions() as s:
+            from sqlalchemy import func
+
+            return int(
+                s.execute(
+                    select(func.count()).where(PipelineJob.run_id == uuid.UUID(run_id), PipelineJob.status == "RUNNING")
+                ).scalar_one()
             )
 
     def fail(self, job_id: int, error: dict[str, Any]) -> None:

@@ -123,6 +123,13 @@ class SchemaService:
         rows = self._query("SELECT to_regclass(%s) IS NOT NULL", (sql_qualified(company_schema(company), table),))
         return bool(rows[0][0])
 
+    def table_has_rows(self, company: str, table: str) -> bool:
+        """False for a missing or empty table (an UNLOGGED table is emptied by crash recovery)."""
+        if not self.table_exists(company, table):
+            return False
+        rows = self._query(sql.SQL("SELECT EXISTS (SELECT 1 FROM {})").format(ident(company_schema(company), table)))
+        return bool(rows[0][0])
+
     def drop_table(self, company: str, table: str) -> None:
         self._ddl(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(company_schema(company), table)))
 

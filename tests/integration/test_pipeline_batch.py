@@ -248,3 +248,71 @@ def test_a_spec_applied_while_a_run_waits_takes_effect_with_the_next_run(run_env
     assert report["status"] == "SUCCEEDED", report["error"]
     assert [e["name"] for e in report["exports"]] == ["csv", "google"]
     assert run_json(spec)[1]["exports"][0]["name"] == "other"
+
+
+def test_staging_rows_lost_in_a_crash_are_parsed_again_not_published_empty(run_env: Path, tmp_path: Path) -> None:
+    from firefeed.schema.identifiers import company_schema, staging_table
+
+    spec = _project(tmp_path, project="crashed")
+    code, first = run_json(spec)
+    assert code == 0
+    # Crash recovery empties UNLOGGED tables but keeps them.
+    with raw_connection() as conn, conn.cursor() as cur:
+        for source in ("main", "stock"):
+            cur.execute(
+                sql.SQL("TRUNCATE {}").format(sql.Identifier(company_schema("acme"), staging_table("crashed", source)))
+            )
+    code, second = run_json(spec)
+    assert code == 0, second["error"]
+    assert [s["not_modified"] for s in second["sources"]] == [False, False]
+    assert [e["sha256"] for e in second["exports"]] == [e["sha256"] for e in first["exports"]]
+
+
+def test_a_primary_whose_keys_are_all_empty_fails_instead_of_publishing_nothing(run_env: Path, tmp_path: Path) -> None:
+    write_csv(tmp_path / "main.csv", ["id", "title"], [["", "a"], ["  ", "b"]])
+    spec = {
+        "company": "acme",
+        "project": "nokeys",
+        "sources": [{"name": "main", "url": "main.csv"}],
+        "exports": [{"name": "csv", "format": "csv", "path": "n.csv"}],
+    }
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec), encoding="utf-8")
+    code, report = run_json(path)
+    assert code == 1
+    assert report["error"]["step"] == "MERGE"
+    assert "no items" in report["error"]["message"]
+    assert not (run_env / "acme" / "nokeys" / "n.csv").exists()
+
+
+def test_a_spec_sent_without_a_folder_reads_local_files_only_in_its_companys_folder(
+    run_env: Path, tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    from firefeed.config import reset_settings
+    from firefeed.pipeline.run import execute_run
+    from firefeed.runs.service import RunStore
+    from firefeed.spec.loader import parse_spec
+
+    root = tmp_path / "feeds"
+    (root / "acme").mkdir(parents=True)
+    (root / "globex").mkdir()
+    write_csv(root / "acme" / "mine.csv", ["id", "t"], [["1", "mine"]])
+    write_csv(root / "globex" / "theirs.csv", ["id", "t"], [["1", "secret"]])
+    monkeypatch.setenv("FIREFEED_LOCAL_SOURCES_ROOT", str(root))
+    reset_settings()
+    store = RunStore()
+    outcomes = {}
+    for project, url in (("own_file", "mine.csv"), ("foreign_file", str(root / "globex" / "theirs.csv"))):
+        spec = parse_spec(
+            {
+                "company": "acme",
+                "project": project,
+                "sources": [{"name": "main", "url": url}],
+                "exports": [{"name": "csv", "format": "csv", "path": "o.csv"}],
+            }
+        )
+        store.apply_spec(spec, spec_dir=None)
+        outcomes[project] = execute_run(store.request_run(project, "api"))
+    assert outcomes["own_file"]["status"] == "SUCCEEDED", outcomes["own_file"]["error"]
+    assert outcomes["foreign_file"]["status"] == "FAILED"
+    assert outcomes["foreign_file"]["error"]["step"] == "FETCH"
