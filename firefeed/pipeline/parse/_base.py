@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from firefeed.errors import ParseError
 
@@ -70,3 +70,33 @@ class RowCounter:
         if rows == 0 and self.first_problem is not None:
             line, why = self.first_problem
             raise ParseError(self.source, f"line {line}: no row could be parsed: {why}")
+
+
+Rows = Iterator[tuple[int, list[str]]]
+
+
+def restartable(reader: Any, feed_text: Any, attempt: Callable[[RowCounter], Rows]) -> Rows:
+    """Read the feed once per encoding it turns out to have, the way every reader must.
+
+    `attempt(counter)` reads the whole file once (opening and closing its own
+    text). A decode error before the first row quietly starts over in
+    windows-1252; after rows were yielded, EncodingRestart tells the consumer to
+    discard them. `reader.fields` and `reader.stats` are fresh for every attempt.
+    """
+    while True:
+        counter = RowCounter(reader.source)
+        reader.stats = counter.stats
+        reader.stats.encoding = feed_text.codec
+        reader.fields = []
+        yielded = 0
+        try:
+            for row in attempt(counter):
+                yielded += 1
+                yield row
+        except UnicodeError as exc:
+            feed_text.decode_failed(exc)
+            if yielded:
+                raise EncodingRestart(reader.source) from None
+            continue
+        counter.finish(yielded)
+        return

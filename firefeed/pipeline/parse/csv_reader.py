@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import IO
 
 from firefeed.errors import ParseError
-from firefeed.pipeline.parse._base import EncodingRestart, ParseStats, RowCounter
+from firefeed.pipeline.parse._base import ParseStats, RowCounter, restartable
 from firefeed.pipeline.parse._encoding import FeedText
 from firefeed.pipeline.parse._names import header_names
 
@@ -78,52 +78,39 @@ class CsvReader:
         return itertools.chain(peeked, text), detect_delimiter("".join(record))
 
     def __iter__(self) -> Iterator[tuple[int, list[str]]]:
-        while True:
-            counter = RowCounter(self.source)
-            self.stats = counter.stats
-            self.stats.encoding = self._text.codec
-            self.fields = []
-            yielded = 0
-            text = self._text.text(newline="")
-            try:
-                lines, self.delimiter = self._header(text)
-                reader = csv.reader(lines, delimiter=self.delimiter, quotechar='"', doublequote=True)
-                header: list[str] | None = None
-                for row in reader:
-                    if not _is_blank(row):
-                        header = row
-                        break
-                if header is None:
+        return restartable(self, self._text, self._attempt)
+
+    def _attempt(self, counter: RowCounter) -> Iterator[tuple[int, list[str]]]:
+        text = self._text.text(newline="")
+        try:
+            lines, self.delimiter = self._header(text)
+            reader = csv.reader(lines, delimiter=self.delimiter, quotechar='"', doublequote=True)
+            header: list[str] | None = None
+            for row in reader:
+                if not _is_blank(row):
+                    header = row
                     break
-                self.fields = header_names(header, self.stats)
-                width = len(self.fields)
-                prev = reader.line_num
-                while True:
-                    try:
-                        for row in reader:
-                            n = len(row)
-                            if n == width:
-                                yielded += 1
-                                yield prev + 1, row
-                            elif n > width:
-                                counter.malformed(prev + 1, f"{n} cells but the header has {width}")
-                            elif not _is_blank(row):
-                                row.extend([""] * (width - n))
-                                yielded += 1
-                                yield prev + 1, row
-                            prev = reader.line_num
-                        break
-                    except csv.Error as exc:
-                        counter.malformed(prev + 1, str(exc))
+            if header is None:
+                return
+            self.fields = header_names(header, counter.stats)
+            width = len(self.fields)
+            prev = reader.line_num
+            while True:
+                try:
+                    for row in reader:
+                        n = len(row)
+                        if n == width:
+                            yield prev + 1, row
+                        elif n > width:
+                            counter.malformed(prev + 1, f"{n} cells but the header has {width}")
+                        elif not _is_blank(row):
+                            row.extend([""] * (width - n))
+                            yield prev + 1, row
                         prev = reader.line_num
-            except UnicodeError as exc:
-                self._text.decode_failed(exc)
-                if yielded:
-                    raise EncodingRestart(self.source) from None
-                continue
-            finally:
-                self.stats.nul_removed += self._text.nul_removed
-                text.close()
-            counter.finish(yielded)
-            return
-        counter.finish(0)
+                    break
+                except csv.Error as exc:
+                    counter.malformed(prev + 1, str(exc))
+                    prev = reader.line_num
+        finally:
+            counter.stats.nul_removed += self._text.nul_removed
+            text.close()

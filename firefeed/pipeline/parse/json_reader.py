@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from firefeed.errors import ParseError
-from firefeed.pipeline.parse._base import EncodingRestart, ParseStats, RowCounter
+from firefeed.pipeline.parse._base import ParseStats, RowCounter, restartable
 from firefeed.pipeline.parse._encoding import FeedText
 from firefeed.pipeline.parse._json_values import DIRTY_ESCAPE, flatten, make_decoder
 from firefeed.pipeline.parse._names import FieldIndex
@@ -196,54 +196,42 @@ class JsonReader:
 
     # -- the items ---------------------------------------------------------
     def __iter__(self) -> Iterator[tuple[int, list[str]]]:
-        while True:
-            counter = RowCounter(self.source)
-            self.stats = counter.stats
-            self.stats.encoding = self._text.codec
-            self.fields = []
-            index = FieldIndex(self.fields, self.stats)
-            decoder = make_decoder()
-            yielded = 0
-            text = self._text.text(newline="")
-            buf = _Buffer(text, self.source)
-            try:
-                if not self._find_items(buf, decoder):
+        return restartable(self, self._text, self._attempt)
+
+    def _attempt(self, counter: RowCounter) -> Iterator[tuple[int, list[str]]]:
+        index = FieldIndex(self.fields, counter.stats)
+        decoder = make_decoder()
+        text = self._text.text(newline="")
+        buf = _Buffer(text, self.source)
+        try:
+            if not self._find_items(buf, decoder):
+                return
+            first = True
+            while True:
+                c = buf.peek()
+                if c == "]":
                     break
-                first = True
-                while True:
+                if not first:
+                    buf.expect(",", "',' or ']'")
                     c = buf.peek()
-                    if c == "]":
+                    if c == "]":  # a trailing comma: forgiven
                         break
-                    if not first:
-                        buf.expect(",", "',' or ']'")
-                        c = buf.peek()
-                        if c == "]":  # a trailing comma: forgiven
-                            break
-                    first = False
-                    if c == "":
-                        raise buf.error("JSON syntax error: the items array is not closed")
-                    line = buf.line()
-                    value = buf.decode(decoder)
-                    if type(value) is not dict:
-                        counter.malformed(line, "item is not a JSON object")
-                        continue
-                    try:
-                        row = flatten(value, index, buf.dirty)
-                    except RecursionError:
-                        raise buf.error("JSON nested too deeply") from None
-                    yielded += 1
-                    yield line, row
-            except UnicodeError as exc:
-                self._text.decode_failed(exc)
-                if yielded:
-                    raise EncodingRestart(self.source) from None
-                continue
-            finally:
-                self.stats.nul_removed += self._text.nul_removed
-                text.close()
-            counter.finish(yielded)
-            return
-        counter.finish(0)
+                first = False
+                if c == "":
+                    raise buf.error("JSON syntax error: the items array is not closed")
+                line = buf.line()
+                value = buf.decode(decoder)
+                if type(value) is not dict:
+                    counter.malformed(line, "item is not a JSON object")
+                    continue
+                try:
+                    row = flatten(value, index, buf.dirty)
+                except RecursionError:
+                    raise buf.error("JSON nested too deeply") from None
+                yield line, row
+        finally:
+            counter.stats.nul_removed += self._text.nul_removed
+            text.close()
 
 
 class JsonlReader:
@@ -256,42 +244,30 @@ class JsonlReader:
         self.stats = ParseStats(encoding=self._text.codec)
 
     def __iter__(self) -> Iterator[tuple[int, list[str]]]:
-        while True:
-            counter = RowCounter(self.source)
-            self.stats = counter.stats
-            self.stats.encoding = self._text.codec
-            self.fields = []
-            index = FieldIndex(self.fields, self.stats)
-            decode = make_decoder().decode
-            yielded = 0
-            # Only "\n" ends a line: U+2028 and friends are data inside JSON strings.
-            text = self._text.text(newline="\n")
-            try:
-                for lineno, raw in enumerate(text, 1):
-                    if raw.isspace():
+        return restartable(self, self._text, self._attempt)
+
+    def _attempt(self, counter: RowCounter) -> Iterator[tuple[int, list[str]]]:
+        index = FieldIndex(self.fields, counter.stats)
+        decode = make_decoder().decode
+        # Only "\n" ends a line: U+2028 and friends are data inside JSON strings.
+        text = self._text.text(newline="\n")
+        try:
+            for lineno, raw in enumerate(text, 1):
+                if raw.isspace():
+                    continue
+                try:
+                    value = decode(raw)
+                    if type(value) is not dict:
+                        counter.malformed(lineno, "line is not a JSON object")
                         continue
-                    try:
-                        value = decode(raw)
-                        if type(value) is not dict:
-                            counter.malformed(lineno, "line is not a JSON object")
-                            continue
-                        row = flatten(value, index, "\\u" in raw and DIRTY_ESCAPE.search(raw) is not None)
-                    except json.JSONDecodeError as exc:
-                        counter.malformed(lineno, f"JSON syntax error: {exc.msg}")
-                        continue
-                    except RecursionError:
-                        counter.malformed(lineno, "JSON nested too deeply")
-                        continue
-                    yielded += 1
-                    yield lineno, row
-            except UnicodeError as exc:
-                self._text.decode_failed(exc)
-                if yielded:
-                    raise EncodingRestart(self.source) from None
-                continue
-            finally:
-                self.stats.nul_removed += self._text.nul_removed
-                text.close()
-            counter.finish(yielded)
-            return
-        counter.finish(0)
+                    row = flatten(value, index, "\\u" in raw and DIRTY_ESCAPE.search(raw) is not None)
+                except json.JSONDecodeError as exc:
+                    counter.malformed(lineno, f"JSON syntax error: {exc.msg}")
+                    continue
+                except RecursionError:
+                    counter.malformed(lineno, "JSON nested too deeply")
+                    continue
+                yield lineno, row
+        finally:
+            counter.stats.nul_removed += self._text.nul_removed
+            text.close()

@@ -17,7 +17,7 @@ from typing import Any
 from lxml import etree
 
 from firefeed.errors import ParseError
-from firefeed.pipeline.parse._base import EncodingRestart, ParseStats, RowCounter
+from firefeed.pipeline.parse._base import ParseStats, RowCounter, restartable
 from firefeed.pipeline.parse._encoding import FeedText
 from firefeed.pipeline.parse._names import FieldIndex, free_name
 
@@ -169,43 +169,31 @@ class XmlReader:
         return row
 
     def __iter__(self) -> Iterator[tuple[int, list[str]]]:
-        while True:
-            counter = RowCounter(self.source)
-            self.stats = counter.stats
-            self.stats.encoding = self._text.codec
-            self.fields = []
-            index = FieldIndex(self.fields, self.stats)
-            yielded = 0
-            if self._is_empty():
-                break
-            stream = None
-            try:
-                items = self._items or self._detect()
-                if items is None:
-                    break
-                stream = self._text.binary()
-                for _event, el in _parse(stream, events=("end",), tag="{*}" + items.name):
-                    if not items.matches(el):
-                        continue
-                    row = self._into(el, "", [""] * len(self.fields), index)
-                    yielded += 1
-                    yield el.sourceline or 0, row
-                    el.clear(keep_tail=True)
-                    parent = el.getparent()
-                    if parent is not None:
-                        while el.getprevious() is not None:
-                            del parent[0]
-            except etree.XMLSyntaxError as exc:
-                raise self._syntax_error(exc) from None
-            except UnicodeError as exc:
-                self._text.decode_failed(exc)
-                if yielded:
-                    raise EncodingRestart(self.source) from None
-                continue
-            finally:
-                if stream is not None:
-                    self.stats.nul_removed += self._text.nul_removed
-                    stream.close()
-            counter.finish(yielded)
+        return restartable(self, self._text, self._attempt)
+
+    def _attempt(self, counter: RowCounter) -> Iterator[tuple[int, list[str]]]:
+        index = FieldIndex(self.fields, counter.stats)
+        if self._is_empty():
             return
-        counter.finish(0)
+        stream = None
+        try:
+            items = self._items or self._detect()
+            if items is None:
+                return
+            stream = self._text.binary()
+            for _event, el in _parse(stream, events=("end",), tag="{*}" + items.name):
+                if not items.matches(el):
+                    continue
+                row = self._into(el, "", [""] * len(self.fields), index)
+                yield el.sourceline or 0, row
+                el.clear(keep_tail=True)
+                parent = el.getparent()
+                if parent is not None:
+                    while el.getprevious() is not None:
+                        del parent[0]
+        except etree.XMLSyntaxError as exc:
+            raise self._syntax_error(exc) from None
+        finally:
+            if stream is not None:
+                counter.stats.nul_removed += self._text.nul_removed
+                stream.close()
