@@ -116,6 +116,18 @@ class EnqueueError(FireFeedError):
     code = "enqueue_failed"
 
 
+class AuthenticationError(FireFeedError):
+    """A valid bearer token is required: send `Authorization: Bearer <token>`."""
+
+    code = "unauthorized"
+
+
+class ProcessInputError(FireFeedError):
+    """The row's input_data does not fit its function."""
+
+    code = "bad_input"
+
+
 class RunCancelledError(FireFeedError):
     """The run was cancelled."""
 

@@ -12,7 +12,7 @@ from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from firefeed.api.errors import AuthenticationError
+from firefeed.errors import AuthenticationError
 from firefeed.runs.tokens import TokenStore
 
 # auto_error=False: a missing header goes through the one error handler like every other error.

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from firefeed.errors import (
+    AuthenticationError,
     EnqueueError,
     FireFeedError,
     NotFoundError,
@@ -25,12 +26,6 @@ from firefeed.errors import (
 )
 
 log = logging.getLogger(__name__)
-
-
-class AuthenticationError(FireFeedError):
-    """A valid bearer token is required: send `Authorization: Bearer <token>`."""
-
-    code = "unauthorized"
 
 
 # Most specific first: the first matching class decides the status.

@@ -16,16 +16,10 @@ from typing import Any
 from sqlalchemy import Engine
 
 from firefeed.config import Settings
-from firefeed.errors import FireFeedError, NotFoundError, PipelineBusyError
+from firefeed.errors import NotFoundError, PipelineBusyError, ProcessInputError
 from firefeed.logging import run_context
 
 log = logging.getLogger(__name__)
-
-
-class ProcessInputError(FireFeedError):
-    """The row's input_data does not fit its function."""
-
-    code = "bad_input"
 
 
 class RowLog(logging.LoggerAdapter[logging.Logger]):
