@@ -399,3 +399,34 @@ def test_many_items_keep_order_and_values_across_batches(db: Engine, tmp_path: P
         items = etree.fromstring(data).find("channel").findall("item")
         got = [[child.text for child in item] for item in items]
         assert got == [[v for v in map(xml_value, row) if v] for row in expected]
+
+
+@pytest.mark.parametrize("where", [None, {"field": "note", "op": "ne", "value": "plain"}])
+def test_google_xml_read_in_two_halves_is_byte_identical_to_one_read(
+    db: Engine, tmp_path: Path, big_table: str, monkeypatch: pytest.MonkeyPatch, where: dict[str, str] | None
+) -> None:
+    import firefeed.export._copy as copy_module
+
+    extra = {"where": where} if where else {}
+    export = spec(format="google-xml", **extra)
+    whole = resolve_export_path(tmp_path / "a", COMPANY, "p1", export.path)
+    monkeypatch.setattr(copy_module, "_SPLIT_MIN_PAGES", 10**9)
+    one = write_export(db, schema=SCHEMA, table=big_table, fields=BIG_FIELDS, export=export, dest=whole)
+    halves = resolve_export_path(tmp_path / "b", COMPANY, "p1", export.path)
+    monkeypatch.setattr(copy_module, "_SPLIT_MIN_PAGES", 1)
+    import firefeed.export.writer as writer_module
+
+    splits: list[bool] = []
+    real = writer_module.copy_items_split
+
+    def recording(*args: Any, **kwargs: Any) -> tuple[int, bool]:
+        rows, split = real(*args, **kwargs)
+        splits.append(split)
+        return rows, split
+
+    monkeypatch.setattr(writer_module, "copy_items_split", recording)
+    two = write_export(db, schema=SCHEMA, table=big_table, fields=BIG_FIELDS, export=export, dest=halves)
+    assert splits == [True]
+    assert (two.rows, two.sha256) == (one.rows, one.sha256)
+    assert halves.read_bytes() == whole.read_bytes()
+    assert one.rows == (BIG_ROWS if where is None else sum(1 for r in big_expected() if r[2] != "plain"))
