@@ -272,6 +272,7 @@ def reap_stale_runs(engine: Engine | None = None, stale_after_s: float | None = 
         with run_context(run_id=run_id, company=company):
             JobStore(engine).cancel_pending(run_id)
             SchemaService(engine).drop_rules_tmp_for_run(company, run_id)
+            _discard_run_files(run_id, engine)
             # The same FAILED status again, now with the report (steps still RUNNING become FAILED).
             store.finish_run(run_id, "FAILED", report=build_report(store, run_id), error=error)
             metrics.run_finished(trigger, "FAILED", started_at, finished_at)
@@ -280,6 +281,17 @@ def reap_stale_runs(engine: Engine | None = None, stale_after_s: float | None = 
     if reaped:
         metrics.runs_reaped(len(reaped))
     return reaped
+
+
+def _discard_run_files(run_id: str, engine: Engine) -> None:
+    """What the dead driver would have cleaned: unpublished export files and its downloads (on this machine)."""
+    from firefeed.pipeline.orchestrator import load_context
+    from firefeed.pipeline.steps import cleanup
+
+    try:
+        cleanup(load_context(run_id, engine=engine))
+    except Exception:  # a spec that no longer parses, a folder on another machine: nothing more to do here
+        log.warning("could not remove the reaped run's files", exc_info=True)
 
 
 # -- history ---------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -135,3 +136,38 @@ def test_pruning_deletes_old_finished_runs_but_keeps_each_projects_latest(engine
     assert store.run(recent).status == "FAILED"
     assert prune_history(30, engine) == 0
     _ = (old, also_old)
+
+
+def test_the_reaper_removes_the_dead_runs_unpublished_exports_and_downloads(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from firefeed.config import get_settings, reset_settings
+    from firefeed.export import resolve_export_path
+    from firefeed.pipeline.steps import partial_path
+
+    monkeypatch.setenv("FIREFEED_EXPORT_DIR", str(tmp_path / "exports"))
+    monkeypatch.setenv("FIREFEED_DATA_DIR", str(tmp_path / "var"))
+    reset_settings()
+    try:
+        project = new_project()
+        stale = running_run(project)
+        published = resolve_export_path(get_settings().export_dir, COMPANY, project, "out.csv")
+        published.parent.mkdir(parents=True)
+        published.write_text("previous\n")
+        partial = partial_path(published, stale)
+        partial.write_text("half written")
+        download = get_settings().data_dir / "runs" / stale / "fetch" / "x" / "main.csv"
+        download.parent.mkdir(parents=True)
+        download.write_text("id\n1\n")
+        with engine.begin() as conn:
+            conn.execute(
+                text("UPDATE pipeline_runs SET heartbeat_at = now() - interval '1 hour' WHERE id = :id"), {"id": stale}
+            )
+
+        assert stale in reap_stale_runs(engine, stale_after_s=300)
+
+        assert not partial.exists()
+        assert published.read_text() == "previous\n"
+        assert not (get_settings().data_dir / "runs" / stale).exists()
+    finally:
+        reset_settings()
