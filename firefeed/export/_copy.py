@@ -59,30 +59,50 @@ def in_physical_order(cur: Any, schema: str, table: str) -> bool:
     return bool(cur.fetchone()[0])
 
 
-def copy_items(conn: Any, *, schema: str, table: str, row: Piece, where: Piece, options: str, sink: Sink) -> int:
-    """COPY `SELECT row FROM schema.table [where]` in `_ff_ord` order into `sink`; the row count."""
+def _ready(conn: Any) -> None:
     if conn.info.transaction_status != psycopg2.extensions.TRANSACTION_STATUS_IDLE:
         conn.rollback()  # SET TRANSACTION must be the first statement of ours
     if conn.encoding != "UTF8":
         # Values are bound and read back as UTF-8; every FireFeed database is UTF8.
         conn.set_client_encoding("UTF8")
+
+
+def _begin_read(cur: Any, snapshot: str | None = None) -> None:
+    """A read-only REPEATABLE READ transaction (on `snapshot` when given) scanning the heap in order."""
+    cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+    if snapshot is not None:
+        cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot,))
+    for setting in _SCAN_SETTINGS:
+        cur.execute(setting)
+
+
+def _copy_rows(
+    cur: Any, *, schema: str, table: str, row: Piece, where: Piece, options: str, sink: Sink, tail: Piece
+) -> int:
+    """COPY `SELECT row FROM schema.table [where] <tail>` into `sink`; the row count."""
+    query = (
+        sql_text("COPY (SELECT ")
+        + row
+        + Piece(sql.SQL(" FROM {}").format(ident(schema, table)))
+        + where
+        + tail
+        + sql_text(f") TO STDOUT WITH ({options})")
+    )
+    cur.copy_expert(render(query, cur), sink)
+    return int(cur.rowcount)
+
+
+def _order(ordered: bool) -> Piece:
+    return sql_text("") if ordered else Piece(sql.SQL(" ORDER BY {}").format(ident(ORD)))
+
+
+def copy_items(conn: Any, *, schema: str, table: str, row: Piece, where: Piece, options: str, sink: Sink) -> int:
+    """COPY `SELECT row FROM schema.table [where]` in `_ff_ord` order into `sink`; the row count."""
+    _ready(conn)
     with conn.cursor() as cur:
-        cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        for setting in _SCAN_SETTINGS:
-            cur.execute(setting)
-        order = (
-            sql_text("") if in_physical_order(cur, schema, table) else Piece(sql.SQL(" ORDER BY {}").format(ident(ORD)))
-        )
-        query = (
-            sql_text("COPY (SELECT ")
-            + row
-            + Piece(sql.SQL(" FROM {}").format(ident(schema, table)))
-            + where
-            + order
-            + sql_text(f") TO STDOUT WITH ({options})")
-        )
-        cur.copy_expert(render(query, cur), sink)
-        return int(cur.rowcount)
+        _begin_read(cur)
+        tail = _order(in_physical_order(cur, schema, table))
+        return _copy_rows(cur, schema=schema, table=table, row=row, where=where, options=options, sink=sink, tail=tail)
 
 
 # Below this many heap pages (~8 MB) a second connection costs more than it saves.
@@ -110,62 +130,44 @@ def copy_items_split(
     count and whether the split was used (False: everything went to `sink`, the
     caller must not append `second_sink`'s output).
     """
+    import functools
     import threading
 
-    if conn.info.transaction_status != psycopg2.extensions.TRANSACTION_STATUS_IDLE:
-        conn.rollback()
-    for c in (conn, second):
-        if c.encoding != "UTF8":
-            c.set_client_encoding("UTF8")
-    target = ident(schema, table)
+    _ready(conn)
+    _ready(second)
     with conn.cursor() as cur:
-        cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        for setting in _SCAN_SETTINGS:
-            cur.execute(setting)
+        _begin_read(cur)
         cur.execute(
             sql.SQL("SELECT pg_relation_size({}::regclass) / current_setting('block_size')::int").format(
                 sql.Literal(f'"{schema}"."{table}"')
             )
         )
         pages = int(cur.fetchone()[0])
-        if pages < _SPLIT_MIN_PAGES or not in_physical_order(cur, schema, table):
-            conn.rollback()
-            return copy_items(conn, schema=schema, table=table, row=row, where=where, options=options, sink=sink), False
+        ordered = in_physical_order(cur, schema, table)
+        copy = functools.partial(_copy_rows, schema=schema, table=table, row=row, where=where, options=options)
+        if pages < _SPLIT_MIN_PAGES or not ordered:
+            return copy(cur, sink=sink, tail=_order(ordered)), False
         cur.execute("SELECT pg_export_snapshot()")
         snapshot = cur.fetchone()[0]
         mid = pages // 2
         glue = " AND " if where.text.as_string(cur).strip() else " WHERE "
-
-        def query(op: str) -> Piece:
-            return (
-                sql_text("COPY (SELECT ")
-                + row
-                + Piece(sql.SQL(" FROM {}").format(target))
-                + where
-                + sql_text(f"{glue}ctid {op} '({mid},0)'::tid")
-                + sql_text(f") TO STDOUT WITH ({options})")
-            )
-
         counts: dict[str, int] = {}
         errors: list[BaseException] = []
 
         def read_second() -> None:
             try:
                 with second.cursor() as cur2:
-                    cur2.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                    cur2.execute("SET TRANSACTION SNAPSHOT %s", (snapshot,))
-                    for setting in _SCAN_SETTINGS:
-                        cur2.execute(setting)
-                    cur2.copy_expert(render(query(">="), cur2), second_sink)
-                    counts["second"] = int(cur2.rowcount)
+                    _begin_read(cur2, snapshot)
+                    half = sql_text(f"{glue}ctid >= '({mid},0)'::tid")
+                    counts["second"] = copy(cur2, sink=second_sink, tail=half)
             except BaseException as exc:  # re-raised in the caller's thread
                 errors.append(exc)
 
         worker = threading.Thread(target=read_second, name="export-second-half")
         worker.start()
         try:
-            cur.copy_expert(render(query("<"), cur), sink)
-            counts["first"] = int(cur.rowcount)
+            half = sql_text(f"{glue}ctid < '({mid},0)'::tid")
+            counts["first"] = copy(cur, sink=sink, tail=half)
         finally:
             worker.join()
         if errors:

@@ -31,7 +31,6 @@ log = logging.getLogger(__name__)
 
 #: Bump when parsing changes in a way that makes old staging tables stale.
 PARSER_VERSION = "1"
-STEP_ORDER = ("FETCH", "PARSE", "MERGE", "RULES", "EXPORT")
 
 
 @dataclass
