@@ -38,7 +38,9 @@ class Settings(BaseSettings):
     result_backend: str | None = None
     export_dir: Path = Path("exports")
     data_dir: Path = Path("var")
+    # Where exports and a run's downloads live (firefeed/storage): unset = export_dir and data_dir/runs.
     storage_url: str | None = None
+    storage_endpoint_url: str | None = None
     chunk_rows: int = Field(default=2000, ge=1)
     web_pool_size: int = Field(default=5, ge=1)
     worker_type: str = "etl"
@@ -77,10 +79,27 @@ class Settings(BaseSettings):
     flower_address: str = "127.0.0.1"
     flower_port: int = Field(default=5555, ge=1, le=65535)
 
-    @field_validator("database_url", "broker_url", "result_backend", "storage_url", "flower_password", mode="before")
+    @field_validator(
+        "database_url",
+        "broker_url",
+        "result_backend",
+        "storage_url",
+        "storage_endpoint_url",
+        "flower_password",
+        mode="before",
+    )
     @classmethod
     def _blank_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("storage_url")
+    @classmethod
+    def _storage_url(cls, value: str | None) -> str | None:
+        from firefeed.storage import parse_storage_url
+
+        if value is not None:
+            parse_storage_url(value)  # a bad value stops the process at start, naming the variable
+        return value
 
     @property
     def sqlalchemy_url(self) -> str:

@@ -190,6 +190,29 @@ def _check_broker(report: Report, settings: Any) -> None:
     report.ok("broker", shown)
 
 
+def _check_storage(report: Report, settings: Any) -> None:
+    if not settings.storage_url:
+        report.info(
+            "storage",
+            f"local folders: exports in {settings.export_dir}, downloads in {settings.data_dir / 'runs'} "
+            "(several machines: share FIREFEED_EXPORT_DIR or set FIREFEED_STORAGE_URL)",
+        )
+        return
+    from firefeed.storage import probe_storage
+
+    try:
+        where = probe_storage(settings)
+    except Exception as err:
+        report.fail(
+            "storage",
+            str(err),
+            "check FIREFEED_STORAGE_URL, FIREFEED_STORAGE_ENDPOINT_URL and that the credentials may "
+            "write, read, list and delete there",
+        )
+        return
+    report.ok("storage", where)
+
+
 def run_doctor(settings: Any = None) -> Report:
     """Every check of `firefeed doctor`, as a Report."""
     from firefeed.config import get_settings
@@ -206,6 +229,7 @@ def run_doctor(settings: Any = None) -> Report:
         if engine is not None:
             engine.dispose()
     _check_broker(report, settings)
+    _check_storage(report, settings)
     if not settings.flower_password:
         report.warn("flower", "FIREFEED_FLOWER_PASSWORD is not set: `firefeed flower` refuses to start")
     return report

@@ -28,7 +28,8 @@ def run_demo(out: Path) -> int:
     from firefeed.spec.loader import load_spec_file
 
     started = time.monotonic()
-    settings = get_settings().model_copy(update={"export_dir": out.resolve()})
+    # The demo's exports always land in `out`, even on a machine whose FIREFEED_STORAGE_URL names a bucket.
+    settings = get_settings().model_copy(update={"export_dir": out.resolve(), "storage_url": None})
     print(f"FireFeed demo: the sample project in {SPEC.parent}")
     ensure_migrated()
     spec = load_spec_file(SPEC)

@@ -2,7 +2,9 @@
 
 The spec already rejects absolute paths and `..`; this is the second line of
 defence, done on the real file system: a symlink inside the export folder that
-points elsewhere must not let a feed overwrite files outside it.
+points elsewhere must not let a feed overwrite files outside it. `export_key`
+does the same for the storage layer (`firefeed.storage`), where an export is the
+key `<company>/<project>/<path>` on a local folder or in a bucket.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from pathlib import Path, PurePosixPath
 
 from firefeed.errors import UnsafePathError
 from firefeed.schema.identifiers import check_company_id, check_project_id
+from firefeed.storage.base import Storage
 
 GZIP_SUFFIX = ".gz"
 
@@ -34,6 +37,18 @@ def resolve_export_path(export_dir: Path, company: str, project: str, rel_path: 
     folder itself) once symlinks of the parts that already exist are resolved.
     """
     base = project_export_dir(export_dir, company, project)
+    text = _relative(rel_path, gzip=gzip)
+    root = base.resolve()
+    target = (root / text).resolve()
+    if target == root or not target.is_relative_to(root):
+        raise UnsafePathError(
+            f"export path {rel_path!r} resolves to {target}, outside the project's export folder {root}"
+        )
+    return target
+
+
+def _relative(rel_path: str, *, gzip: bool) -> str:
+    """The user's export path, `/`-separated, refused when it is absolute, empty or climbs with `..`."""
     text = rel_path.replace("\\", "/")
     pure = PurePosixPath(text)
     if (
@@ -47,10 +62,32 @@ def resolve_export_path(export_dir: Path, company: str, project: str, rel_path: 
         raise UnsafePathError(f"export path {rel_path!r} must be relative to the project's export folder")
     if gzip and not text.endswith(GZIP_SUFFIX):
         text += GZIP_SUFFIX
-    root = base.resolve()
-    target = (root / text).resolve()
-    if target == root or not target.is_relative_to(root):
+    return text
+
+
+def project_prefix(company: str, project: str) -> str:
+    """`<company>/<project>`: the storage prefix of a project's exports; both ids are checked."""
+    try:
+        return f"{check_company_id(company)}/{check_project_id(project)}"
+    except ValueError as exc:
+        raise UnsafePathError(str(exc)) from exc
+
+
+def export_key(storage: Storage, company: str, project: str, rel_path: str, *, gzip: bool = False) -> str:
+    """The storage key of an export, `<company>/<project>/<path>`, with the checks of `resolve_export_path`.
+
+    The path is checked as text first, then where it really lands in `storage`
+    (a local folder follows its symlinks): anything outside the project's prefix
+    is an UnsafePathError naming the export path.
+    """
+    prefix = project_prefix(company, project)
+    normal = PurePosixPath(_relative(rel_path, gzip=gzip)).as_posix()
+    if normal in ("", "."):
+        raise UnsafePathError(f"export path {rel_path!r} must name a file in the project's export folder")
+    key = f"{prefix}/{normal}"
+    if not storage.is_within(key, prefix):
         raise UnsafePathError(
-            f"export path {rel_path!r} resolves to {target}, outside the project's export folder {root}"
+            f"export path {rel_path!r} resolves to {storage.url(key)}, "
+            f"outside the project's export folder {storage.url(prefix)}"
         )
-    return target
+    return key

@@ -320,12 +320,17 @@ def _receive(
     try:
         with os.fdopen(fd, "wb") as out:
             received = 0
+            # The read timeout restarts with every byte: a trickling server is stopped by the step's time limit.
+            deadline = time.monotonic() + settings.step_time_limit_s
             try:
-                # iter_bytes undoes Content-Encoding, so the cap also bounds a gzip-encoded body.
-                for chunk in response.iter_bytes(CHUNK):
+                # iter_bytes undoes Content-Encoding, so the cap also bounds a gzip-encoded body; pieces come
+                # as they arrive (not gathered to CHUNK bytes), so the deadline is checked on a trickle too.
+                for chunk in response.iter_bytes():
                     received += len(chunk)
                     if received > settings.fetch_max_bytes:
                         raise FetchError(source, _too_large(settings.fetch_max_bytes))
+                    if time.monotonic() > deadline:
+                        raise FetchError(source, _too_slow(shown, settings.step_time_limit_s))
                     digest.update(chunk)
                     out.write(chunk)
             except httpx.TimeoutException as exc:
@@ -370,6 +375,10 @@ def _check_declared_length(response: httpx.Response, *, source: str, max_bytes: 
 
 def _too_large(max_bytes: int) -> str:
     return f"the file is larger than the size cap of {max_bytes} bytes"
+
+
+def _too_slow(shown: str, limit_s: int) -> str:
+    return f"{shown} sent too slowly: the download took longer than FIREFEED_STEP_TIME_LIMIT_S ({limit_s} s)"
 
 
 # ---------------------------------------------------------------- local files

@@ -1,0 +1,147 @@
+"""The local folder backend: today's files and layout, atomic by rename and fsync.
+
+A key is the file `root/key`. Every operation resolves it through existing
+symlinks and refuses one whose real location leaves the root, so a symlink in an
+export folder cannot make a feed overwrite a file elsewhere. A file is written
+to a hidden temporary beside its final name (same file system), fsynced, renamed
+into place and the folder fsynced, so a reader never sees half of it, even after
+a power cut.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from firefeed.errors import StorageError, UnsafePathError
+from firefeed.storage.base import Storage
+from firefeed.storage.keys import check_key
+
+#: A new file is world-readable, like a served feed; a replaced file keeps its mode.
+_NEW_FILE_MODE = 0o644
+
+
+class LocalStorage(Storage):
+    """Keys as files under a folder (created on first write)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def __repr__(self) -> str:
+        return f"LocalStorage({str(self.root)!r})"
+
+    def _resolve(self, key: str) -> Path:
+        return (self.root.resolve() / check_key(key)).resolve()
+
+    def path(self, key: str) -> Path:
+        """The file backing `key`, resolved; UnsafePathError when it lands outside the root."""
+        root, target = self.root.resolve(), self._resolve(key)
+        if target == root or not target.is_relative_to(root):
+            raise UnsafePathError(f"storage key {key!r} resolves to {target}, outside the storage folder {root}")
+        return target
+
+    def url(self, key: str = "") -> str:
+        return str(self._resolve(key) if key else self.root.resolve())
+
+    @contextlib.contextmanager
+    def writing(self, key: str) -> Iterator[Path]:
+        dest = self.path(key)
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+            os.close(fd)
+        except OSError as exc:
+            raise StorageError(f"cannot write {dest}: {exc.strerror or exc}") from exc
+        tmp = Path(name)
+        try:
+            yield tmp
+            _fsync_file(tmp)
+            os.chmod(tmp, _mode_of(dest))
+            os.replace(tmp, dest)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+            raise
+        _fsync_dir(dest.parent)
+
+    def put_file(self, src: Path, key: str) -> None:
+        # A download made in place (the default layout) is already where its key is.
+        if Path(src).resolve() == self.path(key):
+            return
+        super().put_file(src, key)
+
+    @contextlib.contextmanager
+    def reading(self, key: str) -> Iterator[Path]:
+        path = self.path(key)
+        if not path.is_file():
+            raise StorageError(f"no such file in storage: {path}")
+        yield path
+
+    def open(self, key: str) -> BinaryIO:
+        path = self.path(key)
+        try:
+            return path.open("rb")
+        except OSError as exc:
+            raise StorageError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+    def move(self, src: str, dst: str) -> None:
+        source, dest = self.path(src), self.path(dst)
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(source, dest)
+        except OSError as exc:
+            raise StorageError(f"cannot move {source} to {dest}: {exc.strerror or exc}") from exc
+        _fsync_dir(dest.parent)
+
+    def delete(self, key: str) -> None:
+        self.path(key).unlink(missing_ok=True)
+
+    def delete_tree(self, prefix: str) -> None:
+        shutil.rmtree(self.path(prefix), ignore_errors=True)
+
+    def exists(self, key: str) -> bool:
+        return self.path(key).is_file()
+
+    def list(self, prefix: str) -> list[str]:
+        base = self.path(prefix)
+        if not base.is_dir():
+            return []
+        root = self.root.resolve()
+        return sorted(p.relative_to(root).as_posix() for p in base.rglob("*") if p.is_file())
+
+    def is_within(self, key: str, prefix: str) -> bool:
+        outer, target = self._resolve(prefix), self._resolve(key)
+        return target != outer and target.is_relative_to(outer)
+
+
+def _mode_of(dest: Path) -> int:
+    try:
+        return dest.stat().st_mode & 0o777
+    except FileNotFoundError:
+        return _NEW_FILE_MODE
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # some file systems do not open folders; the rename already happened
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
