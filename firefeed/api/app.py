@@ -11,7 +11,7 @@ from sqlalchemy.engine import Engine
 
 from firefeed import __version__
 from firefeed.api import errors
-from firefeed.api.routes import ops, projects, runs
+from firefeed.api.routes import ops, preview, projects, runs
 from firefeed.runs.service import RunStore
 from firefeed.runs.tokens import TokenStore
 
@@ -39,6 +39,7 @@ def create_app(*, engine: Engine | None = None) -> FastAPI:
     app.state.tokens = TokenStore(app.state.store.engine)
     errors.install(app)
     app.include_router(projects.router)
+    app.include_router(preview.router)
     app.include_router(runs.router)
     app.include_router(ops.router)
     app.mount("/web", StaticFiles(directory=WEB_DIR), name="web")

@@ -18,11 +18,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from firefeed.errors import (
     AuthenticationError,
     EnqueueError,
+    FetchError,
     FireFeedError,
+    MergeError,
     NotFoundError,
     PipelineBusyError,
     RunCancelledError,
+    SourceError,
     SpecError,
+    UnsafePathError,
+    UnsafeURLError,
 )
 
 log = logging.getLogger(__name__)
@@ -36,6 +41,13 @@ STATUS: tuple[tuple[type[FireFeedError], int], ...] = (
     (RunCancelledError, 409),
     (SpecError, 422),
     (EnqueueError, 503),
+    # Sources are only read in a request by a preview: a refused or unreadable one is the spec's problem,
+    # an upstream server that fails is a bad gateway.
+    (UnsafeURLError, 422),
+    (UnsafePathError, 422),
+    (FetchError, 502),
+    (SourceError, 422),
+    (MergeError, 422),
 )
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
 
@@ -57,6 +69,8 @@ def error_body(err: FireFeedError) -> dict[str, Any]:
     elif isinstance(err, SpecError):
         body["path"] = err.path
         body["message"] = err.detail
+    elif isinstance(err, SourceError):
+        body["source"] = err.source
     return body
 
 

@@ -18,6 +18,7 @@ from firefeed.errors import NotFoundError, SpecError
 from firefeed.runs.report import build_report
 from firefeed.runs.service import RunStore
 from firefeed.spec.loader import load_spec
+from firefeed.spec.model import ProjectSpec
 
 # A spec is a few kilobytes; anything this big is a mistake or an attack.
 MAX_SPEC_BYTES = 1024 * 1024
@@ -81,6 +82,22 @@ def project_spec(store: RunStore, company: str, project_id: str) -> dict[str, An
     return dict(store.project(project_id, company=company).spec)
 
 
+def spec_from_body(company: str, project_id: str, body: bytes, *, where: str) -> ProjectSpec:
+    """A YAML or JSON spec sent over HTTP, which must name the URL's project and the token's company."""
+    if len(body) > MAX_SPEC_BYTES:
+        raise SpecError("", f"the spec is larger than {MAX_SPEC_BYTES} bytes")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecError("", "the spec must be UTF-8 text (YAML or JSON)") from None
+    spec = load_spec(text, filename=where)
+    if spec.project != project_id:
+        raise SpecError("project", f"must be {project_id!r}, the project id in the URL (got {spec.project!r})")
+    if spec.company != company:
+        raise SpecError("company", f"must be {company!r}, the company of your token (got {spec.company!r})")
+    return spec
+
+
 def apply_project(store: RunStore, company: str, project_id: str, body: bytes) -> schemas.ProjectApplied:
     """Create or update a project from a YAML or JSON spec sent over HTTP.
 
@@ -88,17 +105,7 @@ def apply_project(store: RunStore, company: str, project_id: str, body: bytes) -
     over the API has no folder: its sources are URLs, or local files under
     FIREFEED_LOCAL_SOURCES_ROOT.
     """
-    if len(body) > MAX_SPEC_BYTES:
-        raise SpecError("", f"the spec is larger than {MAX_SPEC_BYTES} bytes")
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SpecError("", "the spec must be UTF-8 text (YAML or JSON)") from None
-    spec = load_spec(text, filename=f"PUT /api/projects/{project_id}")
-    if spec.project != project_id:
-        raise SpecError("project", f"must be {project_id!r}, the project id in the URL (got {spec.project!r})")
-    if spec.company != company:
-        raise SpecError("company", f"must be {company!r}, the company of your token (got {spec.company!r})")
+    spec = spec_from_body(company, project_id, body, where=f"PUT /api/projects/{project_id}")
     created = store.apply_spec(spec, spec_dir=None, company=company)
     return schemas.ProjectApplied(
         project=project_id, company=company, created=created, links=schemas.project_links(project_id)

@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 # How far back a cron expression is searched for its latest slot; an expression that never
 # fires (`0 0 30 2 *`) must not loop, and a schedule idle for longer than this is not "due".
 _CRON_LOOKBACK = timedelta(days=366 * 5)
+# Scratch areas (rule previews) older than this are a crashed preview's leftovers.
+SCRATCH_AREA_MAX_AGE_S = 3600.0
 # Rows deleted per transaction when pruning, so a large backlog never holds long locks.
 _PRUNE_BATCH = 500
 
@@ -284,13 +286,17 @@ def reap_stale_runs(engine: Engine | None = None, stale_after_s: float | None = 
 
 
 def _discard_run_files(run_id: str, engine: Engine) -> None:
-    """What the dead driver would have cleaned: unpublished export files and its downloads (on this machine)."""
+    """What the dead driver would have cleaned: unpublished exports and downloads, removed through the storage.
+
+    With FIREFEED_STORAGE_URL set they are reachable from any machine; with the
+    default local folders only this machine's copies can be removed.
+    """
     from firefeed.pipeline.orchestrator import load_context
     from firefeed.pipeline.steps import cleanup
 
     try:
         cleanup(load_context(run_id, engine=engine))
-    except Exception:  # a spec that no longer parses, a folder on another machine: nothing more to do here
+    except Exception:  # a spec that no longer parses, storage out of reach: nothing more to do here
         log.warning("could not remove the reaped run's files", exc_info=True)
 
 
@@ -340,7 +346,10 @@ def drop_orphan_tmp_tables(engine: Engine | None = None) -> list[str]:
     """The janitor: drop rules_tmp tables whose run is not PENDING or RUNNING (never a live run's)."""
     from firefeed.schema.service import SchemaService
 
-    dropped = SchemaService(engine).drop_orphan_tmp_tables()
+    schema = SchemaService(engine)
+    dropped = schema.drop_orphan_tmp_tables()
     if dropped:
         metrics.rules_tmp_dropped(len(dropped))
+    # A preview's scratch area lives seconds; one an hour old was left by a preview that crashed.
+    schema.drop_stale_scratch_areas(older_than_s=SCRATCH_AREA_MAX_AGE_S)
     return dropped

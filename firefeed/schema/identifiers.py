@@ -66,7 +66,33 @@ def check_project_id(project: str) -> str:
     return project
 
 
+#: schemas of scratch areas: throwaway copies of the data plane (rule previews), never a company's
+SCRATCH_SCHEMA_PREFIX = "scratch_"
+_SCRATCH_AREA = re.compile(r"^scratch:([0-9]{10}_[0-9a-f]{16})$")
+
+
+def scratch_area(created_at: int, token: str) -> str:
+    """The id of a scratch area: it stands where a company id goes, so the pipeline's own code works in it.
+
+    `scratch:<unix seconds>_<16 hex>` can never be a company id (no `:` allowed), and its schema
+    `scratch_<unix seconds>_<16 hex>` never starts with `company_`, so nothing in it is a company's.
+    The creation time in the name lets the janitor drop areas a crashed preview left behind.
+    """
+    area = f"scratch:{created_at:010d}_{token}"
+    if not _SCRATCH_AREA.match(area):
+        raise ValueError(f"not a scratch area id: {area!r}")
+    return area
+
+
+def is_scratch_area(company: str) -> bool:
+    return _SCRATCH_AREA.match(company) is not None
+
+
 def company_schema(company: str) -> str:
+    """The schema of a company's data (`company_<id>`), or of a scratch area (`scratch_<...>`)."""
+    scratch = _SCRATCH_AREA.match(company)
+    if scratch is not None:
+        return SCRATCH_SCHEMA_PREFIX + scratch.group(1)
     return "company_" + check_company_id(company)
 
 
@@ -96,9 +122,22 @@ def rules_tmp_table(run_id: str, pass_no: int) -> str:
     return f"{RULES_TMP_PREFIX}{run_id.replace('-', '')}_{pass_no}"
 
 
+EXPORT_TMP_PREFIX = "export_tmp_"
+
+
+def export_tmp_table(run_id: str, index: int) -> str:
+    """The (key, content hash) table one export of a run writes for its diff; run-scoped like a pass table."""
+    return f"{EXPORT_TMP_PREFIX}{run_id.replace('-', '')}_{index}"
+
+
+def published_keys_table(project: str, export: str) -> str:
+    """The (key, content hash) table of an export's last published file: what the next run diffs against."""
+    return _bounded("export_keys_", f"{check_project_id(project)}_{_digest(export, 8)}")
+
+
 def run_id_of_tmp_table(table: str) -> str | None:
-    """The run id a `rules_tmp_*` table belongs to, or None when the name is not ours."""
-    m = re.match(rf"^{RULES_TMP_PREFIX}([0-9a-f]{{32}})_\d+$", table)
+    """The run id a `rules_tmp_*` or `export_tmp_*` table belongs to, or None when the name is not ours."""
+    m = re.match(rf"^(?:{RULES_TMP_PREFIX}|{EXPORT_TMP_PREFIX})([0-9a-f]{{32}})_\d+$", table)
     if not m:
         return None
     h = m.group(1)

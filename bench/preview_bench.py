@@ -1,0 +1,169 @@
+"""`make bench-preview`: rule preview of 50 items of a 100k-item feed with 10 rules (target: under 3 s).
+
+Issue #9's acceptance: a preview of a spec with 10 rules on a 100,000-item feed
+answers in under 3 s for N=50. Measured on feeds made by
+../shared/feedgen/feedgen.py (cached in --data-dir, shared with `make bench`):
+  - `preview_spec` in this process (what the CLI and the API call), primary only;
+  - the same with the stock feed as an enrich source (it must be read to the end
+    to find the sample's keys);
+  - POST /api/projects/{id}/preview through a real uvicorn server, the stored spec;
+  - 50 items chosen by id (`--item`), which reads the whole primary.
+Each figure is the median of --repeat previews after one warm-up. Prints them
+with the target and writes them as JSON to bench/out/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg2
+import yaml
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))
+
+from pipeline_bench import feed_files  # noqa: E402
+
+TARGET_S = 3.0
+#: ten of the pipeline benchmark's rules, between them every kind of condition group and most actions
+RULES = (
+    "out of stock",
+    "brand in title",
+    "description fallback",
+    "colors in english",
+    "identifiers",
+    "tidy title",
+    "vat",
+    "shoes category",
+    "tidy mpn",
+    "exclusions",
+)
+
+
+def bench_spec(project: str, feed: Path, stock: Path | None) -> dict[str, Any]:
+    every = yaml.load((HERE / "bench_rules.yaml").read_text(encoding="utf-8"), Loader=yaml.BaseLoader)
+    rules = [r for r in every if r["name"] in RULES]
+    assert len(rules) == len(RULES), "bench_rules.yaml lost a rule this benchmark uses"
+    sources: list[dict[str, Any]] = [{"name": "feed", "url": feed.name}]
+    if stock is not None:
+        sources.append({"name": "stock", "url": stock.name, "mode": "enrich"})
+    return {
+        "company": "bench",
+        "project": project,
+        "sources": sources,
+        "rules": rules,
+        "exports": [{"name": "out", "format": "csv", "path": "out.csv"}],
+    }
+
+
+def last_ids(feed: Path, n: int) -> list[str]:
+    """The ids of the feed's last `n` items: choosing them makes a preview read the whole primary."""
+    import csv
+    from collections import deque
+
+    with feed.open(newline="", encoding="utf-8") as f:
+        rows = csv.reader(f)
+        next(rows)
+        return [row[0] for row in deque(rows, maxlen=n)]
+
+
+def median_of(repeat: int, call: Callable[[], Any]) -> tuple[float, list[float], Any]:
+    call()  # warm-up: imports, connections, the OS file cache
+    times, last = [], None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        last = call()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), times, last
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=100_000)
+    ap.add_argument("--items", type=int, default=50)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--data-dir", type=Path, default=Path("/tmp/firefeed-bench"))
+    ap.add_argument(
+        "--admin-dsn",
+        default=os.environ.get("FIREFEED_BENCH_ADMIN_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"),
+    )
+    args = ap.parse_args()
+
+    feed, stock = feed_files(args.data_dir, args.rows)
+    db = f"firefeed_preview_bench_{os.getpid()}"
+    admin = psycopg2.connect(args.admin_dsn)
+    admin.autocommit = True
+    admin.cursor().execute(
+        f"CREATE DATABASE {db} TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C.UTF-8' LC_CTYPE 'C.UTF-8'"
+    )
+    os.environ["FIREFEED_DATABASE_URL"] = args.admin_dsn.rsplit("/", 1)[0] + "/" + db
+    os.environ["FIREFEED_DATA_DIR"] = str(args.data_dir / "var")
+    results: dict[str, Any] = {"rows": args.rows, "items": args.items, "rules": len(RULES), "target_s": TARGET_S}
+    try:
+        import httpx
+
+        from firefeed.api.app import create_app
+        from firefeed.api.serve import ServerThread
+        from firefeed.db.engine import dispose_engines
+        from firefeed.db.migrate import upgrade
+        from firefeed.preview import preview_spec
+        from firefeed.runs.service import RunStore
+        from firefeed.runs.tokens import TokenStore
+        from firefeed.spec.loader import parse_spec
+
+        upgrade()
+        primary_only = parse_spec(bench_spec("preview_bench", feed, None))
+        with_stock = parse_spec(bench_spec("preview_bench", feed, stock))
+        ids = last_ids(feed, args.items)
+
+        folder = feed.parent
+        cases: list[tuple[str, Callable[[], Any]]] = [
+            ("primary only", lambda: preview_spec(primary_only, spec_dir=folder, items=args.items)),
+            ("with the stock source", lambda: preview_spec(with_stock, spec_dir=folder, items=args.items)),
+            (f"{len(ids)} ids, last in the feed", lambda: preview_spec(primary_only, spec_dir=folder, ids=ids)),
+        ]
+        RunStore().apply_spec(primary_only, spec_dir=folder)
+        token = TokenStore().create("bench")
+        with ServerThread(create_app()) as url, httpx.Client(base_url=url, timeout=60) as http:
+
+            def over_http() -> Any:
+                r = http.post(
+                    f"/api/projects/preview_bench/preview?items={args.items}",
+                    headers={"Authorization": f"Bearer {token}"},
+                )
+                r.raise_for_status()
+                return r.json()
+
+            cases.append(("POST .../preview (stored spec)", over_http))
+            print(f"preview of {args.items} items, {len(RULES)} rules, {args.rows:,}-item feed", flush=True)
+            for name, call in cases:
+                median, times, last = median_of(args.repeat, call)
+                items = last["items"] if isinstance(last, dict) else last.items
+                results[name] = {"median_s": median, "runs_s": times, "items": len(items)}
+                verdict = "ok" if median < TARGET_S else "OVER"
+                print(
+                    f"  {name:<32}{median:7.3f} s median of {args.repeat}  ({len(items)} items)"
+                    f"  target < {TARGET_S:.0f} s: {verdict}",
+                    flush=True,
+                )
+        dispose_engines()
+        out_dir = HERE / "out"
+        out_dir.mkdir(exist_ok=True)
+        (out_dir / f"preview_{time.strftime('%Y%m%d-%H%M%S')}.json").write_text(json.dumps(results, indent=2))
+    finally:
+        admin.cursor().execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+        admin.close()
+
+
+if __name__ == "__main__":
+    main()

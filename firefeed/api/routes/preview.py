@@ -1,0 +1,87 @@
+"""POST /api/projects/{id}/preview: what the rules do to a sample of the items, for the token's company."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+
+from firefeed.api import schemas
+from firefeed.api.auth import CurrentCompany
+from firefeed.api.deps import Store
+from firefeed.api.service import spec_from_body
+from firefeed.errors import NotFoundError
+from firefeed.preview import DEFAULT_ITEMS, MAX_ITEMS, Preview, preview_spec
+from firefeed.preview.service import sample_ids
+from firefeed.runs.service import RunStore
+
+router = APIRouter(prefix="/api/projects", tags=["preview"])
+
+_RESPONSES: dict[int | str, dict[str, Any]] = {
+    404: {"model": schemas.ErrorBody, "description": "unknown project (or another company's)"},
+    422: {
+        "model": schemas.ErrorBody,
+        "description": "invalid spec (`spec_error`, `path` names the key), bad query (`invalid_request`), "
+        "or a source that may not or cannot be read (`unsafe_url`, `unsafe_path`, `parse_error`, `merge_error`)",
+    },
+    502: {"model": schemas.ErrorBody, "description": "a source's server could not be fetched from (`fetch_error`)"},
+}
+_OPTIONAL_SPEC_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": False,
+        "description": "A project spec (SPEC section 2) as JSON or YAML to preview; no body previews the stored spec.",
+        "content": {
+            "application/json": {"schema": {"type": "object"}},
+            "application/yaml": {"schema": {"type": "string"}},
+        },
+    }
+}
+
+
+def _preview(
+    store: RunStore, company: str, project_id: str, body: bytes, items: int | None, ids: list[str] | None
+) -> Preview:
+    try:
+        existing = store.project(project_id)
+    except NotFoundError:
+        existing = None
+    if existing is not None and existing.company_id != company:
+        raise NotFoundError(f"unknown project {project_id!r}")
+    if body.strip():
+        # A draft may name a project that does not exist yet; it has no folder, like a PUT spec.
+        spec = spec_from_body(company, project_id, body, where=f"POST /api/projects/{project_id}/preview")
+        spec_dir = None
+    elif existing is None:
+        raise NotFoundError(f"unknown project {project_id!r}")
+    else:
+        spec, spec_dir = store.project_spec(project_id)
+    return preview_spec(spec, spec_dir=spec_dir, items=items or DEFAULT_ITEMS, ids=ids, engine=store.engine)
+
+
+@router.post("/{project_id}/preview", response_model=Preview, responses=_RESPONSES, openapi_extra=_OPTIONAL_SPEC_BODY)
+async def preview_project(
+    project_id: str,
+    request: Request,
+    company: CurrentCompany,
+    store: Store,
+    items: Annotated[
+        int | None, Query(ge=1, le=MAX_ITEMS, description=f"the first N items of the primary (default {DEFAULT_ITEMS})")
+    ] = None,
+    item: Annotated[list[str] | None, Query(description="item ids to preview instead (repeat the parameter)")] = None,
+) -> Preview:
+    """Run FETCH..RULES on a sample in a throwaway schema: per rule its counts, per item each change.
+
+    The project's tables, runs and exports are untouched, and no lock is taken: a preview may run while a
+    run of the project is active.
+    """
+    ids = None
+    try:
+        if item is not None and items is not None:
+            raise ValueError("give either `items` or `item`, not both")
+        ids = sample_ids(item) if item is not None else None
+    except ValueError as err:
+        raise RequestValidationError([{"loc": ("query", "item"), "msg": str(err), "type": "value_error"}]) from None
+    body = await request.body()
+    return await run_in_threadpool(_preview, store, company, project_id, body, items, ids)

@@ -1,0 +1,123 @@
+"""What each rule does to the sample: the run's own rules SQL, one rule per pass, states compared.
+
+A real run packs rules into few passes (rules/_plan.py). A preview wants to see
+between any two rules, so it plans each enabled rule as a pass of its own with
+the same planner and runs it with the same executor (`run_pass_chunk`), which
+also returns the rule's match count exactly as a run's report counts it.
+Rules are order-dependent and a pass sees what the previous one wrote, so the
+states in between are the ones a run goes through. Which items a rule matched
+comes from the rule's compiled condition (`condition_sql`) over the rule's
+input: no second evaluator anywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from psycopg2 import sql
+from sqlalchemy import Engine
+
+from firefeed.db.engine import raw_connection
+from firefeed.rules.executor import plan_passes, prepare_pass, run_pass_chunk
+from firefeed.rules.model import Rule
+from firefeed.rules.sqlgen import condition_sql
+from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, company_schema, ident
+from firefeed.schema.service import SchemaService
+
+#: an item's values by field name, and its key and origin source
+Row = tuple[str, int, dict[str, str]]
+
+
+@dataclass
+class RuleEffect:
+    """One enabled rule over the sample: counts, and per item (by position) what it did."""
+
+    rule: Rule
+    items_in: int
+    matched_count: int  # as the executor counts it for a run's report
+    matched: dict[int, bool] = field(default_factory=dict)  # position -> the `when` held
+    changes: dict[int, list[tuple[str, str, str]]] = field(default_factory=dict)  # position -> (field, before, after)
+    excluded: set[int] = field(default_factory=set)
+
+
+@dataclass
+class Effects:
+    start: dict[int, Row]  # the merged sample, position -> (key, source index, values)
+    rules: list[RuleEffect]
+    fields: list[str]  # input fields, then those rules created
+
+
+def _read(engine: Engine, area: str, table: str, fields: Sequence[str]) -> dict[int, Row]:
+    cols = [ident(column_for_field(f)) for f in fields]
+    statement = sql.SQL("SELECT {}, {}, {}{} FROM {} ORDER BY 1").format(
+        ident(ORD),
+        ident(KEY),
+        ident(SRC),
+        sql.SQL("").join(sql.SQL(", ") + c for c in cols),
+        ident(company_schema(area), table),
+    )
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        cur.execute(statement)
+        return {int(r[0]): (r[1], int(r[2]), dict(zip(fields, r[3:], strict=True))) for r in cur.fetchall()}
+
+
+def _matches(engine: Engine, area: str, table: str, fields: Sequence[str], rule: Rule) -> dict[int, bool]:
+    """Per position: does the rule's `when`, compiled as a run compiles it, hold on `table`'s rows."""
+    if rule.when is None:
+        return {}
+    known = set(fields)
+    params: list[object] = []
+    cond = condition_sql(
+        rule.when,
+        lambda name: ident(column_for_field(name)) if name in known else sql.SQL("''::text"),
+        params,
+    )
+    statement = sql.SQL("SELECT {}, {} FROM {}").format(ident(ORD), cond, ident(company_schema(area), table))
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        cur.execute(statement, params)
+        return {int(r[0]): bool(r[1]) for r in cur.fetchall()}
+
+
+def rule_effects(
+    engine: Engine,
+    schema: SchemaService,
+    *,
+    area: str,
+    preview_id: str,
+    table: str,
+    fields: Sequence[str],
+    rules: Sequence[Rule],
+) -> Effects:
+    """Run the enabled `rules` on `table` of the scratch `area`, one pass each, and diff the states."""
+    current = list(dict.fromkeys(fields))
+    before = _read(engine, area, table, current)
+    effects = Effects(start=before, rules=[], fields=current)
+    src = table
+    for rule in rules:
+        if not rule.enabled:
+            continue
+        plans = plan_passes([rule], current)
+        assert len(plans) == 1, "one rule is one pass"
+        # Pass numbers name the pass tables: number them by rule so every state stays readable.
+        plan = replace(plans[0], number=rule.index)
+        matched = _matches(engine, area, src, current, rule)
+        dst = prepare_pass(schema, company=area, run_id=preview_id, plan=plan)
+        with raw_connection(engine) as conn:
+            counts = run_pass_chunk(conn, plan, src, dst, company=area, rows_in=len(before))
+        current = list(plan.fields_out)
+        after = _read(engine, area, dst, current)
+        effect = RuleEffect(rule=rule, items_in=len(before), matched_count=counts.matched[rule.name])
+        for pos, (_key, _src, values) in before.items():
+            effect.matched[pos] = matched.get(pos, True)
+            if pos not in after:
+                effect.excluded.add(pos)
+                continue
+            new = after[pos][2]
+            changed = [(f, values.get(f, ""), new[f]) for f in current if new[f] != values.get(f, "")]
+            if changed:
+                effect.changes[pos] = changed
+        effects.rules.append(effect)
+        before, src = after, dst
+    effects.fields = current
+    return effects

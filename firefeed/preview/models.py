@@ -1,0 +1,78 @@
+"""What a rule preview answers: per rule its counts, per sample item what each rule did to it.
+
+Pydantic models, so the CLI's `--json` and the API answer the same JSON and /docs shows its shape.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class FieldChange(BaseModel):
+    """One field a rule changed on one item; a field the rule created has `before` ""."""
+
+    field: str
+    before: str
+    after: str
+
+
+class ItemRuleEffect(BaseModel):
+    """What one enabled rule did to one item that reached it."""
+
+    rule: str
+    matched: bool = Field(description="the rule's `when` held for the item (always true without `when`)")
+    excluded: bool = Field(description="the rule excluded the item: later rules and exports never see it")
+    changes: list[FieldChange]
+
+
+class PreviewItem(BaseModel):
+    """One sample item, in feed order, and the rules it went through."""
+
+    key: str
+    source: str = Field(description="the source that brought the item: the primary, or an append source")
+    excluded_by: str | None = Field(description="the rule that excluded the item, if one did")
+    rules: list[ItemRuleEffect] = Field(description="every enabled rule the item reached, in order")
+
+
+class RuleSummary(BaseModel):
+    """One rule over the whole sample; a disabled rule is listed with zero counts."""
+
+    rule: str
+    index: int = Field(description="1-based position in the spec's rule list")
+    enabled: bool
+    items_in: int = Field(description="sample items that reached the rule (not excluded before it)")
+    matched: int
+    not_matched: int
+    changed: int = Field(description="items with at least one field changed by the rule")
+    excluded: int
+
+
+class SourceSample(BaseModel):
+    """How much of one source the preview read, and how many of its rows are in the sample."""
+
+    name: str
+    bytes: int
+    rows_read: int = Field(description="rows parsed before the sample was complete (the whole file when needed)")
+    rows_kept: int = Field(description="rows whose key is in the sample")
+    malformed: int
+
+
+class Sample(BaseModel):
+    """How the sample was chosen: the first `items` items of the primary, or the items with these `ids`."""
+
+    items: int | None
+    ids: list[str] | None
+    missing_ids: list[str] = Field(description="requested ids no source has")
+
+
+class Preview(BaseModel):
+    """The effect of a spec's rules on a sample of its items, computed without touching the project."""
+
+    company: str
+    project: str
+    sample: Sample
+    fields: list[str] = Field(description="the merged items' fields, then the fields rules create")
+    sources: list[SourceSample]
+    rules: list[RuleSummary]
+    items: list[PreviewItem]
+    duration_s: float

@@ -1,0 +1,85 @@
+"""Choosing a preview's sample while a source is parsed, so only the sample reaches Postgres.
+
+`SampleReader` wraps a source's real reader (the same readers a run uses) and
+passes on only each sample key's first row, as MERGE would keep it. It stops
+reading as soon as it has every row it can use: after the first N keys of the
+primary, or once every wanted key was seen. Keys are compared as MERGE
+compares them: trimmed of white space, exact text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from firefeed.pipeline.parse import FeedReader, ParseStats
+from firefeed.textutil import strip_ws
+
+
+class SampleReader:
+    """A FeedReader yielding the first row of each sample key of `inner`, and nothing else.
+
+    With `first`, the sample is the first `first` distinct non-empty keys; with
+    `keys`, the rows whose key is one of them. `kept` holds the keys yielded, in
+    order, and `rows_read` how many rows of the file were read. Iterating again
+    (after an EncodingRestart) starts over.
+    """
+
+    def __init__(
+        self, inner: FeedReader, key_field: str, *, first: int | None = None, keys: frozenset[str] | None = None
+    ) -> None:
+        if (first is None) == (keys is None):
+            raise ValueError("a sample is either the first N keys or a set of keys")
+        self.inner = inner
+        self.source = str(getattr(inner, "source", "?"))
+        self.key_field = key_field
+        self.first = first
+        self.keys = keys
+        self.kept: list[str] = []
+        self.rows_read = 0
+
+    @property
+    def fields(self) -> list[str]:
+        return self.inner.fields
+
+    @fields.setter
+    def fields(self, value: list[str]) -> None:
+        self.inner.fields = value
+
+    @property
+    def stats(self) -> ParseStats:
+        return self.inner.stats
+
+    @stats.setter
+    def stats(self, value: ParseStats) -> None:
+        self.inner.stats = value
+
+    def _wanted(self) -> int:
+        return self.first if self.first is not None else len(self.keys or ())
+
+    def __iter__(self) -> Iterator[tuple[int, list[str]]]:
+        self.kept, self.rows_read = [], 0
+        wanted = self._wanted()
+        if wanted == 0:
+            return
+        seen: set[str] = set()
+        rows = iter(self.inner)
+        at, width = -1, -1  # the key's index in the fields, recomputed when the fields grow
+        try:
+            for line, values in rows:
+                self.rows_read += 1
+                fields = self.inner.fields
+                if len(fields) != width:
+                    width = len(fields)
+                    at = fields.index(self.key_field) if self.key_field in fields else -1
+                key = strip_ws(values[at]) if 0 <= at < len(values) else ""
+                if not key or key in seen or (self.keys is not None and key not in self.keys):
+                    continue
+                seen.add(key)
+                self.kept.append(key)
+                yield line, values
+                if len(seen) >= wanted:
+                    return
+        finally:
+            close = getattr(rows, "close", None)
+            if close is not None:
+                close()  # stopping early: let the reader close its file now, not at garbage collection

@@ -1,0 +1,254 @@
+"""`preview_spec`: FETCH..RULES on a sample of a spec's items, in a scratch area, touching nothing of the project.
+
+The CLI (`firefeed preview`) and the API (`POST /api/projects/{id}/preview`)
+both call it. Every step is the run's own code: `fetch_source` with the run's
+safety checks (SSRF guard, local files confined as for a run of this spec),
+the same readers and staging, `merge_sources`, and the rules planner and
+executor. What differs is where the rows go: a throwaway schema
+`scratch_<time>_<random>` that is dropped at the end whatever happens, and a
+download folder under FIREFEED_DATA_DIR/previews removed likewise. No control-
+plane row is read or written, no lock is taken (a preview may run beside a
+run of the same project), and exports are never written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+import shutil
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from sqlalchemy import Engine
+
+from firefeed.config import Settings, get_settings
+from firefeed.db.engine import get_engine
+from firefeed.errors import ParseError
+from firefeed.pipeline.fetch import fetch_source
+from firefeed.pipeline.merge import StagedSource, merge_sources
+from firefeed.pipeline.parse import open_reader
+from firefeed.pipeline.stage import stage_source
+from firefeed.pipeline.steps import fetch_settings
+from firefeed.preview.effects import Effects, rule_effects
+from firefeed.preview.models import (
+    FieldChange,
+    ItemRuleEffect,
+    Preview,
+    PreviewItem,
+    RuleSummary,
+    Sample,
+    SourceSample,
+)
+from firefeed.preview.sample import SampleReader
+from firefeed.schema.identifiers import project_table, scratch_area, staging_table
+from firefeed.schema.service import SchemaService
+from firefeed.spec.model import ProjectSpec
+from firefeed.textutil import strip_ws
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ITEMS = 20
+#: a preview is for reading: more items than this is an export, not a preview
+MAX_ITEMS = 1000
+#: fetch retries of a preview's sources (a run's FIREFEED_FETCH_RETRIES when lower)
+PREVIEW_FETCH_RETRIES = 1
+
+
+def sample_ids(ids: Sequence[str]) -> list[str]:
+    """The requested ids, trimmed as keys are, in order, without repeats; ValueError naming a bad one."""
+    out: dict[str, None] = {}
+    for i, raw in enumerate(ids):
+        key = strip_ws(raw)
+        if not key:
+            raise ValueError(f"item id {i + 1} is empty: an item's key is never empty")
+        out[key] = None
+        if len(out) > MAX_ITEMS:
+            raise ValueError(f"at most {MAX_ITEMS} item ids")
+    return list(out)
+
+
+def preview_spec(
+    spec: ProjectSpec,
+    *,
+    spec_dir: Path | None,
+    items: int = DEFAULT_ITEMS,
+    ids: Sequence[str] | None = None,
+    engine: Engine | None = None,
+    settings: Settings | None = None,
+) -> Preview:
+    """What the spec's rules do to a sample: the first `items` items of the primary, or the items `ids`.
+
+    `spec_dir` is the spec's folder (relative source paths); None for a spec sent
+    over the API, whose local sources are confined as a run's would be. Source
+    problems raise the run's errors (FetchError, ParseError, MergeError).
+    """
+    if not 1 <= items <= MAX_ITEMS:
+        raise ValueError(f"items must be between 1 and {MAX_ITEMS}, got {items}")
+    wanted = sample_ids(ids) if ids else None
+    engine = engine or get_engine()
+    settings = settings or get_settings()
+    started = time.perf_counter()
+    preview_id = str(uuid.uuid4())
+    area = scratch_area(int(time.time()), secrets.token_hex(8))
+    work_dir = settings.data_dir / "previews" / preview_id
+    schema = SchemaService(engine)
+    schema.create_scratch_area(area)
+    try:
+        sources, staged = _sample_sources(spec, spec_dir, settings, engine, schema, area, work_dir, items, wanted)
+        merged = merge_sources(
+            engine, schema, company=area, table=project_table(spec.project), key_field=spec.key, sources=staged
+        )
+        effects = rule_effects(
+            engine,
+            schema,
+            area=area,
+            preview_id=preview_id,
+            table=project_table(spec.project),
+            fields=merged.fields,
+            rules=spec.parsed_rules,
+        )
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+        try:
+            schema.drop_scratch_area(area)
+        except Exception:
+            log.exception("could not drop the preview's scratch area %s; the janitor will", area)
+    found = {row[0] for row in effects.start.values()}
+    return Preview(
+        company=spec.company,
+        project=spec.project,
+        sample=Sample(
+            items=None if wanted else items,
+            ids=wanted,
+            missing_ids=[k for k in wanted if k not in found] if wanted else [],
+        ),
+        fields=effects.fields,
+        sources=sources,
+        rules=_summaries(spec, effects),
+        items=_items(spec, effects),
+        duration_s=round(time.perf_counter() - started, 3),
+    )
+
+
+def _sample_sources(
+    spec: ProjectSpec,
+    spec_dir: Path | None,
+    settings: Settings,
+    engine: Engine,
+    schema: SchemaService,
+    area: str,
+    work_dir: Path,
+    items: int,
+    wanted: list[str] | None,
+) -> tuple[list[SourceSample], list[StagedSource]]:
+    """FETCH and PARSE every source, staging only the sample's rows in the scratch area.
+
+    The primary decides the sample (its first `items` keys, or the `wanted` ones it
+    has); later sources contribute only rows of the sample's keys, and an append
+    source adds a wanted id the primary lacks, as a run would.
+    """
+    confined = fetch_settings(settings, spec.company, spec_dir)
+    # Someone is waiting for the answer: one retry of a failing server, not a run's patient backoff.
+    confined = confined.model_copy(update={"fetch_retries": min(confined.fetch_retries, PREVIEW_FETCH_RETRIES)})
+    reports: list[SourceSample] = []
+    staged: list[StagedSource] = []
+    keys: frozenset[str] | None = frozenset(wanted) if wanted else None
+    for index, src in enumerate(spec.sources):
+        fetched = fetch_source(
+            source=src.name,
+            url=src.url,
+            dest_dir=work_dir / "fetch" / hashlib.sha256(src.name.encode()).hexdigest()[:12],
+            base_dir=spec_dir,
+            headers=src.headers,
+            compression=src.compression,
+            previous=None,
+            settings=confined,
+        )
+        assert fetched.path is not None  # without validators a fetch always returns the file
+        reader = open_reader(
+            fetched.path,
+            source=src.name,
+            format=src.resolved_format,
+            encoding=src.encoding,
+            delimiter=src.delimiter,
+            item_path=src.item_path,
+        )
+        sample = (
+            SampleReader(reader, spec.key, keys=keys)
+            if keys is not None
+            else SampleReader(reader, spec.key, first=items)
+        )
+        table = staging_table(spec.project, src.name)
+        result = stage_source(engine, schema, company=area, table=table, reader=sample, chunk_rows=settings.chunk_rows)
+        if index == 0:
+            if result.rows == 0 and keys is None:
+                raise ParseError(src.name, "the primary source has no items")
+            if keys is None:
+                keys = frozenset(sample.kept)
+        reports.append(
+            SourceSample(
+                name=src.name,
+                bytes=fetched.bytes,
+                rows_read=sample.rows_read,
+                rows_kept=result.rows,
+                malformed=result.stats.malformed,
+            )
+        )
+        staged.append(StagedSource(name=src.name, table=table, fields=result.fields, mode=src.mode, allowed=src.fields))
+    return reports, staged
+
+
+def _summaries(spec: ProjectSpec, effects: Effects) -> list[RuleSummary]:
+    by_rule = {e.rule.index: e for e in effects.rules}
+    out = []
+    for rule in spec.parsed_rules:
+        e = by_rule.get(rule.index)
+        if e is None:
+            out.append(
+                RuleSummary(
+                    rule=rule.name,
+                    index=rule.index,
+                    enabled=False,
+                    items_in=0,
+                    matched=0,
+                    not_matched=0,
+                    changed=0,
+                    excluded=0,
+                )
+            )
+            continue
+        out.append(
+            RuleSummary(
+                rule=rule.name,
+                index=rule.index,
+                enabled=True,
+                items_in=e.items_in,
+                matched=e.matched_count,
+                not_matched=e.items_in - e.matched_count,
+                changed=len(e.changes),
+                excluded=len(e.excluded),
+            )
+        )
+    return out
+
+
+def _items(spec: ProjectSpec, effects: Effects) -> list[PreviewItem]:
+    names = [s.name for s in spec.sources]
+    items = []
+    for pos, (key, src, _values) in effects.start.items():
+        reached: list[ItemRuleEffect] = []
+        excluded_by = None
+        for e in effects.rules:
+            if pos not in e.matched:
+                break  # excluded by an earlier rule
+            changes = [FieldChange(field=f, before=b, after=a) for f, b, a in e.changes.get(pos, [])]
+            excluded = pos in e.excluded
+            reached.append(ItemRuleEffect(rule=e.rule.name, matched=e.matched[pos], excluded=excluded, changes=changes))
+            if excluded:
+                excluded_by = e.rule.name
+                break
+        items.append(PreviewItem(key=key, source=names[src], excluded_by=excluded_by, rules=reached))
+    return items
