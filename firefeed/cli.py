@@ -72,12 +72,42 @@ def format_report(report: dict[str, Any]) -> str:
         lines += ["", f"  {'export':<16}{'rows':>11}{'bytes':>14}  path"]
         for e in report["exports"]:
             lines.append(f"  {e['name'][:15]:<16}{e['rows']:>11,}{e['bytes']:>14,}  {e['path']}")
+        lines += format_quality(report["exports"])
     for w in report.get("warnings") or []:
         lines.append(f"  warning: {w}")
     if report.get("error"):
         e = report["error"]
         lines += ["", f"  error in {e.get('step')}: {e.get('type')}: {e.get('message')}"]
     return "\n".join(lines)
+
+
+def format_quality(exports: list[dict[str, Any]]) -> list[str]:
+    """Per export: the run diff against the last published file, and a short summary of channel findings."""
+    from firefeed.export.guard import percent
+
+    lines: list[str] = []
+    diffs = [e for e in exports if e.get("diff")]
+    if diffs:
+        lines += ["", f"  {'diff':<16}{'added':>11}{'removed':>11}{'changed':>11}{'unchanged':>11}  against"]
+        for e in diffs:
+            d = e["diff"]
+            against = f"{d['previous']:,} published" if d.get("baseline") else "nothing published yet"
+            drop = d.get("drop") or {}
+            if drop.get("status") in ("blocked", "accepted"):
+                against += f"; drop {percent(drop['share'])} > max_drop {percent(drop['max_drop'])} {drop['status']}"
+            lines.append(
+                f"  {e['name'][:15]:<16}{d['added']:>11,}{d['removed']:>11,}{d['changed']:>11,}{d['unchanged']:>11,}"
+                f"  {against}"
+            )
+    for e in exports:
+        diag = e.get("diagnostics")
+        if not diag:
+            continue
+        lines += ["", f"  {e['name']}: {diag['errors']} error(s), {diag['warnings']} warning(s) for {diag['channel']}"]
+        for f in diag["findings"]:
+            samples = ", ".join(str(x)[:24] for x in f["samples"][:3])
+            lines.append(f"    {f['severity']:<8}{f['count']:>9,}  {f['message']}  (e.g. {samples})")
+    return lines
 
 
 # -- commands -------------------------------------------------------------
@@ -95,7 +125,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         project = spec.project
     else:
         project = args.spec
-    run_id = store.request_run(project, "cli")
+    run_id = store.request_run(project, "cli", accept_drop=args.accept_drop)
     report = execute_run(run_id)
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return EXIT_OK if report["status"] == "SUCCEEDED" else EXIT_FAILED
@@ -179,6 +209,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="batch mode: run one project in this process and print its RunReport")
     p.add_argument("spec", metavar="SPEC|PROJECT", help="a spec file (applied first) or a stored project id")
     p.add_argument("--json", action="store_true", help="print the RunReport as JSON")
+    p.add_argument(
+        "--accept-drop",
+        action="store_true",
+        help="publish even when an export loses more of its items than its max_drop (the drop guard)",
+    )
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("apply", help="create or update the company, project, sources, rules and exports of a spec")

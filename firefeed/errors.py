@@ -87,10 +87,38 @@ class ExportError(FireFeedError):
         super().__init__(f"export {export!r}: {message}")
 
 
+class PublishBlockedError(FireFeedError):
+    """A written export failed a check before publish; the previous exports stay published."""
+
+    code = "publish_blocked"
+
+    def __init__(self, message: str, exports: list[str]) -> None:
+        self.exports = exports
+        super().__init__(message)
+
+
+class DropGuardError(PublishBlockedError):
+    """An export would lose more of its items than its max_drop allows; accept_drop publishes it anyway."""
+
+    code = "drop_guard"
+
+
+class ChannelRejectError(PublishBlockedError):
+    """An export with `fail_on` has findings its channel would reject."""
+
+    code = "channel_errors"
+
+
 class UnsafePathError(FireFeedError):
     """A path escapes the folder it must stay in."""
 
     code = "unsafe_path"
+
+
+class StorageError(FireFeedError):
+    """The file storage (FIREFEED_STORAGE_URL) could not read, write or move a file."""
+
+    code = "storage_error"
 
 
 class NotFoundError(FireFeedError):

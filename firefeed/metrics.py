@@ -108,6 +108,25 @@ class _ProcessMetrics:
             "firefeed_reaped_runs", "RUNNING runs without a heartbeat marked FAILED by the reaper.", registry=r
         )
         self.runs_pruned = Counter("firefeed_pruned_runs", "Finished runs deleted past the retention.", registry=r)
+        # Feed quality (#9): channel findings of the exports a run wrote, and publishes the checks stopped.
+        self.export_findings = Counter(
+            "firefeed_export_findings",
+            "Channel findings of written exports (one per check and attribute), by channel, severity and check.",
+            ["channel", "severity", "check"],
+            registry=r,
+        )
+        self.export_finding_items = Counter(
+            "firefeed_export_finding_items",
+            "Items counted by the channel findings of written exports, by channel, severity and check.",
+            ["channel", "severity", "check"],
+            registry=r,
+        )
+        self.publish_blocked = Counter(
+            "firefeed_publish_blocked_runs",
+            "Runs whose exports were not published because a check failed, by reason (drop_guard, channel_errors).",
+            ["reason"],
+            registry=r,
+        )
         # Series that exist from the start read 0 rather than missing, so rate() and alerts work at once.
         for trigger in TRIGGERS:
             self.runs_started.labels(trigger)
@@ -117,6 +136,8 @@ class _ProcessMetrics:
         for step in STEPS:
             self.step_rows.labels(step, "in")
             self.step_rows.labels(step, "out")
+        for reason in ("drop_guard", "channel_errors"):
+            self.publish_blocked.labels(reason)
         self._all = [v for v in vars(self).values() if isinstance(v, Counter | Histogram)]
 
     def unregister(self, registry: CollectorRegistry) -> None:
@@ -173,6 +194,16 @@ def rules_tmp_dropped(count: int) -> None:
 
 def runs_reaped(count: int) -> None:
     _process.runs_reaped.inc(count)
+
+
+def export_finding(channel: str, severity: str, check: str, items: int) -> None:
+    """One channel finding of a written export, and the items it counts."""
+    _process.export_findings.labels(channel, severity, check).inc()
+    _process.export_finding_items.labels(channel, severity, check).inc(items)
+
+
+def publish_blocked(reason: str) -> None:
+    _process.publish_blocked.labels(reason).inc()
 
 
 def runs_pruned(count: int) -> None:

@@ -46,6 +46,15 @@ class SpecErrorBody(ErrorBody):
     path: str
 
 
+class RunRequest(BaseModel):
+    """The optional body of a run request."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    accept_drop: bool = False
+    """Publish even when an export loses more of its items than its max_drop (a person confirmed the drop)."""
+
+
 class RunAccepted(BaseModel):
     run_id: str
     status: str

@@ -60,7 +60,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_trigger(args: argparse.Namespace) -> int:
     from firefeed.runs.requests import start_run
 
-    run_id = start_run(args.project, "cli")
+    run_id = start_run(args.project, "cli", accept_drop=args.accept_drop)
     print(run_id)
     return 0
 
@@ -73,4 +73,9 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("trigger", help="request a run through the lock and the queues; prints the run id")
     p.add_argument("project", metavar="PROJECT")
+    p.add_argument(
+        "--accept-drop",
+        action="store_true",
+        help="publish even when an export loses more of its items than its max_drop (the drop guard)",
+    )
     p.set_defaults(func=cmd_trigger)

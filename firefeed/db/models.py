@@ -129,6 +129,8 @@ class PipelineRun(Base):
     # a spec applied mid-run takes effect with the next run, never half-way through this one.
     spec: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
     spec_dir: Mapped[str | None] = mapped_column(Text)
+    # A person confirmed that this run may publish exports that lose more items than their max_drop.
+    accept_drop: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
 
 
 class PipelineStep(Base):

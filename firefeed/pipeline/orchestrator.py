@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
 
 from firefeed.config import Settings, get_settings
 from firefeed.db.engine import get_engine
@@ -90,8 +91,10 @@ def describe_error(step: str | None, err: BaseException) -> dict[str, Any]:
     if isinstance(err, FireFeedError):
         message = err.message
     else:
-        pgerror = getattr(err, "pgerror", None)
-        message = (pgerror or str(err) or type(err).__name__).strip()
+        # SQLAlchemy's text repeats the statement and its bound values (item data): the driver's own is enough.
+        driver = err.orig if isinstance(err, DBAPIError) and err.orig is not None else err
+        pgerror = getattr(driver, "pgerror", None)
+        message = (pgerror or str(driver) or type(err).__name__).strip()
     return {"step": step, "type": type(err).__name__, "message": message}
 
 
@@ -403,14 +406,18 @@ class _Driver:
         Without an `on_poll` the loop reads only a count per status (hundreds of
         chunk jobs would otherwise be loaded whole, many times a second) and loads
         the jobs once, at the end. A job whose worker died (RUNNING, heartbeat older
-        than the lease) is sent again; the pickup timeout counts from the last time
-        any job moved, so a long but moving queue is not mistaken for a missing worker.
+        than the lease) is sent again; so are PENDING jobs when nothing moved for a
+        lease (their message died with a killed worker's prefetch or a restarted
+        broker; a duplicate message is harmless, the claim lets one through). The
+        pickup timeout counts from the last time any job moved, so a long but moving
+        queue is not mistaken for a missing worker.
         """
         settings = self.ctx.settings
         delay = 0.002
         last_counts: dict[str, int] = {}
         deadline = time.monotonic() + settings.job_pickup_timeout_s
         next_stale_check = time.monotonic() + settings.heartbeat_s
+        last_move = next_resend = time.monotonic()
         while True:
             if on_poll is not None:
                 states = self.jobs.states(ids)
@@ -432,7 +439,13 @@ class _Driver:
             self.ctx.check_cancel()
             now_ = time.monotonic()
             if counts != last_counts:
-                last_counts, deadline = counts, now_ + settings.job_pickup_timeout_s
+                last_counts, deadline, last_move = counts, now_ + settings.job_pickup_timeout_s, now_
+            if counts.get("PENDING") and now_ - last_move > settings.stale_run_s and now_ >= next_resend:
+                next_resend = now_ + settings.stale_run_s
+                queued = [st for st in self.jobs.states(ids) if st.status == "PENDING"]
+                if queued:
+                    log.warning("%d queued job(s) did not move for a lease; sending them again", len(queued))
+                    self.dispatcher.submit(queued[0].kind, [st.id for st in queued])
             if now_ >= next_stale_check:
                 next_stale_check = now_ + settings.heartbeat_s
                 lost = self.jobs.stale_running(ids, settings.stale_run_s)
@@ -588,6 +601,26 @@ class _Driver:
             (None if i == 0 else lo, starts[i + 1] - 1 if i + 1 < len(starts) else None) for i, lo in enumerate(starts)
         ]
 
+    def check_publish(self, exports: list[dict[str, Any]]) -> None:
+        """fail_on and the drop guard (#9), before anything is published; a block fails the run."""
+        from firefeed.errors import PublishBlockedError
+        from firefeed.export.guard import check_publish
+
+        try:
+            check_publish(self.ctx.spec, exports, accept_drop=self.store.run(self.ctx.run_id).accept_drop)
+        except PublishBlockedError as err:
+            err.step_detail = {"exports": exports}  # type: ignore[attr-defined]  # the failed run still reports them
+            raise
+
+    def promote(self, exports: list[dict[str, Any]]) -> None:
+        """The published exports' diff rows become the next run's baseline."""
+        from firefeed.export.guard import promote
+
+        try:
+            promote(self.ctx.schema, self.ctx.spec, self.ctx.run_id, exports)
+        except Exception:  # the files are published; only the next run's diff baseline is older
+            log.exception("could not keep the published exports' diff rows; the next run diffs against older ones")
+
     def drive(self) -> None:
         ctx = self.ctx
         parsed = self.fetch_and_parse()
@@ -619,7 +652,9 @@ class _Driver:
             ]
             exports = [s.result or {} for s in self.run_jobs("export", specs)] if specs else []
             ctx.check_cancel()
+            self.check_publish(exports)
             steps.publish(ctx, exports)
+            self.promote(exports)
             return r["rows_out"], sum(e["rows"] for e in exports), {"exports": exports}
 
         self.step("MERGE", merge)
@@ -689,10 +724,13 @@ def drive_run(
             JobStore(engine).cancel_pending(run_id)
             log.error("run failed in %s: %s", current, error["message"], exc_info=not isinstance(err, FireFeedError))
             if current:
-                store.step_finished(run_id, current, "FAILED", detail={"error": error})
+                detail = {"error": error, **getattr(err, "step_detail", {})}
+                store.step_finished(run_id, current, "FAILED", detail=detail)
         finally:
             if status != "SUCCEEDED":
-                _stop_jobs(store, run_id, settings)
+                # Still beating while the jobs drain: the reaper must not take a run whose driver is alive.
+                with _Beat(lambda: store.heartbeat(run_id), settings.heartbeat_s):
+                    _stop_jobs(store, run_id, settings)
             if ctx is not None:
                 steps.cleanup(ctx)
         store.finish_run(run_id, status, report=None, error=error)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,8 @@ from firefeed.runs.service import RunStore
 from firefeed.schema.identifiers import project_table, staging_table
 from firefeed.schema.service import SchemaService
 from firefeed.spec.model import ProjectSpec, SourceSpec
+from firefeed.storage import export_storage, run_storage
+from firefeed.storage.keys import download_key, partial_key, run_prefix
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,8 @@ class FetchOutcome:
     path: str | None
     owned: bool
     validators: dict[str, str | None]
+    #: The download's key in the runs storage (None: a local source read in place, or not modified).
+    key: str | None = None
 
     def report(self) -> dict[str, Any]:
         return {"name": self.name, "bytes": self.bytes, "not_modified": self.not_modified}
@@ -99,6 +103,17 @@ def parse_signature(src: SourceSpec) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
+def fetch_settings(settings: Settings, company: str, spec_dir: Path | None) -> Settings:
+    """The settings a spec's sources are fetched with (runs and previews alike).
+
+    A spec without a folder (sent over the API) may read local files only in its own
+    company's folder under FIREFEED_LOCAL_SOURCES_ROOT.
+    """
+    if spec_dir is None and settings.local_sources_root is not None:
+        return settings.model_copy(update={"local_sources_root": settings.local_sources_root / company})
+    return settings
+
+
 def fetch_one(ctx: RunContext, index: int) -> FetchOutcome:
     """FETCH one source; an unchanged source (same validators, same parse settings) is not_modified."""
     from firefeed.pipeline.fetch import Validators, fetch_source
@@ -118,10 +133,7 @@ def fetch_one(ctx: RunContext, index: int) -> FetchOutcome:
         )
         if staged:
             previous = Validators(etag=row.etag, last_modified=row.last_modified, sha256=row.content_sha256)
-    settings = ctx.settings
-    if ctx.spec_dir is None and settings.local_sources_root is not None:
-        # A spec sent over the API may read local files only in its own company's folder.
-        settings = settings.model_copy(update={"local_sources_root": settings.local_sources_root / ctx.spec.company})
+    settings = fetch_settings(ctx.settings, ctx.spec.company, ctx.spec_dir)
     dest = ctx.work_dir / "fetch" / hashlib.sha256(src.name.encode()).hexdigest()[:12]
     result = fetch_source(
         source=src.name,
@@ -135,12 +147,20 @@ def fetch_one(ctx: RunContext, index: int) -> FetchOutcome:
     )
     path = str(result.path) if result.path is not None else None
     owned = path is not None and Path(path).resolve().is_relative_to(ctx.work_dir.resolve())
+    key = None
+    if owned and result.path is not None:
+        # PARSE may run on another machine: the download goes to the run's storage, not this disk.
+        key = download_key(ctx.run_id, dest.name, result.path.name)
+        runs = run_storage(ctx.settings)
+        runs.put_file(result.path, key)
+        path = runs.url(key)
     return FetchOutcome(
         name=src.name,
         bytes=result.bytes,
         not_modified=result.not_modified,
         path=path,
         owned=owned,
+        key=key,
         validators={
             "etag": result.validators.etag,
             "last_modified": result.validators.last_modified,
@@ -170,22 +190,24 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
     assert fetched.path is not None
     # Staging is about to change: forget the old validators until this parse succeeds.
     ctx.store.update_source(ctx.spec.project, src.name, parse_signature=None)
-    reader = open_reader(
-        Path(fetched.path),
-        source=src.name,
-        format=src.resolved_format,
-        encoding=src.encoding,
-        delimiter=src.delimiter,
-        item_path=src.item_path,
-    )
-    staged = stage_source(
-        ctx.engine,
-        ctx.schema,
-        company=ctx.spec.company,
-        table=table,
-        reader=reader,
-        chunk_rows=ctx.settings.chunk_rows,
-    )
+    feed = run_storage(ctx.settings).reading(fetched.key) if fetched.key else nullcontext(Path(fetched.path))
+    with feed as feed_path:
+        reader = open_reader(
+            feed_path,
+            source=src.name,
+            format=src.resolved_format,
+            encoding=src.encoding,
+            delimiter=src.delimiter,
+            item_path=src.item_path,
+        )
+        staged = stage_source(
+            ctx.engine,
+            ctx.schema,
+            company=ctx.spec.company,
+            table=table,
+            reader=reader,
+            chunk_rows=ctx.settings.chunk_rows,
+        )
     st = staged.stats
     if index == 0 and staged.rows == 0:
         what = "the file is empty" if not staged.fields else "the file has a header but no items"
@@ -210,8 +232,8 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
         staged_fields=outcome.fields,
         staged_stats={"rows": outcome.rows, "malformed": outcome.malformed},
     )
-    if fetched.owned and fetched.path:
-        Path(fetched.path).unlink(missing_ok=True)
+    if fetched.key:
+        run_storage(ctx.settings).delete(fetched.key)
     return outcome
 
 
@@ -257,49 +279,76 @@ def partial_path(dest: Path, run_id: str) -> Path:
 
 
 def export_one(ctx: RunContext, index: int, table: str, fields: Sequence[str]) -> dict[str, Any]:
-    """Write one export next to its final name; `publish` renames it once every export is written."""
-    from firefeed.export import resolve_export_path, write_export
+    """Write one export to the run's partial key beside its final one; `publish` moves it once all are written."""
+    from firefeed.export import write_export
+    from firefeed.export.quality import Target, measuring
 
     exp = ctx.spec.exports[index]
-    dest = resolve_export_path(ctx.settings.export_dir, ctx.spec.company, ctx.spec.project, exp.path, gzip=exp.gzip)
-    result = write_export(
-        ctx.engine,
-        schema=f"company_{ctx.spec.company}",
-        table=table,
-        fields=list(fields),
-        export=exp,
-        dest=partial_path(dest, ctx.run_id),
-        title=ctx.spec.name or ctx.spec.project,
-    )
-    return {"name": exp.name, "path": str(dest), "rows": result.rows, "bytes": result.bytes, "sha256": result.sha256}
+    storage = export_storage(ctx.settings)
+    key = export_key(ctx, index)
+    # Diagnostics and diff (#9) are measured on their own connection while the file is written.
+    target = Target(ctx.spec.company, ctx.spec.project, ctx.run_id, index, table, list(fields), ctx.spec.key)
+    # Written on this machine, then stored: the root that publishes it may run anywhere.
+    with (
+        measuring(ctx.engine, ctx.schema, target, exp) as quality,
+        storage.writing(partial_key(key, ctx.run_id)) as local,
+    ):
+        result = write_export(
+            ctx.engine,
+            schema=f"company_{ctx.spec.company}",
+            table=table,
+            fields=list(fields),
+            export=exp,
+            dest=local,
+            title=ctx.spec.name or ctx.spec.project,
+        )
+    return {
+        "name": exp.name,
+        "path": storage.url(key),
+        "rows": result.rows,
+        "bytes": result.bytes,
+        "sha256": result.sha256,
+    } | quality.result()
+
+
+def export_key(ctx: RunContext, index: int) -> str:
+    """The storage key an export publishes to; UnsafePathError when its path leaves the project's folder."""
+    from firefeed.export.paths import export_key as checked_key
+
+    exp = ctx.spec.exports[index]
+    return checked_key(export_storage(ctx.settings), ctx.spec.company, ctx.spec.project, exp.path, gzip=exp.gzip)
 
 
 def publish(ctx: RunContext, exports: Sequence[dict[str, Any]]) -> None:
     """Move every written export onto its published name: all of them, only when all were written."""
+    storage = export_storage(ctx.settings)
+    index = {exp.name: i for i, exp in enumerate(ctx.spec.exports)}
     for e in exports:
-        dest = Path(e["path"])
-        os.replace(partial_path(dest, ctx.run_id), dest)
+        key = export_key(ctx, index[e["name"]])
+        storage.move(partial_key(key, ctx.run_id), key)
 
 
 def discard_partials(ctx: RunContext) -> None:
     """Remove export files a failed run wrote but never published."""
-    from firefeed.export import resolve_export_path
-
-    for exp in ctx.spec.exports:
+    storage = export_storage(ctx.settings)
+    for index in range(len(ctx.spec.exports)):
         try:
-            dest = resolve_export_path(
-                ctx.settings.export_dir, ctx.spec.company, ctx.spec.project, exp.path, gzip=exp.gzip
-            )
+            key = export_key(ctx, index)
         except Exception:  # an unsafe path never got written
             continue
-        partial_path(dest, ctx.run_id).unlink(missing_ok=True)
+        storage.delete(partial_key(key, ctx.run_id))
 
 
 def cleanup(ctx: RunContext) -> None:
     """Whatever the outcome: drop the run's pass tables and its downloads."""
     try:
         ctx.schema.drop_rules_tmp_for_run(ctx.spec.company, ctx.run_id)
+        ctx.schema.drop_export_tmp_for_run(ctx.spec.company, ctx.run_id)
     except Exception:
-        log.exception("could not drop the run's rules_tmp tables; the janitor will")
-    discard_partials(ctx)
-    shutil.rmtree(ctx.work_dir, ignore_errors=True)
+        log.exception("could not drop the run's rules_tmp / export_tmp tables; the janitor will")
+    try:
+        discard_partials(ctx)
+        run_storage(ctx.settings).delete_tree(run_prefix(ctx.run_id))
+    except Exception:
+        log.exception("could not remove the run's unpublished exports or downloads from storage")
+    shutil.rmtree(ctx.work_dir, ignore_errors=True)  # this machine's scratch copy of the downloads

@@ -115,7 +115,12 @@ class Runnable:
         return data
 
 
-_KIND_NAMES: dict[type, str] = {str: "a non-empty string", float: "a number >= 0", dict: "a JSON object"}
+_KIND_NAMES: dict[type, str] = {
+    str: "a non-empty string",
+    float: "a number >= 0",
+    dict: "a JSON object",
+    bool: "true or false",
+}
 
 
 def _json_kind(value: Any) -> str:
@@ -147,7 +152,9 @@ def pipeline_run(ctx: JobContext) -> Outcome:
     project = ctx.input["project"]
     store = RunStore(ctx.engine)
     try:
-        run_id = store.request_run(project, "process", company=ctx.workspace_id)
+        run_id = store.request_run(
+            project, "process", company=ctx.workspace_id, accept_drop=bool(ctx.input.get("accept_drop", False))
+        )
     except PipelineBusyError as err:
         return Outcome(
             ok=False,
@@ -224,7 +231,13 @@ def ping(ctx: JobContext) -> Outcome:
 RUNNABLES: dict[str, Runnable] = {
     r.name: r
     for r in (
-        Runnable("firefeed.pipeline.run", pipeline_run, '{"project": "<project id>"}', required={"project": str}),
+        Runnable(
+            "firefeed.pipeline.run",
+            pipeline_run,
+            '{"project": "<project id>"} or {"project": "<project id>", "accept_drop": true}',
+            required={"project": str},
+            optional={"accept_drop": bool},
+        ),
         Runnable("firefeed.run.status", run_status, '{"run_id": "<run id>"}', required={"run_id": str}),
         Runnable("firefeed.project.apply", project_apply, '{"spec": {<project spec>}}', required={"spec": dict}),
         Runnable("firefeed.ping", ping, '{} or {"sleep_s": <seconds>}', optional={"sleep_s": float}),

@@ -16,10 +16,17 @@ from firefeed.runs.service import RunStore
 log = logging.getLogger(__name__)
 
 
-def start_run(project_id: str, trigger: str, *, company: str | None = None, store: RunStore | None = None) -> str:
+def start_run(
+    project_id: str,
+    trigger: str,
+    *,
+    company: str | None = None,
+    store: RunStore | None = None,
+    accept_drop: bool = False,
+) -> str:
     """Create a PENDING run (PipelineBusyError when busy) and enqueue its root task; returns the run id."""
     store = store or RunStore()
-    run_id = store.request_run(project_id, trigger, company=company)
+    run_id = store.request_run(project_id, trigger, company=company, accept_drop=accept_drop)
     try:
         from firefeed.tasks.dispatch import enqueue_run
 

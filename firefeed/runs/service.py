@@ -128,8 +128,13 @@ class RunStore:
             s.execute(update(Source).where(Source.project_id == project_id, Source.name == name).values(**values))
 
     # -- runs ---------------------------------------------------------------
-    def request_run(self, project_id: str, trigger: str, *, company: str | None = None) -> str:
-        """Create a PENDING run through the project lock; PipelineBusyError when one is active."""
+    def request_run(
+        self, project_id: str, trigger: str, *, company: str | None = None, accept_drop: bool = False
+    ) -> str:
+        """Create a PENDING run through the project lock; PipelineBusyError when one is active.
+
+        `accept_drop`: a person confirmed this run may publish exports that lose more than their max_drop.
+        """
         if trigger not in TRIGGERS:
             raise ValueError(f"unknown trigger {trigger!r}")
         project = self.project(project_id, company=company)
@@ -146,6 +151,7 @@ class RunStore:
                 requested_at=now(),
                 spec=current.spec,
                 spec_dir=current.spec_dir,
+                accept_drop=accept_drop,
             )
             s.add(run)
             s.flush()

@@ -39,6 +39,19 @@ def parse_bool(value: Any) -> Any:
     return value
 
 
+def parse_percent(value: Any) -> float:
+    """A share written as a percentage, `50%` or `50` (YAML scalars arrive as text), between 0 and 100."""
+    text = str(value).strip()
+    number = text.removesuffix("%").strip()
+    try:
+        parsed = float(number)
+    except ValueError:
+        raise ValueError(f"must be a percentage between 0% and 100% such as 50%, got {text!r}") from None
+    if not 0 <= parsed <= 100:
+        raise ValueError(f"must be a percentage between 0% and 100% such as 50%, got {text!r}")
+    return parsed
+
+
 def format_from_name(url: str) -> str | None:
     """The format a file name implies (`shoes.csv.gz` -> csv), or None."""
     name = url.split("?", 1)[0].split("#", 1)[0].rstrip("/").rsplit("/", 1)[-1].lower()
@@ -99,6 +112,11 @@ class ExportSpec(_Strict):
     fields: dict[str, str] | None = None
     where: Any = None
     gzip: bool = False
+    # Feed quality (#9): the channel whose rules the export is checked against (google-xml: google),
+    # which findings keep the previous file published, and the largest share of items a run may drop.
+    channel: Literal["google", "meta", "none"] | None = None
+    fail_on: Literal["error", "warning", "none"] = "none"
+    max_drop: float = 50.0
 
     _where: Condition | None = PrivateAttr(default=None)
 
@@ -106,6 +124,17 @@ class ExportSpec(_Strict):
     @classmethod
     def _gzip(cls, v: Any) -> Any:
         return parse_bool(v)
+
+    @field_validator("max_drop", mode="before")
+    @classmethod
+    def _max_drop(cls, v: Any) -> float:
+        return parse_percent(v)
+
+    @property
+    def resolved_channel(self) -> str | None:
+        """The channel the export is checked against: its `channel`, else google for google-xml, else none."""
+        channel = self.channel or ("google" if self.format == "google-xml" else "none")
+        return None if channel == "none" else channel
 
     @field_validator("path")
     @classmethod
@@ -176,6 +205,10 @@ class ProjectSpec(_Strict):
             paths.add(norm)
             if e.where is not None:
                 e._where = parse_condition(e.where, f"exports[{i}].where")
+            if e.fail_on != "none" and e.resolved_channel is None:
+                raise SpecError(
+                    f"exports[{i}].fail_on", "needs a channel whose rules it can check: set channel: google or meta"
+                )
             if e.fields is not None:
                 from firefeed.rules.template import parse_template
 

@@ -15,12 +15,15 @@ log = logging.getLogger(__name__)
 
 
 @app.task(name="firefeed.pipeline.trigger", ignore_result=False)
-def trigger(project_id: str) -> dict[str, Any]:
-    """Request a run through the project lock; {"status": "accepted"|"busy"|"unknown_project", "run_id"}."""
+def trigger(project_id: str, accept_drop: bool = False) -> dict[str, Any]:
+    """Request a run through the project lock; {"status": "accepted"|"busy"|"unknown_project", "run_id"}.
+
+    `accept_drop=True` (keyword or second argument): the run may publish exports that lose more than max_drop.
+    """
     from firefeed.runs.requests import start_run
 
     try:
-        run_id = start_run(str(project_id), "task")
+        run_id = start_run(str(project_id), "task", accept_drop=accept_drop is True)
     except PipelineBusyError as err:
         return {"status": "busy", "run_id": err.run_id}
     except NotFoundError:

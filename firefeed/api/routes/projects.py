@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Body, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from firefeed.api import schemas, service
@@ -64,8 +64,15 @@ async def put_project(
     return applied
 
 
-def _request_run(project_id: str, company: str, store: RunStore, response: Response) -> schemas.RunAccepted:
-    run_id = start_run(project_id, "api", company=company, store=store)
+# The body is optional: a bare POST requests an ordinary run.
+RunBody = Annotated[schemas.RunRequest | None, Body()]
+
+
+def _request_run(
+    project_id: str, company: str, store: RunStore, response: Response, body: schemas.RunRequest | None
+) -> schemas.RunAccepted:
+    accept_drop = body.accept_drop if body is not None else False
+    run_id = start_run(project_id, "api", company=company, store=store, accept_drop=accept_drop)
     response.headers["Location"] = f"/api/runs/{run_id}"
     return schemas.RunAccepted(run_id=run_id, status="PENDING", links=schemas.run_links(run_id, project_id))
 
@@ -74,18 +81,21 @@ def _request_run(project_id: str, company: str, store: RunStore, response: Respo
 # enqueue): under a burst for one project, every extra hop is queueing time on a busy pool.
 @router.post("/{project_id}/pipeline/run", status_code=202, responses={**_NOT_FOUND, **_BUSY})
 async def run_pipeline(
-    project_id: str, response: Response, company: CurrentCompany, store: Store
+    project_id: str, response: Response, company: CurrentCompany, store: Store, body: RunBody = None
 ) -> schemas.RunAccepted:
-    """Request a run through the project lock: 202 with its id, or 409 naming the active run at once."""
-    return await run_in_threadpool(_request_run, project_id, company, store, response)
+    """Request a run through the project lock: 202 with its id, or 409 naming the active run at once.
+
+    `{"accept_drop": true}` lets the run publish exports that lose more items than their max_drop.
+    """
+    return await run_in_threadpool(_request_run, project_id, company, store, response, body)
 
 
 @router.post("/{project_id}/pipeline/run-now", status_code=202, responses={**_NOT_FOUND, **_BUSY})
 async def run_pipeline_now(
-    project_id: str, response: Response, company: CurrentCompany, store: Store
+    project_id: str, response: Response, company: CurrentCompany, store: Store, body: RunBody = None
 ) -> schemas.RunAccepted:
     """The same request as `.../pipeline/run` (an alias kept for callers that use this name)."""
-    return await run_in_threadpool(_request_run, project_id, company, store, response)
+    return await run_in_threadpool(_request_run, project_id, company, store, response, body)
 
 
 @router.get("/{project_id}/pipeline/runs", response_model=schemas.RunList, responses=_NOT_FOUND)

@@ -51,11 +51,14 @@ class ApiError extends Error {
   }
 }
 
-async function api(method, path) {
+async function api(method, path, payload) {
   const token = sessionStorage.getItem(TOKEN_KEY);
+  const headers = { Authorization: "Bearer " + token, Accept: "application/json" };
+  if (payload !== undefined) headers["Content-Type"] = "application/json";
   const response = await fetch(path, {
     method,
-    headers: { Authorization: "Bearer " + token, Accept: "application/json" },
+    headers,
+    body: payload === undefined ? undefined : JSON.stringify(payload),
   });
   let body = null;
   try {
@@ -251,7 +254,61 @@ function renderReport(report) {
       ),
     ),
   );
+  renderQuality(report.exports || []);
+  $("accept-drop").hidden = !(err && err.type === "DropGuardError");
   $("warnings").replaceChildren(...(report.warnings || []).map((w) => el("li", {}, "warning: " + w)));
+}
+
+// Feed quality (#9): per export, the diff against the last published file and the channel findings.
+function diffText(d) {
+  const against = d.baseline ? `against ${fmtInt(d.previous)} published` : "nothing published before";
+  let text =
+    `${against}: ${fmtInt(d.added)} added, ${fmtInt(d.removed)} removed, ` +
+    `${fmtInt(d.changed)} changed, ${fmtInt(d.unchanged)} unchanged`;
+  if (d.drop && d.drop.status !== "ok") text += ` · drop ${d.drop.share}% > max_drop ${d.drop.max_drop}%: ${d.drop.status}`;
+  return text;
+}
+
+function renderQuality(exports) {
+  const blocks = exports
+    .filter((e) => e.diff || e.diagnostics)
+    .map((e) => {
+      const diag = e.diagnostics;
+      const parts = [el("h3", {}, "Quality of ", el("span", { class: "mono" }, e.name))];
+      if (e.diff) parts.push(el("p", { class: "diff", dataset: { export: e.name } }, diffText(e.diff)));
+      if (diag) {
+        parts.push(
+          el("p", { class: "muted" }, `${diag.channel}: ${fmtInt(diag.errors)} error(s), ${fmtInt(diag.warnings)} warning(s)`),
+        );
+        if (diag.findings.length) {
+          const rows = diag.findings.map((f) =>
+            el(
+              "tr",
+              { class: "finding finding-" + f.severity },
+              el("td", {}, f.severity),
+              el("td", {}, f.check),
+              el("td", { class: "mono" }, f.attribute),
+              el("td", { class: "num" }, fmtInt(f.count)),
+              el("td", { class: "mono" }, (f.samples || []).join(", ")),
+            ),
+          );
+          parts.push(
+            el(
+              "table",
+              { class: "findings", dataset: { export: e.name } },
+              el(
+                "thead",
+                {},
+                el("tr", {}, ...["severity", "check", "attribute", "items", "sample ids"].map((h) => el("th", {}, h))),
+              ),
+              el("tbody", {}, ...rows),
+            ),
+          );
+        }
+      }
+      return el("div", { class: "quality-block" }, ...parts);
+    });
+  $("quality").replaceChildren(...blocks);
 }
 
 async function loadRun() {
@@ -271,10 +328,11 @@ function answer(kind, text) {
   while ($("answers").children.length > 5) $("answers").lastChild.remove();
 }
 
-async function runNow() {
+async function runNow(acceptDrop) {
   const project = state.project;
   try {
-    const body = await api("POST", "/api/projects/" + encodeURIComponent(project) + "/pipeline/run");
+    const request = acceptDrop === true ? { accept_drop: true } : undefined;
+    const body = await api("POST", "/api/projects/" + encodeURIComponent(project) + "/pipeline/run", request);
     answer("accepted", `accepted — run ${body.run_id} (${project})`);
     state.runId = body.run_id;
   } catch (err) {
@@ -299,11 +357,57 @@ async function cancelRun() {
   await refresh();
 }
 
+// Rule preview (#9): what the stored rules do to the first items, computed without touching the project.
+const PREVIEW_ITEMS = 20;
+
+async function previewRules() {
+  const project = state.project;
+  $("preview-rules").disabled = true;
+  $("preview").hidden = false;
+  $("preview-summary").textContent = "running…";
+  try {
+    const path = "/api/projects/" + encodeURIComponent(project) + "/preview?items=" + PREVIEW_ITEMS;
+    const preview = await api("POST", path);
+    if (state.project === project) renderPreview(preview);
+  } catch (err) {
+    $("preview").hidden = true;
+    if (err.status !== 401) answer("error", `preview refused: ${err.body.error || err.status}: ${err.message}`);
+  } finally {
+    $("preview-rules").disabled = false;
+  }
+}
+
+function renderPreview(preview) {
+  $("preview-summary").textContent = `${fmtInt(preview.items.length)} item(s), ${fmtSec(preview.duration_s)} s`;
+  fill(
+    $("preview-rules-table").tBodies[0],
+    preview.rules.map((r) => {
+      const counts = r.enabled
+        ? [r.items_in, r.matched, r.not_matched, r.changed, r.excluded].map((n) => el("td", { class: "num" }, fmtInt(n)))
+        : [el("td", { class: "muted", colspan: "5" }, "disabled")];
+      return el("tr", { dataset: { rule: r.rule } }, el("td", {}, r.rule), ...counts);
+    }),
+  );
+  const rows = [];
+  for (const item of preview.items) {
+    const lines = item.rules.flatMap((r) =>
+      r.changes.map((c) => [el("td", {}, r.rule), el("td", { class: "mono" }, c.field), el("td", {}, c.before), el("td", {}, c.after)]),
+    );
+    if (item.excluded_by !== null) lines.push([el("td", { class: "excluded", colspan: "4" }, "excluded by " + item.excluded_by)]);
+    if (!lines.length) lines.push([el("td", { class: "muted", colspan: "4" }, "unchanged")]);
+    lines.forEach((cells, i) =>
+      rows.push(el("tr", { dataset: { item: item.key } }, el("td", { class: "mono" }, i === 0 ? item.key : ""), ...cells)),
+    );
+  }
+  fill($("preview-items").tBodies[0], rows);
+}
+
 function selectProject(project, reload = true) {
   if (state.project !== project) {
     state.project = project;
     state.runId = null;
     $("answers").replaceChildren();
+    $("preview").hidden = true;
   }
   $("project-pane").hidden = false;
   if (reload) refresh();
@@ -342,7 +446,9 @@ document.addEventListener("DOMContentLoaded", () => {
     start();
   });
   $("forget-token").addEventListener("click", () => forgetToken(""));
-  $("run-now").addEventListener("click", runNow);
+  $("run-now").addEventListener("click", () => runNow(false));
+  $("preview-rules").addEventListener("click", previewRules);
+  $("accept-drop").addEventListener("click", () => runNow(true));
   $("cancel").addEventListener("click", cancelRun);
   start();
 });

@@ -1,0 +1,211 @@
+"""Channel diagnostics: each check of `channels` as a SQL condition on the values an export writes.
+
+The conditions are evaluated once per item, in the same scan that writes the
+export's diff table (`quality`): each check owns one bit of the item's flags
+column `f`, so counting and sampling the findings afterwards reads only that
+narrow table, and only its flagged rows. Every value is the export's output
+value (after `fields` and templates), never the stored field.
+
+The conditions avoid regular expressions and copies where a plain string
+test decides (measured on 200k feedgen items): a URL is checked with LIKE
+(a byte scan) rather than a regex or four strpos() calls, about half the
+cost; "missing" runs btrim(), which copies the value, only for a value that
+starts with a space (btrim on every description cost more than the scan).
+The price check keeps its regex: the alternatives measured no cheaper.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg2 import sql
+
+from firefeed.export.channels import ERROR, ISO_4217, Channel
+from firefeed.export.select import OutputColumn, Piece, sql_text
+
+_PRICE_PATTERN = "^[0-9]+([.,][0-9]+)? [A-Z]{3}$"
+_MAX_SAMPLES = 5
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check on one attribute: its flag bit, and the SQL condition (over `value`) that sets it."""
+
+    code: str
+    attribute: str
+    severity: str
+    condition: Piece
+    message: str
+
+
+def _p(value: Any) -> Piece:
+    return Piece(sql.SQL("%s"), (value,))
+
+
+def _missing(v: Piece) -> Piece:
+    # Only a value that starts with a space can be all spaces: btrim (which copies the value) runs just for those.
+    spaces_only = v + sql_text(" LIKE ' %%' AND btrim(") + v + sql_text(") = ''")
+    return sql_text("(") + v + sql_text(" = '' OR (") + spaces_only + sql_text("))")
+
+
+def _too_long(v: Piece, limit: int) -> Piece:
+    # octet_length reads the header only; char_length, which walks UTF-8, runs just for long values.
+    return (
+        sql_text("(octet_length(")
+        + v
+        + sql_text(") > ")
+        + _p(limit)
+        + sql_text(" AND char_length(")
+        + v
+        + sql_text(") > ")
+        + _p(limit)
+        + sql_text(")")
+    )
+
+
+def _bad_price(v: Piece) -> Piece:
+    return (
+        sql_text("(")
+        + v
+        + sql_text(" <> '' AND NOT (")
+        + v
+        + sql_text(" ~ ")
+        + _p(_PRICE_PATTERN)
+        + sql_text(" AND right(")
+        + v
+        + sql_text(", 3) = ANY(")
+        + _p(sorted(ISO_4217))
+        + sql_text(")))")
+    )
+
+
+def _bad_availability(v: Piece, allowed: Sequence[str]) -> Piece:
+    values = sorted(allowed)
+    # The exact spelling first: lower() then runs only for values not already accepted as written.
+    return (
+        sql_text("(")
+        + v
+        + sql_text(" <> '' AND ")
+        + v
+        + sql_text(" <> ALL(")
+        + _p(values)
+        + sql_text(") AND lower(")
+        + v
+        + sql_text(") <> ALL(")
+        + _p(values)
+        + sql_text("))")
+    )
+
+
+def _bad_url(v: Piece) -> Piece:
+    # LIKE is a byte scan without a regular expression; lower() runs only for a scheme not written in lowercase.
+    scheme = (
+        sql_text("(")
+        + v
+        + sql_text(" LIKE 'https://%%' OR ")
+        + v
+        + sql_text(" LIKE 'http://%%' OR lower(left(")
+        + v
+        + sql_text(", 8)) = 'https://' OR lower(left(")
+        + v
+        + sql_text(", 7)) = 'http://')")
+    )
+    host_at = sql_text("CASE WHEN substr(") + v + sql_text(", 5, 1) IN ('s', 'S') THEN 9 ELSE 8 END")
+    host = sql_text("substr(") + v + sql_text(", ") + host_at + sql_text(", 1) NOT IN ('', '/', '?', '#')")
+    spaces = [v + sql_text(f" NOT LIKE {pattern}") for pattern in ("'%% %%'", "E'%%\\t%%'", "E'%%\\n%%'", "E'%%\\r%%'")]
+    valid = scheme + sql_text(" AND ") + host
+    for part in spaces:
+        valid = valid + sql_text(" AND ") + part
+    return sql_text("(") + v + sql_text(" <> '' AND NOT (") + valid + sql_text("))")
+
+
+def channel_checks(channel: Channel, columns: Sequence[OutputColumn]) -> list[Check]:
+    """The checks of `channel` that apply to an export with these output columns, in report order.
+
+    Each column's value is the SQL the checks read (in `quality`, the column
+    projected once per item). A required attribute the export lacks is
+    `missing` for every item (the condition is `true`); the other checks of an
+    absent attribute have nothing to look at.
+    """
+    by_name = {c.name: c.value for c in columns}
+    checks: list[Check] = []
+    for attr in channel.required:
+        value = by_name.get(attr)
+        condition = sql_text("true") if value is None else _missing(value)
+        message = f"required attribute {attr!r} is " + ("not in the export" if value is None else "empty")
+        checks.append(Check("missing", attr, ERROR, condition, message))
+    for attr, (limit, severity) in channel.max_length.items():
+        if attr in by_name:
+            checks.append(
+                Check("too_long", attr, severity, _too_long(by_name[attr], limit), f"longer than {limit} characters")
+            )
+    for attr in channel.price_attributes:
+        if attr in by_name:
+            checks.append(
+                Check("price_format", attr, ERROR, _bad_price(by_name[attr]), "not '<number> <ISO 4217 code>'")
+            )
+    attr = channel.availability_attribute
+    if attr in by_name:
+        allowed = ", ".join(sorted(channel.availability))
+        checks.append(
+            Check(
+                "availability_value",
+                attr,
+                ERROR,
+                _bad_availability(by_name[attr], sorted(channel.availability)),
+                f"not one of {allowed}",
+            )
+        )
+    for attr in channel.url_attributes:
+        if attr in by_name:
+            checks.append(Check("url", attr, ERROR, _bad_url(by_name[attr]), "not an absolute http(s) URL"))
+    if len(checks) > 62:  # one bit each in a bigint
+        raise ValueError(f"channel {channel.name!r} has more checks than flag bits")
+    return checks
+
+
+def flags_sql(checks: Sequence[Check]) -> Piece:
+    """The item's flags: bit n set when check n fails."""
+    if not checks:
+        return sql_text("0::bigint")
+    total: Piece | None = None
+    for n, check in enumerate(checks):
+        part = sql_text("(CASE WHEN ") + check.condition + sql_text(f" THEN {1 << n} ELSE 0 END)")
+        total = part if total is None else total + sql_text(" | ") + part
+    assert total is not None
+    return sql_text("(") + total + sql_text(")::bigint")
+
+
+def findings_sql(checks: Sequence[Check], table: sql.Composable, sample: sql.Composable) -> Piece:
+    """One scan of the diff table's flagged rows: a count and up to 5 sample ids per check.
+
+    The samples are the first flagged items met in the table, which is written in export order.
+    """
+    cols: list[Piece] = []
+    for n in range(len(checks)):
+        bit = f"(f & {1 << n}) <> 0"
+        cols.append(sql_text(f"count(*) FILTER (WHERE {bit})"))
+        cols.append(Piece(sql.SQL("(array_agg({}) FILTER (WHERE " + bit + f"))[1:{_MAX_SAMPLES}]").format(sample)))
+    body = cols[0]
+    for c in cols[1:]:
+        body = body + sql_text(", ") + c
+    return sql_text("SELECT ") + body + Piece(sql.SQL(" FROM {} WHERE f <> 0").format(table))
+
+
+def findings(checks: Sequence[Check], row: Sequence[Any] | None) -> Iterator[dict[str, Any]]:
+    """The findings of one aggregate row of `findings_sql` (None: no item was flagged)."""
+    if row is None:
+        return
+    for n, check in enumerate(checks):
+        count = int(row[2 * n] or 0)
+        if count:
+            yield {
+                "severity": check.severity,
+                "check": check.code,
+                "attribute": check.attribute,
+                "count": count,
+                "samples": list(row[2 * n + 1] or [])[:_MAX_SAMPLES],
+                "message": f"{check.attribute}: {check.message}",
+            }

@@ -1,0 +1,110 @@
+"""The checks between writing the exports and publishing them: `fail_on` and the drop guard.
+
+Both look only at what the export jobs measured (`quality`), so they cost
+nothing at publish time. When any export fails a check nothing is published:
+the run fails with one error that names every export and why, and the
+previous files stay in place. The drop guard is the classic feed disaster's
+stop: a supplier's feed comes back empty or half, and the shop would vanish
+from the channel. A person confirms a real drop with `accept_drop`.
+
+After the files are published, `promote` makes each export's run table the
+published one, which the next run diffs against.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from firefeed import metrics
+from firefeed.errors import ChannelRejectError, DropGuardError, PublishBlockedError
+from firefeed.schema.identifiers import export_tmp_table, published_keys_table
+
+if TYPE_CHECKING:
+    from firefeed.schema.service import SchemaService
+    from firefeed.spec.model import ExportSpec, ProjectSpec
+
+
+def percent(value: float) -> str:
+    """50.0 -> "50%", 12.5 -> "12.5%", 60.04 -> "60%"."""
+    return f"{value:.1f}".rstrip("0").rstrip(".") + "%"
+
+
+def _drop(export: ExportSpec, entry: dict[str, Any], accept_drop: bool) -> str | None:
+    """Annotate the entry's diff with the guard's reading; the problem when it blocks the publish."""
+    changes = entry.get("diff")
+    if not changes or not changes.get("baseline") or not changes.get("previous"):
+        return None  # nothing published before: nothing to lose
+    previous, removed = int(changes["previous"]), int(changes["removed"])
+    share = 100.0 * removed / previous
+    over = share > export.max_drop
+    changes["drop"] = {
+        "share": round(share, 2),
+        "max_drop": export.max_drop,
+        "status": ("accepted" if accept_drop else "blocked") if over else "ok",
+    }
+    if not over or accept_drop:
+        return None
+    return (
+        f"export {export.name!r}: {removed} of {previous} items would be dropped "
+        f"({percent(share)} > max_drop {percent(export.max_drop)}); re-run with --accept-drop to publish anyway"
+    )
+
+
+def _channel(export: ExportSpec, entry: dict[str, Any]) -> str | None:
+    diagnostics = entry.get("diagnostics")
+    if export.fail_on == "none" or not diagnostics:
+        return None
+    severities = ("error",) if export.fail_on == "error" else ("error", "warning")
+    bad = [f for f in diagnostics["findings"] if f["severity"] in severities]
+    if not bad:
+        return None
+    listed = "; ".join(f"{f['count']:,} item(s) {f['message']} (e.g. {', '.join(f['samples'][:3])})" for f in bad)
+    kinds = "errors" if export.fail_on == "error" else "errors or warnings"
+    return (
+        f"export {export.name!r}: {diagnostics['channel']} would reject items ({listed}); "
+        f"fail_on: {export.fail_on} keeps the previous file while there are channel {kinds}"
+    )
+
+
+def check_publish(spec: ProjectSpec, exports: Sequence[dict[str, Any]], *, accept_drop: bool) -> None:
+    """Raise DropGuardError / ChannelRejectError when an export must not be published; count the findings.
+
+    Every export is checked, so the one error names every export that failed;
+    a drop problem makes it a DropGuardError, the one `accept_drop` answers.
+    """
+    by_name = {e.name: e for e in spec.exports}
+    drops: list[str] = []
+    rejects: list[str] = []
+    blocked: list[str] = []
+    for entry in exports:
+        export = by_name[entry["name"]]
+        diagnostics = entry.get("diagnostics") or {}
+        for finding in diagnostics.get("findings", []):
+            metrics.export_finding(diagnostics["channel"], finding["severity"], finding["check"], finding["count"])
+        for found, problems in ((_drop(export, entry, accept_drop), drops), (_channel(export, entry), rejects)):
+            if found:
+                problems.append(found)
+                if export.name not in blocked:
+                    blocked.append(export.name)
+    if not blocked:
+        return
+    error: PublishBlockedError
+    if drops:
+        metrics.publish_blocked("drop_guard")
+        error = DropGuardError("; ".join(drops + rejects), blocked)
+    else:
+        metrics.publish_blocked("channel_errors")
+        error = ChannelRejectError("; ".join(rejects), blocked)
+    raise error
+
+
+def promote(schema: SchemaService, spec: ProjectSpec, run_id: str, exports: Sequence[dict[str, Any]]) -> None:
+    """After publish: each export's run table becomes its published one (one transaction for all)."""
+    index = {e.name: i for i, e in enumerate(spec.exports)}
+    renames = [
+        (export_tmp_table(run_id, index[e["name"]]), published_keys_table(spec.project, e["name"]))
+        for e in exports
+        if e.get("diff") is not None
+    ]
+    schema.promote_export_keys(spec.company, renames)
