@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo demo-check test test-unit test-integration lint format typecheck bench bench-distributed bench-rules bench-api bench-processes stress clean
+.PHONY: install demo demo-check test test-rabbitmq test-unit test-integration lint format typecheck bench bench-distributed bench-rules bench-api bench-processes bench-preview bench-quality stress clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,13 @@ demo-check:
 
 test: $(STAMP)
 	$(BIN)/pytest -m "not stress" tests
+
+# The integration tests that touch Celery, on RabbitMQ instead of Redis (CI runs both).
+RABBITMQ_URL ?= amqp://guest:guest@127.0.0.1:5672//
+test-rabbitmq: $(STAMP)
+	FIREFEED_TEST_BROKER=$(RABBITMQ_URL) $(BIN)/pytest -m "not stress" tests/integration/test_distributed.py \
+		tests/integration/test_pipeline_lock.py tests/integration/test_ops_fleet.py \
+		tests/integration/test_ops_deploy.py tests/integration/test_ops_schedules.py tests/integration/test_api.py
 
 test-unit: $(STAMP)
 	$(BIN)/pytest tests/unit
@@ -54,6 +61,12 @@ bench-api: $(STAMP)
 
 bench-processes: $(STAMP)
 	$(BIN)/python bench/processes_bench.py $(BENCH_ARGS)
+
+bench-preview: $(STAMP)
+	$(BIN)/python bench/preview_bench.py $(BENCH_ARGS)
+
+bench-quality: $(STAMP)
+	$(BIN)/python bench/quality_bench.py $(BENCH_ARGS)
 
 stress: $(STAMP)
 	$(BIN)/pytest -m stress tests/stress

@@ -17,14 +17,27 @@ from pydantic import ValidationError
 from firefeed.errors import SpecError
 from firefeed.spec.model import EXPORT_FORMATS, SOURCE_FORMATS, ProjectSpec
 
+# A real spec nests about ten levels (rules, conditions, actions) and holds a few thousand values.
+# The caps stop a hostile one: YAML aliases share one node many times (`b: [*a, *a, ...]`, the
+# "billion laughs"), and a copy of it would take memory and time exponential in its few bytes.
+MAX_DEPTH = 64
+MAX_VALUES = 200_000
 
-def _textify(value: Any) -> Any:
+
+def _textify(value: Any, depth: int = 0, count: list[int] | None = None) -> Any:
+    """A plain copy of the decoded document with booleans as text, refused past MAX_DEPTH or MAX_VALUES."""
+    count = [0] if count is None else count
+    count[0] += 1
+    if count[0] > MAX_VALUES:
+        raise SpecError("", f"the spec holds more than {MAX_VALUES} values (once YAML aliases are expanded)")
+    if depth > MAX_DEPTH:
+        raise SpecError("", f"the spec nests deeper than {MAX_DEPTH} levels")
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, dict):
-        return {str(k): _textify(v) for k, v in value.items()}
+        return {str(k): _textify(v, depth + 1, count) for k, v in value.items()}
     if isinstance(value, list):
-        return [_textify(v) for v in value]
+        return [_textify(v, depth + 1, count) for v in value]
     return value
 
 
@@ -71,8 +84,9 @@ def parse_spec(data: Any) -> ProjectSpec:
     """Validate an already-decoded spec document (a mapping)."""
     if not isinstance(data, dict):
         raise SpecError("", "a spec must be a mapping with company, project, sources, rules and exports")
+    plain = _textify(data)
     try:
-        return ProjectSpec.model_validate(_textify(data))
+        return ProjectSpec.model_validate(plain)
     except ValidationError as err:
         first = err.errors()[0]
         raise SpecError(_path(tuple(first["loc"])), _message(dict(first))) from None
@@ -88,6 +102,9 @@ def load_spec(text: str, *, filename: str = "<spec>") -> ProjectSpec:
             data = yaml.load(text, Loader=yaml.BaseLoader)
     except (yaml.YAMLError, json.JSONDecodeError) as err:
         raise SpecError(filename, f"not valid YAML or JSON: {err}") from None
+    except RecursionError:
+        # Both decoders recurse per nesting level; a few thousand brackets exhaust the stack.
+        raise SpecError(filename, f"the spec nests deeper than {MAX_DEPTH} levels") from None
     return parse_spec(data)
 
 

@@ -16,7 +16,9 @@ def enqueue_run(run_id: str) -> None:
     from firefeed.celery_app import app
 
     # The task id is the run id, so a cancel can revoke the root task without storing anything.
-    app.send_task(RUN_TASK, args=[run_id], queue=Queue.PIPELINE.value, task_id=run_id)
+    # No result: the RunReport is in the database. On RabbitMQ's rpc:// backend an unread result
+    # would wait in this sender's reply queue for a day, one per run (a caller by name still gets it).
+    app.send_task(RUN_TASK, args=[run_id], queue=Queue.PIPELINE.value, task_id=run_id, ignore_result=True)
 
 
 _consumed_queues: set[str] = set()

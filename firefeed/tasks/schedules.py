@@ -33,7 +33,8 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     """
 
     def every(task: str, seconds: float) -> dict[str, Any]:
-        return {"task": task, "schedule": seconds, "options": {"expires": seconds}}
+        # Nobody reads a periodic task's result; on rpc:// it would pile up in beat's reply queue.
+        return {"task": task, "schedule": seconds, "options": {"expires": seconds, "ignore_result": True}}
 
     return {
         "schedule-tick": every(TICK_TASK, settings.schedule_tick_s),

@@ -1,4 +1,4 @@
-"""Real `firefeed worker` processes (one per queue) against Redis, for the distributed tests.
+"""Real `firefeed worker` processes (one per queue) against Redis or FIREFEED_TEST_BROKER, for the distributed tests.
 
 Without Redis (tests/services.py), `in_process_worker` is the fallback: Celery's own test
 worker in this process, on the in-memory broker, consuming every queue (the one-process mode).
@@ -6,6 +6,8 @@ worker in this process, on the in-memory broker, consuming every queue (the one-
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -13,10 +15,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import redis
 
-from tests.services import REDIS_URL, backend_for
+from tests.services import REDIS_URL, backend_for, is_amqp
 
 FIREFEED = str(Path(sys.executable).with_name("firefeed"))
 
@@ -30,10 +33,87 @@ def use_broker(url: str) -> None:
     app.amqp._producer_pool = None
     app.conf.broker_url = url
     app.conf.result_backend = backend_for(url)
+    # The result backend is cached per app and per thread: forget it so the new URL applies.
+    app._backend_cache = None
+    if hasattr(app._local, "backend"):
+        del app._local.backend
 
 
 def flush_redis(url: str = REDIS_URL) -> None:
-    redis.Redis.from_url(url).flushdb()
+    flush_broker(url)
+
+
+def flush_broker(url: str) -> None:
+    """Drop the messages earlier tests left: FLUSHDB of a Redis database, or a purge of FireFeed's queues.
+
+    On RabbitMQ every test shares one virtual host, so the purge is what keeps a root task of
+    another test's run from reaching this test's workers. The memory broker is emptied per worker.
+    """
+    if is_amqp(url):
+        from kombu import Connection
+
+        from firefeed.tasks.queues import ALL_QUEUES
+
+        with Connection(url, connect_timeout=5) as conn:
+            channel = conn.default_channel
+            for queue in ALL_QUEUES:
+                # Declared as Celery declares it (durable), so the purge never fails on a queue not made yet.
+                channel.queue_declare(queue=queue, durable=True, auto_delete=False)
+                channel.queue_purge(queue=queue)
+    elif url.startswith("redis"):
+        redis.Redis.from_url(url).flushdb()
+
+
+def spawn_worker(
+    env: dict[str, str], queue: str, log: Any = subprocess.DEVNULL, cwd: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """One `firefeed worker QUEUE` process in its own process group, so a test can kill it with its pool.
+
+    `cwd`: the folder it runs in (a stand-in for another machine: relative paths and `.env` differ).
+    """
+    return subprocess.Popen(
+        [FIREFEED, "worker", queue, "--loglevel", "INFO"],
+        env=env,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+        cwd=cwd,
+    )
+
+
+def wait_answering(
+    env: dict[str, str], queues: tuple[str, ...], procs: list[subprocess.Popen[bytes]], timeout: float = 60
+) -> None:
+    """Wait until a worker of every queue answers a ping (hostnames are `<queue>@<host>`)."""
+    from celery import Celery
+
+    client = Celery(broker=env["FIREFEED_BROKER_URL"], backend=env["FIREFEED_BROKER_URL"])
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        replies = client.control.ping(timeout=0.5) or []
+        names = {name for r in replies for name in r}
+        if all(any(n.startswith(f"{q}@") for n in names) for q in queues):
+            return
+        if any(p.poll() is not None for p in procs):
+            raise RuntimeError("a worker exited during start-up")
+    raise RuntimeError(f"workers did not answer a ping within {timeout:.0f} s")
+
+
+def stop_worker(proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
+    """SIGTERM (warm shutdown), then SIGKILL of its whole process group if it does not exit in time."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_worker(proc)
+
+
+def kill_worker(proc: subprocess.Popen[bytes]) -> None:
+    """kill -9 of the worker and its pool children, as a crashed machine would lose them."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=20)
 
 
 @contextmanager
@@ -43,8 +123,6 @@ def celery_workers(
     log_dir: Path | None = None,
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
     """Start one worker process per queue, wait until every one answers a ping, stop them at the end."""
-    from celery import Celery
-
     procs: list[subprocess.Popen[bytes]] = []
     logs = []
     try:
@@ -52,30 +130,15 @@ def celery_workers(
             log = (log_dir / f"worker-{q}.log").open("wb") if log_dir else subprocess.DEVNULL
             if log_dir:
                 logs.append(log)
-            procs.append(
-                subprocess.Popen([FIREFEED, "worker", q, "--loglevel", "INFO"], env=env, stdout=log, stderr=log)
-            )
-        client = Celery(broker=env["FIREFEED_BROKER_URL"], backend=env["FIREFEED_BROKER_URL"])
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            replies = client.control.ping(timeout=0.5) or []
-            names = {name for r in replies for name in r}
-            if all(any(n.startswith(f"{q}@") for n in names) for q in queues):
-                break
-            if any(p.poll() is not None for p in procs):
-                raise RuntimeError("a worker exited during start-up")
-        else:
-            raise RuntimeError("workers did not answer a ping within 60 s")
+            procs.append(spawn_worker(env, q, log))
+        wait_answering(env, queues, procs)
         yield procs
     finally:
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
         for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+            stop_worker(p)
         for log in logs:
             log.close()
 

@@ -1,7 +1,7 @@
-"""The pipeline through real Celery workers (one process per queue) on Redis.
+"""The pipeline through real Celery workers (one process per queue) on Redis, or on FIREFEED_TEST_BROKER.
 
-Without Redis the same tests run against Celery's in-memory broker and one in-process
-worker for every queue; the few that need separate worker processes are `requires_redis`.
+Without a shared broker the same tests run against Celery's in-memory broker and one in-process
+worker for every queue; the few that need separate worker processes are `requires_shared_broker`.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from firefeed.config import reset_settings
 from firefeed.runs.report import build_report
 from firefeed.runs.requests import start_run
 from firefeed.runs.service import RunStore
-from tests.integration.celery_workers import REDIS_URL, celery_workers, flush_redis, in_process_worker
+from tests.integration.celery_workers import REDIS_URL, celery_workers, flush_broker, in_process_worker
 from tests.integration.conftest import run_json, write_csv
-from tests.services import broker_url, redis_available, requires_redis
+from tests.services import backend_for, broker_url, is_amqp, requires_shared_broker, shared_broker_available
 
 pytestmark = pytest.mark.integration
 
@@ -86,10 +86,10 @@ def workers(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         EXPORT_CONCURRENCY="2",
         FIREFEED_CHUNK_ROWS="10",
     )
-    if not redis_available():
+    if not shared_broker_available():
         yield env  # no worker processes: `client_env` starts an in-process worker per test
         return
-    flush_redis()
+    flush_broker(env["FIREFEED_BROKER_URL"])
     with celery_workers(env, log_dir=base):
         yield env
 
@@ -104,7 +104,7 @@ def client_env(workers: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iter
 
     use_broker(workers["FIREFEED_BROKER_URL"])
     try:
-        if redis_available():
+        if shared_broker_available():
             yield workers
         else:
             with in_process_worker():
@@ -157,16 +157,17 @@ def test_three_projects_of_two_companies_run_at_once(client_env: dict[str, str],
     assert len(set(rows.values())) == 1 and next(iter(rows.values())) > 0
 
 
-@requires_redis
+@requires_shared_broker
 def test_a_bare_celery_client_triggers_a_run_by_task_name(client_env: dict[str, str], tmp_path: Path) -> None:
     from firefeed.spec.loader import load_spec_file
 
     spec_path = _spec(tmp_path, "acme", "by_name")
     RunStore().apply_spec(load_spec_file(spec_path), spec_dir=spec_path.parent)
+    broker = client_env["FIREFEED_BROKER_URL"]
     script = (
         "import json, sys\n"
         "from celery import Celery\n"
-        f"app = Celery(broker={REDIS_URL!r}, backend={REDIS_URL!r})\n"
+        f"app = Celery(broker={broker!r}, backend={backend_for(broker)!r})\n"
         "r = app.send_task('firefeed.pipeline.trigger', args=['by_name'], queue='pipeline')\n"
         "print(json.dumps(r.get(timeout=30)))\n"
         "assert 'firefeed' not in sys.modules\n"
@@ -181,6 +182,37 @@ def test_a_bare_celery_client_triggers_a_run_by_task_name(client_env: dict[str, 
     report = wait_finished(answer["run_id"])
     assert report["status"] == "SUCCEEDED", report["error"]
     assert report["trigger"] == "task"
+
+
+@requires_shared_broker
+def test_a_run_firefeed_sends_leaves_no_result_waiting_on_the_broker(
+    client_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The RunReport is in the database: a result nobody reads would pile up (on rpc://, in the sender's queue)."""
+    from firefeed.celery_app import app
+    from firefeed.spec.loader import load_spec_file
+
+    spec_path = _spec(tmp_path, "acme", "no_result")
+    RunStore().apply_spec(load_spec_file(spec_path), spec_dir=spec_path.parent)
+    run_id = start_run("no_result", "api")
+    assert wait_finished(run_id)["status"] == "SUCCEEDED"
+    time.sleep(1.0)  # the root task returns just after the run is marked finished
+    broker = client_env["FIREFEED_BROKER_URL"]
+    if is_amqp(broker):
+        from amqp.exceptions import NotFound
+        from kombu import Connection
+        from kombu.exceptions import OperationalError
+
+        with Connection(broker) as conn:
+            try:
+                waiting = conn.default_channel.queue_declare(queue=app.thread_oid, passive=True).message_count
+            except (NotFound, OperationalError):
+                waiting = 0  # the reply queue was never made: nothing was sent to it
+        assert waiting == 0
+    else:
+        import redis
+
+        assert not redis.Redis.from_url(broker).exists(f"celery-task-meta-{run_id}")
 
 
 def test_a_failed_step_fails_the_run_keeps_exports_and_frees_the_project(
@@ -209,7 +241,7 @@ def _max_overlap(intervals: list[tuple[datetime, datetime]]) -> int:
     return best
 
 
-@requires_redis
+@requires_shared_broker
 def test_rules_chunk_jobs_run_in_parallel_up_to_the_pool_size_and_not_beyond(
     client_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -303,8 +335,7 @@ def test_one_in_process_worker_for_every_queue_runs_a_project_without_deadlock(
     monkeypatch.setenv("FIREFEED_DATA_DIR", str(tmp_path / "var"))
     reset_settings()
     url = broker_url(REDIS_URL.rsplit("/", 1)[0] + "/9")
-    if redis_available():
-        flush_redis(url)
+    flush_broker(url)
     use_broker(url)
     spec_path = _spec(tmp_path, "acme", "one_process")
     RunStore().apply_spec(load_spec_file(spec_path), spec_dir=spec_path.parent)
@@ -321,14 +352,14 @@ def test_one_in_process_worker_for_every_queue_runs_a_project_without_deadlock(
     assert [s["status"] for s in report["steps"]] == ["SUCCEEDED"] * 5
 
 
-@requires_redis
+@requires_shared_broker
 def test_every_concurrency_set_to_one_with_one_worker_per_queue_does_not_deadlock(
     database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from firefeed.spec.loader import load_spec_file
     from tests.integration.celery_workers import use_broker
 
-    url = REDIS_URL.rsplit("/", 1)[0] + "/8"
+    url = broker_url(REDIS_URL.rsplit("/", 1)[0] + "/8")
     env = dict(
         os.environ,
         FIREFEED_DATABASE_URL=database_url,
@@ -345,7 +376,7 @@ def test_every_concurrency_set_to_one_with_one_worker_per_queue_does_not_deadloc
     for key in ("FIREFEED_EXPORT_DIR", "FIREFEED_DATA_DIR", "FIREFEED_CHUNK_ROWS"):
         monkeypatch.setenv(key, env[key])
     reset_settings()
-    flush_redis(url)
+    flush_broker(url)
     spec_paths = [_spec(tmp_path / p, "acme", p) for p in ("ones_a", "ones_b")]
     for sp in spec_paths:
         RunStore().apply_spec(load_spec_file(sp), spec_dir=sp.parent)

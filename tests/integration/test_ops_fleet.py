@@ -1,4 +1,4 @@
-"""The fleet as an operator sees it: real workers and Flower on Redis, worker metrics, run-grouped worker logs."""
+"""The fleet as an operator sees it: real workers and Flower on Redis (or FIREFEED_TEST_BROKER), metrics, logs."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import yaml
 from firefeed import metrics
 from firefeed.runs.service import RunStore
 from firefeed.spec.loader import load_spec_file
-from tests.integration.celery_workers import FIREFEED, celery_workers, flush_redis
+from tests.integration.celery_workers import FIREFEED, celery_workers, flush_broker
 from tests.integration.conftest import write_csv
-from tests.services import requires_redis
+from tests.services import broker_url, requires_shared_broker
 from tests.unit.test_metrics import promtool_check
 
 pytestmark = pytest.mark.integration
@@ -75,7 +75,7 @@ def fleet(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     env = dict(
         os.environ,
         FIREFEED_DATABASE_URL=database_url,
-        FIREFEED_BROKER_URL=FLEET_REDIS_URL,
+        FIREFEED_BROKER_URL=broker_url(FLEET_REDIS_URL),
         FIREFEED_EXPORT_DIR=str(base / "exports"),
         FIREFEED_DATA_DIR=str(base / "var"),
         FIREFEED_WORKER_METRICS_PORT=str(metrics_base),
@@ -86,7 +86,7 @@ def fleet(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         RULES_CONCURRENCY="1",
         EXPORT_CONCURRENCY="1",
     )
-    flush_redis(FLEET_REDIS_URL)
+    flush_broker(env["FIREFEED_BROKER_URL"])
     flower_log = (base / "flower.log").open("wb")
     flower = subprocess.Popen(
         [FIREFEED, "flower", "--port", str(flower_port)], env=env, stdout=flower_log, stderr=flower_log
@@ -134,12 +134,12 @@ def fleet(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         flower_log.close()
 
 
-@requires_redis
+@requires_shared_broker
 def test_the_run_through_the_fleet_succeeded(fleet: dict[str, Any]) -> None:
     assert fleet["status"] == "SUCCEEDED"
 
 
-@requires_redis
+@requires_shared_broker
 def test_flowers_api_lists_the_finished_root_task_behind_basic_auth(fleet: dict[str, Any]) -> None:
     url = f"{fleet['flower']}/api/tasks"
     assert httpx.get(url, timeout=5).status_code == 401
@@ -162,7 +162,7 @@ def test_flower_refuses_to_start_without_a_password() -> None:
     assert "FIREFEED_FLOWER_PASSWORD" in done.stderr
 
 
-@requires_redis
+@requires_shared_broker
 def test_each_worker_serves_every_childs_metrics_on_its_port_and_passes_promtool(fleet: dict[str, Any]) -> None:
     totals: dict[str, float] = {}
     for offset, queue in enumerate(("pipeline", "import", "rules", "export")):
@@ -181,7 +181,7 @@ def test_each_worker_serves_every_childs_metrics_on_its_port_and_passes_promtool
     ]
 
 
-@requires_redis
+@requires_shared_broker
 def test_the_workers_log_lines_of_the_run_carry_its_run_id(fleet: dict[str, Any]) -> None:
     text = (fleet["logs"] / "worker-pipeline.log").read_text(encoding="utf-8", errors="replace")
     text += (fleet["logs"] / "worker-export.log").read_text(encoding="utf-8", errors="replace")

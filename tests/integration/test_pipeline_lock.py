@@ -14,7 +14,6 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
@@ -25,9 +24,9 @@ from firefeed.runs.lock import project_lock_key, with_project_pipeline_lock
 from firefeed.runs.service import RunStore
 from firefeed.runs.tokens import TokenStore
 from firefeed.spec.loader import parse_spec
-from tests.integration.celery_workers import purge_memory_broker
+from tests.integration.celery_workers import flush_broker, purge_memory_broker
 from tests.integration.conftest import write_csv
-from tests.services import backend_for, broker_url, redis_available
+from tests.services import MEMORY_BROKER, backend_for, broker_url
 
 pytestmark = pytest.mark.integration
 
@@ -218,11 +217,10 @@ def test_twenty_clients_sending_the_trigger_task_by_name_get_exactly_one_accepte
 
     _, project, _ = new_project(tmp_path)
     url = broker_url(TRIGGER_REDIS_URL)  # without Redis: the in-memory broker, same in-process worker
-    broker = redis.Redis.from_url(TRIGGER_REDIS_URL) if redis_available() else None
-    if broker is not None:
-        broker.flushdb()
-    else:
+    if url == MEMORY_BROKER:
         purge_memory_broker()  # runs other tests sent and nobody took must not start in this worker
+    else:
+        flush_broker(url)
     try:
         # Only the `pipeline` queue: the accepted run's step jobs are never picked up, so it stays active.
         with (
@@ -246,5 +244,5 @@ def test_twenty_clients_sending_the_trigger_task_by_name_get_exactly_one_accepte
                 time.sleep(0.1)
             assert store.run(accepted).status == "CANCELLED"
     finally:
-        if broker is not None:
-            broker.flushdb()
+        if url != MEMORY_BROKER:
+            flush_broker(url)
