@@ -7,14 +7,16 @@ empty one never does. Keys are compared after trimming white space; an empty
 key is skipped and a repeated key keeps its first occurrence, both counted.
 
 The whole merge is set-based: one narrow aggregate per source to find each
-key's first row (and the counts for the report), then one INSERT ... SELECT
-joining every source. Positions are `source_index * 2^40 + row position`, so
+key's first row (and the counts for the report), then one CREATE TABLE AS
+joining every source (see SchemaService.rebuild_project_table for why not an
+INSERT). Positions are `source_index * 2^40 + row position`, so
 primary items come first and appended ones follow in their source's order.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,65 +112,108 @@ def merge_sources(
     _check_keys(key_field, sources)
     fields, contrib = merged_fields(key_field, sources)
     schema = company_schema(company)
-    schema_service.create_project_table(company, table)
-    schema_service.add_columns(company, table, [column_for_field(f) for f in fields])
 
     result = MergeResult(fields=fields, rows=0)
-    with raw_connection(engine) as conn, conn.cursor() as cur:
-        # Hash aggregates over a million keys fit in memory instead of spilling to disk.
-        cur.execute("SET LOCAL work_mem = '256MB'")
-        # JIT compilation costs more than it saves on these simple expressions.
-        cur.execute("SET LOCAL jit = off")
-        clean: list[bool] = []
-        for j, src in enumerate(sources):
-            win = ident(f"ff_win_{j}")
-            # Temporary scratch of this transaction (session-local, not company DDL).
-            cur.execute(
-                sql.SQL(
-                    "CREATE TEMP TABLE {win} ON COMMIT DROP AS "
-                    "SELECT {key} AS key, min({ord}) AS ord, count(*) AS n FROM {stg} GROUP BY 1"
-                ).format(
-                    win=win,
-                    key=trimmed(sql.SQL("{}").format(ident(column_for_field(key_field)))),
-                    ord=ident(ORD),
-                    stg=ident(schema, src.table),
-                ),
-                [WHITESPACE] * 3,
-            )
-            cur.execute(
-                sql.SQL(
-                    "SELECT coalesce(sum(n), 0), coalesce(sum(n) FILTER (WHERE key = ''), 0), "
-                    "coalesce(sum(n - 1) FILTER (WHERE key <> ''), 0), count(*) FILTER (WHERE key <> '') FROM {win}"
-                ).format(win=win)
-            )
-            rows, empty, dup, items = cur.fetchone()
-            result.sources[src.name] = SourceKeyStats(
-                rows=int(rows), items=int(items), empty_key=int(empty), duplicate_key=int(dup)
-            )
-            clean.append(rows == items)
-            cur.execute(sql.SQL("DELETE FROM {win} WHERE key = ''").format(win=win))
-            cur.execute(sql.SQL("ANALYZE {win}").format(win=win))
+    appends = any(j > 0 and s.mode == "append" for j, s in enumerate(sources))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # Most feeds have unique, non-empty keys: count the keys on a second connection (the other
+        # core) while this one writes the items as if every key were clean; redo the write with the
+        # first-row-per-key tables only when the counts say otherwise.
+        counted = None if appends else pool.submit(_key_stats, engine, schema, key_field, sources)
+        with raw_connection(engine) as conn, conn.cursor() as cur:
+            for setting in _MERGE_SETTINGS:
+                cur.execute(setting)
 
-        # The joins below keep the primary's scan order (it is the probe side), so the
-        # items usually land in position order; exports still ORDER BY position.
-        cur.execute("SET LOCAL max_parallel_workers_per_gather = 0")
-        cur.execute("SET LOCAL synchronize_seqscans = off")
-        statement, params = _insert_sql(schema, table, key_field, fields, contrib, sources, clean)
-        cur.execute(sql.SQL("TRUNCATE {}").format(ident(schema, table)))
-        cur.execute(statement, params)
-        result.rows = cur.rowcount
+            def write(clean: Sequence[bool]) -> int:
+                columns, select, params = _items_select(schema, key_field, fields, contrib, sources, clean)
+                return schema_service.rebuild_project_table(company, table, columns, select, params, conn=conn)
+
+            if counted is not None:
+                result.rows = write([True] * len(sources))
+                stats = counted.result()
+                result.sources = dict(zip((s.name for s in sources), stats, strict=True))
+                if all(st.rows == st.items for st in stats):
+                    return result
+            result.rows = write(_first_rows(cur, schema, key_field, sources, result))
     return result
 
 
-def _insert_sql(
+#: Hash joins and aggregates: a million keys fit in work_mem. Never a merge join: without
+#: statistics on fresh staging tables the planner may pick one, which sorts the whole primary
+#: on disk (10 s on 1M items) and writes the items in key order instead of feed order.
+#: JIT compilation costs more than it saves on these simple expressions.
+_MERGE_SETTINGS = (
+    "SET LOCAL work_mem = '256MB'",
+    "SET LOCAL jit = off",
+    "SET LOCAL enable_mergejoin = off",
+    "SET LOCAL max_parallel_workers_per_gather = 0",
+    "SET LOCAL synchronize_seqscans = off",
+)
+
+
+def _counts(cur: Any) -> SourceKeyStats:
+    rows, empty, dup, items = cur.fetchone()
+    return SourceKeyStats(rows=int(rows), items=int(items), empty_key=int(empty), duplicate_key=int(dup))
+
+
+#: rows, empty keys, repeated keys and items of one source, from its keys grouped with their counts
+_COUNTS = (
+    "SELECT coalesce(sum(n), 0), coalesce(sum(n) FILTER (WHERE key = ''), 0), "
+    "coalesce(sum(n - 1) FILTER (WHERE key <> ''), 0), count(*) FILTER (WHERE key <> '') FROM {keys}"
+)
+
+
+def _trimmed_key(key_field: str) -> sql.Composable:
+    return trimmed(sql.SQL("{}").format(ident(column_for_field(key_field))))
+
+
+def _key_stats(engine: Engine, schema: str, key_field: str, sources: Sequence[StagedSource]) -> list[SourceKeyStats]:
+    """Each source's key counts, read on a connection of its own (nothing is written)."""
+    out = []
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        for setting in _MERGE_SETTINGS:
+            cur.execute(setting)
+        for src in sources:
+            keys = sql.SQL("(SELECT {key} AS key, count(*) AS n FROM {stg} GROUP BY 1) k").format(
+                key=_trimmed_key(key_field), stg=ident(schema, src.table)
+            )
+            cur.execute(sql.SQL(_COUNTS).format(keys=keys), [WHITESPACE] * 3)
+            out.append(_counts(cur))
+    return out
+
+
+def _first_rows(
+    cur: Any, schema: str, key_field: str, sources: Sequence[StagedSource], result: MergeResult
+) -> list[bool]:
+    """Per source, a temporary table of each non-empty key's first row (`ff_win_<j>`); whether it was clean."""
+    clean: list[bool] = []
+    for j, src in enumerate(sources):
+        win = ident(f"ff_win_{j}")
+        # Temporary scratch of this transaction (session-local, not company DDL).
+        cur.execute(
+            sql.SQL(
+                "CREATE TEMP TABLE {win} ON COMMIT DROP AS "
+                "SELECT {key} AS key, min({ord}) AS ord, count(*) AS n FROM {stg} GROUP BY 1"
+            ).format(win=win, key=_trimmed_key(key_field), ord=ident(ORD), stg=ident(schema, src.table)),
+            [WHITESPACE] * 3,
+        )
+        cur.execute(sql.SQL(_COUNTS).format(keys=win))
+        stats = result.sources[src.name] = _counts(cur)
+        clean.append(stats.rows == stats.items)
+        cur.execute(sql.SQL("DELETE FROM {win} WHERE key = ''").format(win=win))
+        cur.execute(sql.SQL("ANALYZE {win}").format(win=win))
+    return clean
+
+
+def _items_select(
     schema: str,
-    table: str,
     key_field: str,
     fields: list[str],
     contrib: list[list[str]],
     sources: Sequence[StagedSource],
     clean: Sequence[bool],
-) -> tuple[sql.Composable, list[Any]]:
+) -> tuple[list[str], sql.Composable, list[Any]]:
+    """The items table's columns, and the SELECT of its rows in item order."""
     params: list[Any] = []
     key_col = ident(column_for_field(key_field))
     appends = [j for j, s in enumerate(sources) if j > 0 and s.mode == "append"]
@@ -244,12 +289,6 @@ def _insert_sql(
             )
         select_cols.append(expr)
 
-    target_cols = [ident(ORD), ident(KEY), ident(SRC)] + [ident(column_for_field(f)) for f in fields]
-    statement = (
-        sql.SQL("INSERT INTO {t} ({cols}) SELECT ").format(t=ident(schema, table), cols=sql.SQL(", ").join(target_cols))
-        + sql.SQL(", ").join(select_cols)
-        + sql.SQL(" FROM ")
-        + items
-        + sql.SQL("").join(joins)
-    )
-    return statement, params
+    columns = [ORD, KEY, SRC] + [column_for_field(f) for f in fields]
+    select = sql.SQL("SELECT ") + sql.SQL(", ").join(select_cols) + sql.SQL(" FROM ") + items + sql.SQL("").join(joins)
+    return columns, select, params

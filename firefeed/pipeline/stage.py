@@ -5,9 +5,12 @@ formats the next block of rows on demand. While Python builds block k+1 the
 Postgres backend (on the other core) is still ingesting block k, so parsing and
 loading overlap without threads or big buffers, and memory holds one block.
 
-Each chunk of `chunk_rows` rows is its own transaction: when a json/xml feed
-grows a field, the SchemaService adds the column from its own connection, and
-that ALTER would otherwise wait on the loader's open transaction.
+Each chunk of `chunk_rows` rows is its own COPY, all in one transaction that
+also creates the table (and adds the columns a json/xml feed reveals as it
+goes): Postgres then appends every row at the end of the table, so the table
+is in feed order and later steps keep that order without sorting, and
+`FREEZE` writes the rows already frozen, so the first scan of the table (in
+MERGE) does not rewrite every page to set hint bits.
 """
 
 from __future__ import annotations
@@ -164,7 +167,7 @@ def _encode_slowly(items: list[tuple[int, list[str]]], first: int) -> bytes:
 def _copy_statement(schema: str, table: str, columns: list[str]) -> sql.Composed:
     # Text format: an empty field is "" (NULL is a backslash-N, which the escaping makes impossible).
     cols = sql.SQL(", ").join(ident(c) for c in [ORD, LINE, *columns])
-    return sql.SQL("COPY {} ({}) FROM STDIN").format(ident(schema, table), cols)
+    return sql.SQL("COPY {} ({}) FROM STDIN (FREEZE)").format(ident(schema, table), cols)
 
 
 def _columns(reader: FeedReader, fields: list[str]) -> list[str]:
@@ -181,15 +184,15 @@ def _stage_once(
     # The first row is read before the table exists: by then the reader knows its fields.
     feed.prime()
     columns = _columns(reader, reader.fields)
-    schema_service.create_staging_table(company, table, columns)
     schema = company_schema(company)
     statement = _copy_statement(schema, table, columns)
     with raw_connection(engine) as conn, conn.cursor() as cur:
+        schema_service.create_staging_table(company, table, columns, conn=conn)
         while feed.prime():
             assert feed.pending is not None
             if len(feed.pending[1]) > len(columns):
                 new = _columns(reader, reader.fields[len(columns) :])
-                schema_service.add_columns(company, table, new)
+                schema_service.add_columns(company, table, new, conn=conn)
                 columns.extend(new)
                 statement = _copy_statement(schema, table, columns)
             feed.start_chunk(len(columns))
@@ -199,7 +202,6 @@ def _stage_once(
                 if feed.error is not None:
                     raise feed.error from None
                 raise
-            conn.commit()
     return StageResult(fields=list(reader.fields), rows=feed.rows, stats=reader.stats)
 
 

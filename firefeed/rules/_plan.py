@@ -9,9 +9,10 @@ row of the pass input reaches it, and the rows it drops (rows in - rows out)
 are exactly the ones it excluded, while the later rules of the pass only see
 the kept rows, which is what the INSERT's RETURNING counts.
 
-Inside a level, rules are independent (none reads or writes a field another
-one of the level wrote), so all their `when`s are computed side by side once
-per row (flag columns) and their actions composed into one CASE per field.
+Inside a level, rules are independent (none reads a field another one of the
+level wrote, except to rewrite that field reading its value once), so all
+their `when`s are computed side by side once per row (flag columns) and their
+actions composed into one CASE per field; a rewrite wraps the earlier CASE.
 A rule's action chain is composed inline; where an action would repeat an
 already composed value several times (truncate, math), the rest of the chain
 becomes a new *step* in the next level, which reuses the rule's flag.
@@ -107,13 +108,42 @@ def steps_of(rule: Rule) -> list[Step]:
     ]
 
 
+def _rewrites_once(branch: tuple[FieldAction, ...], name: str) -> bool:
+    """The branch reads the value `name` had before it only to rewrite `name`, and at most once."""
+    for action in branch:
+        times = action_reads(action).get(name, 0)
+        if times:
+            return action.field == name and times == 1
+        if action.field == name:
+            return True  # overwritten before being read
+    return True
+
+
+def _fits(step: Step, written: set[str]) -> bool:
+    """Whether `step` can join a level whose earlier steps wrote `written`.
+
+    It can when it touches none of those fields, or when it only rewrites them,
+    reading each earlier value once: its expression then wraps the earlier
+    step's (see sqlgen), which costs less than one more nested subquery.
+    """
+    touched = (step.reads | set(step.writes)) & written
+    if not touched:
+        return True
+    if step.first and step.rule.when is not None and set(condition_fields(step.rule.when)) & touched:
+        return False  # flags are computed from the values the level starts with
+    return all(
+        name in step.writes and _rewrites_once(step.then, name) and _rewrites_once(step.else_, name)
+        for name in touched
+    )
+
+
 def _levels(rules: Sequence[Rule]) -> list[tuple[Step, ...]]:
     levels: list[tuple[Step, ...]] = []
     current: list[Step] = []
     written: set[str] = set()
     for rule in rules:
         for step in steps_of(rule):
-            if current and (step.reads | set(step.writes)) & written:
+            if current and not _fits(step, written):
                 levels.append(tuple(current))
                 current, written = [], set()
             current.append(step)

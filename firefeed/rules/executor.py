@@ -1,6 +1,6 @@
 """Running the rules in Postgres, pass by pass (see _plan for how passes are cut).
 
-Batch mode (`run_rules`) runs each pass as one chunk. A Celery driver can run
+Batch mode (`run_rules`) runs each pass whole (`run_pass_whole`). A Celery driver can run
 one pass in chunks instead: `prepare_pass` once, then `run_pass_chunk` per
 `_ff_ord` range, each in its own transaction, and add the counts up.
 All DDL goes through the SchemaService; this module only INSERTs and SELECTs.
@@ -8,8 +8,9 @@ All DDL goes through the SchemaService; this module only INSERTs and SELECTs.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,13 +18,23 @@ from psycopg2 import sql
 from sqlalchemy import Engine
 
 from firefeed.db.engine import raw_connection, render_for_binding
-from firefeed.rules._plan import PassPlan, plan_passes
+from firefeed.rules._plan import PassPlan, flag_column, plan_passes
 from firefeed.rules.model import Rule, branch_excludes
-from firefeed.rules.sqlgen import count_select, pass_insert
-from firefeed.schema.identifiers import company_schema, ident
+from firefeed.rules.sqlgen import count_select, deletes_only, exclusion_delete, pass_insert, pass_select
+from firefeed.schema.identifiers import KEY, ORD, SRC, company_schema, ident
 from firefeed.schema.service import SchemaService
 
-__all__ = ["ChunkCounts", "PassPlan", "RulesResult", "plan_passes", "prepare_pass", "run_pass_chunk", "run_rules"]
+__all__ = [
+    "ChunkCounts",
+    "PassPlan",
+    "RulesResult",
+    "plan_passes",
+    "prepare_pass",
+    "run_pass_chunk",
+    "run_pass_in_place",
+    "run_pass_whole",
+    "run_rules",
+]
 
 # Rows must be written in _ff_ord order (exports read them back that way): a
 # plain, non-parallel, non-synchronized sequential scan returns them in the
@@ -76,6 +87,38 @@ def _rule_matches(
     return rows_in - rows_out if drop_then else rows_out
 
 
+@contextlib.contextmanager
+def _pass_cursor(conn: Any) -> Iterator[Any]:
+    """A cursor of `conn` with the pass settings applied to its transaction."""
+    with conn.cursor() as cur:
+        for setting in _PASS_SETTINGS:
+            cur.execute(setting)
+        yield cur
+
+
+def _excluding_counts(
+    cur: Any, plan: PassPlan, source: Any, lo: int | None, hi: int | None, rows_in: int | None
+) -> tuple[int | None, int | None]:
+    """rows_in and the excluding rule's `when` matches, counted first when the pass needs them."""
+    rule = plan.excluding
+    both = rule is not None and rule.when is not None and branch_excludes(rule.then) and branch_excludes(rule.else_)
+    if rule is not None and (rows_in is None or both):
+        counted = count_select(plan, source, lo, hi)
+        cur.execute(counted.sql, counted.params)
+        found, when_count = cur.fetchone()
+        return int(found), when_count
+    return rows_in, None
+
+
+def _chunk_counts(
+    plan: PassPlan, rows_in: int | None, rows_out: int, flagged: dict[str, int], when_count: int | None
+) -> ChunkCounts:
+    if rows_in is None:
+        rows_in = rows_out
+    matched = {r.name: _rule_matches(plan, r, rows_in, rows_out, flagged, when_count) for r in plan.rules}
+    return ChunkCounts(rows_in, rows_out, matched)
+
+
 def run_pass_chunk(
     conn: Any,
     plan: PassPlan,
@@ -97,16 +140,8 @@ def run_pass_chunk(
     """
     schema = company_schema(company)
     source, target = ident(schema, src_table), ident(schema, dst_table)
-    with conn.cursor() as cur:
-        for setting in _PASS_SETTINGS:
-            cur.execute(setting)
-        when_count: int | None = None
-        rule = plan.excluding
-        both = rule is not None and rule.when is not None and branch_excludes(rule.then) and branch_excludes(rule.else_)
-        if rule is not None and (rows_in is None or both):
-            counted = count_select(plan, source, lo, hi)
-            cur.execute(counted.sql, counted.params)
-            rows_in, when_count = cur.fetchone()
+    with _pass_cursor(conn) as cur:
+        rows_in, when_count = _excluding_counts(cur, plan, source, lo, hi, rows_in)
         if prepare:
             _execute_prepared(cur, plan, source, target, lo, hi)
         else:
@@ -119,10 +154,56 @@ def run_pass_chunk(
             flagged = {r.name: int(n) for r, n in zip(plan.flagged, row[1:], strict=True)}
         else:
             rows_out = cur.rowcount
-    if rows_in is None:
-        rows_in = rows_out
-    matched = {r.name: _rule_matches(plan, r, rows_in, rows_out, flagged, when_count) for r in plan.rules}
-    return ChunkCounts(rows_in, rows_out, matched)
+    return _chunk_counts(plan, rows_in, rows_out, flagged, when_count)
+
+
+def run_pass_whole(
+    conn: Any,
+    schema_service: SchemaService,
+    plan: PassPlan,
+    src_table: str,
+    *,
+    company: str,
+    run_id: str,
+    rows_in: int | None = None,
+) -> tuple[str, ChunkCounts]:
+    """Run a whole pass into a new pass table made by CREATE TABLE AS: (its name, the counts).
+
+    CREATE TABLE AS keeps the rows in the order the source yields them (INSERT
+    may put a row into free space of an earlier page), so a table written in
+    feed order stays in feed order and EXPORT needs no sort.
+    """
+    source = ident(company_schema(company), src_table)
+    with _pass_cursor(conn) as cur:
+        rows_in, when_count = _excluding_counts(cur, plan, source, None, None, rows_in)
+        select = pass_select(plan, source)
+        flags = [flag_column(r) for r in plan.flagged]
+        columns = [ORD, KEY, SRC, *plan.columns(), *flags]
+        table, rows_out = schema_service.create_rules_tmp_as(
+            company, run_id, plan.number, columns, select.sql, select.params, conn=conn
+        )
+        flagged: dict[str, int] = {}
+        if flags:
+            counts = sql.SQL(", ").join(sql.SQL("count(*) FILTER (WHERE {})").format(ident(f)) for f in flags)
+            cur.execute(sql.SQL("SELECT {} FROM {}").format(counts, ident(company_schema(company), table)))
+            flagged = {r.name: int(n) for r, n in zip(plan.flagged, cur.fetchone(), strict=True)}
+    return table, _chunk_counts(plan, rows_in, rows_out, flagged, when_count)
+
+
+def run_pass_in_place(conn: Any, plan: PassPlan, table: str, *, company: str, rows_in: int | None) -> ChunkCounts:
+    """Run a `deletes_only` pass by deleting the rows it excludes from `table`, a pass table of this run.
+
+    Copying the kept rows to a new table costs as much as any pass (a few seconds
+    per million items); deleting the excluded ones only costs evaluating the rule.
+    """
+    target = ident(company_schema(company), table)
+    with _pass_cursor(conn) as cur:
+        rows_in, when_count = _excluding_counts(cur, plan, target, None, None, rows_in)
+        statement = exclusion_delete(plan, target)
+        cur.execute(statement.sql, statement.params)
+        deleted = int(cur.rowcount)
+    assert rows_in is not None
+    return _chunk_counts(plan, rows_in, rows_in - deleted, {}, when_count)
 
 
 # Stand-ins for a chunk's bounds while the statement text is made; a real bound never equals them.
@@ -171,7 +252,8 @@ def run_rules(
     """Apply the enabled rules to `source_table`, one pass at a time, each pass its own transaction.
 
     The previous pass table is dropped once the next one is written (never the
-    source table), so at most two copies exist; on error or cancellation the
+    source table), so at most two copies exist; a pass that only excludes deletes
+    from the previous pass table instead (never from the source table); on error or cancellation the
     pipeline drops what remains with drop_rules_tmp_for_run.
     """
     plans = plan_passes(rules, fields)
@@ -183,10 +265,14 @@ def run_rules(
     for plan in plans:
         if cancel_check is not None:
             cancel_check()
-        dst = prepare_pass(schema_service, company=company, run_id=run_id, plan=plan)
         with raw_connection(engine) as conn:
-            counts = run_pass_chunk(conn, plan, src, dst, company=company, rows_in=known)
-        if src != source_table:
+            if src != source_table and deletes_only(plan):
+                dst, counts = src, run_pass_in_place(conn, plan, src, company=company, rows_in=known)
+            else:
+                dst, counts = run_pass_whole(
+                    conn, schema_service, plan, src, company=company, run_id=run_id, rows_in=known
+                )
+        if src not in (source_table, dst):
             schema_service.drop_table(company, src)
         for name, n in counts.matched.items():
             matched[name] += n

@@ -45,6 +45,7 @@ from firefeed.rules.model import (
     Not,
     branch_excludes,
     condition_fields,
+    effective,
 )
 from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, ident
 
@@ -226,22 +227,28 @@ class _Builder:
                 del self.numbers[name]
                 layer.drop.add(col)
 
-    def _chain(self, actions: tuple[FieldAction, ...]) -> dict[str, Frag]:
+    def _chain(self, actions: tuple[FieldAction, ...], earlier: dict[str, Frag]) -> dict[str, Frag]:
+        """Each written field's new value; `earlier` holds values an earlier step of the level wrote."""
         current: dict[str, Frag] = {}
+
+        def value(n: str) -> Frag:
+            return current[n] if n in current else earlier[n] if n in earlier else self.base(n)
+
         for action in actions:
             current[action.field] = action_frag(
-                action,
-                lambda n: current[n] if n in current else self.base(n),
-                lambda n: None if n in current else self.number_text(n),
+                action, value, lambda n: None if n in current or n in earlier else self.number_text(n)
             )
         return current
 
     def _values(self, level: tuple[Step, ...]) -> dict[str, Frag]:
         values: dict[str, Frag] = {}
         for step in level:
-            then, else_ = self._chain(step.then), self._chain(step.else_)
+            # A step rewriting a field an earlier step of the level wrote reads that value once (_plan).
+            earlier = {n: values[n] for n in step.writes if n in values}
+            then, else_ = self._chain(step.then, earlier), self._chain(step.else_, earlier)
             for name in step.writes:
-                yes, no = then.get(name, self.base(name)), else_.get(name, self.base(name))
+                before = earlier.get(name, self.base(name))
+                yes, no = then.get(name, before), else_.get(name, before)
                 if step.rule.when is None:
                     values[name] = yes
                 else:
@@ -311,3 +318,35 @@ def count_select(plan: PassPlan, source: sql.Composable, lo: int | None = None, 
     text = fmt("SELECT count(*), {0} FROM {1} AS t", matched, of(source))
     where = chunk_filter(lo, hi)
     return fmt("{0} WHERE {1}", text, where) if where is not None else text
+
+
+def deletes_only(plan: PassPlan) -> bool:
+    """A pass of one excluding rule that changes no field: it can drop rows in place instead of copying them."""
+    rule = plan.excluding
+    return (
+        rule is not None
+        and len(plan.rules) == 1
+        and plan.fields_out == plan.fields_in
+        and not effective(rule.then)
+        and not effective(rule.else_)
+    )
+
+
+def exclusion_delete(plan: PassPlan, target: sql.Composable) -> Frag:
+    """`DELETE FROM target WHERE <the pass's excluding rule drops the row>` for a `deletes_only` pass.
+
+    The kept rows are exactly those the copying pass's WHERE lets through; a NULL
+    there drops the row in both forms (`IS NOT TRUE`).
+    """
+    rule = plan.excluding
+    assert rule is not None and deletes_only(plan)
+    builder = _Builder(plan, target, None)
+    drop_then, drop_else = branch_excludes(rule.then), branch_excludes(rule.else_)
+    if rule.when is None:
+        keep = raw("false") if drop_then else raw("true")
+    elif drop_then and drop_else:
+        keep = raw("false")
+    else:
+        when = condition_frag(rule.when, builder.base)
+        keep = fmt("NOT ({0})", when) if drop_then else when
+    return fmt("DELETE FROM {0} AS t WHERE ({1}) IS NOT TRUE", of(target), keep)

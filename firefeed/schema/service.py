@@ -9,8 +9,9 @@ halves the write cost and a crash only costs a re-run.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from psycopg2 import errors as pg_errors
@@ -19,12 +20,16 @@ from sqlalchemy import Engine
 
 from firefeed.db.engine import get_engine, raw_connection
 from firefeed.schema.identifiers import (
+    EXPORT_TMP_PREFIX,
     KEY,
     ORD,
     RULES_TMP_PREFIX,
+    SCRATCH_SCHEMA_PREFIX,
     SRC,
     company_schema,
+    export_tmp_table,
     ident,
+    is_scratch_area,
     rules_tmp_table,
     run_id_of_tmp_table,
 )
@@ -39,6 +44,30 @@ _CATALOG_RACES = (
     pg_errors.DuplicateSchema,
     pg_errors.DuplicateColumn,
 )
+
+
+@contextlib.contextmanager
+def _connection(engine: Engine, conn: Any) -> Iterator[Any]:
+    """The caller's connection (its transaction stays open) or a pooled one in a transaction of its own."""
+    if conn is not None:
+        yield conn
+        return
+    with raw_connection(engine) as own:
+        yield own
+
+
+def _create_as(
+    conn: Any, target: sql.Composable, columns: Sequence[str], select: sql.Composable, params: Sequence[Any]
+) -> int:
+    """(Re)create `target` as an UNLOGGED table holding `select`'s rows; returns how many."""
+    with conn.cursor() as cur:
+        cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(target))
+        cur.execute(
+            sql.SQL("CREATE UNLOGGED TABLE {} ({}) AS ").format(target, sql.SQL(", ").join(ident(c) for c in columns))
+            + select,
+            list(params) or None,
+        )
+        return int(cur.rowcount)
 
 
 class SchemaService:
@@ -84,40 +113,73 @@ class SchemaService:
             ).format(ident(schema, table), ident(ORD), ident(KEY), ident(SRC))
         )
 
-    def create_staging_table(self, company: str, table: str, columns: Iterable[str]) -> None:
-        """A fresh staging table for one source's rows (dropped and recreated on each parse)."""
+    def rebuild_project_table(
+        self,
+        company: str,
+        table: str,
+        columns: Sequence[str],
+        select: sql.Composable,
+        params: Sequence[Any],
+        *,
+        conn: Any,
+    ) -> int:
+        """Replace a project's items table by `select` (CREATE TABLE AS), in the caller's transaction.
+
+        CREATE TABLE AS appends its rows in the order the SELECT yields them (it never
+        reuses free space as INSERT does), so the items keep feed order and EXPORT
+        reads them without sorting. Returns the number of rows.
+        """
+        target = ident(company_schema(company), table)
+        return _create_as(conn, target, columns, select, params)
+
+    def create_staging_table(self, company: str, table: str, columns: Iterable[str], *, conn: Any = None) -> None:
+        """A fresh staging table for one source's rows (dropped and recreated on each parse).
+
+        With `conn`, the DDL joins the caller's open transaction: the loader creates the
+        table and COPYs into it in one transaction, so Postgres appends rows in feed
+        order (no free-space reuse) and can freeze them as they are written.
+        """
         schema = company_schema(company)
         cols = [
             sql.SQL("{} bigint NOT NULL").format(ident(ORD)),
             sql.SQL("{} integer NOT NULL").format(ident("_ff_line")),
         ]
         cols += [_TEXT_COL.format(ident(c)) for c in columns]
-        with raw_connection(self.engine) as conn, conn.cursor() as cur:
+        with _connection(self.engine, conn) as c, c.cursor() as cur:
             cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(schema, table)))
             cur.execute(sql.SQL("CREATE UNLOGGED TABLE {} ({})").format(ident(schema, table), sql.SQL(", ").join(cols)))
 
-    def add_columns(self, company: str, table: str, columns: Iterable[str]) -> list[str]:
-        """Add text columns that are missing (addColumn semantics: never a rebuild). Returns the added ones."""
+    def add_columns(self, company: str, table: str, columns: Iterable[str], *, conn: Any = None) -> list[str]:
+        """Add text columns that are missing (addColumn semantics: never a rebuild). Returns the added ones.
+
+        With `conn`, in the caller's open transaction (which may have created the table).
+        """
         schema = company_schema(company)
-        existing = set(self.table_columns(company, table))
+        existing = set(self.table_columns(company, table, conn=conn))
         missing = [c for c in dict.fromkeys(columns) if c not in existing]
         if not missing:
             return []
         adds = sql.SQL(", ").join(sql.SQL("ADD COLUMN IF NOT EXISTS ") + _TEXT_COL.format(ident(c)) for c in missing)
         # A constant default makes ADD COLUMN a catalog-only change in Postgres 11+.
-        self._ddl(sql.SQL("ALTER TABLE {} ").format(ident(schema, table)) + adds)
+        statement = sql.SQL("ALTER TABLE {} ").format(ident(schema, table)) + adds
+        if conn is None:
+            self._ddl(statement)
+        else:
+            with conn.cursor() as cur:
+                cur.execute(statement)
         return missing
 
     def add_column(self, company: str, table: str, column: str) -> bool:
         return bool(self.add_columns(company, table, [column]))
 
-    def table_columns(self, company: str, table: str) -> list[str]:
-        rows = self._query(
+    def table_columns(self, company: str, table: str, *, conn: Any = None) -> list[str]:
+        query = (
             "SELECT column_name FROM information_schema.columns "
-            "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
-            (company_schema(company), table),
+            "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position"
         )
-        return [r[0] for r in rows]
+        with _connection(self.engine, conn) as c, c.cursor() as cur:
+            cur.execute(query, (company_schema(company), table))
+            return [r[0] for r in cur.fetchall()]
 
     def table_exists(self, company: str, table: str) -> bool:
         rows = self._query("SELECT to_regclass(%s) IS NOT NULL", (sql_qualified(company_schema(company), table),))
@@ -143,6 +205,38 @@ class SchemaService:
         )
         self._ddl(sql.SQL("ANALYZE {}").format(ident(schema, table)))
 
+    # -- scratch areas (rule previews) ------------------------------------
+    def create_scratch_area(self, area: str) -> str:
+        """Create the schema of a scratch area (see identifiers.scratch_area); returns its name."""
+        if not is_scratch_area(area):
+            raise ValueError(f"not a scratch area id: {area!r}")
+        schema = company_schema(area)
+        self._ddl(sql.SQL("CREATE SCHEMA {}").format(ident(schema)))
+        return schema
+
+    def drop_scratch_area(self, area: str) -> None:
+        """Drop a scratch area with everything in it; refuses anything else, so a company schema is never cascaded."""
+        if not is_scratch_area(area):
+            raise ValueError(f"not a scratch area id: {area!r}")
+        self._ddl(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(ident(company_schema(area))))
+
+    def drop_stale_scratch_areas(self, older_than_s: float) -> list[str]:
+        """Drop scratch areas created more than `older_than_s` ago (a preview that crashed); returns their schemas."""
+        rows = self._query(
+            "SELECT nspname FROM pg_namespace WHERE nspname LIKE %s",
+            (SCRATCH_SCHEMA_PREFIX.replace("_", "\\_") + "%",),
+        )
+        now = self._query("SELECT extract(epoch FROM now())")[0][0]
+        dropped = []
+        for (schema,) in rows:
+            area = "scratch:" + schema[len(SCRATCH_SCHEMA_PREFIX) :]
+            if is_scratch_area(area) and int(schema.split("_")[1]) < float(now) - older_than_s:
+                self.drop_scratch_area(area)
+                dropped.append(schema)
+        if dropped:
+            log.info("janitor dropped %d stale scratch areas", len(dropped), extra={"schemas": dropped})
+        return dropped
+
     # -- rules pass tables ----------------------------------------------
     def create_rules_tmp(
         self, company: str, run_id: str, pass_no: int, columns: Sequence[str], extra: Sequence[tuple[str, str]] = ()
@@ -161,6 +255,26 @@ class SchemaService:
             cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(schema, table)))
             cur.execute(sql.SQL("CREATE UNLOGGED TABLE {} ({})").format(ident(schema, table), sql.SQL(", ").join(cols)))
         return table
+
+    def create_rules_tmp_as(
+        self,
+        company: str,
+        run_id: str,
+        pass_no: int,
+        columns: Sequence[str],
+        select: sql.Composable,
+        params: Sequence[Any],
+        *,
+        conn: Any,
+    ) -> tuple[str, int]:
+        """Create and fill one pass table by CREATE TABLE AS in the caller's transaction: (table, rows).
+
+        Used when a pass runs whole (batch mode): unlike INSERT, CREATE TABLE AS
+        appends rows in the order they come, so the items stay in feed order.
+        """
+        table = rules_tmp_table(run_id, pass_no)
+        target = ident(company_schema(company), table)
+        return table, _create_as(conn, target, columns, select, params)
 
     def list_rules_tmp(self, company: str | None = None) -> list[tuple[str, str]]:
         """(schema, table) of every rules pass table, of one company or all."""
@@ -193,23 +307,84 @@ class SchemaService:
         lock on the run row, so a run that is still going never loses its table.
         """
         dropped: list[str] = []
-        for schema, table in self.list_rules_tmp():
+        for schema, table in self.list_rules_tmp() + self.list_export_tmp():
             run_id = run_id_of_tmp_table(table)
-            with raw_connection(self.engine) as conn, conn.cursor() as cur:
-                live = False
-                if run_id is not None:
-                    cur.execute(
-                        "SELECT 1 FROM pipeline_runs WHERE id = %s AND status IN ('PENDING', 'RUNNING') FOR SHARE",
-                        (run_id,),
-                    )
-                    live = cur.fetchone() is not None
-                if live:
-                    continue
-                cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(schema, table)))
-                dropped.append(f"{schema}.{table}")
+            try:
+                with raw_connection(self.engine) as conn, conn.cursor() as cur:
+                    live = False
+                    if run_id is not None:
+                        cur.execute(
+                            "SELECT 1 FROM pipeline_runs WHERE id = %s AND status IN ('PENDING', 'RUNNING') FOR SHARE",
+                            (run_id,),
+                        )
+                        live = cur.fetchone() is not None
+                    if live:
+                        continue
+                    # No IF EXISTS: a table its own run dropped since the listing is not counted as an orphan.
+                    cur.execute(sql.SQL("DROP TABLE {}").format(ident(schema, table)))
+            except pg_errors.UndefinedTable:
+                continue
+            dropped.append(f"{schema}.{table}")
         if dropped:
             log.info("janitor dropped %d orphan rules_tmp tables", len(dropped), extra={"tables": dropped})
         return dropped
+
+    # -- export diff tables (feed quality, #9) ----------------------------
+    def create_export_tmp(self, company: str, run_id: str, index: int, *, with_id: bool) -> str:
+        """The table one export of a run fills with (key, key hash, content hash, check flags[, channel id]).
+
+        Dropped by `drop_export_tmp_for_run` when the run ends, or renamed into the
+        published one by `promote_export_keys`; a crashed run's is the janitor's.
+        """
+        schema = company_schema(company)
+        table = export_tmp_table(run_id, index)
+        cols = [
+            sql.SQL("k text NOT NULL"),
+            sql.SQL("kh bigint NOT NULL"),
+            sql.SQL("h bigint NOT NULL"),
+            sql.SQL("f bigint NOT NULL"),
+        ]
+        if with_id:
+            cols.append(sql.SQL("i text NOT NULL"))
+        with raw_connection(self.engine) as conn, conn.cursor() as cur:
+            cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(schema, table)))
+            cur.execute(sql.SQL("CREATE UNLOGGED TABLE {} ({})").format(ident(schema, table), sql.SQL(", ").join(cols)))
+        return table
+
+    def list_export_tmp(self, company: str | None = None) -> list[tuple[str, str]]:
+        """(schema, table) of every run-scoped export diff table, of one company or all."""
+        pattern = EXPORT_TMP_PREFIX.replace("_", "\\_") + "%"
+        if company is None:
+            rows = self._query(
+                "SELECT schemaname, tablename FROM pg_tables "
+                "WHERE schemaname LIKE 'company\\_%%' AND tablename LIKE %s",
+                (pattern,),
+            )
+        else:
+            rows = self._query(
+                "SELECT schemaname, tablename FROM pg_tables WHERE schemaname = %s AND tablename LIKE %s",
+                (company_schema(company), pattern),
+            )
+        return [(r[0], r[1]) for r in rows]
+
+    def drop_export_tmp_for_run(self, company: str, run_id: str) -> int:
+        """Drop the export diff tables a run still has (published ones were renamed away already)."""
+        dropped = 0
+        for schema, table in self.list_export_tmp(company):
+            if run_id_of_tmp_table(table) == run_id:
+                self._ddl(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(schema, table)))
+                dropped += 1
+        return dropped
+
+    def promote_export_keys(self, company: str, renames: Sequence[tuple[str, str]]) -> None:
+        """Make each run table (first) the published one (second), all in one transaction."""
+        if not renames:
+            return
+        schema = company_schema(company)
+        with raw_connection(self.engine) as conn, conn.cursor() as cur:
+            for run_table, published in renames:
+                cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(schema, published)))
+                cur.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(ident(schema, run_table), ident(published)))
 
 
 def sql_qualified(schema: str, table: str) -> str:

@@ -297,3 +297,49 @@ def test_sql_route_matches_the_reference_on_random_rules(
     engine: Engine, items: list[dict[str, str]], raw_rules: list[dict[str, Any]]
 ) -> None:
     assert_same(engine, items, [KEY_FIELD, *FIELDS], raw_rules)
+
+
+EXCLUDE_ONLY_TAILS = [
+    [{"name": "cheap", "when": {"field": "price", "op": "lt", "value": 5}, "then": [{"exclude": True}]}],
+    [
+        {
+            "name": "keep cheap",
+            "when": {"field": "price", "op": "lt", "value": 5},
+            "then": [{"set": "brand", "value": "x"}],
+            "else": [{"exclude": True}],
+        }
+    ],
+    [
+        {"name": "no brand", "when": {"field": "brand", "op": "empty"}, "then": [{"exclude": True}]},
+        {"name": "a title", "when": {"field": "title", "op": "contains", "value": "a"}, "then": [{"exclude": True}]},
+    ],
+    [
+        {
+            "name": "all",
+            "when": {"field": "title", "op": "not_empty"},
+            "then": [{"exclude": True}],
+            "else": [{"exclude": True}],
+        }
+    ],
+    [{"name": "everything", "then": [{"exclude": True}]}],
+]
+
+
+@pytest.mark.parametrize("tail", EXCLUDE_ONLY_TAILS)
+def test_a_pass_that_only_excludes_deletes_in_place_with_the_same_result(
+    engine: Engine, tail: list[dict[str, Any]]
+) -> None:
+    """After a first pass, an excluding rule that changes nothing runs as a DELETE: same items, counts and order."""
+    items = [
+        {KEY_FIELD: str(i), "title": t, "price": p, "brand": b, 'we"ird; name': ""}
+        for i, (t, p, b) in enumerate(
+            [("a", "3", "x"), ("b", "7", ""), ("ca", "1,5", "y"), ("", "10", "z"), ("d", "", "w"), ("e", "4.5", "")]
+        )
+    ]
+    head = [{"name": "tag", "then": [{"set": "new1", "value": "{title}!"}]}]
+    assert_same(engine, items, [KEY_FIELD, *FIELDS], head + tail)
+    result, _, _ = run_both(engine, items, [KEY_FIELD, *FIELDS], head + tail)
+    assert result.passes == 1 + len(tail)
+    # A rule that also sets a field must copy; the others delete from the first pass table.
+    sets = any("set" in a for rule in tail for a in rule.get("then", []))
+    assert result.table.endswith("_2" if sets else "_1")
