@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import psycopg2.extensions
@@ -84,7 +84,9 @@ def raw_connection(engine: Engine | None = None) -> Iterator[Any]:
         yield conn
         conn.commit()
     except BaseException:
-        conn.rollback()
+        # On a connection the server closed, rollback fails too; the error worth reporting is the first one.
+        with suppress(psycopg2.Error):
+            conn.rollback()
         raise
     finally:
         pooled.close()

@@ -63,6 +63,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     w = terminalreporter
     w.section("stress summary")
     w.write_line(f"runs: {t.runs}")
-    w.write_line(f"faults injected: {sum(t.faults.values())} ({', '.join(f'{k} {v}' for k, v in sorted(t.faults.items()))})")
-    w.write_line(f"inputs tried: {sum(t.inputs.values())} ({', '.join(f'{k} {v}' for k, v in sorted(t.inputs.items()))})")
+    w.write_line(f"faults injected: {sum(t.faults.values())} ({_breakdown(t.faults)})")
+    w.write_line(f"inputs tried: {sum(t.inputs.values())} ({_breakdown(t.inputs)})")
     w.write_line(f"lost: {t.lost}")
+
+
+def _breakdown(counts: Counter[str]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
