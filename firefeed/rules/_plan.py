@@ -132,8 +132,7 @@ def _fits(step: Step, written: set[str]) -> bool:
     if step.first and step.rule.when is not None and set(condition_fields(step.rule.when)) & touched:
         return False  # flags are computed from the values the level starts with
     return all(
-        name in step.writes and _rewrites_once(step.then, name) and _rewrites_once(step.else_, name)
-        for name in touched
+        name in step.writes and _rewrites_once(step.then, name) and _rewrites_once(step.else_, name) for name in touched
     )
 
 
