@@ -34,7 +34,7 @@ from psycopg2 import sql
 from firefeed.db.engine import render_for_binding
 from firefeed.export._atomic import Sink
 from firefeed.export.select import Piece, sql_text
-from firefeed.schema.identifiers import ORD, ident
+from firefeed.schema.identifiers import ORD, ident, tmp_table_number
 
 _SCAN_SETTINGS = (
     "SET LOCAL synchronize_seqscans = off",
@@ -57,6 +57,21 @@ def in_physical_order(cur: Any, schema: str, table: str) -> bool:
     ).format(ord=ident(ORD), t=ident(schema, table))
     cur.execute(query)
     return bool(cur.fetchone()[0])
+
+
+def _halves_of_view(cur: Any, schema: str, table: str) -> list[str] | None:
+    """The two pass tables, in order, when `table` is the view a split rules run made of them; else None."""
+    cur.execute(
+        "SELECT DISTINCT c.relname FROM pg_rewrite r JOIN pg_depend d ON d.objid = r.oid "
+        "JOIN pg_class c ON c.oid = d.refobjid "
+        "WHERE r.ev_class = to_regclass(%s) AND c.oid <> r.ev_class AND c.relkind = 'r'",
+        (f'"{schema}"."{table}"',),
+    )
+    names = [r[0] for r in cur.fetchall()]
+    numbers = [tmp_table_number(n) for n in names]
+    if len(names) != 2 or None in numbers:
+        return None
+    return [n for _, n in sorted(zip(numbers, names, strict=True))]
 
 
 def _ready(conn: Any) -> None:
@@ -137,20 +152,29 @@ def copy_items_split(
     _ready(second)
     with conn.cursor() as cur:
         _begin_read(cur)
+        halves = _halves_of_view(cur, schema, table)
+        relation = f'"{schema}"."{halves[0] if halves else table}"'
         cur.execute(
             sql.SQL("SELECT pg_relation_size({}::regclass) / current_setting('block_size')::int").format(
-                sql.Literal(f'"{schema}"."{table}"')
+                sql.Literal(relation)
             )
         )
         pages = int(cur.fetchone()[0])
         ordered = in_physical_order(cur, schema, table)
-        copy = functools.partial(_copy_rows, schema=schema, table=table, row=row, where=where, options=options)
+        copy = functools.partial(_copy_rows, row=row, where=where, options=options, schema=schema)
         if pages < _SPLIT_MIN_PAGES or not ordered:
-            return copy(cur, sink=sink, tail=_order(ordered)), False
+            return copy(cur, table=table, sink=sink, tail=_order(ordered)), False
         cur.execute("SELECT pg_export_snapshot()")
         snapshot = cur.fetchone()[0]
         mid = pages // 2
         glue = " AND " if where.text.as_string(cur).strip() else " WHERE "
+        if halves:
+            # The rules left two tables (a view of both): each connection reads one of them whole.
+            first = functools.partial(copy, table=halves[0], tail=sql_text(""))
+            rest = functools.partial(copy, table=halves[1], tail=sql_text(""))
+        else:
+            first = functools.partial(copy, table=table, tail=sql_text(f"{glue}ctid < '({mid},0)'::tid"))
+            rest = functools.partial(copy, table=table, tail=sql_text(f"{glue}ctid >= '({mid},0)'::tid"))
         counts: dict[str, int] = {}
         errors: list[BaseException] = []
 
@@ -158,16 +182,14 @@ def copy_items_split(
             try:
                 with second.cursor() as cur2:
                     _begin_read(cur2, snapshot)
-                    half = sql_text(f"{glue}ctid >= '({mid},0)'::tid")
-                    counts["second"] = copy(cur2, sink=second_sink, tail=half)
+                    counts["second"] = rest(cur2, sink=second_sink)
             except BaseException as exc:  # re-raised in the caller's thread
                 errors.append(exc)
 
         worker = threading.Thread(target=read_second, name="export-second-half")
         worker.start()
         try:
-            half = sql_text(f"{glue}ctid < '({mid},0)'::tid")
-            counts["first"] = copy(cur, sink=sink, tail=half)
+            counts["first"] = first(cur, sink=sink)
         finally:
             worker.join()
         if errors:

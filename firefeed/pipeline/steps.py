@@ -270,6 +270,7 @@ def apply_rules(ctx: RunContext, merged: MergeResult) -> Any:
         fields=merged.fields,
         rules=ctx.spec.parsed_rules,
         cancel_check=ctx.check_cancel,
+        rows=merged.rows,
     )
 
 

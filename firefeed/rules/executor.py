@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,7 @@ from firefeed.schema.identifiers import KEY, ORD, SRC, company_schema, ident
 from firefeed.schema.service import SchemaService
 
 __all__ = [
+    "SPLIT_MIN_ROWS",
     "ChunkCounts",
     "PassPlan",
     "RulesResult",
@@ -166,8 +168,12 @@ def run_pass_whole(
     company: str,
     run_id: str,
     rows_in: int | None = None,
+    lo: int | None = None,
+    hi: int | None = None,
+    number: int | None = None,
 ) -> tuple[str, ChunkCounts]:
-    """Run a whole pass into a new pass table made by CREATE TABLE AS: (its name, the counts).
+    """Run a pass over the rows of `src_table` with _ff_ord in [lo, hi] (all by default) into a new
+    pass table made by CREATE TABLE AS (numbered `number`, by default the pass's): its name, the counts.
 
     CREATE TABLE AS keeps the rows in the order the source yields them (INSERT
     may put a row into free space of an earlier page), so a table written in
@@ -175,12 +181,12 @@ def run_pass_whole(
     """
     source = ident(company_schema(company), src_table)
     with _pass_cursor(conn) as cur:
-        rows_in, when_count = _excluding_counts(cur, plan, source, None, None, rows_in)
-        select = pass_select(plan, source)
+        rows_in, when_count = _excluding_counts(cur, plan, source, lo, hi, rows_in)
+        select = pass_select(plan, source, lo, hi)
         flags = [flag_column(r) for r in plan.flagged]
         columns = [ORD, KEY, SRC, *plan.columns(), *flags]
         table, rows_out = schema_service.create_rules_tmp_as(
-            company, run_id, plan.number, columns, select.sql, select.params, conn=conn
+            company, run_id, plan.number if number is None else number, columns, select.sql, select.params, conn=conn
         )
         flagged: dict[str, int] = {}
         if flags:
@@ -238,6 +244,70 @@ def _count(engine: Engine, company: str, table: str) -> int:
         return int(cur.fetchone()[0])
 
 
+#: A batch run over at least this many items runs every pass as two halves at once, on two
+#: connections (a pass is one backend's work: the other core would idle).
+SPLIT_MIN_ROWS = 100_000
+#: the pass tables of half h (1, 2) of pass p are numbered p * SEGMENT_STRIDE + h; the view over the
+#: last ones (the rules' result) is number 0
+SEGMENT_STRIDE = 10
+
+
+@dataclass
+class _Segment:
+    """One half of the items (_ff_ord in [lo, hi]) and the pass table that holds it so far."""
+
+    lo: int | None
+    hi: int | None
+    table: str
+    rows: int | None = None
+
+
+def _middle(engine: Engine, company: str, table: str) -> int | None:
+    """The _ff_ord that splits `table` into two halves of (almost) the same size."""
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        cur.execute(
+            sql.SQL("SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY {}) FROM {}").format(
+                ident(ORD), ident(company_schema(company), table)
+            )
+        )
+        mid = cur.fetchone()[0]
+    return None if mid is None else int(mid)
+
+
+def _segment_pass(
+    engine: Engine,
+    schema_service: SchemaService,
+    plan: PassPlan,
+    seg: _Segment,
+    source_table: str,
+    *,
+    company: str,
+    run_id: str,
+    number: int,
+) -> tuple[str, ChunkCounts]:
+    """One pass over one segment, in its own transaction; drops the segment's previous pass table."""
+    src = seg.table
+    with raw_connection(engine) as conn:
+        if src != source_table and deletes_only(plan):
+            return src, run_pass_in_place(conn, plan, src, company=company, rows_in=seg.rows)
+        first = src == source_table
+        dst, counts = run_pass_whole(
+            conn,
+            schema_service,
+            plan,
+            src,
+            company=company,
+            run_id=run_id,
+            rows_in=seg.rows,
+            lo=seg.lo if first else None,
+            hi=seg.hi if first else None,
+            number=number,
+        )
+    if not first:
+        schema_service.drop_table(company, src)
+    return dst, counts
+
+
 def run_rules(
     engine: Engine,
     schema_service: SchemaService,
@@ -248,36 +318,64 @@ def run_rules(
     fields: Sequence[str],
     rules: Sequence[Rule],
     cancel_check: Callable[[], None] | None = None,
+    rows: int | None = None,
+    split_min_rows: int | None = None,
 ) -> RulesResult:
-    """Apply the enabled rules to `source_table`, one pass at a time, each pass its own transaction.
+    """Apply the enabled rules to `source_table` (`rows` items, when the caller knows), one pass at a time.
 
-    The previous pass table is dropped once the next one is written (never the
-    source table), so at most two copies exist; a pass that only excludes deletes
-    from the previous pass table instead (never from the source table); on error or cancellation the
-    pipeline drops what remains with drop_rules_tmp_for_run.
+    Each pass is its own transaction per segment. With at least `split_min_rows`
+    (default SPLIT_MIN_ROWS) items the items are cut into two halves by position, each pass runs on both
+    at once, and the result is a view of the two last tables, first half first
+    (so still in feed order). The previous pass table is dropped once the next
+    one is written (never the source table), so at most two copies exist; a
+    pass that only excludes deletes from the previous pass table instead (never
+    from the source table); on error or cancellation the pipeline drops what
+    remains with drop_rules_tmp_for_run.
     """
     plans = plan_passes(rules, fields)
     if not plans:
-        rows = _count(engine, company, source_table)
-        return RulesResult(source_table, list(dict.fromkeys(fields)), 0, {}, 0, rows, rows)
+        count = _count(engine, company, source_table)
+        return RulesResult(source_table, list(dict.fromkeys(fields)), 0, {}, 0, count, count)
+    threshold = SPLIT_MIN_ROWS if split_min_rows is None else split_min_rows
+    mid = _middle(engine, company, source_table) if rows is not None and rows >= threshold else None
+    if mid is None:
+        segments = [_Segment(None, None, source_table)]
+    else:
+        segments = [_Segment(None, mid, source_table), _Segment(mid + 1, None, source_table)]
+    split = len(segments) > 1
     matched = {r.name: 0 for r in rules if r.enabled}
-    src, known, first_in, excluded = source_table, None, None, 0
-    for plan in plans:
-        if cancel_check is not None:
-            cancel_check()
-        with raw_connection(engine) as conn:
-            if src != source_table and deletes_only(plan):
-                dst, counts = src, run_pass_in_place(conn, plan, src, company=company, rows_in=known)
-            else:
-                dst, counts = run_pass_whole(
-                    conn, schema_service, plan, src, company=company, run_id=run_id, rows_in=known
+    first_in: int | None = None
+    excluded = 0
+    with ThreadPoolExecutor(max_workers=len(segments)) as pool:
+        for plan in plans:
+            if cancel_check is not None:
+                cancel_check()
+            futures = [
+                pool.submit(
+                    _segment_pass,
+                    engine,
+                    schema_service,
+                    plan,
+                    seg,
+                    source_table,
+                    company=company,
+                    run_id=run_id,
+                    number=plan.number * SEGMENT_STRIDE + h if split else plan.number,
                 )
-        if src not in (source_table, dst):
-            schema_service.drop_table(company, src)
-        for name, n in counts.matched.items():
-            matched[name] += n
-        first_in = counts.rows_in if first_in is None else first_in
-        excluded += counts.rows_in - counts.rows_out
-        known, src = counts.rows_out, dst
-    assert first_in is not None and known is not None
-    return RulesResult(src, list(plans[-1].fields_out), len(plans), matched, excluded, first_in, known)
+                for h, seg in enumerate(segments, start=1)
+            ]
+            outcomes = [f.result() for f in futures]
+            rows_in = rows_out = 0
+            for seg, (dst, counts) in zip(segments, outcomes, strict=True):
+                seg.table, seg.rows = dst, counts.rows_out
+                rows_in += counts.rows_in
+                rows_out += counts.rows_out
+                for name, n in counts.matched.items():
+                    matched[name] += n
+            first_in = rows_in if first_in is None else first_in
+            excluded += rows_in - rows_out
+    assert first_in is not None
+    result = segments[0].table
+    if split:
+        result = schema_service.create_rules_tmp_view(company, run_id, 0, [seg.table for seg in segments])
+    return RulesResult(result, list(plans[-1].fields_out), len(plans), matched, excluded, first_in, first_in - excluded)

@@ -135,6 +135,11 @@ def published_keys_table(project: str, export: str) -> str:
     return _bounded("export_keys_", f"{check_project_id(project)}_{_digest(export, 8)}")
 
 
+def tmp_table_number(table: str) -> int | None:
+    """The number at the end of a `rules_tmp_*` / `export_tmp_*` name (a pass, a half, an export)."""
+    return int(table.rsplit("_", 1)[1]) if run_id_of_tmp_table(table) is not None else None
+
+
 def run_id_of_tmp_table(table: str) -> str | None:
     """The run id a `rules_tmp_*` or `export_tmp_*` table belongs to, or None when the name is not ours."""
     m = re.match(rf"^(?:{RULES_TMP_PREFIX}|{EXPORT_TMP_PREFIX})([0-9a-f]{{32}})_\d+$", table)

@@ -276,6 +276,17 @@ class SchemaService:
         target = ident(company_schema(company), table)
         return table, _create_as(conn, target, columns, select, params)
 
+    def create_rules_tmp_view(self, company: str, run_id: str, number: int, tables: Sequence[str]) -> str:
+        """A view of pass tables of a run, one after the other (UNION ALL keeps their order); returns its name.
+
+        Dropping any of the tables drops it too (drop_rules_tmp_for_run and the janitor use CASCADE).
+        """
+        schema = company_schema(company)
+        view = rules_tmp_table(run_id, number)
+        parts = sql.SQL(" UNION ALL ").join(sql.SQL("SELECT * FROM {}").format(ident(schema, t)) for t in tables)
+        self._ddl(sql.SQL("CREATE VIEW {} AS ").format(ident(schema, view)) + parts)
+        return view
+
     def list_rules_tmp(self, company: str | None = None) -> list[tuple[str, str]]:
         """(schema, table) of every rules pass table, of one company or all."""
         if company is None:
@@ -296,7 +307,8 @@ class SchemaService:
         dropped = 0
         for schema, table in self.list_rules_tmp(company):
             if run_id_of_tmp_table(table) == run_id:
-                self._ddl(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(schema, table)))
+                # CASCADE: a split run's result view goes with its tables.
+                self._ddl(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(ident(schema, table)))
                 dropped += 1
         return dropped
 
@@ -321,7 +333,7 @@ class SchemaService:
                     if live:
                         continue
                     # No IF EXISTS: a table its own run dropped since the listing is not counted as an orphan.
-                    cur.execute(sql.SQL("DROP TABLE {}").format(ident(schema, table)))
+                    cur.execute(sql.SQL("DROP TABLE {} CASCADE").format(ident(schema, table)))
             except pg_errors.UndefinedTable:
                 continue
             dropped.append(f"{schema}.{table}")

@@ -5,7 +5,9 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 from psycopg2 import sql
 
@@ -316,3 +318,40 @@ def test_a_spec_sent_without_a_folder_reads_local_files_only_in_its_companys_fol
     assert outcomes["own_file"]["status"] == "SUCCEEDED", outcomes["own_file"]["error"]
     assert outcomes["foreign_file"]["status"] == "FAILED"
     assert outcomes["foreign_file"]["error"]["step"] == "FETCH"
+
+
+def test_a_run_split_in_two_halves_exports_the_same_bytes(
+    run_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Big runs cut the rules in two halves (a view of two tables); the exports, google-xml read half by half
+    on two connections, are byte for byte those of a run in one piece."""
+    import firefeed.export._copy as copy_module
+    import firefeed.rules.executor as executor
+
+    whole = tmp_path / "whole"
+    halves = tmp_path / "halves"
+    whole.mkdir()
+    halves.mkdir()
+    code, report = run_json(_project(whole, project="in_one_piece"))
+    assert code == 0, report["error"]
+    monkeypatch.setattr(executor, "SPLIT_MIN_ROWS", 1)
+    monkeypatch.setattr(copy_module, "_SPLIT_MIN_PAGES", 0)
+    seen: list[list[str] | None] = []
+    find_halves = copy_module._halves_of_view
+
+    def spy(*args: Any) -> list[str] | None:
+        seen.append(find_halves(*args))
+        return seen[-1]
+
+    monkeypatch.setattr(copy_module, "_halves_of_view", spy)
+    code, split_report = run_json(_project(halves, project="in_two_halves"))
+    assert code == 0, split_report["error"]
+    assert split_report["rules"] == report["rules"]
+    assert [len(h or []) for h in seen] == [2], "google-xml read the two halves on two connections"
+    for name in ("out.csv", "google.xml"):
+        one = (run_env / "acme" / "in_one_piece" / name).read_bytes()
+        two = (run_env / "acme" / "in_two_halves" / name).read_bytes()
+        assert two.replace(b"in_two_halves", b"in_one_piece") == one, name
+    with raw_connection() as conn, conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg_class WHERE relname LIKE 'rules\\_tmp\\_%%'")
+        assert cur.fetchone()[0] == 0, "the run's tables and view are gone"

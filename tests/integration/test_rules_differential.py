@@ -75,7 +75,7 @@ def read_items(engine: Engine, company: str, table: str, fields: Sequence[str]) 
 
 
 def run_both(
-    engine: Engine, items: Sequence[Mapping[str, str]], fields: Sequence[str], raw_rules: Any
+    engine: Engine, items: Sequence[Mapping[str, str]], fields: Sequence[str], raw_rules: Any, *, split: bool = False
 ) -> tuple[RulesResult, list[dict[str, str]], Any]:
     """Run `raw_rules` through SQL and through the reference; returns (sql result, sql items, reference)."""
     rules = parse_rules(raw_rules, key_field=KEY_FIELD)
@@ -85,7 +85,15 @@ def run_both(
     load_items(engine, service, COMPANY, table, fields, items)
     try:
         result = run_rules(
-            engine, service, company=COMPANY, run_id=run_id, source_table=table, fields=fields, rules=rules
+            engine,
+            service,
+            company=COMPANY,
+            run_id=run_id,
+            source_table=table,
+            fields=fields,
+            rules=rules,
+            rows=len(items),
+            split_min_rows=1 if split else None,
         )
         got = read_items(engine, COMPANY, result.table, result.fields)
     finally:
@@ -94,8 +102,10 @@ def run_both(
     return result, got, apply_rules(items, rules)
 
 
-def assert_same(engine: Engine, items: Sequence[Mapping[str, str]], fields: Sequence[str], raw_rules: Any) -> None:
-    result, got, want = run_both(engine, items, fields, raw_rules)
+def assert_same(
+    engine: Engine, items: Sequence[Mapping[str, str]], fields: Sequence[str], raw_rules: Any, *, split: bool = False
+) -> None:
+    result, got, want = run_both(engine, items, fields, raw_rules, split=split)
     assert set(itertools.chain.from_iterable(want.items)) <= set(result.fields)
     expected = [{f: item.get(f, "") for f in result.fields} for item in want.items]
     assert got == expected
@@ -343,3 +353,29 @@ def test_a_pass_that_only_excludes_deletes_in_place_with_the_same_result(
     # A rule that also sets a field must copy; the others delete from the first pass table.
     sets = any("set" in a for rule in tail for a in rule.get("then", []))
     assert result.table.endswith("_2" if sets else "_1")
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(items=item_lists, raw_rules=rule_lists())
+def test_rules_split_in_two_halves_match_the_reference(
+    engine: Engine, items: list[dict[str, str]], raw_rules: list[dict[str, Any]]
+) -> None:
+    """A big run cuts the items in two halves run side by side; same items, counts and order as one piece."""
+    assert_same(engine, items, [KEY_FIELD, *FIELDS], raw_rules, split=True)
+
+
+def test_a_split_run_ends_in_a_view_of_its_two_halves(engine: Engine) -> None:
+    items = [{KEY_FIELD: str(i), "title": f"t{i}", "price": str(i), "brand": "", 'we"ird; name': ""} for i in range(9)]
+    rules = [
+        {"name": "tag", "then": [{"set": "new1", "value": "{title}!"}]},
+        {"name": "cheap", "when": {"field": "price", "op": "lt", "value": 3}, "then": [{"exclude": True}]},
+    ]
+    result, got, want = run_both(engine, items, [KEY_FIELD, *FIELDS], rules, split=True)
+    assert result.table.endswith("_0")
+    assert [g[KEY_FIELD] for g in got] == [str(i) for i in range(3, 9)]
+    assert result.matched == want.matched and result.excluded == 3
