@@ -26,6 +26,16 @@ def table_exists(cur: Any, schema: str, table: str) -> bool:
     return bool(cur.fetchone()[0])
 
 
+def _join(cur: Any, schema: str, published: str) -> sql.Composable:
+    """Join on the key hash, then the key; a published table from before `kh` existed joins on the key alone."""
+    cur.execute(
+        "SELECT EXISTS (SELECT 1 FROM information_schema.columns"
+        " WHERE table_schema = %s AND table_name = %s AND column_name = 'kh')",
+        (schema, published),
+    )
+    return sql.SQL("o.kh = n.kh AND o.k = n.k" if cur.fetchone()[0] else "o.k = n.k")
+
+
 def compare(cur: Any, schema: str, run_table: str, published: str, rows: int) -> dict[str, Any]:
     """The diff of the run's `rows` rows against the published ones (see the module docstring)."""
     new = ident(schema, run_table)
@@ -50,8 +60,8 @@ def compare(cur: Any, schema: str, run_table: str, published: str, rows: int) ->
             " (array_agg(n.k) FILTER (WHERE o.k IS NULL))[1:%s],"
             " (array_agg(o.k) FILTER (WHERE n.k IS NULL))[1:%s],"
             " (array_agg(n.k) FILTER (WHERE n.h <> o.h))[1:%s]"
-            " FROM {} n FULL JOIN {} o ON o.kh = n.kh AND o.k = n.k"
-        ).format(new, ident(schema, published)),
+            " FROM {} n FULL JOIN {} o ON {}"
+        ).format(new, ident(schema, published), _join(cur, schema, published)),
         (_SAMPLES, _SAMPLES, _SAMPLES),
     )
     rows, previous, added, removed, changed, unchanged, s_added, s_removed, s_changed = cur.fetchone()
