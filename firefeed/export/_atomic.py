@@ -117,10 +117,11 @@ def atomic_output(dest: Path, *, compress: bool = False) -> Iterator[AtomicOutpu
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         raise
-    _fsync_dir(dest.parent)
+    fsync_dir(dest.parent)
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
+    """Make a rename in `folder` durable (best effort: not every file system opens folders)."""
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:  # some file systems do not open folders; the rename already happened

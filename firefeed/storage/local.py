@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from firefeed.errors import StorageError, UnsafePathError
+from firefeed.export._atomic import fsync_dir
 from firefeed.storage.base import Storage
 from firefeed.storage.keys import check_key
 
@@ -67,7 +68,7 @@ class LocalStorage(Storage):
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
             raise
-        _fsync_dir(dest.parent)
+        fsync_dir(dest.parent)
 
     def put_file(self, src: Path, key: str) -> None:
         # A download made in place (the default layout) is already where its key is.
@@ -96,7 +97,7 @@ class LocalStorage(Storage):
             os.replace(source, dest)
         except OSError as exc:
             raise StorageError(f"cannot move {source} to {dest}: {exc.strerror or exc}") from exc
-        _fsync_dir(dest.parent)
+        fsync_dir(dest.parent)
 
     def delete(self, key: str) -> None:
         self.path(key).unlink(missing_ok=True)
@@ -130,18 +131,5 @@ def _fsync_file(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # some file systems do not open folders; the rename already happened
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
     finally:
         os.close(fd)
