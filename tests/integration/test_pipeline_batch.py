@@ -353,5 +353,6 @@ def test_a_run_split_in_two_halves_exports_the_same_bytes(
         two = (run_env / "acme" / "in_two_halves" / name).read_bytes()
         assert two.replace(b"in_two_halves", b"in_one_piece") == one, name
     with raw_connection() as conn, conn.cursor() as cur:
-        cur.execute("SELECT count(*) FROM pg_class WHERE relname LIKE 'rules\\_tmp\\_%%'")
+        run_hex = split_report["run_id"].replace("-", "")
+        cur.execute("SELECT count(*) FROM pg_class WHERE relname LIKE %s", (f"%{run_hex}%",))
         assert cur.fetchone()[0] == 0, "the run's tables and view are gone"
