@@ -5,8 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
+from psycopg2 import sql
+from sqlalchemy import Engine
 
+from firefeed.db.engine import raw_connection
 from tests.integration.conftest import cli, run_json, write_csv
 
 HEADER = ["id", "sku", "title", "description", "link", "image_link", "availability", "price"]
@@ -198,3 +202,27 @@ def test_fail_on_warning_blocks_on_a_warning_too(run_env: Path, tmp_path: Path) 
     assert report["error"]["type"] == "ChannelRejectError"
     assert "longer than 5000 characters (e.g. G2)" in report["error"]["message"]
     assert not (run_env / "acme" / "diag_warn" / "g.xml").exists()
+
+
+@pytest.mark.parametrize(
+    ("url", "bad"),
+    [
+        ("https://shop.example.com/p/1", False),
+        ("HTTP://shop.example.com/p/1", False),
+        ("https://shop.example.com/a b", True),
+        ("https://shop.example.com/a\tb", True),
+        ("https://shop.example.com/a\nb", True),
+        ("https://shop.example.com/a\rb", True),
+        ("ftp://shop.example.com/p/1", True),
+        ("https:///p/1", True),
+        ("", False),  # an empty value is the `missing` check's, not this one's
+    ],
+)
+def test_the_url_check_flags_exactly_the_urls_a_channel_rejects(engine: Engine, url: str, bad: bool) -> None:
+    from firefeed.export._copy import render
+    from firefeed.export.diagnostics import _bad_url
+    from firefeed.export.select import Piece
+
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        cur.execute(render(Piece(sql.SQL("SELECT ")) + _bad_url(Piece(sql.SQL("%s"), (url,))), cur))
+        assert cur.fetchone()[0] is bad
