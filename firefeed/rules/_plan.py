@@ -124,7 +124,9 @@ def _fits(step: Step, written: set[str]) -> bool:
 
     It can when it touches none of those fields, or when it only rewrites them,
     reading each earlier value once: its expression then wraps the earlier
-    step's (see sqlgen), which costs less than one more nested subquery.
+    step's (see sqlgen) instead of nesting one more subquery (the 20 benchmark
+    rules: 7 levels -> 4; no time difference measured on 1M items, but smaller
+    statements to plan, which chunked runs do once per connection).
     """
     touched = (step.reads | set(step.writes)) & written
     if not touched:
