@@ -189,10 +189,12 @@ class JobStore:
             )
 
     def fail(self, job_id: int, error: dict[str, Any]) -> None:
+        """Record a job's failure, unless it already ended (a worker that lost its claim fails after the
+        job was taken over and done: that must not turn a SUCCEEDED job into a FAILED one)."""
         with self.sessions() as s, s.begin():
             s.execute(
                 update(PipelineJob)
-                .where(PipelineJob.id == job_id)
+                .where(PipelineJob.id == job_id, PipelineJob.status.in_(("PENDING", "RUNNING")))
                 .values(status="FAILED", error=error, finished_at=now())
             )
 
