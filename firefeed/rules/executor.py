@@ -1,9 +1,11 @@
 """Running the rules in Postgres, pass by pass (see _plan for how passes are cut).
 
-Batch mode (`run_rules`) runs each pass whole (`run_pass_whole`). A Celery driver can run
-one pass in chunks instead: `prepare_pass` once, then `run_pass_chunk` per
-`_ff_ord` range, each in its own transaction, and add the counts up.
-All DDL goes through the SchemaService; this module only INSERTs and SELECTs.
+Batch mode (`run_rules`) runs each pass whole (`run_pass_whole`, by CREATE TABLE AS), on two
+halves of the items at once for big runs, and a pass that only excludes in place
+(`run_pass_in_place`). A Celery driver can run one pass in chunks instead: `prepare_pass`
+once, then `run_pass_chunk` per `_ff_ord` range, each in its own transaction, and add the
+counts up. All DDL (CREATE TABLE AS included) goes through the SchemaService; this module
+only runs the SELECTs, INSERTs and DELETEs of the passes.
 """
 
 from __future__ import annotations
