@@ -18,12 +18,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psycopg2
 import redis
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+
+from _benchdb import create_database, drop_database, save_results  # noqa: E402
+
 sys.path.insert(0, str(ROOT))
 
 from pipeline_bench import feed_files, write_spec  # noqa: E402
@@ -53,12 +55,7 @@ def main() -> None:
     args = ap.parse_args()
 
     db = f"firefeed_dbench_{os.getpid()}"
-    admin = psycopg2.connect(args.admin_dsn)
-    admin.autocommit = True
-    admin.cursor().execute(
-        f"CREATE DATABASE {db} TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C.UTF-8' LC_CTYPE 'C.UTF-8'"
-    )
-    dsn = args.admin_dsn.rsplit("/", 1)[0] + "/" + db
+    admin, dsn = create_database(args.admin_dsn, db)
     env = dict(
         os.environ,
         FIREFEED_DATABASE_URL=dsn,
@@ -153,15 +150,12 @@ def main() -> None:
                     flush=True,
                 )
                 print(f"  steps batch  {results['batch_steps']}\n  steps celery {results['celery_steps']}")
-        out_dir = HERE / "out"
-        out_dir.mkdir(exist_ok=True)
-        (out_dir / f"distributed_{time.strftime('%Y%m%d-%H%M%S')}.json").write_text(json.dumps(results, indent=2))
+        save_results("distributed", results)
     finally:
         from firefeed.db.engine import dispose_engines
 
         dispose_engines()
-        admin.cursor().execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
-        admin.close()
+        drop_database(admin, db)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psycopg2
 import yaml
 
 HERE = Path(__file__).resolve().parent
@@ -30,6 +29,7 @@ FEEDGEN = ROOT.parent / "shared" / "feedgen" / "feedgen.py"
 PANDAS_REFERENCE_S = 30.1  # ../shared/baseline/README.md: pandas 3.1.1 total, 1M rows, these machines
 sys.path.insert(0, str(HERE))
 
+from _benchdb import create_database, drop_database, save_results  # noqa: E402
 from floor import run_floor  # noqa: E402
 
 
@@ -117,12 +117,7 @@ def main() -> None:
     args = ap.parse_args()
 
     db = f"firefeed_bench_{os.getpid()}"
-    admin = psycopg2.connect(args.admin_dsn)
-    admin.autocommit = True
-    admin.cursor().execute(
-        f"CREATE DATABASE {db} TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C.UTF-8' LC_CTYPE 'C.UTF-8'"
-    )
-    dsn = args.admin_dsn.rsplit("/", 1)[0] + "/" + db
+    admin, dsn = create_database(args.admin_dsn, db)
     results: dict[str, Any] = {"rows": args.rows}
     try:
         env = dict(
@@ -206,12 +201,9 @@ def main() -> None:
             f"{results['xml_to_csv_export']:.2f} (target <= 2; both runs with sources unchanged and a diff "
             f"baseline; the first csv run's EXPORT: {csv_steps['EXPORT']:.2f} s)"
         )
-        out_dir = HERE / "out"
-        out_dir.mkdir(exist_ok=True)
-        (out_dir / f"pipeline_{time.strftime('%Y%m%d-%H%M%S')}.json").write_text(json.dumps(results, indent=2))
+        save_results("pipeline", results)
     finally:
-        admin.cursor().execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
-        admin.close()
+        drop_database(admin, db)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ with the target and writes them as JSON to bench/out/.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -24,12 +23,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import psycopg2
 import yaml
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+
+from _benchdb import create_database, drop_database, save_results  # noqa: E402
+
 sys.path.insert(0, str(ROOT))
 
 from pipeline_bench import feed_files  # noqa: E402
@@ -101,12 +102,8 @@ def main() -> None:
 
     feed, stock = feed_files(args.data_dir, args.rows)
     db = f"firefeed_preview_bench_{os.getpid()}"
-    admin = psycopg2.connect(args.admin_dsn)
-    admin.autocommit = True
-    admin.cursor().execute(
-        f"CREATE DATABASE {db} TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C.UTF-8' LC_CTYPE 'C.UTF-8'"
-    )
-    os.environ["FIREFEED_DATABASE_URL"] = args.admin_dsn.rsplit("/", 1)[0] + "/" + db
+    admin, dsn = create_database(args.admin_dsn, db)
+    os.environ["FIREFEED_DATABASE_URL"] = dsn
     os.environ["FIREFEED_DATA_DIR"] = str(args.data_dir / "var")
     results: dict[str, Any] = {"rows": args.rows, "items": args.items, "rules": len(RULES), "target_s": TARGET_S}
     try:
@@ -157,12 +154,9 @@ def main() -> None:
                     flush=True,
                 )
         dispose_engines()
-        out_dir = HERE / "out"
-        out_dir.mkdir(exist_ok=True)
-        (out_dir / f"preview_{time.strftime('%Y%m%d-%H%M%S')}.json").write_text(json.dumps(results, indent=2))
+        save_results("preview", results)
     finally:
-        admin.cursor().execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
-        admin.close()
+        drop_database(admin, db)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,9 @@ from sqlalchemy import create_engine
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+
+from _benchdb import create_database, drop_database  # noqa: E402
+
 sys.path.insert(0, str(ROOT))
 
 from floor import PASS1, PASS2  # noqa: E402
@@ -225,12 +228,7 @@ def main() -> None:
 
     feed, stock = feed_files(args.rows, args.data_dir)
     db = f"rules_bench_{uuid.uuid4().hex[:8]}"
-    admin = psycopg2.connect(ADMIN)
-    admin.autocommit = True
-    admin.cursor().execute(
-        f"CREATE DATABASE {db} TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C.UTF-8' LC_CTYPE 'C.UTF-8'"
-    )
-    dsn = ADMIN.rsplit("/", 1)[0] + "/" + db
+    admin, dsn = create_database(ADMIN, db)
     engine = create_engine(dsn.replace("postgresql://", "postgresql+psycopg2://"), pool_size=2)
     try:
         t = time.perf_counter()
@@ -255,8 +253,7 @@ def main() -> None:
                 )
     finally:
         engine.dispose()
-        admin.cursor().execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
-        admin.close()
+        drop_database(admin, db)
 
 
 if __name__ == "__main__":
