@@ -524,24 +524,26 @@ def test_an_export_path_leaving_the_project_folder_is_a_spec_error_naming_it(pat
     assert "inside the project's export folder" in err.value.detail
 
 
+def _csv_export_spec(folder: Path, project: str, export_path: str) -> Path:
+    """A spec of company `hostile` reading folder/main.csv, with one csv export at `export_path`."""
+    spec = folder / "spec.yaml"
+    doc = {
+        "company": "hostile",
+        "project": project,
+        "sources": [{"name": "main", "url": "main.csv"}],
+        "exports": [{"name": "csv", "format": "csv", "path": export_path}],
+    }
+    spec.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    return spec
+
+
 @pytest.mark.parametrize("path", ["%2e%2e/escape.csv", "..%2fescape.csv", "%2E%2E%5Cescape.csv", "．．/escape.csv"])
 def test_an_encoded_export_path_is_a_literal_name_inside_the_project_folder(
     path: str, run_env: Path, tmp_path: Path, stress_tally: Any
 ) -> None:
     write_csv(tmp_path / "main.csv", ["id", "title"], [["1", "Shoe"]])
     project = f"enc_{abs(hash(path)) % 10_000}"
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(
-        yaml.safe_dump(
-            {
-                "company": "hostile",
-                "project": project,
-                "sources": [{"name": "main", "url": "main.csv"}],
-                "exports": [{"name": "csv", "format": "csv", "path": path}],
-            }
-        ),
-        encoding="utf-8",
-    )
+    spec = _csv_export_spec(tmp_path, project, path)
     code, report = run_json(spec)
     stress_tally.run()
     stress_tally.inputs_tried("paths")
@@ -568,18 +570,7 @@ def test_a_symlink_in_the_export_folder_pointing_outside_fails_the_export_and_wr
     else:
         (folder / "out.csv").symlink_to(outside / "victim.csv")
         export_path = "out.csv"
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(
-        yaml.safe_dump(
-            {
-                "company": "hostile",
-                "project": project,
-                "sources": [{"name": "main", "url": "main.csv"}],
-                "exports": [{"name": "csv", "format": "csv", "path": export_path}],
-            }
-        ),
-        encoding="utf-8",
-    )
+    spec = _csv_export_spec(tmp_path, project, export_path)
     code, report = run_json(spec)
     stress_tally.run()
     stress_tally.inputs_tried("paths")
