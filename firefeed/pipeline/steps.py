@@ -274,11 +274,6 @@ def apply_rules(ctx: RunContext, merged: MergeResult) -> Any:
     )
 
 
-def partial_path(dest: Path, run_id: str) -> Path:
-    """Where an export is written before the run publishes it (same folder: the rename is atomic)."""
-    return dest.with_name(f".{dest.name}.{run_id[:8]}.partial")
-
-
 def export_one(ctx: RunContext, index: int, table: str, fields: Sequence[str]) -> dict[str, Any]:
     """Write one export to the run's partial key beside its final one; `publish` moves it once all are written."""
     from firefeed.export import write_export

@@ -143,7 +143,7 @@ def test_the_reaper_removes_the_dead_runs_unpublished_exports_and_downloads(
 ) -> None:
     from firefeed.config import get_settings, reset_settings
     from firefeed.export import resolve_export_path
-    from firefeed.pipeline.steps import partial_path
+    from firefeed.storage.keys import partial_key
 
     monkeypatch.setenv("FIREFEED_EXPORT_DIR", str(tmp_path / "exports"))
     monkeypatch.setenv("FIREFEED_DATA_DIR", str(tmp_path / "var"))
@@ -154,7 +154,7 @@ def test_the_reaper_removes_the_dead_runs_unpublished_exports_and_downloads(
         published = resolve_export_path(get_settings().export_dir, COMPANY, project, "out.csv")
         published.parent.mkdir(parents=True)
         published.write_text("previous\n")
-        partial = partial_path(published, stale)
+        partial = published.parent / partial_key(published.name, stale)
         partial.write_text("half written")
         download = get_settings().data_dir / "runs" / stale / "fetch" / "x" / "main.csv"
         download.parent.mkdir(parents=True)
