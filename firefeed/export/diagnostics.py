@@ -182,17 +182,19 @@ def flags_sql(checks: Sequence[Check]) -> Piece:
 def findings_sql(checks: Sequence[Check], table: sql.Composable, sample: sql.Composable) -> Piece:
     """One scan of the diff table's flagged rows: a count and up to 5 sample ids per check.
 
-    The samples are the first flagged items met in the table, which is written in export order.
+    The samples are the first flagged items in export order (`o`): only the
+    flagged rows are sorted, usually none or a few.
     """
     cols: list[Piece] = []
     for n in range(len(checks)):
         bit = f"(f & {1 << n}) <> 0"
         cols.append(sql_text(f"count(*) FILTER (WHERE {bit})"))
-        cols.append(Piece(sql.SQL("(array_agg({}) FILTER (WHERE " + bit + f"))[1:{_MAX_SAMPLES}]").format(sample)))
+        cols.append(sql_text(f"(array_agg(sample) FILTER (WHERE {bit}))[1:{_MAX_SAMPLES}]"))
     body = cols[0]
     for c in cols[1:]:
         body = body + sql_text(", ") + c
-    return sql_text("SELECT ") + body + Piece(sql.SQL(" FROM {} WHERE f <> 0").format(table))
+    flagged = Piece(sql.SQL("(SELECT f, {} AS sample FROM {} WHERE f <> 0 ORDER BY o) t").format(sample, table))
+    return sql_text("SELECT ") + body + sql_text(" FROM ") + flagged
 
 
 def findings(checks: Sequence[Check], row: Sequence[Any] | None) -> Iterator[dict[str, Any]]:

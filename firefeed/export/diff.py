@@ -1,17 +1,25 @@
-"""Run diff: an export's (key, content hash) rows against the ones of its last published file, in Postgres.
+"""Run diff: an export's items against the ones of its last published file, in Postgres.
 
 Each export of a run fills its own table (`quality`); the export's published
-table holds the rows of the file the last successful run published. One FULL
-JOIN on the key (hashed by its 64-bit hash `kh`, then compared) counts the
-items added, removed, changed (same key, another hash) and unchanged, and
-keeps up to 5 sample keys of each kind: the two files
-are never read into memory. With no published table yet (the export's first
-run, or its first since diffs exist) every item is "added" and there is no
-baseline, so the drop guard does not apply.
+table holds the rows of the file the last successful run published. The run
+table is filled by one scan of the items LEFT JOINed to the published rows on
+the key (hashed by its 64-bit hash `kh`, then compared), so every row already
+knows its state `d`: added (no published row), changed (same key, another
+content hash) or unchanged. The join is what lets an unchanged item keep its
+published check flags instead of being checked again (`quality`), and the
+counts and samples below then read only the narrow run table: the two files
+are never read into memory. Removed items are the published ones nothing
+matched: their count is the difference, their samples an anti-join, run only
+when there are some.
+
+With no published table yet (the export's first run, or its first since diffs
+exist) every item is "added" and there is no baseline, so the drop guard does
+not apply.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from psycopg2 import sql
@@ -19,29 +27,60 @@ from psycopg2 import sql
 from firefeed.schema.identifiers import ident
 
 _SAMPLES = 5
+#: values of the run table's state column `d`
+ADDED, CHANGED, UNCHANGED = 0, 1, 2
 
 
-def table_exists(cur: Any, schema: str, table: str) -> bool:
-    cur.execute("SELECT to_regclass(%s) IS NOT NULL", (sql.Identifier(schema, table).as_string(cur),))
-    return bool(cur.fetchone()[0])
+@dataclass(frozen=True)
+class Published:
+    """The export's published table, as the next run finds it."""
+
+    table: str
+    #: False for a table from before `kh` existed: join on the key alone
+    has_key_hash: bool
+    #: the fingerprint of the checks its flags come from (None: unknown, never reused)
+    checks: str | None
 
 
-def _join(cur: Any, schema: str, published: str) -> sql.Composable:
-    """Join on the key hash, then the key; a published table from before `kh` existed joins on the key alone."""
+def published(cur: Any, schema: str, table: str) -> Published | None:
+    """The published table `table` of `schema`, or None when the export has none yet."""
     cur.execute(
-        "SELECT EXISTS (SELECT 1 FROM information_schema.columns"
-        " WHERE table_schema = %s AND table_name = %s AND column_name = 'kh')",
-        (schema, published),
+        "SELECT c.oid IS NOT NULL, EXISTS (SELECT 1 FROM pg_attribute a"
+        "   WHERE a.attrelid = c.oid AND a.attname = 'kh' AND NOT a.attisdropped),"
+        " obj_description(c.oid, 'pg_class')"
+        " FROM (SELECT to_regclass(%s) AS oid) c",
+        (sql.Identifier(schema, table).as_string(cur),),
     )
-    return sql.SQL("o.kh = n.kh AND o.k = n.k" if cur.fetchone()[0] else "o.k = n.k")
+    exists, has_kh, comment = cur.fetchone()
+    if not exists:
+        return None
+    checks = comment[len("checks ") :] if isinstance(comment, str) and comment.startswith("checks ") else None
+    return Published(table=table, has_key_hash=bool(has_kh), checks=checks)
 
 
-def compare(cur: Any, schema: str, run_table: str, published: str, rows: int) -> dict[str, Any]:
+def join_condition(baseline: Published, new: str = "s", old: str = "p") -> sql.Composable:
+    """The join of run rows (`new`) to published rows (`old`): on the key hash, then the key."""
+    on = "{o}.kh = {n}.kh AND {o}.k = {n}.k" if baseline.has_key_hash else "{o}.k = {n}.k"
+    return sql.SQL(on).format(o=sql.Identifier(old), n=sql.Identifier(new))
+
+
+def state_sql(baseline: Published | None) -> sql.Composable:
+    """The state `d` of a run row, given its published row `p` (joined) and its own hash `s.h`."""
+    if baseline is None:
+        return sql.SQL(str(ADDED))
+    return sql.SQL(f"CASE WHEN p.h IS NULL THEN {ADDED} WHEN p.h = s.h THEN {UNCHANGED} ELSE {CHANGED} END")
+
+
+def _first(cur: Any, table: sql.Composable, state: int) -> list[str]:
+    """Up to 5 keys of the run rows in `state`, the first in export order (a top-N scan, no full sort)."""
+    cur.execute(sql.SQL("SELECT k FROM {} WHERE d = %s ORDER BY o LIMIT %s").format(table), (state, _SAMPLES))
+    return [r[0] for r in cur.fetchall()]
+
+
+def compare(cur: Any, schema: str, run_table: str, baseline: Published | None, rows: int) -> dict[str, Any]:
     """The diff of the run's `rows` rows against the published ones (see the module docstring)."""
     new = ident(schema, run_table)
-    if not table_exists(cur, schema, published):
-        cur.execute(sql.SQL("SELECT k FROM {} LIMIT %s").format(new), (_SAMPLES,))
-        added = [r[0] for r in cur.fetchall()]
+    if baseline is None:
         return {
             "baseline": False,
             "previous": None,
@@ -50,28 +89,37 @@ def compare(cur: Any, schema: str, run_table: str, published: str, rows: int) ->
             "removed": 0,
             "changed": 0,
             "unchanged": 0,
-            "samples": {"added": added, "removed": [], "changed": []},
+            "samples": {"added": _first(cur, new, ADDED) if rows else [], "removed": [], "changed": []},
         }
+    old = ident(schema, baseline.table)
     cur.execute(
         sql.SQL(
-            "SELECT count(n.k), count(o.k),"
-            " count(*) FILTER (WHERE o.k IS NULL), count(*) FILTER (WHERE n.k IS NULL),"
-            " count(*) FILTER (WHERE n.h <> o.h), count(*) FILTER (WHERE n.h = o.h),"
-            " (array_agg(n.k) FILTER (WHERE o.k IS NULL))[1:%s],"
-            " (array_agg(o.k) FILTER (WHERE n.k IS NULL))[1:%s],"
-            " (array_agg(n.k) FILTER (WHERE n.h <> o.h))[1:%s]"
-            " FROM {} n FULL JOIN {} o ON {}"
-        ).format(new, ident(schema, published), _join(cur, schema, published)),
-        (_SAMPLES, _SAMPLES, _SAMPLES),
+            f"SELECT count(*) FILTER (WHERE d = {ADDED}), count(*) FILTER (WHERE d = {CHANGED}),"
+            f" count(*) FILTER (WHERE d = {UNCHANGED}), (SELECT count(*) FROM {{}}) FROM {{}}"
+        ).format(old, new)
     )
-    rows, previous, added, removed, changed, unchanged, s_added, s_removed, s_changed = cur.fetchone()
+    added, changed, unchanged, previous = (int(v) for v in cur.fetchone())
+    removed = previous - changed - unchanged
+    s_removed: list[str] = []
+    if removed:
+        cur.execute(
+            sql.SQL("SELECT p.k FROM {} p WHERE NOT EXISTS (SELECT 1 FROM {} s WHERE {}) LIMIT %s").format(
+                old, new, join_condition(baseline)
+            ),
+            (_SAMPLES,),
+        )
+        s_removed = [r[0] for r in cur.fetchall()]
     return {
         "baseline": True,
-        "previous": int(previous),
-        "rows": int(rows),
-        "added": int(added),
-        "removed": int(removed),
-        "changed": int(changed),
-        "unchanged": int(unchanged),
-        "samples": {"added": list(s_added or []), "removed": list(s_removed or []), "changed": list(s_changed or [])},
+        "previous": previous,
+        "rows": rows,
+        "added": added,
+        "removed": removed,
+        "changed": changed,
+        "unchanged": unchanged,
+        "samples": {
+            "added": _first(cur, new, ADDED) if added else [],
+            "removed": s_removed,
+            "changed": _first(cur, new, CHANGED) if changed else [],
+        },
     }

@@ -342,9 +342,14 @@ class SchemaService:
         return dropped
 
     # -- export diff tables (feed quality, #9) ----------------------------
-    def create_export_tmp(self, company: str, run_id: str, index: int, *, with_id: bool) -> str:
-        """The table one export of a run fills with (key, key hash, content hash, check flags[, channel id]).
+    def create_export_tmp(
+        self, company: str, run_id: str, index: int, *, with_id: bool, checks: str | None = None
+    ) -> str:
+        """The table one export of a run fills with its diff and check rows (`quality` names the columns).
 
+        `checks` labels the table with the fingerprint of the channel checks its
+        flags come from (a table comment, which survives the rename): the next
+        run reuses an unchanged item's flags only when its checks are the same.
         Dropped by `drop_export_tmp_for_run` when the run ends, or renamed into the
         published one by `promote_export_keys`; a crashed run's is the janitor's.
         """
@@ -355,12 +360,16 @@ class SchemaService:
             sql.SQL("kh bigint NOT NULL"),
             sql.SQL("h bigint NOT NULL"),
             sql.SQL("f bigint NOT NULL"),
+            sql.SQL("o bigint NOT NULL"),
+            sql.SQL("d smallint NOT NULL"),
         ]
         if with_id:
             cols.append(sql.SQL("i text NOT NULL"))
         with raw_connection(self.engine) as conn, conn.cursor() as cur:
             cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(schema, table)))
             cur.execute(sql.SQL("CREATE UNLOGGED TABLE {} ({})").format(ident(schema, table), sql.SQL(", ").join(cols)))
+            if checks is not None:
+                cur.execute(sql.SQL("COMMENT ON TABLE {} IS %s").format(ident(schema, table)), (f"checks {checks}",))
         return table
 
     def list_export_tmp(self, company: str | None = None) -> list[tuple[str, str]]:

@@ -226,3 +226,52 @@ def test_the_url_check_flags_exactly_the_urls_a_channel_rejects(engine: Engine, 
     with raw_connection(engine) as conn, conn.cursor() as cur:
         cur.execute(render(Piece(sql.SQL("SELECT ")) + _bad_url(Piece(sql.SQL("%s"), (url,))), cur))
         assert cur.fetchone()[0] is bad
+
+
+def test_unchanged_items_keep_their_published_flags_and_the_findings_match_a_fresh_check(
+    run_env: Path, tmp_path: Path
+) -> None:
+    """Later runs check only new and changed items; what they report must be what checking every item gives."""
+    google = [{"name": "google", "format": "google-xml", "path": "g.xml", "fields": _GOOGLE_FIELDS}]
+    first = _one_violation_each()
+    spec = _spec(tmp_path, "diag_reuse", first, google)
+    assert run_json(spec)[0] == 0
+
+    # Fix two items, break two clean ones, leave the other violations as they were, add a broken item.
+    second = [list(r) for r in first]
+    second[5] = _item(6)  # price fixed
+    second[6] = _item(7)  # availability fixed
+    second[0] = _item(1, link="ftp://shop.example.com/p/1")
+    second.append(_item(12, price="free"))
+    _spec(tmp_path, "diag_reuse", second, google)
+    code, report = run_json(spec)
+    assert code == 0, report["error"]
+    d = report["exports"][0]["diff"]
+    assert (d["added"], d["changed"], d["unchanged"]) == (1, 3, 8)
+
+    # The same items checked from scratch, in a project with no published flags.
+    (tmp_path / "fresh").mkdir()
+    fresh = _spec(tmp_path / "fresh", "diag_reuse_fresh", second, google)
+    code, reference = run_json(fresh)
+    assert code == 0, reference["error"]
+    assert reference["exports"][0]["diff"]["baseline"] is False
+    assert _findings(report, "google") == _findings(reference, "google")
+    assert ("url", "link", "error", 2, ["S1", "S8"]) in _findings(report, "google")
+    assert ("price_format", "price", "error", 2, ["S11", "S12"]) in _findings(report, "google")
+
+
+def test_flags_are_not_reused_when_the_checks_change(run_env: Path, tmp_path: Path) -> None:
+    """An unchanged item seen by other checks (another channel, other columns) is checked again."""
+    rows = [_item(1), _item(2, availability="in_stock")]
+    spec = _spec(tmp_path, "diag_rechecked", rows, [{"name": "feed", "format": "csv", "path": "f.csv"}])
+    assert run_json(spec)[0] == 0  # no channel: no flags at all
+    _spec(tmp_path, "diag_rechecked", rows, [{"name": "feed", "format": "csv", "path": "f.csv", "channel": "google"}])
+    code, report = run_json(spec)
+    assert code == 0, report["error"]
+    assert report["exports"][0]["diff"]["unchanged"] == 2
+    assert _findings(report, "feed") == []
+    _spec(tmp_path, "diag_rechecked", rows, [{"name": "feed", "format": "csv", "path": "f.csv", "channel": "meta"}])
+    code, report = run_json(spec)
+    assert code == 0, report["error"]
+    assert report["exports"][0]["diff"]["unchanged"] == 2
+    assert ("availability_value", "availability", "error", 1, ["G2"]) in _findings(report, "feed")
