@@ -339,24 +339,28 @@ def _rules_job(ctx: steps.RunContext, job: JobState, jobs: JobStore) -> dict[str
 
 
 def _rules_chunk_job(ctx: steps.RunContext, job: JobState, jobs: JobStore) -> dict[str, Any] | None:
-    """One chunk of one rules pass; its rows and its job's SUCCEEDED land in one transaction."""
+    """One chunk of one rules pass (or a whole pass that deletes in place); its rows and its job's
+    SUCCEEDED land in one transaction."""
     from firefeed.db.engine import raw_connection
-    from firefeed.rules.executor import run_pass_chunk
+    from firefeed.rules.executor import run_pass_chunk, run_pass_in_place
 
     p = job.params or {}
     plan = _pass_plan(ctx, job.pass_no, tuple(p["fields"]))
     with raw_connection(ctx.engine) as conn:
-        counts = run_pass_chunk(
-            conn,
-            plan,
-            p["src"],
-            p["dst"],
-            p["lo"],
-            p["hi"],
-            company=ctx.spec.company,
-            rows_in=p.get("rows"),
-            prepare=True,
-        )
+        if p.get("in_place"):
+            counts = run_pass_in_place(conn, plan, p["src"], company=ctx.spec.company, rows_in=p.get("rows"))
+        else:
+            counts = run_pass_chunk(
+                conn,
+                plan,
+                p["src"],
+                p["dst"],
+                p["lo"],
+                p["hi"],
+                company=ctx.spec.company,
+                rows_in=p.get("rows"),
+                prepare=True,
+            )
         jobs.succeed(
             job.id,
             {
@@ -531,6 +535,7 @@ class _Driver:
     def chunked_rules(self, fields: list[str], rows: int) -> dict[str, Any]:
         """RULES as chunk jobs: each pass split into FIREFEED_CHUNK_ROWS items per job on the rules queue."""
         from firefeed.rules.executor import plan_passes, prepare_pass
+        from firefeed.rules.sqlgen import deletes_only
 
         ctx = self.ctx
         plans = plan_passes(ctx.spec.parsed_rules, fields)
@@ -539,6 +544,20 @@ class _Driver:
         src, rows_in, current = ctx.items_table, rows, rows
         for plan in plans:
             ctx.check_cancel()
+            if src != ctx.items_table and deletes_only(plan):
+                # One DELETE in this run's own pass table costs less than copying every kept row, chunk by chunk.
+                spec = JobSpec(
+                    "RULES",
+                    "rules_chunk",
+                    idx=0,
+                    pass_no=plan.number,
+                    params={"fields": fields, "src": src, "in_place": True, "rows": current},
+                )
+                (res,) = [s.result or {} for s in self.run_jobs("rules_chunk", [spec])]
+                for name, n in res["matched"]:
+                    matched[name] = matched.get(name, 0) + n
+                current = res["rows_out"]
+                continue
             dst = prepare_pass(ctx.schema, company=ctx.spec.company, run_id=ctx.run_id, plan=plan)
             bounds = self.chunk_bounds(src)
             specs = [

@@ -41,7 +41,15 @@ RULES = [
 ]
 
 
-def _spec(folder: Path, company: str, project: str, items: int = 40) -> Path:
+# Reads the title the last rule of RULES writes: a pass of its own that only excludes.
+LAST_EXCLUSION = {
+    "name": "drop brand1",
+    "when": {"field": "title", "op": "ends_with", "value": "| brand1"},
+    "then": [{"exclude": "true"}],
+}
+
+
+def _spec(folder: Path, company: str, project: str, items: int = 40, rules: list[Any] = RULES) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     write_csv(
         folder / "main.csv",
@@ -59,7 +67,7 @@ def _spec(folder: Path, company: str, project: str, items: int = 40) -> Path:
         "company": company,
         "project": project,
         "sources": [{"name": "main", "url": "main.csv"}, {"name": "extra", "url": "extra.jsonl", "mode": "append"}],
-        "rules": RULES,
+        "rules": rules,
         "exports": [
             {"name": "csv", "format": "csv", "path": "out.csv"},
             {"name": "jsonl", "format": "jsonl", "path": "out.jsonl", "gzip": "true"},
@@ -250,7 +258,7 @@ def test_rules_chunk_jobs_run_in_parallel_up_to_the_pool_size_and_not_beyond(
     from firefeed.db.engine import session_factory
     from firefeed.db.models import PipelineJob
 
-    spec = _spec(tmp_path, "acme", "chunky", items=600)
+    spec = _spec(tmp_path, "acme", "chunky", items=600, rules=[*RULES, LAST_EXCLUSION])
     code, batch = run_json(spec)
     assert code == 0
     run_id = start_run("chunky", "api")
@@ -263,6 +271,10 @@ def test_rules_chunk_jobs_run_in_parallel_up_to_the_pool_size_and_not_beyond(
             select(PipelineJob).where(PipelineJob.run_id == report["run_id"], PipelineJob.kind == "rules_chunk")
         ).all()
     assert len(jobs) >= 60  # 600 items in chunks of 10, per pass
+    # "drop cheap" only excludes: one DELETE job in the previous pass's table instead of a chunk per range.
+    in_place = [j for j in jobs if (j.params or {}).get("in_place")]
+    assert len(in_place) == 1 and len({j.pass_no for j in jobs}) == 3
+    assert len([j for j in jobs if j.pass_no == in_place[0].pass_no]) == 1
     overlap = _max_overlap([(j.claimed_at, j.finished_at) for j in jobs])
     assert overlap == 2, f"RULES_CONCURRENCY=2 but at most {overlap} chunk jobs ran at once"
 
