@@ -1,8 +1,14 @@
-"""Staging into real Postgres: order, line numbers, exact text, hostile names, growing fields, restarts."""
+"""Staging into real Postgres: order, line numbers, exact text, hostile names, growing fields, restarts.
+
+Every test runs twice: with the feed parsed in process and by a parser child
+process (forced whatever the file's size); after each, no child may be left.
+"""
 
 from __future__ import annotations
 
 import json
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +18,7 @@ from sqlalchemy import Engine
 
 from firefeed.db.engine import raw_connection
 from firefeed.errors import ParseError
-from firefeed.pipeline.parse import open_reader
+from firefeed.pipeline.parse import _child, open_reader
 from firefeed.pipeline.stage import StageResult, stage_source
 from firefeed.schema.identifiers import column_for_field, company_schema, ident
 from firefeed.schema.service import SchemaService
@@ -22,6 +28,26 @@ pytestmark = pytest.mark.integration
 FEEDS = Path(__file__).parent.parent / "fixtures" / "feeds"
 COMPANY = "stagetest"
 TABLE = "stg_test"
+
+
+@pytest.fixture(autouse=True, params=["in_process", "child_process"])
+def parsers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """The parser processes a test started; each must have been reaped by the time staging returned or raised."""
+    started: list[subprocess.Popen[bytes]] = []
+    spawn = _child._spawn
+
+    def recording(*args: Any) -> subprocess.Popen[bytes] | None:
+        proc = spawn(*args)
+        if proc is not None:
+            started.append(proc)
+        return proc
+
+    monkeypatch.setattr(_child, "_spawn", recording)
+    monkeypatch.setattr(_child, "PROCESS_MIN_BYTES", 0 if request.param == "child_process" else 1 << 62)
+    yield started
+    assert all(proc.returncode is not None and proc.stdout and proc.stdout.closed for proc in started)
+    if request.param == "in_process":
+        assert not started
 
 
 @pytest.fixture()
@@ -175,12 +201,14 @@ def test_staging_again_replaces_the_table(engine: Engine, schema: SchemaService)
 
 
 def test_a_late_non_utf8_byte_restages_the_whole_feed_as_windows_1252(
-    engine: Engine, schema: SchemaService, tmp_path: Path
+    engine: Engine, schema: SchemaService, tmp_path: Path, parsers: list[subprocess.Popen[bytes]]
 ) -> None:
     good = "".join(f"{i},naïve\n" for i in range(20_000)).encode()
     path = write(tmp_path, b"id,t\n" + good + b"late,\x80uro\n", "feed.csv")
     result = stage(engine, schema, path, "csv", chunk_rows=500)
     assert result.rows == 20_001 and result.stats.encoding == "windows-1252"
+    # With a parser process, one per pass: the first stopped when the encoding proved wrong.
+    assert len(parsers) in (0, 2)
     rows = table_rows(engine, result.fields)
     assert [r[0] for r in rows] == list(range(1, 20_002))
     assert rows[0] == (1, 2, "0", "naÃ¯ve")
@@ -196,3 +224,25 @@ def test_a_fatal_error_mid_feed_keeps_its_message(engine: Engine, schema: Schema
     doc = "[\n" + ",\n".join(json.dumps({"id": str(i)}) for i in range(50)) + ",\n{broken}\n]"
     with pytest.raises(ParseError, match="line 52: JSON syntax error"):
         stage(engine, schema, write(tmp_path, doc, "feed.json"), "json", chunk_rows=10)
+
+
+def test_a_reader_error_deep_in_the_feed_surfaces_with_its_line_and_stops_the_parser(
+    engine: Engine, schema: SchemaService, tmp_path: Path, parsers: list[subprocess.Popen[bytes]]
+) -> None:
+    # Far beyond the first chunks, so a parser process has parsed ahead of the COPY when it fails.
+    good = "".join(f"{i},{'x' * 200}\n" for i in range(30_000)).encode()
+    path = write(tmp_path, b"id,t\n" + good + b"bad,\xff\n" + good, "feed.csv")
+    with pytest.raises(ParseError, match=r"source 'main': line 30002: not valid utf-8 text"):
+        stage(engine, schema, path, "csv", chunk_rows=2000, encoding="utf-8")
+    assert all(proc.returncode is not None for proc in parsers)
+
+
+def test_the_reader_ends_with_the_state_of_the_pass_that_staged(
+    engine: Engine, schema: SchemaService, tmp_path: Path
+) -> None:
+    path = write(tmp_path, "id,t\n1,a\x00b\n2,c,extra\n3,d\n", "feed.csv")
+    reader = open_reader(path, source="main", format="csv")
+    result = stage_source(engine, schema, company=COMPANY, table=TABLE, reader=reader, chunk_rows=2)
+    assert reader.stats is result.stats and reader.fields == ["id", "t"]
+    assert (reader.stats.rows, reader.stats.malformed_lines, reader.stats.nul_removed) == (2, [3], 1)
+    assert table_rows(engine, result.fields) == [(1, 2, "1", "ab"), (2, 4, "3", "d")]

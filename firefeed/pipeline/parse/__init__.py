@@ -9,6 +9,10 @@ Encoding `auto` reads UTF-8 optimistically. If a later byte proves the file is
 not UTF-8, the reader switches to windows-1252 and, if it had already yielded
 rows, raises `EncodingRestart`: the consumer discards what it got and iterates
 again (stage.stage_source does this by recreating the staging table).
+
+`copy_frames` gives a reader's rows the way STAGE loads them: cut into COPY
+chunks and encoded as COPY text (`_chunks`), by a parser child process when
+the feed is big enough to pay for one (`_child`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from pathlib import Path
 
 from firefeed.errors import ParseError
 from firefeed.pipeline.parse._base import EncodingRestart, FeedReader, ParseStats
+from firefeed.pipeline.parse._child import ParserDied, copy_frames
+from firefeed.pipeline.parse._chunks import Block, End, Fields, Frame
 from firefeed.pipeline.parse.csv_reader import CsvReader
 from firefeed.pipeline.parse.json_reader import JsonlReader, JsonReader
 from firefeed.pipeline.parse.xml_reader import XmlReader
@@ -52,4 +58,16 @@ def open_reader(
     raise ParseError(source, f"format must be one of {', '.join(FORMATS)}, not {format!r}")
 
 
-__all__ = ["FORMATS", "EncodingRestart", "FeedReader", "ParseStats", "open_reader"]
+__all__ = [
+    "FORMATS",
+    "Block",
+    "EncodingRestart",
+    "End",
+    "FeedReader",
+    "Fields",
+    "Frame",
+    "ParseStats",
+    "ParserDied",
+    "copy_frames",
+    "open_reader",
+]

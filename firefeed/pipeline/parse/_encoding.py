@@ -118,6 +118,8 @@ class _ByteFilter(io.BufferedIOBase):
                 if b"\x00" in data:
                     self._text.nul_removed += data.count(b"\x00")
                     data = data.replace(b"\x00", b"")
+            if not self._text.rs_seen and b"\x1e" in data:
+                self._text.rs_seen = True
             if data:
                 return data
         return b""
@@ -142,6 +144,9 @@ class FeedText:
         self.can_fall_back = False
         #: NULs removed by the last stream handed out (readers copy it into their stats)
         self.nul_removed = 0
+        #: whether the last stream handed out has yielded a U+001E (RS): until then no text read holds one,
+        #: which spares the COPY encoder a check (it separates rows with RS)
+        self.rs_seen = False
         with open(path, "rb") as f:
             head = f.read(1024)
         bom = next(((b, c) for b, c in _BOMS if head.startswith(b)), None)
@@ -161,6 +166,7 @@ class FeedText:
 
     def _stream(self, *, validate: bool) -> _ByteFilter:
         self.nul_removed = 0
+        self.rs_seen = False
         native = self.codec == UTF8
         return _ByteFilter(
             self,

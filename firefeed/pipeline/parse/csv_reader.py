@@ -61,6 +61,11 @@ class CsvReader:
         self.stats = ParseStats(encoding=self._text.codec)
         self.delimiter = self._delimiter or ","
 
+    @property
+    def rs_seen(self) -> bool:
+        """Whether the text read so far holds a U+001E; until it does, no row yielded holds one."""
+        return self._text.rs_seen
+
     def _header(self, text: IO[str]) -> tuple[Iterable[str], str]:
         """Peek at the lines up to the end of the header record; give them back with the delimiter."""
         if self._delimiter is not None:
