@@ -11,6 +11,7 @@ gzip), on the fly, so the file is never read back.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import hashlib
 import os
@@ -46,6 +47,37 @@ class _Digest:
     def flush(self) -> None:
         self._file.flush()
 
+    def fileno(self) -> int:
+        return self._file.fileno()
+
+    def resync(self) -> None:
+        """After bytes were added behind the buffered file's back: its position is the end again."""
+        self._file.seek(0, os.SEEK_END)
+
+    def account(self, data: bytes) -> None:
+        """Count and hash bytes that reached the file another way (see AtomicOutput.append_from)."""
+        self.sha.update(data)
+        self.size += len(data)
+
+
+class _NoKernelCopy(Exception):
+    """copy_file_range cannot copy between these two files (another file system, an old kernel)."""
+
+
+def _copy_range(src: int, dst: int, offset: int, length: int) -> None:
+    """Copy `length` bytes of `src` from `offset` to `dst` at its file position, which moves on."""
+    done = 0
+    while done < length:
+        try:
+            n = os.copy_file_range(src, dst, length - done, offset + done)
+        except OSError as exc:
+            if done == 0 and exc.errno in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                raise _NoKernelCopy from exc
+            raise
+        if n == 0:
+            raise OSError(f"the source ended {length - done} bytes early")
+        done += n
+
 
 class AtomicOutput:
     """The writable end of an atomic export; `bytes` and `sha256` are final after the block."""
@@ -56,6 +88,7 @@ class AtomicOutput:
         self._target: Sink = zipper if zipper is not None else digest
         self._pending: list[bytes] = []
         self._pending_size = 0
+        self._copy_in_kernel = hasattr(os, "copy_file_range")
 
     def write(self, data: bytes, /) -> int:
         self._pending.append(data)
@@ -63,6 +96,32 @@ class AtomicOutput:
         if self._pending_size >= _BATCH_BYTES:
             self._drain()
         return len(data)
+
+    def append_from(self, fd: int, offset: int, length: int) -> None:
+        """Append `length` bytes of the file `fd` from `offset`, as write() would.
+
+        Uncompressed, the bytes are copied file to file by the kernel
+        (copy_file_range) and only read back for the hash: half the work of
+        reading them into Python and writing them out again.
+        """
+        chunks = range(offset, offset + length, _BATCH_BYTES)
+        if self._zipper is None and self._copy_in_kernel:
+            self._drain()
+            self._digest.flush()
+            out = self._digest.fileno()
+            try:
+                for at in chunks:
+                    n = min(_BATCH_BYTES, offset + length - at)
+                    _copy_range(fd, out, at, n)
+                    self._digest.account(os.pread(fd, n, at))
+                return
+            except _NoKernelCopy:
+                self._copy_in_kernel = False  # nothing was copied by the failed call: go on by hand
+                chunks = range(at, offset + length, _BATCH_BYTES)
+            finally:
+                self._digest.resync()
+        for at in chunks:
+            self.write(os.pread(fd, min(_BATCH_BYTES, offset + length - at), at))
 
     def _drain(self) -> None:
         if self._pending:

@@ -7,7 +7,6 @@ without a sort, and `_atomic` for the all-or-nothing file replacement.
 
 from __future__ import annotations
 
-import os
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -20,7 +19,7 @@ from sqlalchemy import Engine
 
 from firefeed.db.engine import raw_connection
 from firefeed.errors import ExportError, FireFeedError
-from firefeed.export._atomic import atomic_output
+from firefeed.export._atomic import AtomicOutput, atomic_output
 from firefeed.export._copy import copy_items, copy_items_split
 from firefeed.export.delimited import render_delimited
 from firefeed.export.google_xml import render_google_xml
@@ -85,8 +84,8 @@ class _Chased:
             self._done = True
             self._cond.notify()
 
-    def append_to(self, out: Any) -> None:
-        """Copy every byte written so far and until `done` to `out`, in order."""
+    def append_to(self, out: AtomicOutput) -> None:
+        """Append every byte written so far and until `done` to `out`, in order."""
         pos = 0
         fd = self._file.fileno()
         while True:
@@ -94,20 +93,14 @@ class _Chased:
                 while self._written <= pos and not self._done:
                     self._cond.wait()
                 end, done = self._written, self._done
-            while pos < end:
-                chunk = os.pread(fd, min(_CHUNK, end - pos), pos)
-                if not chunk:
-                    raise OSError(f"the spooled second half ended at {pos} of {end} bytes")
-                out.write(chunk)
-                pos += len(chunk)
+            if pos < end:
+                out.append_from(fd, pos, end - pos)
+                pos = end
             if done and pos >= end:
                 return
 
     def close(self) -> None:
         self._file.close()
-
-
-_CHUNK = 1 << 20
 
 
 def _copy_in_two_halves(
