@@ -18,10 +18,11 @@ from sqlalchemy import Engine
 
 from firefeed.db.engine import raw_connection
 from firefeed.errors import ParseError
-from firefeed.pipeline.parse import _child, open_reader
+from firefeed.pipeline.parse import open_reader
 from firefeed.pipeline.stage import StageResult, stage_source
 from firefeed.schema.identifiers import column_for_field, company_schema, ident
 from firefeed.schema.service import SchemaService
+from tests.parser_children import record_parser_children
 
 pytestmark = pytest.mark.integration
 
@@ -33,17 +34,7 @@ TABLE = "stg_test"
 @pytest.fixture(autouse=True, params=["in_process", "child_process"])
 def parsers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[subprocess.Popen[bytes]]]:
     """The parser processes a test started; each must have been reaped by the time staging returned or raised."""
-    started: list[subprocess.Popen[bytes]] = []
-    spawn = _child._spawn
-
-    def recording(*args: Any) -> subprocess.Popen[bytes] | None:
-        proc = spawn(*args)
-        if proc is not None:
-            started.append(proc)
-        return proc
-
-    monkeypatch.setattr(_child, "_spawn", recording)
-    monkeypatch.setattr(_child, "PROCESS_MIN_BYTES", 0 if request.param == "child_process" else 1 << 62)
+    started = record_parser_children(monkeypatch, always=request.param == "child_process")
     yield started
     assert all(proc.returncode is not None and proc.stdout and proc.stdout.closed for proc in started)
     if request.param == "in_process":

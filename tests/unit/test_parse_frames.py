@@ -18,6 +18,7 @@ from firefeed.pipeline.parse import _child, _chunks, open_reader
 from firefeed.pipeline.parse._base import ParseStats
 from firefeed.pipeline.parse._chunks import Block, End, Fields, Frame, escape_block, frames
 from firefeed.pipeline.parse.csv_reader import CsvReader
+from tests.parser_children import record_parser_children
 
 
 class GrowingReader:
@@ -117,18 +118,7 @@ def test_a_csv_reader_spares_the_separator_check_only_until_its_text_shows_one(t
 @pytest.fixture()
 def parsers(monkeypatch: pytest.MonkeyPatch) -> list[subprocess.Popen[bytes]]:
     """Force a parser process for any feed; the list collects the processes started."""
-    started: list[subprocess.Popen[bytes]] = []
-    spawn = _child._spawn
-
-    def recording(*args: Any) -> subprocess.Popen[bytes] | None:
-        proc = spawn(*args)
-        if proc is not None:
-            started.append(proc)
-        return proc
-
-    monkeypatch.setattr(_child, "_spawn", recording)
-    monkeypatch.setattr(_child, "PROCESS_MIN_BYTES", 0)
-    return started
+    return record_parser_children(monkeypatch, always=True)
 
 
 def big_csv(tmp_path: Path, rows: int = 40_000) -> Path:
