@@ -92,30 +92,17 @@ def _begin_read(cur: Any, snapshot: str | None = None) -> None:
         cur.execute(setting)
 
 
-def _copy_rows(
-    cur: Any, *, schema: str, table: str, row: Piece, where: Piece, options: str, sink: Sink, tail: Piece
-) -> int:
-    """COPY `SELECT row FROM schema.table [where] <tail>` into `sink`; the row count."""
-    query = (
-        sql_text("COPY (SELECT ")
-        + row
-        + Piece(sql.SQL(" FROM {}").format(ident(schema, table)))
-        + where
-        + tail
-        + sql_text(f") TO STDOUT WITH ({options})")
-    )
-    cur.copy_expert(render(query, cur), sink)
-    return int(cur.rowcount)
-
-
 def _copy_parts(
-    cur: Any, *, schema: str, parts: list[tuple[str, str]], row: Piece, where: Piece, options: str, sink: Sink
+    cur: Any, *, schema: str, parts: list[tuple[str, Piece]], row: Piece, where: Piece, options: str, sink: Sink
 ) -> int:
-    """COPY the rows of each (heap, ctid condition) part in turn (UNION ALL keeps their order); the row count."""
+    """COPY `SELECT row FROM heap [where] <tail>` of each (heap, tail) part in turn into `sink`; the row count.
+
+    A tail is more of the WHERE clause (a ctid range) or an ORDER BY; UNION ALL keeps the parts' order.
+    """
     query = sql_text("COPY (")
-    for n, (heap, ctids) in enumerate(parts):
+    for n, (heap, tail) in enumerate(parts):
         query = query + sql_text(" UNION ALL SELECT " if n else "SELECT ") + row
-        query = query + Piece(sql.SQL(" FROM {}").format(ident(schema, heap))) + where + sql_text(ctids)
+        query = query + Piece(sql.SQL(" FROM {}").format(ident(schema, heap))) + where + tail
     query = query + sql_text(f") TO STDOUT WITH ({options})")
     cur.copy_expert(render(query, cur), sink)
     return int(cur.rowcount)
@@ -131,7 +118,7 @@ def copy_items(conn: Any, *, schema: str, table: str, row: Piece, where: Piece, 
     with conn.cursor() as cur:
         _begin_read(cur)
         tail = _order(in_physical_order(cur, schema, table))
-        return _copy_rows(cur, schema=schema, table=table, row=row, where=where, options=options, sink=sink, tail=tail)
+        return _copy_parts(cur, schema=schema, parts=[(table, tail)], row=row, where=where, options=options, sink=sink)
 
 
 # Below this many heap pages (~8 MB) a second connection costs more than it saves.
@@ -187,9 +174,9 @@ def copy_items_split(
             )
             sizes.append(int(cur.fetchone()[0]))
         ordered = in_physical_order(cur, schema, table)
-        copy = functools.partial(_copy_rows, row=row, where=where, options=options, schema=schema)
+        copy = functools.partial(_copy_parts, row=row, where=where, options=options, schema=schema)
         if sum(sizes) < _SPLIT_MIN_PAGES or not ordered:
-            return copy(cur, table=table, sink=sink, tail=_order(ordered)), False
+            return copy(cur, parts=[(table, _order(ordered))], sink=sink), False
         cur.execute("SELECT pg_export_snapshot()")
         snapshot = cur.fetchone()[0]
         glue = " AND " if where.text.as_string(cur).strip() else " WHERE "
@@ -197,10 +184,11 @@ def copy_items_split(
         cut, at = int(sum(sizes) * _FIRST_SHARE), 0
         while cut >= sizes[at] and at + 1 < len(heaps):
             cut, at = cut - sizes[at], at + 1
-        before = [(h, "") for h in heaps[:at]] + [(heaps[at], f"{glue}ctid < '({cut},0)'::tid")]
-        after = [(heaps[at], f"{glue}ctid >= '({cut},0)'::tid")] + [(h, "") for h in heaps[at + 1 :]]
-        first = functools.partial(_copy_parts, parts=before, row=row, where=where, options=options, schema=schema)
-        rest = functools.partial(_copy_parts, parts=after, row=row, where=where, options=options, schema=schema)
+        whole = sql_text("")
+        before = [(h, whole) for h in heaps[:at]] + [(heaps[at], sql_text(f"{glue}ctid < '({cut},0)'::tid"))]
+        after = [(heaps[at], sql_text(f"{glue}ctid >= '({cut},0)'::tid"))] + [(h, whole) for h in heaps[at + 1 :]]
+        first = functools.partial(copy, parts=before)
+        rest = functools.partial(copy, parts=after)
         counts: dict[str, int] = {}
         errors: list[BaseException] = []
 

@@ -116,11 +116,9 @@ def _copy_in_two_halves(
     try:
         with raw_connection(engine) as conn, raw_connection(engine) as second:
             second_stream = rendering.framing(spool)
-            appended: list[bool] = []
 
             def append_second() -> None:
                 stream.finish()
-                appended.append(True)
                 spool.append_to(out)
 
             rows, split = copy_items_split(
@@ -136,9 +134,8 @@ def _copy_in_two_halves(
                 after_first=append_second,
                 second_done=spool.done,
             )
-            if not appended:
+            if not split:  # else append_second finished it
                 stream.finish()
-            assert split == bool(appended)
     finally:
         spool.close()
     return rows
