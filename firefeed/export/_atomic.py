@@ -11,11 +11,12 @@ gzip), on the fly, so the file is never read back.
 from __future__ import annotations
 
 import contextlib
-import errno
 import gzip
 import hashlib
 import os
+import queue
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -24,6 +25,8 @@ from typing import BinaryIO, Protocol
 _BATCH_BYTES = 1 << 20
 #: the gzip command's default: most of level 9's ratio at a fraction of its time.
 _GZIP_LEVEL = 6
+#: chunks waiting for the writing thread (~1 MB each)
+_QUEUED = 4
 
 
 class Sink(Protocol):
@@ -31,52 +34,47 @@ class Sink(Protocol):
 
 
 class _Digest:
-    """Counts and hashes the final bytes on their way to the file."""
+    """Counts, hashes and writes the final bytes, on a thread of its own.
+
+    hashlib (on more than 2 KB) and file writes release the GIL, so in a
+    thread they overlap the caller's work on the next chunk: the COPY and the
+    formatting (google-xml, 1M items: ~2 s of hashing and writing 1.2 GB taken
+    off the exporting thread). At most `_QUEUED` chunks wait, so memory stays
+    flat; an error of the thread is raised at the next write or at `close`.
+    """
 
     def __init__(self, file: BinaryIO) -> None:
         self._file = file
         self.sha = hashlib.sha256()
         self.size = 0
+        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=_QUEUED)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="export-writer", daemon=True)
+        self._thread.start()
 
     def write(self, data: bytes, /) -> int:
-        self.sha.update(data)
+        if self._error is not None:
+            raise self._error
         self.size += len(data)
-        self._file.write(data)
+        self._queue.put(data)
         return len(data)
 
-    def flush(self) -> None:
-        self._file.flush()
+    def _run(self) -> None:
+        while (data := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    self.sha.update(data)
+                    self._file.write(data)
+                except BaseException as exc:  # raised in the caller's thread
+                    self._error = exc
 
-    def fileno(self) -> int:
-        return self._file.fileno()
-
-    def resync(self) -> None:
-        """After bytes were added behind the buffered file's back: its position is the end again."""
-        self._file.seek(0, os.SEEK_END)
-
-    def account(self, data: bytes) -> None:
-        """Count and hash bytes that reached the file another way (see AtomicOutput.append_from)."""
-        self.sha.update(data)
-        self.size += len(data)
-
-
-class _NoKernelCopy(Exception):
-    """copy_file_range cannot copy between these two files (another file system, an old kernel)."""
-
-
-def _copy_range(src: int, dst: int, offset: int, length: int) -> None:
-    """Copy `length` bytes of `src` from `offset` to `dst` at its file position, which moves on."""
-    done = 0
-    while done < length:
-        try:
-            n = os.copy_file_range(src, dst, length - done, offset + done)
-        except OSError as exc:
-            if done == 0 and exc.errno in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
-                raise _NoKernelCopy from exc
-            raise
-        if n == 0:
-            raise OSError(f"the source ended {length - done} bytes early")
-        done += n
+    def close(self) -> None:
+        """Wait until every byte is hashed and handed to the file; raise the thread's error."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
 
 
 class AtomicOutput:
@@ -88,40 +86,16 @@ class AtomicOutput:
         self._target: Sink = zipper if zipper is not None else digest
         self._pending: list[bytes] = []
         self._pending_size = 0
-        self._copy_in_kernel = hasattr(os, "copy_file_range")
 
     def write(self, data: bytes, /) -> int:
+        if not self._pending and len(data) >= _BATCH_BYTES // 4:
+            self._target.write(data)  # big enough on its own: no copy into a batch
+            return len(data)
         self._pending.append(data)
         self._pending_size += len(data)
         if self._pending_size >= _BATCH_BYTES:
             self._drain()
         return len(data)
-
-    def append_from(self, fd: int, offset: int, length: int) -> None:
-        """Append `length` bytes of the file `fd` from `offset`, as write() would.
-
-        Uncompressed, the bytes are copied file to file by the kernel
-        (copy_file_range) and only read back for the hash: half the work of
-        reading them into Python and writing them out again.
-        """
-        chunks = range(offset, offset + length, _BATCH_BYTES)
-        if self._zipper is None and self._copy_in_kernel:
-            self._drain()
-            self._digest.flush()
-            out = self._digest.fileno()
-            try:
-                for at in chunks:
-                    n = min(_BATCH_BYTES, offset + length - at)
-                    _copy_range(fd, out, at, n)
-                    self._digest.account(os.pread(fd, n, at))
-                return
-            except _NoKernelCopy:
-                self._copy_in_kernel = False  # nothing was copied by the failed call: go on by hand
-                chunks = range(at, offset + length, _BATCH_BYTES)
-            finally:
-                self._digest.resync()
-        for at in chunks:
-            self.write(os.pread(fd, min(_BATCH_BYTES, offset + length - at), at))
 
     def _drain(self) -> None:
         if self._pending:
@@ -133,7 +107,7 @@ class AtomicOutput:
         self._drain()
         if self._zipper is not None:
             self._zipper.close()  # writes the gzip trailer through the digest
-        self._digest.flush()
+        self._digest.close()
 
     @property
     def bytes(self) -> int:
@@ -168,8 +142,13 @@ def atomic_output(dest: Path, *, compress: bool = False) -> Iterator[AtomicOutpu
                 else None
             )
             out = AtomicOutput(digest, zipper)
-            yield out
-            out._finish()
+            try:
+                yield out
+                out._finish()
+            finally:
+                with contextlib.suppress(Exception):
+                    digest.close()  # on failure: stop the thread before the file closes
+            file.flush()
             os.fsync(file.fileno())
         os.replace(tmp, dest)
     except BaseException:

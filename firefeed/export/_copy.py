@@ -26,7 +26,6 @@ placeholders.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import psycopg2.extensions
@@ -121,95 +120,80 @@ def copy_items(conn: Any, *, schema: str, table: str, row: Piece, where: Piece, 
         return _copy_parts(cur, schema=schema, parts=[(table, tail)], row=row, where=where, options=options, sink=sink)
 
 
-# Below this many heap pages (~8 MB) a second connection costs more than it saves.
-_SPLIT_MIN_PAGES = 1000
-#: The first connection's share of the pages. Its rows are hashed and written by the caller as they
-#: come, the second's are spooled and appended after: with 40% the caller is done with the first part
-#: while the second backend still works, and catches up behind it (1M items, google-xml: the export
-#: ended 0.7-1 s sooner than with a 50/50 split, which left a ~1.2 s serial tail).
-_FIRST_SHARE = 0.4
+#: google-xml's groups: heap pages per COPY row when the table is in `_ff_ord` order (~400 KB of
+#: lines for typical items, a few thousand rows per 1M items), else items per row. A group is one
+#: bytea in the backend, so it must stay under 1 GB: items averaging over ~300 KB across thousands
+#: in a row would not.
+_GROUP_PAGES = 32
+_GROUP_ITEMS = 256
+_MAX_BLOCK = 4294967295
 
 
-def copy_items_split(
-    conn: Any,
-    second: Any,
-    *,
-    schema: str,
-    table: str,
-    row: Piece,
-    where: Piece,
-    options: str,
-    sink: Sink,
-    second_sink: Any,
-    after_first: Callable[[], None] = lambda: None,
-    second_done: Callable[[], None] = lambda: None,
-) -> tuple[int, bool]:
-    """Like copy_items, but the second half of the heap is read by `second` at the same time.
+def _page_groups(cur: Any, schema: str, heap: str, number: int, line: Piece, where: Piece) -> Piece:
+    """(position, items, lines) per run of `_GROUP_PAGES` pages of `heap`, in page order.
 
-    For exports whose rows cost real CPU to build in SQL (google-xml): two
-    backends build the two halves in parallel. Both read one snapshot (exported
-    from `conn`), and it is used only when the table is stored in `_ff_ord`
-    order, so "first half, then second half" is item order. `second_sink` is a
-    RowStream whose `finish()` the second half's thread calls when its rows are
-    all written; `after_first` runs in the caller's thread once the first half
-    is written, while the second may still be running (to start appending it);
-    `second_done` runs in the second half's thread when it ends, whatever the outcome.
-    Returns the row count and whether the split was used (False: everything
-    went to `sink`, the caller must not append `second_sink`'s output).
+    A TID range scan per group reads just its pages; the lateral join runs the
+    groups in generate_series order, and string_agg takes a group's rows in
+    scan (page) order. Positions are `number` * 2^32 + the first page.
     """
-    import functools
-    import threading
+    cur.execute(
+        "SELECT pg_relation_size(%s::regclass) / current_setting('block_size')::int",
+        (sql.Identifier(schema, heap).as_string(cur),),
+    )
+    pages = int(cur.fetchone()[0])
+    within = sql.SQL(
+        " ctid >= ('(' || p.start || ',0)')::tid AND ctid < ('(' || least(p.start + {n}, {max}) || ',0)')::tid"
+    ).format(n=sql.Literal(_GROUP_PAGES), max=sql.Literal(_MAX_BLOCK))
+    condition = (
+        Piece(sql.SQL(" AND") + within) if where.text.as_string(cur).strip() else Piece(sql.SQL(" WHERE") + within)
+    )
+    return (
+        Piece(
+            sql.SQL(
+                "SELECT {base} + p.start, s.n, s.lines FROM generate_series(0::bigint, {last}, {n}) AS p(start)"
+                " CROSS JOIN LATERAL (SELECT count(*) AS n, string_agg("
+            ).format(base=sql.Literal(number << 32), last=sql.Literal(pages), n=sql.Literal(_GROUP_PAGES))
+        )
+        + line
+        + Piece(sql.SQL(", ''::bytea) AS lines FROM {}").format(ident(schema, heap)))
+        + where
+        + condition
+        + sql_text(") AS s WHERE s.n > 0")
+    )
 
+
+def _ord_groups(schema: str, table: str, line: Piece, where: Piece) -> Piece:
+    """(position, items, lines) per `_GROUP_ITEMS` of `_ff_ord`, sorted: for a table not stored in order."""
+    return (
+        sql_text("SELECT min(o), count(*), string_agg(l, ''::bytea ORDER BY o) FROM (SELECT ")
+        + line
+        + Piece(sql.SQL(" AS l, {ord} AS o FROM {t}").format(ord=ident(ORD), t=ident(schema, table)))
+        + where
+        + sql_text(f") AS s GROUP BY o / {_GROUP_ITEMS} ORDER BY o / {_GROUP_ITEMS}")
+    )
+
+
+def copy_item_groups(conn: Any, *, schema: str, table: str, line: Piece, where: Piece, sink: Sink) -> None:
+    """COPY the items' `line`s (bytea) concatenated by groups, in `_ff_ord` order, as binary rows into `sink`.
+
+    Each row is (position, items, lines), positions growing. For exports whose
+    lines Python finishes on whole chunks (google-xml): a COPY row per item
+    costs ~1 s of backend and more of Python per 1M items. In `_ff_ord` order
+    (the usual case) the groups are runs of heap pages, read with TID range
+    scans, no sort; else the items are sorted and cut every `_GROUP_ITEMS`.
+    When the rules left two tables (a view of both), their heaps are read in turn.
+    """
     _ready(conn)
-    _ready(second)
     with conn.cursor() as cur:
         _begin_read(cur)
-        # The rules may have left two tables (a view of both): their heaps, in order, are the items.
-        heaps = _halves_of_view(cur, schema, table) or [table]
-        sizes = []
-        for heap in heaps:
-            cur.execute(
-                "SELECT pg_relation_size(%s::regclass) / current_setting('block_size')::int",
-                (sql.Identifier(schema, heap).as_string(cur),),
-            )
-            sizes.append(int(cur.fetchone()[0]))
-        ordered = in_physical_order(cur, schema, table)
-        copy = functools.partial(_copy_parts, row=row, where=where, options=options, schema=schema)
-        if sum(sizes) < _SPLIT_MIN_PAGES or not ordered:
-            return copy(cur, parts=[(table, _order(ordered))], sink=sink), False
-        cur.execute("SELECT pg_export_snapshot()")
-        snapshot = cur.fetchone()[0]
-        glue = " AND " if where.text.as_string(cur).strip() else " WHERE "
-        # The cut: page `cut` of heap `at`; the first part is everything before it, the rest after.
-        cut, at = int(sum(sizes) * _FIRST_SHARE), 0
-        while cut >= sizes[at] and at + 1 < len(heaps):
-            cut, at = cut - sizes[at], at + 1
-        whole = sql_text("")
-        before = [(h, whole) for h in heaps[:at]] + [(heaps[at], sql_text(f"{glue}ctid < '({cut},0)'::tid"))]
-        after = [(heaps[at], sql_text(f"{glue}ctid >= '({cut},0)'::tid"))] + [(h, whole) for h in heaps[at + 1 :]]
-        first = functools.partial(copy, parts=before)
-        rest = functools.partial(copy, parts=after)
-        counts: dict[str, int] = {}
-        errors: list[BaseException] = []
-
-        def read_second() -> None:
-            try:
-                with second.cursor() as cur2:
-                    _begin_read(cur2, snapshot)
-                    counts["second"] = rest(cur2, sink=second_sink)
-                second_sink.finish()
-            except BaseException as exc:  # re-raised in the caller's thread
-                errors.append(exc)
-            finally:
-                second_done()
-
-        worker = threading.Thread(target=read_second, name="export-second-half")
-        worker.start()
-        try:
-            counts["first"] = first(cur, sink=sink)
-            after_first()
-        finally:
-            worker.join()
-        if errors:
-            raise errors[0]
-        return counts["first"] + counts["second"], True
+        if in_physical_order(cur, schema, table):
+            heaps = _halves_of_view(cur, schema, table) or [table]
+            parts = [_page_groups(cur, schema, heap, n, line, where) for n, heap in enumerate(heaps)]
+        else:
+            cur.execute("SET LOCAL enable_hashagg = off")  # sorted groups, not all of them in memory at once
+            parts = [_ord_groups(schema, table, line, where)]
+        query = sql_text("COPY (")
+        for n, part in enumerate(parts):
+            query = query + sql_text(" UNION ALL (" if n else "(") + part + sql_text(")")
+        query = query + sql_text(") TO STDOUT WITH (FORMAT binary)")
+        cur.copy_expert(render(query, cur), sink)

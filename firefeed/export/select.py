@@ -121,4 +121,4 @@ def where_clause(fields: Sequence[str], export: ExportSpec) -> Piece:
 
     params: list[Any] = []
     text = condition_sql(condition, field_column(fields), params)
-    return Piece(sql.SQL(" WHERE ") + text, tuple(params))
+    return Piece(sql.SQL(" WHERE (") + text + sql.SQL(")"), tuple(params))

@@ -7,6 +7,7 @@ import gzip
 import hashlib
 import io
 import json
+import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -402,31 +403,48 @@ def test_many_items_keep_order_and_values_across_batches(db: Engine, tmp_path: P
 
 
 @pytest.mark.parametrize("where", [None, {"field": "note", "op": "ne", "value": "plain"}])
-def test_google_xml_read_in_two_halves_is_byte_identical_to_one_read(
+def test_google_xml_groups_of_pages_and_sorted_groups_give_the_same_bytes(
     db: Engine, tmp_path: Path, big_table: str, monkeypatch: pytest.MonkeyPatch, where: dict[str, str] | None
 ) -> None:
+    """Items in order are grouped by runs of heap pages, others sorted and cut: the file is the same."""
     import firefeed.export._copy as copy_module
 
     extra = {"where": where} if where else {}
     export = spec(format="google-xml", **extra)
-    whole = resolve_export_path(tmp_path / "a", COMPANY, "p1", export.path)
-    monkeypatch.setattr(copy_module, "_SPLIT_MIN_PAGES", 10**9)
-    one = write_export(db, schema=SCHEMA, table=big_table, fields=BIG_FIELDS, export=export, dest=whole)
-    halves = resolve_export_path(tmp_path / "b", COMPANY, "p1", export.path)
-    monkeypatch.setattr(copy_module, "_SPLIT_MIN_PAGES", 1)
-    import firefeed.export.writer as writer_module
+    expected = [r for r in big_expected() if where is None or r[2] != "plain"]
+    outputs = []
+    for case, pages, ordered in (("pages", 32, True), ("one page", 1, True), ("sorted", 32, False)):
+        monkeypatch.setattr(copy_module, "_GROUP_PAGES", pages)
+        if not ordered:
+            monkeypatch.setattr(copy_module, "in_physical_order", lambda *args: False)
+        dest = resolve_export_path(tmp_path / case.replace(" ", "_"), COMPANY, "p1", export.path)
+        result = write_export(db, schema=SCHEMA, table=big_table, fields=BIG_FIELDS, export=export, dest=dest)
+        data = dest.read_bytes()
+        assert result.rows == len(expected) and result.sha256 == hashlib.sha256(data).hexdigest()
+        items = etree.fromstring(data).find("channel").findall("item")
+        assert [[child.text for child in item] for item in items] == [
+            [v for v in map(xml_value, r) if v] for r in expected
+        ]
+        outputs.append(data)
+    assert outputs[0] == outputs[1] == outputs[2]
 
-    splits: list[bool] = []
-    real = writer_module.copy_items_split
 
-    def recording(*args: Any, **kwargs: Any) -> tuple[int, bool]:
-        rows, split = real(*args, **kwargs)
-        splits.append(split)
-        return rows, split
+def test_google_xml_groups_out_of_order_are_refused() -> None:
+    """The groups' positions prove item order; a plan that broke it fails the export instead of shuffling it."""
+    from firefeed.export.google_xml import _FILE_HEADER, _SIGNATURE, XmlGroups
 
-    monkeypatch.setattr(writer_module, "copy_items_split", recording)
-    two = write_export(db, schema=SCHEMA, table=big_table, fields=BIG_FIELDS, export=export, dest=halves)
-    assert splits == [True]
-    assert (two.rows, two.sha256) == (one.rows, one.sha256)
-    assert halves.read_bytes() == whole.read_bytes()
-    assert one.rows == (BIG_ROWS if where is None else sum(1 for r in big_expected() if r[2] != "plain"))
+    def row(position: int, line: bytes) -> bytes:
+        return struct.pack(">hiqiqi", 3, 8, position, 8, 1, len(line)) + line
+
+    got: list[bytes] = []
+
+    class Collect:
+        def write(self, data: bytes, /) -> int:
+            got.append(data)
+            return len(data)
+
+    groups = XmlGroups(Collect())
+    groups.write(_SIGNATURE + bytes(_FILE_HEADER - len(_SIGNATURE)) + row(32, b"\xf8item\xf9\xf8/item\xf9\xfa"))
+    assert got == [b"<item></item>\n"] and groups.items == 1
+    with pytest.raises(ValueError, match="out of order"):
+        groups.write(row(0, b"\xf8item\xf9\xf8/item\xf9\xfa"))

@@ -323,8 +323,8 @@ def test_a_spec_sent_without_a_folder_reads_local_files_only_in_its_companys_fol
 def test_a_run_split_in_two_halves_exports_the_same_bytes(
     run_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Big runs cut the rules in two halves (a view of two tables); the exports, google-xml read half by half
-    on two connections, are byte for byte those of a run in one piece."""
+    """Big runs cut the rules in two halves (a view of two tables); the exports, google-xml read by groups of
+    pages of one heap then the other, are byte for byte those of a run in one piece."""
     import firefeed.export._copy as copy_module
     import firefeed.rules.executor as executor
 
@@ -335,7 +335,7 @@ def test_a_run_split_in_two_halves_exports_the_same_bytes(
     code, report = run_json(_project(whole, project="in_one_piece"))
     assert code == 0, report["error"]
     monkeypatch.setattr(executor, "SPLIT_MIN_ROWS", 1)
-    monkeypatch.setattr(copy_module, "_SPLIT_MIN_PAGES", 0)
+    monkeypatch.setattr(copy_module, "_GROUP_PAGES", 1)
     seen: list[list[str] | None] = []
     find_halves = copy_module._halves_of_view
 
@@ -347,7 +347,7 @@ def test_a_run_split_in_two_halves_exports_the_same_bytes(
     code, split_report = run_json(_project(halves, project="in_two_halves"))
     assert code == 0, split_report["error"]
     assert split_report["rules"] == report["rules"]
-    assert [len(h or []) for h in seen] == [2], "google-xml read the two halves on two connections"
+    assert [len(h or []) for h in seen] == [2], "google-xml read the two heaps in turn"
     for name in ("out.csv", "google.xml"):
         one = (run_env / "acme" / "in_one_piece" / name).read_bytes()
         two = (run_env / "acme" / "in_two_halves" / name).read_bytes()
