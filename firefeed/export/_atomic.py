@@ -68,6 +68,9 @@ class _Digest:
                 except BaseException as exc:  # raised in the caller's thread
                     self._error = exc
 
+    def flush(self) -> None:
+        """Nothing to do here (gzip asks): `close` is what waits for the thread."""
+
     def close(self) -> None:
         """Wait until every byte is hashed and handed to the file; raise the thread's error."""
         if self._thread.is_alive():
