@@ -168,7 +168,8 @@ class XmlGroups:
             if not data.startswith(_SIGNATURE):
                 raise ValueError("google-xml groups must come from a binary COPY")
             at, self._started = _FILE_HEADER, True
-        if data[at:] in (b"", _TRAILER):
+        rest = len(data) - at
+        if rest == 0 or (rest == len(_TRAILER) and data.endswith(_TRAILER)):
             return len(data)
         fields, _, position, _, items, size = _GROUP_ROW.unpack_from(data, at)
         body = at + _GROUP_ROW.size
