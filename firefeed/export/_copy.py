@@ -111,12 +111,37 @@ def _order(ordered: bool) -> Piece:
     return sql_text("") if ordered else Piece(sql.SQL(" ORDER BY {}").format(ident(ORD)))
 
 
+def _has_order_index(cur: Any, schema: str, table: str) -> bool:
+    """True when an index of `table` starts with `_ff_ord` (chunked rules runs leave one on their result)."""
+    cur.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_attribute a"
+        " ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] WHERE i.indrelid = to_regclass(%s) AND a.attname = %s)",
+        (sql.Identifier(schema, table).as_string(cur), ORD),
+    )
+    return bool(cur.fetchone()[0])
+
+
+def _read_in_index_order(cur: Any) -> None:
+    """Let the planner read a table that is not stored in order through its `_ff_ord` index.
+
+    Rows written by chunk jobs running side by side are stored chunk by chunk, out
+    of order: an index scan then reads the heap almost sequentially, where
+    `ORDER BY _ff_ord` sorted every row (1M items: 2.5 s against 4.3 s of
+    backend, and no temporary files).
+    """
+    cur.execute("SET LOCAL enable_indexscan = on")
+    cur.execute("SET LOCAL enable_indexonlyscan = on")
+
+
 def copy_items(conn: Any, *, schema: str, table: str, row: Piece, where: Piece, options: str, sink: Sink) -> int:
     """COPY `SELECT row FROM schema.table [where]` in `_ff_ord` order into `sink`; the row count."""
     _ready(conn)
     with conn.cursor() as cur:
         _begin_read(cur)
-        tail = _order(in_physical_order(cur, schema, table))
+        ordered = in_physical_order(cur, schema, table)
+        if not ordered:
+            _read_in_index_order(cur)
+        tail = _order(ordered)
         return _copy_parts(cur, schema=schema, parts=[(table, tail)], row=row, where=where, options=options, sink=sink)
 
 
@@ -173,6 +198,35 @@ def _ord_groups(schema: str, table: str, line: Piece, where: Piece) -> Piece:
     )
 
 
+def _indexed_groups(cur: Any, schema: str, table: str, line: Piece, where: Piece) -> Piece:
+    """(position, items, lines) per `_GROUP_ITEMS` items in `_ff_ord` order, each read by an index range scan.
+
+    For a table not stored in order that has an `_ff_ord` index: the group bounds
+    are every `_GROUP_ITEMS`-th position (positions have gaps: append sources
+    start theirs far apart), then each group sorts only its own items.
+    """
+    bounds = sql.SQL(
+        "WITH starts AS (SELECT o AS lo, lead(o) OVER (ORDER BY o) AS hi FROM"
+        " (SELECT {ord} AS o, row_number() OVER (ORDER BY {ord}) AS n FROM {t}) AS s WHERE n %% {k} = 1)"
+        " SELECT st.lo, g.n, g.lines FROM starts AS st CROSS JOIN LATERAL"
+        " (SELECT count(*) AS n, string_agg(l, ''::bytea ORDER BY o) AS lines FROM (SELECT "
+    ).format(ord=ident(ORD), t=ident(schema, table), k=sql.Literal(_GROUP_ITEMS))
+    within = sql.SQL(" {ord} >= st.lo AND {ord} < coalesce(st.hi, {max})").format(
+        ord=ident(ORD), max=sql.Literal(2**63 - 1)
+    )
+    condition = (
+        Piece(sql.SQL(" AND") + within) if where.text.as_string(cur).strip() else Piece(sql.SQL(" WHERE") + within)
+    )
+    return (
+        Piece(bounds)
+        + line
+        + Piece(sql.SQL(" AS l, {ord} AS o FROM {t}").format(ord=ident(ORD), t=ident(schema, table)))
+        + where
+        + condition
+        + sql_text(") AS q) AS g WHERE g.n > 0")
+    )
+
+
 def copy_item_groups(conn: Any, *, schema: str, table: str, line: Piece, where: Piece, sink: Sink) -> None:
     """COPY the items' `line`s (bytea) concatenated by groups, in `_ff_ord` order, as binary rows into `sink`.
 
@@ -180,7 +234,8 @@ def copy_item_groups(conn: Any, *, schema: str, table: str, line: Piece, where: 
     lines Python finishes on whole chunks (google-xml): a COPY row per item
     costs ~1 s of backend and more of Python per 1M items. In `_ff_ord` order
     (the usual case) the groups are runs of heap pages, read with TID range
-    scans, no sort; else the items are sorted and cut every `_GROUP_ITEMS`.
+    scans, no sort; else groups of `_GROUP_ITEMS` items are read through an
+    `_ff_ord` index when there is one, or all items are sorted and cut.
     When the rules left two tables (a view of both), their heaps are read in turn.
     """
     _ready(conn)
@@ -189,6 +244,9 @@ def copy_item_groups(conn: Any, *, schema: str, table: str, line: Piece, where: 
         if in_physical_order(cur, schema, table):
             heaps = _halves_of_view(cur, schema, table) or [table]
             parts = [_page_groups(cur, schema, heap, n, line, where) for n, heap in enumerate(heaps)]
+        elif _has_order_index(cur, schema, table):
+            _read_in_index_order(cur)
+            parts = [_indexed_groups(cur, schema, table, line, where)]
         else:
             cur.execute("SET LOCAL enable_hashagg = off")  # sorted groups, not all of them in memory at once
             parts = [_ord_groups(schema, table, line, where)]

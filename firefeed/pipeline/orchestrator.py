@@ -578,6 +578,10 @@ class _Driver:
             if src != ctx.items_table:
                 ctx.schema.drop_table(ctx.spec.company, src)
             src = dst
+        if src != ctx.items_table:
+            # Chunk jobs running side by side stored the items out of order: exports read them through
+            # this index instead of sorting them all (see export._copy).
+            ctx.schema.index_order(ctx.spec.company, src)
         final_fields = list(plans[-1].fields_out) if plans else list(dict.fromkeys(fields))
         return {
             "table": src,

@@ -264,10 +264,24 @@ def test_where_on_a_hostile_field_name(db: Engine, tmp_path: Path) -> None:
     assert ids == [i["id"] for i in ITEMS if i["50% off"] == ITEMS[1]["50% off"] or i["id"] == "id-4"]
 
 
+def _drop_order_index(engine: Engine, table: str) -> None:
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        cur.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(ident(SCHEMA, f"ix_{table}_ord")))
+
+
+@pytest.mark.parametrize("indexed", [False, True])
 @pytest.mark.parametrize("fmt", ["csv", "json", "google-xml"])
-def test_items_come_out_in_ff_ord_order_whatever_the_physical_order(db: Engine, tmp_path: Path, fmt: str) -> None:
+def test_items_come_out_in_ff_ord_order_whatever_the_physical_order(
+    db: Engine, tmp_path: Path, fmt: str, indexed: bool
+) -> None:
+    """Out of physical order, items are sorted, or read through an `_ff_ord` index (as after chunked rules)."""
     _, ordered = run(db, tmp_path, spec(format=fmt, path="a.out"))
-    _, shuffled = run(db, tmp_path, spec(format=fmt, path="b.out"), table="items_shuffled")
+    if indexed:
+        SchemaService(db).index_order(COMPANY, "items_shuffled")
+    try:
+        _, shuffled = run(db, tmp_path, spec(format=fmt, path="b.out"), table="items_shuffled")
+    finally:
+        _drop_order_index(db, "items_shuffled")
     assert shuffled == ordered
 
 
@@ -406,17 +420,21 @@ def test_many_items_keep_order_and_values_across_batches(db: Engine, tmp_path: P
 def test_google_xml_groups_of_pages_and_sorted_groups_give_the_same_bytes(
     db: Engine, tmp_path: Path, big_table: str, monkeypatch: pytest.MonkeyPatch, where: dict[str, str] | None
 ) -> None:
-    """Items in order are grouped by runs of heap pages, others sorted and cut: the file is the same."""
+    """Items in order are grouped by runs of heap pages, others read by position (sorted, or through their
+    `_ff_ord` index): the file is the same."""
     import firefeed.export._copy as copy_module
 
     extra = {"where": where} if where else {}
     export = spec(format="google-xml", **extra)
     expected = [r for r in big_expected() if where is None or r[2] != "plain"]
     outputs = []
-    for case, pages, ordered in (("pages", 32, True), ("one page", 1, True), ("sorted", 32, False)):
+    cases = (("pages", 32, True, False), ("one page", 1, True, False), ("sorted", 32, False, False))
+    for case, pages, ordered, indexed in (*cases, ("indexed", 32, False, True)):
         monkeypatch.setattr(copy_module, "_GROUP_PAGES", pages)
         if not ordered:
             monkeypatch.setattr(copy_module, "in_physical_order", lambda *args: False)
+        if indexed:  # groups read through the `_ff_ord` index, as after chunked rules
+            SchemaService(db).index_order(COMPANY, big_table)
         dest = resolve_export_path(tmp_path / case.replace(" ", "_"), COMPANY, "p1", export.path)
         result = write_export(db, schema=SCHEMA, table=big_table, fields=BIG_FIELDS, export=export, dest=dest)
         data = dest.read_bytes()
@@ -426,7 +444,8 @@ def test_google_xml_groups_of_pages_and_sorted_groups_give_the_same_bytes(
             [v for v in map(xml_value, r) if v] for r in expected
         ]
         outputs.append(data)
-    assert outputs[0] == outputs[1] == outputs[2]
+    _drop_order_index(db, big_table)
+    assert outputs[0] == outputs[1] == outputs[2] == outputs[3]
 
 
 def test_google_xml_groups_out_of_order_are_refused() -> None:
