@@ -186,7 +186,7 @@ def run_job(job_id: int, *, settings: Settings | None = None, engine: Engine | N
     job = jobs.claim(job_id, lease_s=settings.stale_run_s)
     if job is None:
         return
-    ctx = load_context(_run_of(jobs, job_id), settings, engine)
+    ctx = load_context(job.run_id, settings, engine)
     ok, result = _guarded(ctx, job, jobs, lambda: _JOB_FUNCS[job.kind](ctx, job, jobs))
     if ok and result is not None:
         try:
@@ -227,7 +227,7 @@ def run_source_jobs_phased(
     claimed = [j for j in (jobs.claim(i, lease_s=settings.stale_run_s) for i in job_ids) if j is not None]
     if not claimed:
         return
-    ctx = load_context(_run_of(jobs, claimed[0].id), settings, engine)
+    ctx = load_context(claimed[0].run_id, settings, engine)
     fetched: list[tuple[JobState, dict[str, Any]]] = []
 
     def give_up(after: int) -> None:
@@ -255,15 +255,6 @@ def run_source_jobs_phased(
             jobs.succeed(job.id, result)
         except JobLostError:
             log.warning("job %s was taken over by another worker; its result here is dropped", job.id)
-
-
-def _run_of(jobs: JobStore, job_id: int) -> str:
-    from firefeed.db.models import PipelineJob
-
-    with jobs.sessions() as s:
-        row = s.get(PipelineJob, job_id)
-        assert row is not None
-        return str(row.run_id)
 
 
 def _iso_now() -> str:

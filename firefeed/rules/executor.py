@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -218,6 +221,34 @@ def run_pass_in_place(conn: Any, plan: PassPlan, table: str, *, company: str, ro
 _LO, _HI = -(2**63) + 1, 2**63 - 2
 
 
+#: (plan, source, target) -> the pass's statement with $1/$2 for the bounds, and its prepared name
+#: (None: a rule value spells a stand-in). A chunk job's worker runs hundreds of chunks of one pass:
+#: building and binding the statement's text each time cost twice the chunk's own EXECUTE.
+_STATEMENTS: OrderedDict[tuple[int, str, str], tuple[PassPlan, tuple[str, str] | None]] = OrderedDict()
+#: the prepared names of each connection (a prepared statement lives as long as its session)
+_PREPARED: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+_CACHE_LOCK = threading.Lock()
+
+
+def _prepared_text(cur: Any, plan: PassPlan, source: Any, target: Any) -> tuple[str, str] | None:
+    key = (id(plan), source.as_string(cur), target.as_string(cur))
+    with _CACHE_LOCK:
+        cached = _STATEMENTS.get(key)
+        if cached is not None and cached[0] is plan:  # the plan is kept with its entry: its id stays its own
+            return cached[1]
+    statement = pass_insert(plan, source, target, _LO, _HI)
+    text = cur.mogrify(render_for_binding(statement.sql, cur), statement.params).decode()
+    entry: tuple[str, str] | None = None
+    if text.count(str(_LO)) == 1 and text.count(str(_HI)) == 1:
+        text = text.replace(str(_LO), "$1").replace(str(_HI), "$2")
+        entry = ("ff_pass_" + hashlib.sha256(text.encode()).hexdigest()[:24], text)
+    with _CACHE_LOCK:
+        _STATEMENTS[key] = (plan, entry)
+        while len(_STATEMENTS) > 64:
+            _STATEMENTS.popitem(last=False)
+    return entry
+
+
 def _execute_prepared(cur: Any, plan: PassPlan, source: Any, target: Any, lo: int | None, hi: int | None) -> None:
     """Run the pass for [lo, hi] as `EXECUTE ff_pass_<hash>(lo, hi)`, preparing it on first use.
 
@@ -225,18 +256,22 @@ def _execute_prepared(cur: Any, plan: PassPlan, source: Any, target: Any, lo: in
     bounds as the statement's only parameters, Postgres switches to a generic
     plan after a few executions and each chunk skips planning.
     """
-    statement = pass_insert(plan, source, target, _LO, _HI)
-    text = cur.mogrify(render_for_binding(statement.sql, cur), statement.params).decode()
-    if text.count(str(_LO)) != 1 or text.count(str(_HI)) != 1:
+    prepared = _prepared_text(cur, plan, source, target)
+    if prepared is None:
         # A rule value spells a stand-in: plan this chunk the ordinary way.
         plain = pass_insert(plan, source, target, lo, hi)
         cur.execute(plain.sql, plain.params)
         return
-    text = text.replace(str(_LO), "$1").replace(str(_HI), "$2")
-    name = "ff_pass_" + hashlib.sha256(text.encode()).hexdigest()[:24]
-    cur.execute("SELECT 1 FROM pg_prepared_statements WHERE name = %s", (name,))
-    if cur.fetchone() is None:
-        cur.execute(f"PREPARE {name}(bigint, bigint) AS {text}")
+    name, text = prepared
+    conn = cur.connection
+    with _CACHE_LOCK:
+        known = name in _PREPARED.setdefault(conn, set())
+    if not known:
+        cur.execute("SELECT 1 FROM pg_prepared_statements WHERE name = %s", (name,))
+        if cur.fetchone() is None:
+            cur.execute(f"PREPARE {name}(bigint, bigint) AS {text}")
+        with _CACHE_LOCK:
+            _PREPARED[conn].add(name)
     cur.execute(f"EXECUTE {name}(%s, %s)", (-(2**63) if lo is None else lo, 2**63 - 1 if hi is None else hi))
 
 
