@@ -572,7 +572,7 @@ class _Driver:
         if src != ctx.items_table:
             # Chunk jobs running side by side stored the items out of order: exports read them through
             # this index instead of sorting them all (see export._copy).
-            ctx.schema.index_order(ctx.spec.company, src)
+            ctx.schema.index_order(ctx.spec.company, src, analyze=False)
         final_fields = list(plans[-1].fields_out) if plans else list(dict.fromkeys(fields))
         return {
             "table": src,

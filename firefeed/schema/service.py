@@ -195,15 +195,20 @@ class SchemaService:
     def drop_table(self, company: str, table: str) -> None:
         self._ddl(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(company_schema(company), table)))
 
-    def index_order(self, company: str, table: str) -> None:
-        """Index item positions so exports read items in order without sorting the whole table."""
+    def index_order(self, company: str, table: str, *, analyze: bool = True) -> None:
+        """Index item positions so chunks and exports read items by position without sorting the whole table.
+
+        `analyze=False` skips the statistics (0.3-0.8 s on 1M items) for a table only an
+        export reads next: it forces the index when the table is out of order (`export._copy`).
+        """
         schema = company_schema(company)
         self._ddl(
             sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ({})").format(
                 ident(_order_index_name(table)), ident(schema, table), ident(ORD)
             )
         )
-        self._ddl(sql.SQL("ANALYZE {}").format(ident(schema, table)))
+        if analyze:
+            self._ddl(sql.SQL("ANALYZE {}").format(ident(schema, table)))
 
     # -- scratch areas (rule previews) ------------------------------------
     def create_scratch_area(self, area: str) -> str:
