@@ -157,6 +157,11 @@ _GROUP_ITEMS = 256
 _MAX_BLOCK = 4294967295
 
 
+def _and_where(cur: Any, where: Piece, condition: sql.Composable) -> Piece:
+    """`condition` added to the export's `where` (` WHERE (...)` or nothing)."""
+    return Piece((sql.SQL(" AND") if where.text.as_string(cur).strip() else sql.SQL(" WHERE")) + condition)
+
+
 def _page_groups(cur: Any, schema: str, heap: str, number: int, line: Piece, where: Piece) -> Piece:
     """(position, items, lines) per run of `_GROUP_PAGES` pages of `heap`, in page order.
 
@@ -172,9 +177,7 @@ def _page_groups(cur: Any, schema: str, heap: str, number: int, line: Piece, whe
     within = sql.SQL(
         " ctid >= ('(' || p.start || ',0)')::tid AND ctid < ('(' || least(p.start + {n}, {max}) || ',0)')::tid"
     ).format(n=sql.Literal(_GROUP_PAGES), max=sql.Literal(_MAX_BLOCK))
-    condition = (
-        Piece(sql.SQL(" AND") + within) if where.text.as_string(cur).strip() else Piece(sql.SQL(" WHERE") + within)
-    )
+    condition = _and_where(cur, where, within)
     return (
         Piece(
             sql.SQL(
@@ -217,9 +220,7 @@ def _indexed_groups(cur: Any, schema: str, table: str, line: Piece, where: Piece
     within = sql.SQL(" {ord} >= st.lo AND {ord} < coalesce(st.hi, {max})").format(
         ord=ident(ORD), max=sql.Literal(2**63 - 1)
     )
-    condition = (
-        Piece(sql.SQL(" AND") + within) if where.text.as_string(cur).strip() else Piece(sql.SQL(" WHERE") + within)
-    )
+    condition = _and_where(cur, where, within)
     return (
         Piece(bounds)
         + line
