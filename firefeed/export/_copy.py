@@ -14,8 +14,9 @@ already returns that order; we use it only where it is guaranteed:
 * a check (one scan of the `_ff_ord` column that stops at the first item out
   of order; 0.4 s on 1M items) proves the physical order is `_ff_ord` order.
 
-When the check fails (e.g. rows were updated in place) the COPY falls back to
-`ORDER BY _ff_ord`. Both routes give the same bytes.
+When the check fails (chunk jobs that ran side by side, rows updated in place)
+the COPY reads by `_ff_ord`: through an `_ff_ord` index when the table has one
+(chunked rules runs build it), else by sorting. Every route gives the same bytes.
 
 Placeholders. psycopg2 applies `%` formatting to the whole query text, so an
 identifier that contains `%` (a field named `50% off`) would break it or be
@@ -82,33 +83,11 @@ def _ready(conn: Any) -> None:
         conn.set_client_encoding("UTF8")
 
 
-def _begin_read(cur: Any, snapshot: str | None = None) -> None:
-    """A read-only REPEATABLE READ transaction (on `snapshot` when given) scanning the heap in order."""
+def _begin_read(cur: Any) -> None:
+    """A read-only REPEATABLE READ transaction scanning the heap in order."""
     cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-    if snapshot is not None:
-        cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot,))
     for setting in _SCAN_SETTINGS:
         cur.execute(setting)
-
-
-def _copy_parts(
-    cur: Any, *, schema: str, parts: list[tuple[str, Piece]], row: Piece, where: Piece, options: str, sink: Sink
-) -> int:
-    """COPY `SELECT row FROM heap [where] <tail>` of each (heap, tail) part in turn into `sink`; the row count.
-
-    A tail is more of the WHERE clause (a ctid range) or an ORDER BY; UNION ALL keeps the parts' order.
-    """
-    query = sql_text("COPY (")
-    for n, (heap, tail) in enumerate(parts):
-        query = query + sql_text(" UNION ALL SELECT " if n else "SELECT ") + row
-        query = query + Piece(sql.SQL(" FROM {}").format(ident(schema, heap))) + where + tail
-    query = query + sql_text(f") TO STDOUT WITH ({options})")
-    cur.copy_expert(render(query, cur), sink)
-    return int(cur.rowcount)
-
-
-def _order(ordered: bool) -> Piece:
-    return sql_text("") if ordered else Piece(sql.SQL(" ORDER BY {}").format(ident(ORD)))
 
 
 def _has_order_index(cur: Any, schema: str, table: str) -> bool:
@@ -141,11 +120,12 @@ def copy_items(conn: Any, *, schema: str, table: str, row: Piece, where: Piece, 
     _ready(conn)
     with conn.cursor() as cur:
         _begin_read(cur)
-        ordered = in_physical_order(cur, schema, table)
-        if not ordered:
+        query = sql_text("COPY (SELECT ") + row + Piece(sql.SQL(" FROM {}").format(ident(schema, table))) + where
+        if not in_physical_order(cur, schema, table):
             _read_in_index_order(cur)
-        tail = _order(ordered)
-        return _copy_parts(cur, schema=schema, parts=[(table, tail)], row=row, where=where, options=options, sink=sink)
+            query = query + Piece(sql.SQL(" ORDER BY {}").format(ident(ORD)))
+        cur.copy_expert(render(query + sql_text(f") TO STDOUT WITH ({options})"), cur), sink)
+        return int(cur.rowcount)
 
 
 #: google-xml's groups: heap pages per COPY row when the table is in `_ff_ord` order (~400 KB of

@@ -535,38 +535,37 @@ class _Driver:
         src, rows_in, current = ctx.items_table, rows, rows
         for plan in plans:
             ctx.check_cancel()
+            dst = src
             if src != ctx.items_table and deletes_only(plan):
                 # One DELETE in this run's own pass table costs less than copying every kept row, chunk by chunk.
-                spec = JobSpec(
-                    "RULES",
-                    "rules_chunk",
-                    idx=0,
-                    pass_no=plan.number,
-                    params={"fields": fields, "src": src, "in_place": True, "rows": current},
-                )
-                (res,) = [s.result or {} for s in self.run_jobs("rules_chunk", [spec])]
-                for name, n in res["matched"]:
-                    matched[name] = matched.get(name, 0) + n
-                current = res["rows_out"]
-                continue
-            dst = prepare_pass(ctx.schema, company=ctx.spec.company, run_id=ctx.run_id, plan=plan)
-            bounds = self.chunk_bounds(src)
-            specs = [
-                JobSpec(
-                    "RULES",
-                    "rules_chunk",
-                    idx=i,
-                    pass_no=plan.number,
-                    params={"fields": fields, "src": src, "dst": dst, "lo": lo, "hi": hi, "rows": n},
-                )
-                for i, ((lo, hi), n) in enumerate(zip(bounds, self.chunk_rows(bounds, current), strict=True))
-            ]
+                specs = [
+                    JobSpec(
+                        "RULES",
+                        "rules_chunk",
+                        idx=0,
+                        pass_no=plan.number,
+                        params={"fields": fields, "src": src, "in_place": True, "rows": current},
+                    )
+                ]
+            else:
+                dst = prepare_pass(ctx.schema, company=ctx.spec.company, run_id=ctx.run_id, plan=plan)
+                bounds = self.chunk_bounds(src)
+                specs = [
+                    JobSpec(
+                        "RULES",
+                        "rules_chunk",
+                        idx=i,
+                        pass_no=plan.number,
+                        params={"fields": fields, "src": src, "dst": dst, "lo": lo, "hi": hi, "rows": n},
+                    )
+                    for i, ((lo, hi), n) in enumerate(zip(bounds, self.chunk_rows(bounds, current), strict=True))
+                ]
             results = [s.result or {} for s in self.run_jobs("rules_chunk", specs)]
             for res in results:
                 for name, n in res["matched"]:
                     matched[name] = matched.get(name, 0) + n
             current = sum(res["rows_out"] for res in results)
-            if src != ctx.items_table:
+            if src not in (ctx.items_table, dst):
                 ctx.schema.drop_table(ctx.spec.company, src)
             src = dst
         if src != ctx.items_table:

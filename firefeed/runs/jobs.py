@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from psycopg2.extras import NamedTupleCursor
 from sqlalchemy import select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Engine
@@ -52,7 +53,8 @@ class JobState:
     run_id: str
 
 
-def _state(row: PipelineJob) -> JobState:
+def _state(row: Any) -> JobState:
+    """From a PipelineJob or a row of the same columns."""
     return JobState(
         row.id,
         row.kind,
@@ -111,7 +113,7 @@ class JobStore:
         """
         from firefeed.db.engine import raw_connection
 
-        with raw_connection(self.engine) as conn, conn.cursor() as cur:
+        with raw_connection(self.engine) as conn, conn.cursor(cursor_factory=NamedTupleCursor) as cur:
             cur.execute(
                 "UPDATE pipeline_jobs SET status = 'RUNNING', claimed_by = %s, claimed_at = now(),"
                 " heartbeat_at = now(), attempts = attempts + 1"
@@ -122,23 +124,7 @@ class JobStore:
                 (worker_id(), job_id, lease_s),
             )
             row = cur.fetchone()
-        if row is None:
-            return None
-        job_id_, kind, idx, pass_no, status, params, result, error, claimed_at, heartbeat_at, created_at, run_id = row
-        return JobState(
-            job_id_,
-            kind,
-            idx,
-            pass_no,
-            status,
-            params,
-            result,
-            error,
-            claimed_at,
-            heartbeat_at,
-            created_at,
-            str(run_id),
-        )
+        return None if row is None else _state(row)
 
     def heartbeat(self, job_id: int) -> None:
         with self.sessions() as s, s.begin():
