@@ -4,15 +4,17 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo demo-check test test-rabbitmq test-unit test-integration lint format typecheck bench bench-distributed bench-rules bench-api bench-processes bench-preview bench-quality stress clean
+.PHONY: install system-deps lock demo demo-check test test-rabbitmq test-unit test-integration lint format typecheck bench bench-distributed bench-rules bench-api bench-processes bench-preview bench-quality stress clean
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+# From the lock file (tools/install.sh: uv when it can be had, else pip); tools/lock.sh re-resolves it.
+$(STAMP): pyproject.toml requirements-dev.lock
+	PYTHON=$(PYTHON) bash tools/install.sh $(VENV)
 	touch $(STAMP)
 
 install: $(STAMP)
+
+lock:
+	bash tools/lock.sh
 
 demo: $(STAMP)
 	$(BIN)/firefeed demo
@@ -21,7 +23,11 @@ demo: $(STAMP)
 demo-check:
 	bash tests/fresh_clone_demo.sh
 
-test: $(STAMP)
+# system-deps: Chromium and promtool, which some tests drive (installed when missing, as root).
+system-deps:
+	bash tools/system-deps.sh
+
+test: $(STAMP) system-deps
 	$(BIN)/pytest -m "not stress" tests
 
 # The integration tests that touch Celery, on RabbitMQ instead of Redis (CI runs both).
@@ -35,6 +41,7 @@ test-unit: $(STAMP)
 	$(BIN)/pytest tests/unit
 
 lint: $(STAMP)
+	$(BIN)/python tools/check_lock.py
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
