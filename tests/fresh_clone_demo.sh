@@ -8,7 +8,7 @@
 # FIREFEED_* variables are unset except FIREFEED_EMBEDDED_DIR, which points into the
 # temporary folder so the demo starts its own embedded Postgres. Checks: exit 0, the
 # timeline printed, the three exports exist and parse (csv, google-xml with lxml,
-# jsonl). Prints the time `make demo` took (target: under 60 s).
+# jsonl). Prints the time the install and `make demo` took together (target: under 40 s, issue 15).
 #
 # Usage: tests/fresh_clone_demo.sh  (make demo-check; needs root for `unshare -n`)
 # KEEP=1 keeps the temporary folder.
@@ -18,7 +18,7 @@ REPO="$(git -C "$(dirname "$0")/.." rev-parse --show-toplevel)"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/firefeed-fresh-clone.XXXXXX")"
 CLONE="$WORK/firefeed"
 PGDIR="$WORK/embedded-pg"
-TARGET_S=60
+TARGET_S=40
 
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 
@@ -49,7 +49,8 @@ git clone --quiet "$REPO" "$CLONE"
 echo "== make install (with the network)"
 install_start=$(date +%s.%N)
 make -C "$CLONE" --no-print-directory install
-echo "   install took $(elapsed "$install_start" "$(date +%s.%N)") s"
+install_s="$(elapsed "$install_start" "$(date +%s.%N)")"
+echo "   install took ${install_s} s"
 
 # A new user's shell: no FIREFEED_* settings at all, except where the embedded Postgres lives.
 unset_args=()
@@ -106,8 +107,9 @@ assert lines and all("id" in doc for doc in lines), "catalogue.jsonl: no documen
 print(f"   exports parse: catalogue.csv {len(rows)} rows, google.xml {len(items)} items, catalogue.jsonl {len(lines)} lines")
 EOF
 
-echo "== make demo took ${seconds} s from start to done (target < ${TARGET_S} s)"
-if awk -v s="$seconds" -v t="$TARGET_S" 'BEGIN { exit !(s >= t) }'; then
-  fail "make demo took ${seconds} s, over the ${TARGET_S} s target"
+total="$(awk -v a="$install_s" -v b="$seconds" 'BEGIN { printf "%.1f", a + b }')"
+echo "== install ${install_s} s + make demo ${seconds} s = ${total} s (target < ${TARGET_S} s)"
+if awk -v s="$total" -v t="$TARGET_S" 'BEGIN { exit !(s >= t) }'; then
+  fail "install and make demo took ${total} s, over the ${TARGET_S} s target"
 fi
 echo "demo-check passed"
