@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from celery.schedules import crontab
 from sqlalchemy import delete, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.engine import Engine
@@ -25,6 +24,7 @@ from firefeed.db.engine import get_engine, session_factory
 from firefeed.db.models import PipelineRun, PipelineStep, Project
 from firefeed.errors import NotFoundError, PipelineBusyError
 from firefeed.logging import run_context
+from firefeed.spec.cron import Cron
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +45,12 @@ def db_now(engine: Engine | None = None) -> datetime:
 
 
 # -- cron ------------------------------------------------------------------------------------
-def _day_matches(cron: crontab, t: datetime) -> bool:
-    # Celery's crontab: day_of_week 0 is Sunday; both day fields must match (celery's reading, not cron's OR).
+def _day_matches(cron: Cron, t: datetime) -> bool:
+    # day_of_week 0 is Sunday; both day fields must match (Celery's reading, kept: see spec/cron.py).
     return t.day in cron.day_of_month and (t.isoweekday() % 7) in cron.day_of_week
 
 
-def latest_slot(cron: crontab, at: datetime) -> datetime | None:
+def latest_slot(cron: Cron, at: datetime) -> datetime | None:
     """The latest time <= `at` (to the minute, UTC) at which `cron` fires; None if none in the lookback."""
     t = at.astimezone(UTC).replace(second=0, microsecond=0)
     floor = t - _CRON_LOOKBACK
