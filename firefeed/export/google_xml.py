@@ -19,6 +19,12 @@ row, framing, joining); escaping every value in Python cost about 3x the csv
 export. Searching bytes for one byte is a memchr; for two or more it is ten
 times slower here, hence one-byte placeholders.
 
+The channel (SPEC 8.19): `<title>`, `<link>` and `<description>`. The link is
+the export's `channel_link`, else the first exported item's `link` column; so
+the head is written with the first group of items, whose first line is that
+item (finished, so its `<g:link>` value is already escaped as the head needs),
+or with the tail when no item was exported. No query or pass of its own.
+
 Element names: an output name becomes `g:<NCName>`: each character that may
 not appear in an XML name (and `:`) becomes `_`; a name that cannot start an
 XML name (a digit, `-`, `.`, an empty name) gets a leading `_`; a name that
@@ -148,16 +154,64 @@ _GROUP_ROW = struct.Struct(">hiqiqi")
 _TRAILER = b"\xff\xff"
 
 
+_LINK_OPEN, _LINK_CLOSE = b"<g:link>", b"</g:link>"
+
+
+def first_link(lines: bytes) -> bytes:
+    """The `<g:link>` value of the first item line of finished `lines` ("" when it has none).
+
+    Only the column named `link` becomes `g:link` (`xml_name` never makes that
+    name of another), and a value's own `<` is `&lt;` by now, so the first
+    `<g:link>` before the first line end is that column's element; an empty
+    value has no element.
+    """
+    end = lines.find(b"\n")
+    end = len(lines) if end == -1 else end
+    start = lines.find(_LINK_OPEN, 0, end)
+    if start == -1:
+        return b""
+    start += len(_LINK_OPEN)
+    return lines[start : lines.index(_LINK_CLOSE, start, end)]
+
+
+class ChannelHead:
+    """The file's head up to the first item, written once: before the first items, else with the tail."""
+
+    def __init__(self, *, title: str, link: str, description: str) -> None:
+        self._title = xml_text(title).encode("utf-8")
+        #: None: the first item's link (no `channel_link`)
+        self._link = xml_text(link).encode("utf-8") if link else None
+        self._description = xml_text(description).encode("utf-8")
+        self.written = False
+
+    def head(self, first_lines: bytes) -> bytes:
+        """The head, its link taken from `first_lines` (the first exported items) when the export sets none."""
+        self.written = True
+        link = self._link if self._link is not None else first_link(first_lines)
+        return b"".join(
+            [
+                f'<?xml version="1.0" encoding="UTF-8"?>\n<rss version="2.0" xmlns:g="{GOOGLE_NS}">\n'.encode(),
+                b"<channel>\n<title>" + self._title + b"</title>\n<link>" + link + b"</link>\n",
+                b"<description>" + self._description + b"</description>\n",
+            ]
+        )
+
+    def tail(self, rows: int) -> bytes:
+        return (b"" if self.written else self.head(b"")) + b"</channel>\n</rss>\n"
+
+
 class XmlGroups:
     """Where `copy_item_groups` writes: one binary COPY row per group of items, finished and passed on.
 
     COPY hands over one row per write() (the first after the file header, then
     a 2-byte trailer). Each row holds its group's position, which must grow
-    (item order), its number of items and its lines.
+    (item order), its number of items and its lines. With a `channel`, its head
+    goes out just before the first group's lines.
     """
 
-    def __init__(self, sink: Sink) -> None:
+    def __init__(self, sink: Sink, channel: ChannelHead | None = None) -> None:
         self._sink = sink
+        self._channel = channel
         self._started = False
         self._last: int | None = None
         self.items = 0
@@ -179,7 +233,10 @@ class XmlGroups:
             raise ValueError("google-xml groups arrived out of order")
         self._last = position
         self.items += items
-        self._sink.write(_finished(data[body:]))
+        lines = _finished(data[body:])
+        if self._channel is not None and not self._channel.written:
+            self._sink.write(self._channel.head(lines))
+        self._sink.write(lines)
         return len(data)
 
     def finish(self) -> None:
@@ -187,14 +244,15 @@ class XmlGroups:
 
 
 def render_google_xml(columns: Sequence[OutputColumn], *, title: str, link: str, description: str) -> Rendering:
-    head = (
-        '<?xml version="1.0" encoding="UTF-8"?>\n'
-        f'<rss version="2.0" xmlns:g="{GOOGLE_NS}">\n<channel>\n'
-        f"<title>{xml_text(title)}</title>\n<link>{xml_text(link)}</link>\n"
-        f"<description>{xml_text(description)}</description>\n"
+    """The google-xml rendering; `link` "" means the first exported item's `link` (SPEC 8.19).
+
+    The head (through `<description>`) is not the rendering's `head`: it waits
+    for the first items, so `framing` and `tail` share one ChannelHead.
+    """
+    channel = ChannelHead(title=title, link=link, description=description)
+    return Rendering(
+        head=b"",
+        row=item_sql(columns),
+        tail=channel.tail,
+        framing=lambda sink: XmlGroups(sink, channel),
     )
-    return Rendering(head=head.encode("utf-8"), row=item_sql(columns), tail=_tail, framing=XmlGroups)
-
-
-def _tail(rows: int) -> bytes:
-    return b"</channel>\n</rss>\n"

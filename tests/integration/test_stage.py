@@ -166,6 +166,30 @@ def test_xml_items_load_with_growing_fields(engine: Engine, schema: SchemaServic
     ]
 
 
+def test_quoted_empty_lines_stage_as_rows_and_blank_lines_do_not(
+    engine: Engine, schema: SchemaService, tmp_path: Path
+) -> None:
+    # SPEC 8.22, both ways (in process and by a parser process): `""` is a record, white space is not.
+    path = write(tmp_path, 'id,t\n1,a\n""\n \t\n\n" "\n2,b\n', "feed.csv")
+    result = stage(engine, schema, path, "csv")
+    assert (result.rows, result.stats.rows, result.stats.malformed) == (4, 4, 0)
+    assert table_rows(engine, result.fields) == [(1, 2, "1", "a"), (2, 3, "", ""), (3, 6, " ", ""), (4, 7, "2", "b")]
+
+
+def test_repeated_names_are_taken_in_order_in_csv_and_xml(
+    engine: Engine, schema: SchemaService, tmp_path: Path
+) -> None:
+    # SPEC 8.23: `color,color,color_2` -> color, color_2, color_2_2, in a CSV header as in an XML item.
+    result = stage(engine, schema, write(tmp_path, "color,color,color_2\nr,g,b\n", "feed.csv"), "csv")
+    assert result.fields == ["color", "color_2", "color_2_2"]
+    assert table_columns(schema)[2:] == [column_for_field(f) for f in result.fields]
+    assert table_rows(engine, result.fields) == [(1, 2, "r", "g", "b")]
+    doc = "<items><item><color>r</color><color>g</color><color_2>b</color_2></item><item><x/></item></items>"
+    result = stage(engine, schema, write(tmp_path, doc, "feed.xml"), "xml")
+    assert result.fields[:3] == ["color", "color_2", "color_2_2"]
+    assert table_rows(engine, result.fields[:3])[0] == (1, 1, "r", "g", "b")
+
+
 def test_a_header_only_feed_creates_its_columns_and_no_rows(engine: Engine, schema: SchemaService) -> None:
     result = stage(engine, schema, FEEDS / "header_only.csv", "csv")
     assert (result.rows, result.fields) == (0, ["id", "title", "price"])

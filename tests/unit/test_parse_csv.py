@@ -131,18 +131,77 @@ def test_a_file_of_blank_lines_is_empty(tmp_path: Path) -> None:
     assert read(write(tmp_path, "\n\r\n\n"))[:2] == ([], [])
 
 
+def test_a_line_with_a_quoted_empty_field_is_a_record_not_a_blank_line(tmp_path: Path) -> None:
+    # SPEC 8.22: `""` alone is a record (padded); a line of white space is not, and is not counted.
+    _, rows, stats = read(write(tmp_path, 'id,t\n1,a\n""\n \t \n\n" "\n"" \n"\n"\n2,b\n'))
+    assert rows == [
+        (2, ["1", "a"]),
+        (3, ["", ""]),
+        (6, [" ", ""]),
+        (7, [" ", ""]),
+        (8, ["\n", ""]),
+        (10, ["2", "b"]),
+    ]
+    assert (stats.rows, stats.malformed) == (6, 0)
+
+
+def test_in_a_one_column_feed_blank_lines_are_still_blank(tmp_path: Path) -> None:
+    _, rows, stats = read(write(tmp_path, 'id\n1\n   \n\u00a0\n""\n2\n'))
+    assert rows == [(2, ["1"]), (5, [""]), (6, ["2"])]
+    assert (stats.rows, stats.malformed) == (3, 0)
+
+
+def test_in_a_tsv_a_line_of_tabs_is_blank_and_quoted_empty_fields_are_a_record(tmp_path: Path) -> None:
+    path = write(tmp_path, 'id\tt\n1\ta\n\t\n \t \t \n""\t""\n\t""\t\n2\tb\n', "feed.tsv")
+    _, rows, stats = read(path, "tsv")
+    # The line of three cells holds a quoted field: a record, and one too wide.
+    assert rows == [(2, ["1", "a"]), (5, ["", ""]), (7, ["2", "b"])]
+    assert (stats.rows, stats.malformed, stats.malformed_lines) == (3, 1, [6])
+
+
+def test_a_quoted_empty_header_line_is_the_header(tmp_path: Path) -> None:
+    fields, rows, _ = read(write(tmp_path, '\n  \n""\n1\n'))
+    assert fields == ["column_1"]
+    assert rows == [(4, ["1"])]
+
+
+def test_blank_lines_far_apart_in_a_long_feed_are_told_from_quoted_ones(tmp_path: Path) -> None:
+    # Beyond the raw lines the reader keeps back: each check still sees its own line.
+    body = "".join(
+        f"{i},x\n" + ('""\n' if i % 3000 == 0 else "  \n" if i % 1000 == 0 else "") for i in range(1, 20_001)
+    )
+    _, rows, stats = read(write(tmp_path, "id,t\n" + body))
+    assert stats.rows == 20_000 + 6
+    assert sum(1 for _, values in rows if values == ["", ""]) == 6
+
+
 def test_a_header_only_file_has_fields_and_no_rows() -> None:
     assert read(FEEDS / "header_only.csv")[:2] == (["id", "title", "price"], [])
 
 
-def test_repeated_headers_take_the_lowest_free_suffix_with_a_warning() -> None:
+def test_repeated_headers_take_the_lowest_free_suffix_left_to_right_with_a_warning() -> None:
     fields, rows, stats = read(FEEDS / "duplicate_headers.csv")
-    # `color_2` is a name the feed wrote itself, so the repeats skip it.
-    assert fields == ["id", "color", "color_3", "color_2", "column_5", "size", "color_4"]
+    # SPEC 8.23: names are taken left to right; `color_2` was taken by the second `color` first.
+    assert fields == ["id", "color", "color_2", "color_2_2", "column_5", "size", "color_3"]
     assert rows == [(2, ["1", "red", "blue", "green", "x", "M", "black"])]
+    assert "repeated header 'color' renamed to 'color_2'" in stats.warnings
+    assert "repeated header 'color_2' renamed to 'color_2_2'" in stats.warnings
     assert "repeated header 'color' renamed to 'color_3'" in stats.warnings
-    assert "repeated header 'color' renamed to 'color_4'" in stats.warnings
     assert any("column_5" in w for w in stats.warnings)
+
+
+@pytest.mark.parametrize(
+    ("header", "fields"),
+    [
+        ("color,color,color_2", ["color", "color_2", "color_2_2"]),
+        ("color_2,color,color", ["color_2", "color", "color_3"]),
+        ("a,a,a,a_2,a_3", ["a", "a_2", "a_3", "a_2_2", "a_3_2"]),
+        ("column_2,", ["column_2", "column_2_2"]),
+        (",column_1", ["column_1", "column_1_2"]),
+    ],
+)
+def test_header_names_are_taken_in_order_like_xml_names(tmp_path: Path, header: str, fields: list[str]) -> None:
+    assert read(write(tmp_path, header + "\n"))[0] == fields
 
 
 def test_nul_characters_are_removed_from_names_and_values_and_counted() -> None:

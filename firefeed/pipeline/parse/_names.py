@@ -28,22 +28,21 @@ def free_name(name: str, taken: set[str] | dict[str, int]) -> str:
 
 
 def header_names(raw: list[str], stats: ParseStats) -> list[str]:
-    """A CSV header as unique field names; the names the feed wrote itself are kept first.
+    """A CSV header as unique field names, taken left to right the way XML takes them (SPEC 8.23).
 
-    An empty name becomes `column_<n>` (its 1-based position); a repeated one
-    takes the lowest free `_n`, n >= 2, skipping names the header already uses
-    (`a, a, a_2` -> `a, a_3, a_2`). Each change is a warning.
+    An empty name becomes `column_<n>` (its 1-based position); a name already
+    taken by a column to its left takes the lowest free `_n`, n >= 2, among the
+    names taken so far (`color, color, color_2` -> `color, color_2, color_2_2`).
+    Each change is a warning.
     """
-    names = [clean_text(name, stats) for name in raw]
-    for i, name in enumerate(names):
-        if name == "":
-            names[i] = f"column_{i + 1}"
-            stats.warnings.append(f"empty header name in column {i + 1} named {names[i]!r}")
-    written = set(names)
     taken: set[str] = set()
     out = []
-    for name in names:
-        unique = name if name not in taken else free_name(name, taken | written)
+    for i, written in enumerate(raw):
+        name = clean_text(written, stats)
+        if name == "":
+            name = f"column_{i + 1}"
+            stats.warnings.append(f"empty header name in column {i + 1} named {name!r}")
+        unique = free_name(name, taken)
         if unique != name:
             stats.warnings.append(f"repeated header {name!r} renamed to {unique!r}")
         taken.add(unique)
