@@ -2,10 +2,12 @@
 
 A spec is user input (it can arrive over the API), so a source URL must not reach
 the worker's own network: loopback, private ranges, link-local (cloud metadata at
-169.254.169.254), and the rest of the non-public address space. Every address a
-host resolves to is checked, and the connection goes to an address that was
-checked, so a DNS answer that changes between check and connect (rebinding)
-cannot slip a private address in.
+169.254.169.254), and the rest of the non-public address space, judged by an
+explicit table of the IANA special-purpose ranges (not by the Python version's
+`ipaddress` flags, which disagree between versions). Every address a host
+resolves to is checked, and the connection goes to an address that was checked,
+so a DNS answer that changes between check and connect (rebinding) cannot slip
+a private address in.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from firefeed.config import Settings
 from firefeed.errors import FetchError, UnsafePathError, UnsafeURLError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 HTTP_SCHEMES = frozenset({"http", "https"})
@@ -46,28 +49,104 @@ def url_kind(source: str, url: str) -> str:
     raise UnsafeURLError(source, f"URL scheme {scheme!r} is not allowed; use http://, https://, file:// or a path")
 
 
+# ------------------------------------------------------------------ the special-purpose address table
+#
+# Sources (transcribed 2026-12-01):
+#   IANA IPv4 Special-Purpose Address Registry
+#     https://www.iana.org/assignments/iana-ipv4-special-registry/ (RFC 6890, RFC 8190 and the RFCs per row)
+#   IANA IPv6 Special-Purpose Address Registry (last updated 2025-10-09)
+#     https://www.iana.org/assignments/iana-ipv6-special-registry/
+#   IANA IPv4 Multicast Address Space (224.0.0.0/4) and IANA IPv6 Address Space (only 2000::/3 is
+#     allocated as global unicast; everything else outside the ranges below is "Reserved by IETF").
+# Every row is refused, including the few the registries mark "globally reachable" (PCP/TURN anycast,
+# AS112, AMT, ORCHIDv2, drone tags): none of them serves a product feed, and an explicit table
+# is only safe if it errs on the side of refusing. Python's `ipaddress` is_global/is_private flags are
+# NOT used: they differ between Python versions (3.11 calls most of 192.0.0.0/24 global).
+_SPECIAL_V4: tuple[tuple[str, str], ...] = (
+    ("0.0.0.0/8", '"this network" (RFC 791)'),
+    ("10.0.0.0/8", "private use (RFC 1918)"),
+    ("100.64.0.0/10", "shared address space, carrier-grade NAT (RFC 6598)"),
+    ("127.0.0.0/8", "loopback (RFC 1122)"),
+    ("169.254.0.0/16", "link-local, cloud metadata (RFC 3927)"),
+    ("172.16.0.0/12", "private use (RFC 1918)"),
+    ("192.0.0.0/24", "IETF protocol assignments (RFC 6890)"),
+    ("192.0.0.0/29", "IPv4 service continuity prefix (RFC 7335)"),
+    ("192.0.0.8/32", "IPv4 dummy address (RFC 7600)"),
+    ("192.0.0.9/32", "Port Control Protocol anycast (RFC 7723)"),
+    ("192.0.0.10/32", "TURN anycast (RFC 8155)"),
+    ("192.0.0.170/32", "NAT64/DNS64 discovery (RFC 8880)"),
+    ("192.0.0.171/32", "NAT64/DNS64 discovery (RFC 8880)"),
+    ("192.0.2.0/24", "documentation, TEST-NET-1 (RFC 5737)"),
+    ("192.31.196.0/24", "AS112-v4 (RFC 7535)"),
+    ("192.52.193.0/24", "AMT (RFC 7450)"),
+    ("192.88.99.0/24", "deprecated 6to4 relay anycast (RFC 7526)"),
+    ("192.168.0.0/16", "private use (RFC 1918)"),
+    ("192.175.48.0/24", "direct delegation AS112 service (RFC 7534)"),
+    ("198.18.0.0/15", "benchmarking (RFC 2544)"),
+    ("198.51.100.0/24", "documentation, TEST-NET-2 (RFC 5737)"),
+    ("203.0.113.0/24", "documentation, TEST-NET-3 (RFC 5737)"),
+    ("224.0.0.0/4", "multicast (RFC 5771)"),
+    ("240.0.0.0/4", "reserved (RFC 1112)"),
+    ("255.255.255.255/32", "limited broadcast (RFC 919)"),
+)
+_SPECIAL_V6: tuple[tuple[str, str], ...] = (
+    ("::1/128", "loopback (RFC 4291)"),
+    ("::/128", "unspecified (RFC 4291)"),
+    ("64:ff9b:1::/48", "local-use IPv4/IPv6 translation (RFC 8215)"),
+    ("100::/64", "discard-only (RFC 6666)"),
+    ("100:0:0:1::/64", "dummy IPv6 prefix (RFC 9780)"),
+    ("2001::/23", "IETF protocol assignments, Teredo included (RFC 2928)"),
+    ("2001:db8::/32", "documentation (RFC 3849)"),
+    ("2620:4f:8000::/48", "direct delegation AS112 service (RFC 7534)"),
+    ("3fff::/20", "documentation (RFC 9637)"),
+    ("5f00::/16", "segment routing SIDs (RFC 9602)"),
+    ("fc00::/7", "unique local (RFC 4193)"),
+    ("fe80::/10", "link-local (RFC 4291)"),
+    ("ff00::/8", "multicast (RFC 4291)"),
+)
+# Wrappers whose meaning is the IPv4 address inside: the guard judges that address instead.
+_V4_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")  # RFC 4291: the socket connects to the IPv4 address
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052: a NAT64 gateway connects to the IPv4 address
+_SIX_TO_FOUR = ipaddress.IPv6Network("2002::/16")  # RFC 3056: a relay forwards to the IPv4 address
+_GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")  # IANA IPv6 Address Space: the only allocated unicast
+
+
+def _table(rows: tuple[tuple[str, str], ...]) -> tuple[tuple[IPNetwork, str], ...]:
+    # Most specific first, so a refusal names 192.0.0.8/32 rather than the /24 around it.
+    nets = [(ipaddress.ip_network(net), name) for net, name in rows]
+    return tuple(sorted(nets, key=lambda row: -row[0].prefixlen))
+
+
+_V4_TABLE = _table(_SPECIAL_V4)
+_V6_TABLE = _table(_SPECIAL_V6)
+
+
+def special_range(address: IPAddress) -> str | None:
+    """The special-purpose range `address` falls in, as "<network> <name>", or None if it is public.
+
+    An IPv6 address that wraps an IPv4 address (v4-mapped, NAT64, 6to4) is judged
+    by the IPv4 address inside; IPv6 outside 2000::/3 is refused as unallocated.
+    """
+    if isinstance(address, ipaddress.IPv4Address):
+        return next((f"{net} {name}" for net, name in _V4_TABLE if address in net), None)
+    if address in _V4_MAPPED or address in _NAT64:
+        inner = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+        found = special_range(inner)
+        wrapper = _V4_MAPPED if address in _V4_MAPPED else _NAT64
+        return None if found is None else f"{found}, wrapped in {wrapper}"
+    if address in _SIX_TO_FOUR:
+        inner = ipaddress.IPv4Address((int(address) >> 80) & 0xFFFFFFFF)
+        found = special_range(inner)
+        return None if found is None else f"{found}, wrapped in {_SIX_TO_FOUR} 6to4"
+    found = next((f"{net} {name}" for net, name in _V6_TABLE if address in net), None)
+    if found is None and address not in _GLOBAL_UNICAST:
+        found = f"outside {_GLOBAL_UNICAST} global unicast (reserved by IETF)"
+    return found
+
+
 def is_public_address(address: IPAddress) -> bool:
-    """True only for globally routable unicast addresses, looking inside IPv6 wrappers of IPv4."""
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:  # ::ffff:a.b.c.d is that IPv4 address, nothing more
-            return is_public_address(address.ipv4_mapped)
-        embedded = address.sixtofour
-        if embedded is None and address.teredo is not None:
-            embedded = address.teredo[1]
-        if embedded is not None and not is_public_address(embedded):
-            return False
-        if address.is_site_local:
-            return False
-    return not (
-        address.is_loopback
-        or address.is_private
-        or address.is_link_local
-        or address.is_unspecified
-        or address.is_multicast
-        or address.is_reserved
-        # is_global also excludes shared (100.64/10) and documentation ranges.
-        or not address.is_global
-    )
+    """True only for an address in none of the special-purpose ranges (see `special_range`)."""
+    return special_range(address) is None
 
 
 def parse_address(text: str) -> IPAddress | None:
@@ -103,11 +182,12 @@ def resolve_public(source: str, host: str, port: int) -> list[str]:
         if not addresses:
             raise httpx.ConnectError(f"host {host!r} has no IP address")
     for address in addresses:
-        if not is_public_address(address):
+        special = special_range(address)
+        if special is not None:
             where = f"address {host} is" if literal is not None else f"host {host!r} resolves to {address},"
             raise UnsafeURLError(
                 source,
-                f"{where} a non-public address; set FIREFEED_FETCH_ALLOWED_HOSTS "
+                f"{where} a non-public address ({special}); set FIREFEED_FETCH_ALLOWED_HOSTS "
                 "or FIREFEED_FETCH_ALLOW_PRIVATE to allow it",
             )
     return [str(a) for a in addresses]

@@ -18,6 +18,7 @@ from firefeed.pipeline._netguard import (
     is_public_address,
     resolve_local_path,
     resolve_public,
+    special_range,
     url_kind,
 )
 
@@ -32,45 +33,131 @@ def make_settings(**overrides: Any) -> Settings:
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]
 
 
-@pytest.mark.parametrize(
-    "address",
-    [
-        "127.0.0.1",
-        "127.8.9.10",
-        "10.0.0.1",
-        "172.16.0.1",
-        "172.31.255.255",
-        "192.168.0.1",
-        "169.254.169.254",
-        "0.0.0.0",
-        "100.64.0.1",
-        "224.0.0.1",
-        "239.255.255.250",
-        "240.0.0.1",
-        "255.255.255.255",
-        "192.0.2.1",
-        "::1",
-        "::",
-        "fc00::1",
-        "fd12:3456::1",
-        "fe80::1",
-        "fec0::1",
-        "ff02::1",
-        "::ffff:127.0.0.1",
-        "::ffff:10.0.0.1",
-        "::ffff:169.254.169.254",
-        "::127.0.0.1",
-        "2002:7f00:1::",  # 6to4 wrapping 127.0.0.1
-        "2001:0:4136:e378:8000:63bf:f5ff:fffe",  # Teredo wrapping 10.0.0.1
-    ],
-)
-def test_non_public_addresses_are_not_public(address: str) -> None:
+# One address per special-purpose range (IANA IPv4 and IPv6 registries, RFC 6890 and successors), with
+# the range the refusal must name. Rows marked "new" were let through by the `ipaddress`-flag guard.
+SPECIAL = [
+    ("0.0.0.0", "0.0.0.0/8"),
+    ("0.1.2.3", "0.0.0.0/8"),
+    ("10.0.0.1", "10.0.0.0/8"),
+    ("100.64.0.1", "100.64.0.0/10"),
+    ("100.127.255.254", "100.64.0.0/10"),
+    ("127.0.0.1", "127.0.0.0/8"),
+    ("127.8.9.10", "127.0.0.0/8"),
+    ("169.254.169.254", "169.254.0.0/16"),
+    ("172.16.0.1", "172.16.0.0/12"),
+    ("172.31.255.255", "172.16.0.0/12"),
+    ("192.0.0.1", "192.0.0.0/29"),
+    ("192.0.0.8", "192.0.0.8/32"),  # new
+    ("192.0.0.9", "192.0.0.9/32"),  # new
+    ("192.0.0.10", "192.0.0.10/32"),  # new
+    ("192.0.0.170", "192.0.0.170/32"),
+    ("192.0.0.171", "192.0.0.171/32"),
+    ("192.0.0.200", "192.0.0.0/24"),  # new
+    ("192.0.2.1", "192.0.2.0/24"),
+    ("192.31.196.1", "192.31.196.0/24"),  # new
+    ("192.52.193.1", "192.52.193.0/24"),  # new
+    ("192.88.99.1", "192.88.99.0/24"),  # new
+    ("192.168.0.1", "192.168.0.0/16"),
+    ("192.175.48.1", "192.175.48.0/24"),  # new
+    ("198.18.0.1", "198.18.0.0/15"),
+    ("198.19.255.254", "198.18.0.0/15"),
+    ("198.51.100.7", "198.51.100.0/24"),
+    ("203.0.113.7", "203.0.113.0/24"),
+    ("224.0.0.1", "224.0.0.0/4"),
+    ("239.255.255.250", "224.0.0.0/4"),
+    ("240.0.0.1", "240.0.0.0/4"),
+    ("255.255.255.254", "240.0.0.0/4"),
+    ("255.255.255.255", "255.255.255.255/32"),
+    ("::1", "::1/128"),
+    ("::", "::/128"),
+    ("::ffff:127.0.0.1", "127.0.0.0/8 loopback (RFC 1122), wrapped in ::ffff:0:0/96"),
+    ("::ffff:10.0.0.1", "10.0.0.0/8"),
+    ("::ffff:192.168.1.1", "192.168.0.0/16 private use (RFC 1918), wrapped in ::ffff:0:0/96"),
+    ("::ffff:169.254.169.254", "169.254.0.0/16"),
+    ("::ffff:192.0.0.8", "192.0.0.8/32"),  # new
+    ("64:ff9b::7f00:1", "127.0.0.0/8 loopback (RFC 1122), wrapped in 64:ff9b::/96"),  # NAT64 of 127.0.0.1
+    ("64:ff9b::a9fe:a9fe", "169.254.0.0/16"),  # NAT64 of the metadata address
+    ("64:ff9b:1::1", "64:ff9b:1::/48"),
+    ("100::1", "100::/64"),
+    ("100:0:0:1::1", "100:0:0:1::/64"),
+    ("2001::1", "2001::/23"),
+    ("2001:0:4136:e378:8000:63bf:f5ff:fffe", "2001::/23"),  # Teredo
+    ("2001:1::1", "2001::/23"),  # new: PCP anycast, globally reachable but refused (see _netguard)
+    ("2001:2::1", "2001::/23"),
+    ("2001:3::1", "2001::/23"),
+    ("2001:4:112::1", "2001::/23"),
+    ("2001:20::1", "2001::/23"),
+    ("2001:30::1", "2001::/23"),
+    ("2001:1ff:ffff::1", "2001::/23"),
+    ("2001:db8::1", "2001:db8::/32"),
+    ("2002:a00:1::", "10.0.0.0/8 private use (RFC 1918), wrapped in 2002::/16 6to4"),  # 6to4 of 10.0.0.1
+    ("2002:7f00:1::", "127.0.0.0/8"),  # 6to4 of 127.0.0.1
+    ("2002:c000:8::1", "192.0.0.8/32"),  # 6to4 of 192.0.0.8: new
+    ("2620:4f:8000::1", "2620:4f:8000::/48"),  # new
+    ("3fff::1", "3fff::/20"),  # new
+    ("3fff:fff::1", "3fff::/20"),  # new
+    ("5f00::1", "5f00::/16"),
+    ("fc00::1", "fc00::/7"),
+    ("fd12:3456::1", "fc00::/7"),
+    ("fd00:ec2::254", "fc00::/7"),  # the IPv6 metadata address of one cloud
+    ("fe80::1", "fe80::/10"),
+    ("febf::1", "fe80::/10"),
+    ("ff02::1", "ff00::/8"),
+    ("fec0::1", "outside 2000::/3"),  # deprecated site-local
+    ("::127.0.0.1", "outside 2000::/3"),  # deprecated IPv4-compatible
+    ("4000::1", "outside 2000::/3"),
+]
+PUBLIC = [
+    "8.8.8.8",
+    "1.1.1.1",
+    "93.184.216.34",
+    "192.0.1.1",  # just below 192.0.0.0/24's neighbour 192.0.2.0/24
+    "192.0.3.1",
+    "172.32.0.1",  # just past 172.16.0.0/12
+    "100.128.0.1",  # just past 100.64.0.0/10
+    "198.20.0.1",  # just past 198.18.0.0/15
+    "223.255.255.254",
+    "2606:4700:4700::1111",
+    "2a00:1450:4001::1",
+    "2001:200::1",  # just past 2001::/23
+    "2001:dc8::1",
+    "3fff:1000::1",  # just past 3fff::/20
+    "::ffff:8.8.8.8",
+    "64:ff9b::808:808",  # NAT64 of 8.8.8.8
+    "2002:808:808::1",  # 6to4 of 8.8.8.8
+]
+
+
+@pytest.mark.parametrize(("address", "range_named"), SPECIAL)
+def test_every_special_purpose_range_is_refused_and_named(address: str, range_named: str) -> None:
+    found = special_range(ipaddress.ip_address(address))
+    assert found is not None and range_named in found
     assert not is_public_address(ipaddress.ip_address(address))
 
 
-@pytest.mark.parametrize("address", ["8.8.8.8", "93.184.216.34", "2606:4700:4700::1111", "::ffff:8.8.8.8"])
+@pytest.mark.parametrize("address", PUBLIC)
 def test_public_addresses_are_public(address: str) -> None:
+    assert special_range(ipaddress.ip_address(address)) is None
     assert is_public_address(ipaddress.ip_address(address))
+
+
+@pytest.mark.parametrize(
+    "address", ["192.0.0.8", "192.0.0.170", "::ffff:10.1.2.3", "2002:a00:1::", "64:ff9b::7f00:1", "3fff::1"]
+)
+def test_a_literal_special_address_is_refused_naming_its_range(address: str) -> None:
+    with pytest.raises(UnsafeURLError, match=r"is a non-public address \(.*/\d+ .*\); set FIREFEED_FETCH_ALLOWED"):
+        resolve_public("main", f"[{address}]" if ":" in address else address, 443)
+
+
+def test_the_guard_does_not_consult_the_ipaddress_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Whatever this Python's flags say, the table decides: make every flag claim "global".
+    for cls in (ipaddress.IPv4Address, ipaddress.IPv6Address):
+        for flag in ("is_private", "is_loopback", "is_link_local", "is_reserved", "is_multicast", "is_unspecified"):
+            monkeypatch.setattr(cls, flag, property(lambda self: False))
+        monkeypatch.setattr(cls, "is_global", property(lambda self: True))
+    assert not is_public_address(ipaddress.ip_address("10.0.0.1"))
+    assert not is_public_address(ipaddress.ip_address("::ffff:127.0.0.1"))
+    assert is_public_address(ipaddress.ip_address("8.8.8.8"))
 
 
 @pytest.mark.parametrize(
@@ -135,6 +222,12 @@ def test_exempt_hosts() -> None:
     assert not host_is_exempt("other.local", make_settings(fetch_allowed_hosts="intranet.local"))
 
 
+def test_a_name_resolving_into_192_0_0_0_24_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_netguard.socket, "getaddrinfo", fake_getaddrinfo("93.184.216.34", "192.0.0.8"))
+    with pytest.raises(UnsafeURLError, match=r"resolves to 192\.0\.0\.8, a non-public address \(192\.0\.0\.8/32"):
+        resolve_public("main", "feeds.example.com", 443)
+
+
 class RecordingTransport(GuardedTransport):
     """The guard with its connection pools replaced by a recorder."""
 
@@ -183,6 +276,18 @@ def test_the_transport_refuses_before_sending(monkeypatch: pytest.MonkeyPatch) -
     with pytest.raises(UnsafeURLError):
         transport.handle_request(httpx.Request("GET", "http://metadata.example.com/"))
     assert transport.sent == []
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [make_settings(fetch_allow_private=True), make_settings(fetch_allowed_hosts="192.0.0.8,2002:a00:1::")],
+)
+def test_the_settings_still_lift_the_guard_for_special_addresses(settings: Settings) -> None:
+    # Nothing is sent anywhere: the recorder stands in for the connection pools.
+    transport = RecordingTransport(source="main", settings=settings)
+    transport.handle_request(httpx.Request("GET", "http://192.0.0.8/f"))
+    transport.handle_request(httpx.Request("GET", "http://[2002:a00:1::]/f"))
+    assert [str(r.url) for _, r in transport.sent] == ["http://192.0.0.8/f", "http://[2002:a00:1::]/f"]
 
 
 def test_an_exempt_host_is_passed_through_unchanged() -> None:
