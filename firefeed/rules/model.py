@@ -266,22 +266,28 @@ def effective(branch: tuple[Action, ...]) -> tuple[FieldAction, ...]:
 
 # -- conditions ------------------------------------------------------------
 _LEAF_KEYS = ("field", "op", "value", "case_sensitive")
+#: how deep all/any/not may nest: parsing, compiling and Postgres' planner all recurse once per level
+#: (a few thousand levels overflowed Python's stack); real conditions nest two or three
+MAX_CONDITION_DEPTH = 32
 
 
-def parse_condition(raw: Any, path: str) -> Condition:
-    """A leaf `{field, op, value}` or a group `{all: [...]}`, `{any: [...]}`, `{not: ...}`."""
+def parse_condition(raw: Any, path: str, *, depth: int = 1) -> Condition:
+    """A leaf `{field, op, value}` or a group `{all: [...]}`, `{any: [...]}`, `{not: ...}`
+    (`depth`: how many groups this one is inside, itself included)."""
     if not isinstance(raw, Mapping):
         raise SpecError(path, f"must be a condition mapping, not {_kind(raw)}")
     groups = [k for k in ("all", "any", "not") if k in raw]
     if groups:
         key = groups[0]
         _mapping(raw, path, (key,))
+        if depth > MAX_CONDITION_DEPTH:
+            raise SpecError(path, f"nests all/any/not more than {MAX_CONDITION_DEPTH} levels deep")
         inner = raw[key]
         if key == "not":
-            return Not(parse_condition(inner, f"{path}.not"))
+            return Not(parse_condition(inner, f"{path}.not", depth=depth + 1))
         if not isinstance(inner, list | tuple):
             raise SpecError(f"{path}.{key}", f"must be a list of conditions, not {_kind(inner)}")
-        items = tuple(parse_condition(c, f"{path}.{key}[{i}]") for i, c in enumerate(inner))
+        items = tuple(parse_condition(c, f"{path}.{key}[{i}]", depth=depth + 1) for i, c in enumerate(inner))
         return AllOf(items) if key == "all" else AnyOf(items)
     _mapping(raw, path, _LEAF_KEYS, ("field", "op"))
     name = _field_name(raw["field"], f"{path}.field")

@@ -1,0 +1,121 @@
+"""What one project's rules may cost: a cap on their compiled SQL (`rules_max_sql_bytes`).
+
+The planner keeps a pass's text linear in its rules (_growth), but a long
+enough list, or a feed with very many columns (every level of a pass lists
+every column), still makes statements that take the backend's memory and
+time to parse and plan before a single row is read. The cap counts the bytes
+of every pass statement with its values bound, summed over the passes.
+
+It is checked twice: when a spec is validated, with only the fields the rules
+name (the feed's columns are not known yet: a lower bound of the real plan),
+and when RULES starts, with the real columns, before any pass runs. Either
+way it is a spec error naming the first rule whose addition crosses the cap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from decimal import Decimal
+from typing import Any
+
+from psycopg2 import sql
+
+from firefeed.errors import SpecError
+from firefeed.rules._frag import Frag
+from firefeed.rules._plan import PassPlan, plan_passes
+from firefeed.rules.model import Rule, action_reads, condition_fields, effective
+from firefeed.rules.sqlgen import pass_insert
+
+# Stand-ins for the pass tables: real names are about as long (schema-qualified rules_tmp_* names).
+_SOURCE = sql.Identifier("ff_company_schema_name", "rules_tmp_00000000000000000000000000000000_00")
+_TARGET = _SOURCE
+
+
+def _text_bytes(node: sql.Composable) -> int:
+    """Bytes of a composed statement's text, `%s` placeholders included (no connection needed)."""
+    total = 0
+    stack: list[Any] = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, sql.Composed):
+            stack.extend(item.seq)
+        elif isinstance(item, sql.SQL):
+            total += len(item.string.encode())
+        elif isinstance(item, sql.Identifier):
+            total += sum(len(s.encode()) + 2 + s.count('"') for s in item.strings) + len(item.strings) - 1
+        else:  # Literal, Placeholder: short, FireFeed's own
+            total += len(str(getattr(item, "wrapped", "")).encode()) + 2
+    return total
+
+
+def _value_bytes(value: Any) -> int:
+    """Bytes of a bound value as psycopg2 writes it into the statement."""
+    if isinstance(value, str):
+        return len(value.encode()) + 2 + value.count("'")
+    if isinstance(value, list | tuple):
+        return 7 + sum(_value_bytes(v) + 1 for v in value)  # ARRAY[a,b,...]
+    if isinstance(value, bool | int | float | Decimal):
+        return len(str(value))
+    return len(str(value).encode()) + 2
+
+
+def statement_bytes(frag: Frag) -> int:
+    """The size of a statement's text once its values are bound."""
+    return _text_bytes(frag.sql) - 2 * len(frag.params) + sum(_value_bytes(v) for v in frag.params)
+
+
+def plan_bytes(plans: Sequence[PassPlan]) -> int:
+    """The bytes of SQL the passes' statements take, together."""
+    return sum(statement_bytes(pass_insert(plan, _SOURCE, _TARGET)) for plan in plans)
+
+
+def spec_fields(rules: Sequence[Rule], key_field: str) -> list[str]:
+    """The fields a spec's rules name (those that read or write them), the key first."""
+    names: dict[str, None] = {key_field: None}
+    for rule in rules:
+        if rule.when is not None:
+            names.update(dict.fromkeys(condition_fields(rule.when)))
+        for action in (*effective(rule.then), *effective(rule.else_)):
+            names.update(dict.fromkeys(action_reads(action)))
+            names[action.field] = None
+    return list(names)
+
+
+def check_sql_size(
+    rules: Sequence[Rule], fields: Sequence[str], limit: int | None = None, *, path: str = "rules"
+) -> list[PassPlan]:
+    """The rules' passes over `fields`; a SpecError naming the first rule that takes their SQL over
+    `limit` bytes (default: the setting rules_max_sql_bytes)."""
+    if limit is None:
+        from firefeed.config import get_settings
+
+        limit = get_settings().rules_max_sql_bytes
+    plans = plan_passes(rules, fields)
+    sizes = [plan_bytes([plan]) for plan in plans]
+    total = sum(sizes)
+    if total <= limit:
+        return plans
+    before = 0
+    crossing = plans[-1]
+    for plan, size in zip(plans, sizes, strict=True):
+        if before + size > limit:
+            crossing = plan
+            break
+        before += size
+    # Passes are cut greedily, so the first rules of the crossing pass plan as that pass's start:
+    # the shortest start over the cap ends with the rule that crosses it.
+    group = crossing.rules
+    lo, hi = 1, len(group)  # the start of lo - 1 rules fits (no rule does), that of hi does not
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if before + plan_bytes(plan_passes(group[:mid], crossing.fields_in)) > limit:
+            hi = mid
+        else:
+            lo = mid + 1
+    rule = group[hi - 1]
+    enabled = sum(1 for r in rules if r.enabled)
+    raise SpecError(
+        f"{path}[{rule.index - 1}]",
+        f"rule {rule.name!r} takes the compiled rules past rules_max_sql_bytes ({limit} bytes of SQL; "
+        f"all {enabled} enabled rules would need about {total}): use fewer or simpler rules",
+    )
