@@ -11,7 +11,9 @@ from sqlalchemy.engine import Engine
 
 from firefeed import __version__
 from firefeed.api import errors
-from firefeed.api.routes import ops, preview, projects, runs
+from firefeed.api.routes import ops, preview, projects, runs, secrets
+from firefeed.config import get_settings
+from firefeed.preview.pool import PreviewPool
 from firefeed.runs.service import RunStore
 from firefeed.runs.tokens import TokenStore
 
@@ -37,10 +39,13 @@ def create_app(*, engine: Engine | None = None) -> FastAPI:
 
     app.state.store = RunStore(engine)
     app.state.tokens = TokenStore(app.state.store.engine)
+    # Previews run on threads of their own, not on the pool every sync route shares (issue #15).
+    app.state.previews = PreviewPool(get_settings().preview_pool_size)
     errors.install(app)
     app.include_router(projects.router)
     app.include_router(preview.router)
     app.include_router(runs.router)
+    app.include_router(secrets.router)
     app.include_router(ops.router)
     app.mount("/web", StaticFiles(directory=WEB_DIR), name="web")
 

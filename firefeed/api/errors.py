@@ -17,15 +17,20 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from firefeed.errors import (
     AuthenticationError,
+    ConfigError,
     EnqueueError,
     FetchError,
     FireFeedError,
     MergeError,
     NotFoundError,
     PipelineBusyError,
+    PreviewsBusyError,
+    PreviewTimeoutError,
+    RetryLaterError,
     RunCancelledError,
     SourceError,
     SpecError,
+    TooManyPreviewsError,
     UnsafePathError,
     UnsafeURLError,
 )
@@ -41,6 +46,12 @@ STATUS: tuple[tuple[type[FireFeedError], int], ...] = (
     (RunCancelledError, 409),
     (SpecError, 422),
     (EnqueueError, 503),
+    # The server lacks a setting the request needs (FIREFEED_SECRETS_KEY for secrets): not the caller's fault.
+    (ConfigError, 503),
+    # Previews (issue #15): one company's limit is its own doing (429), a full pool is the server's (503).
+    (TooManyPreviewsError, 429),
+    (PreviewsBusyError, 503),
+    (PreviewTimeoutError, 504),
     # Sources are only read in a request by a preview: a refused or unreadable one is the spec's problem,
     # an upstream server that fails is a bad gateway.
     (UnsafeURLError, 422),
@@ -71,6 +82,8 @@ def error_body(err: FireFeedError) -> dict[str, Any]:
         body["message"] = err.detail
     elif isinstance(err, SourceError):
         body["source"] = err.source
+    elif isinstance(err, RetryLaterError):
+        body["retry_after"] = err.retry_after
     return body
 
 
@@ -78,9 +91,13 @@ async def handle_firefeed_error(request: Request, exc: Exception) -> JSONRespons
     """The one mapping from FireFeed's error tree to HTTP."""
     assert isinstance(exc, FireFeedError)
     status = status_of(exc)
-    if status >= 500:
+    if isinstance(exc, RetryLaterError | PreviewTimeoutError):
+        log.warning("%s %s: %s", request.method, request.url.path, exc)  # a limit doing its job, not a fault
+    elif status >= 500:
         log.error("%s %s failed: %s", request.method, request.url.path, exc, exc_info=exc)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if isinstance(exc, RetryLaterError):
+        headers = {"Retry-After": str(exc.retry_after)}
     return JSONResponse(error_body(exc), status_code=status, headers=headers)
 
 

@@ -59,8 +59,10 @@ def register(subparsers: Any) -> None:
             "Runs FETCH, PARSE, MERGE and RULES on a sample - the first N items of the primary source, or the "
             "items with the given ids - in a throwaway schema, and shows per rule how many items it matched, "
             "changed and excluded, and per item each field a rule changed (before -> after). The project's "
-            "tables, its runs and its exports are left exactly as they were. Exit codes: 0 ok, 1 a source "
-            "could not be fetched, parsed or merged, 2 bad spec (the message names the key), 4 unknown project."
+            "tables, its runs and its exports are left exactly as they were. The whole preview must finish "
+            "within FIREFEED_PREVIEW_DEADLINE_S (default 20 s), however slowly a source answers. Exit codes: "
+            "0 ok, 1 a source could not be fetched, parsed or merged, or the preview did not finish in time, "
+            "2 bad spec (the message names the key), 4 unknown project."
         ),
     )
     p.add_argument("spec", metavar="SPEC|PROJECT", help="a spec file, or a stored project id (its stored spec)")

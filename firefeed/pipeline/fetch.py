@@ -16,7 +16,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urljoin
@@ -24,16 +24,20 @@ from urllib.parse import unquote, urljoin
 import httpx
 
 from firefeed.config import Settings
-from firefeed.errors import FetchError
+from firefeed.errors import FetchError, FireFeedError
 from firefeed.pipeline._decompress import (
     CHUNK,
     COMPRESSIONS,
     Compression,
+    DecompressLimits,
     decompress,
     detect,
     strip_suffix,
 )
+from firefeed.pipeline._fetch_deadline import PAST_DEADLINE as _PAST_DEADLINE
+from firefeed.pipeline._fetch_deadline import FetchWatchdog
 from firefeed.pipeline._netguard import guarded_client, resolve_local_path, url_kind
+from firefeed.secrets.references import Resolver
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +45,7 @@ MAX_REDIRECTS = 10
 MAX_RETRY_AFTER_S = 60.0  # never let a server park a worker longer than this between tries
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504}) | frozenset(range(505, 600))
 _REDIRECT_STATUS = frozenset({301, 302, 303, 307, 308})
-_ENV_VAR = re.compile(r"\$\{([^}]*)\}")
 _PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#@:]*:)[^/?#@]*@")
-_VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")
 
@@ -79,57 +81,66 @@ def fetch_source(
     compression: str = "auto",
     previous: Validators | None,
     settings: Settings,
+    deadline: float | None = None,
+    references: Resolver | None = None,
 ) -> FetchResult:
     """Fetch `url` for the source named `source` into `dest_dir`.
 
-    Raises FetchError (UnsafeURLError for a refused destination) or
-    UnsafePathError for a local path outside the allowed folders.
+    `deadline` (a `time.monotonic()` value; a preview's) ends the whole fetch,
+    retries included, even while a server trickles bytes. Raises FetchError
+    (UnsafeURLError for a refused destination) or UnsafePathError for a local
+    path outside the allowed folders.
+
+    `references` expands `${secret:NAME}` and `${VAR}` in the URL and headers
+    for the spec's company and origin (firefeed/secrets); without one every
+    reference is refused. No message, log line or result shows an expanded value.
     """
-    url = url.strip()
-    if not url:
-        raise FetchError(source, "the URL is empty")
-    if compression not in COMPRESSIONS:
-        raise FetchError(source, f"compression must be one of {', '.join(COMPRESSIONS)}")
-    if url_kind(source, url) == "http":
-        return _fetch_http(
+    refs = references or Resolver.closed()
+    try:
+        url = refs.expand(url.strip(), source=source, where="the URL", in_url=True)
+        if not url:
+            raise FetchError(source, "the URL is empty")
+        if compression not in COMPRESSIONS:
+            raise FetchError(source, f"compression must be one of {', '.join(COMPRESSIONS)}")
+        if url_kind(source, url) == "http":
+            expanded = expand_headers(source, headers or {}, refs)
+            with refs.hiding():
+                return _fetch_http(
+                    source=source,
+                    url=url,
+                    dest_dir=dest_dir,
+                    headers=expanded,
+                    compression=compression,
+                    previous=previous,
+                    settings=settings,
+                    deadline=deadline,
+                    mask=refs.mask,
+                )
+        return _fetch_local(
             source=source,
             url=url,
             dest_dir=dest_dir,
-            headers=expand_headers(source, headers or {}),
+            base_dir=base_dir,
             compression=compression,
             previous=previous,
             settings=settings,
         )
-    return _fetch_local(
-        source=source,
-        url=url,
-        dest_dir=dest_dir,
-        base_dir=base_dir,
-        compression=compression,
-        previous=previous,
-        settings=settings,
-    )
+    except FireFeedError as exc:
+        refs.scrub(exc)  # a message (or a library error it chains) may quote the expanded URL
+        raise
 
 
-def expand_headers(source: str, headers: Mapping[str, str]) -> dict[str, str]:
-    """Replace `${VAR}` in header values from the environment, read now (not at spec load).
+def expand_headers(source: str, headers: Mapping[str, str], references: Resolver | None = None) -> dict[str, str]:
+    """Replace `${secret:NAME}` and `${VAR}` in header values, read now (not at spec load).
 
-    Messages name the header and the variable, never a value: values are secrets.
+    Messages name the header and the reference, never a value: values are secrets.
     """
+    refs = references or Resolver.closed()
     expanded: dict[str, str] = {}
     for name, value in headers.items():
-
-        def lookup(match: re.Match[str], header: str = name) -> str:
-            var = match.group(1)
-            if not _VAR_NAME.fullmatch(var):
-                raise FetchError(source, f"header {header!r}: ${{{var}}} is not a variable name")
-            if var not in os.environ:
-                raise FetchError(source, f"header {header!r} uses ${{{var}}}, which is not set")
-            return os.environ[var]
-
         if not _HEADER_NAME.fullmatch(name):
             raise FetchError(source, f"{name!r} is not a valid header name")
-        text = _ENV_VAR.sub(lookup, str(value))
+        text = refs.expand(str(value), source=source, where=f"header {name!r}")
         if not _HEADER_VALUE.fullmatch(text):
             # Checked here because httpx/h11 would quote the offending value in their error.
             raise FetchError(
@@ -167,6 +178,8 @@ def _fetch_http(
     compression: str,
     previous: Validators | None,
     settings: Settings,
+    deadline: float | None = None,
+    mask: Callable[[str], str] = str,
 ) -> FetchResult:
     request_headers = {"User-Agent": "FireFeed/1.0"}
     # A validator is echoed only if it is a clean header value (it came from a server).
@@ -189,8 +202,12 @@ def _fetch_http(
                 compression=compression,
                 previous=previous,
                 settings=settings,
+                deadline=deadline,
+                mask=mask,
             )
         except _Retryable as failure:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise FetchError(source, f"{failure.message}: {_PAST_DEADLINE}") from failure.__cause__
             if attempt >= settings.fetch_retries:
                 raise FetchError(
                     source, f"{failure.message} (gave up after {attempt + 1} tries)"
@@ -198,6 +215,8 @@ def _fetch_http(
             delay = settings.fetch_backoff_s * 2**attempt
             if failure.retry_after is not None:
                 delay = max(delay, min(failure.retry_after, MAX_RETRY_AFTER_S))
+            if deadline is not None and time.monotonic() + delay >= deadline:
+                raise FetchError(source, f"{failure.message}: no time left to try again") from failure.__cause__
             attempt += 1
             log.warning(
                 "fetch %s: %s; try %d of %d in %.2fs",
@@ -219,15 +238,23 @@ def _try_http(
     compression: str,
     previous: Validators | None,
     settings: Settings,
+    deadline: float | None = None,
+    mask: Callable[[str], str] = str,
 ) -> FetchResult:
-    with guarded_client(source=source, settings=settings) as client:
+    with guarded_client(source=source, settings=settings) as client, FetchWatchdog(deadline) as watchdog:
         current, current_headers = url, dict(headers)
         for _hop in range(MAX_REDIRECTS + 1):
             try:
-                request = client.build_request("GET", current, headers=current_headers)
+                request = client.build_request(
+                    "GET",
+                    current,
+                    headers=current_headers,
+                    timeout=watchdog.timeout(settings.fetch_timeout_s),
+                    extensions=watchdog.extensions,
+                )
             except httpx.InvalidURL as exc:
                 raise FetchError(source, f"invalid URL {redact_url(current)!r} ({exc})") from exc
-            shown = redact_url(str(request.url))
+            shown = mask(redact_url(str(request.url)))  # a URL may hold an expanded secret
             try:
                 response = client.send(request, stream=True)
             except httpx.TimeoutException as exc:
@@ -258,6 +285,7 @@ def _try_http(
                     compression=compression,
                     previous=previous,
                     settings=settings,
+                    deadline=deadline,
                 )
             finally:
                 response.close()
@@ -288,6 +316,7 @@ def _receive(
     compression: str,
     previous: Validators | None,
     settings: Settings,
+    deadline: float | None = None,
 ) -> FetchResult:
     status = response.status_code
     etag = response.headers.get("etag")
@@ -317,11 +346,14 @@ def _receive(
     fd, tmp = tempfile.mkstemp(dir=dest_dir, prefix=".fetch-", suffix=".part")
     raw = Path(tmp)
     digest = hashlib.sha256()
+    # A body decoded in transit (Content-Encoding) is held to the expansion ratio too, against the raw bytes.
+    encoded = response.headers.get("content-encoding", "").strip().lower() not in ("", "identity")
+    limits = DecompressLimits.from_settings(settings)
     try:
         with os.fdopen(fd, "wb") as out:
             received = 0
             # The read timeout restarts with every byte: a trickling server is stopped by the step's time limit.
-            deadline = time.monotonic() + settings.step_time_limit_s
+            limit_at = time.monotonic() + settings.step_time_limit_s
             try:
                 # iter_bytes undoes Content-Encoding, so the cap also bounds a gzip-encoded body; pieces come
                 # as they arrive (not gathered to CHUNK bytes), so the deadline is checked on a trickle too.
@@ -329,10 +361,17 @@ def _receive(
                     received += len(chunk)
                     if received > settings.fetch_max_bytes:
                         raise FetchError(source, _too_large(settings.fetch_max_bytes))
-                    if time.monotonic() > deadline:
+                    if encoded:
+                        limits.check(received, response.num_bytes_downloaded, source=source)
+                    if time.monotonic() > limit_at:
                         raise FetchError(source, _too_slow(shown, settings.step_time_limit_s))
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise FetchError(source, f"{shown} sent too slowly: {_PAST_DEADLINE}")
                     digest.update(chunk)
                     out.write(chunk)
+                if deadline is not None and time.monotonic() >= deadline:
+                    # The watchdog shut the connection: a body that ends at connection close looks complete.
+                    raise FetchError(source, f"{shown} sent too slowly: {_PAST_DEADLINE}")
             except httpx.TimeoutException as exc:
                 raise _Retryable(f"timed out reading {shown}") from exc
             except httpx.TransportError as exc:
@@ -431,7 +470,8 @@ def _finish(raw: Path, name: str, kind: Compression, *, source: str, dest_dir: P
     if kind == "none":
         ready, inner = raw, ""
     else:
-        ready, inner = decompress(raw, kind, dest_dir=dest_dir, max_bytes=settings.fetch_max_bytes, source=source)
+        limits = DecompressLimits.from_settings(settings)  # its own limits: not the download's fetch_max_bytes
+        ready, inner = decompress(raw, kind, dest_dir=dest_dir, limits=limits, source=source)
     try:
         final = dest_dir / _file_name(source, inner or strip_suffix(name))
         os.replace(ready, final)

@@ -19,6 +19,7 @@ from psycopg2 import sql
 from sqlalchemy import Engine
 
 from firefeed.db.engine import raw_connection
+from firefeed.preview.deadline import Deadline
 from firefeed.rules.executor import plan_passes, prepare_pass, run_pass_chunk
 from firefeed.rules.model import Rule
 from firefeed.rules.sqlgen import condition_sql
@@ -88,8 +89,12 @@ def rule_effects(
     table: str,
     fields: Sequence[str],
     rules: Sequence[Rule],
+    deadline: Deadline | None = None,
 ) -> Effects:
-    """Run the enabled `rules` on `table` of the scratch `area`, one pass each, and diff the states."""
+    """Run the enabled `rules` on `table` of the scratch `area`, one pass each, and diff the states.
+
+    `deadline` is checked before each rule (and names the rule running when time is up).
+    """
     current = list(dict.fromkeys(fields))
     before = _read(engine, area, table, current)
     effects = Effects(start=before, rules=[], fields=current)
@@ -97,6 +102,8 @@ def rule_effects(
     for rule in rules:
         if not rule.enabled:
             continue
+        if deadline is not None:
+            deadline.check(f"running rule {rule.name!r}")
         plans = plan_passes([rule], current)
         assert len(plans) == 1, "one rule is one pass"
         # Pass numbers name the pass tables: number them by rule so every state stays readable.

@@ -4,15 +4,19 @@
 passes on only each sample key's first row, as MERGE would keep it. It stops
 reading as soon as it has every row it can use: after the first N keys of the
 primary, or once every wanted key was seen. Keys are compared as MERGE
-compares them: trimmed of white space, exact text.
+compares them: trimmed of white space, exact text. A preview's deadline is
+checked every CHECK_EVERY rows, so a long file read for wanted ids stops in time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from firefeed.pipeline.parse import FeedReader, ParseStats
 from firefeed.textutil import strip_ws
+
+#: rows between two calls of `check`
+CHECK_EVERY = 256
 
 
 class SampleReader:
@@ -21,11 +25,18 @@ class SampleReader:
     With `first`, the sample is the first `first` distinct non-empty keys; with
     `keys`, the rows whose key is one of them. `kept` holds the keys yielded, in
     order, and `rows_read` how many rows of the file were read. Iterating again
-    (after an EncodingRestart) starts over.
+    (after an EncodingRestart) starts over. `check` (the preview's deadline) may
+    raise to stop the reading.
     """
 
     def __init__(
-        self, inner: FeedReader, key_field: str, *, first: int | None = None, keys: frozenset[str] | None = None
+        self,
+        inner: FeedReader,
+        key_field: str,
+        *,
+        first: int | None = None,
+        keys: frozenset[str] | None = None,
+        check: Callable[[], None] | None = None,
     ) -> None:
         if (first is None) == (keys is None):
             raise ValueError("a sample is either the first N keys or a set of keys")
@@ -34,6 +45,7 @@ class SampleReader:
         self.key_field = key_field
         self.first = first
         self.keys = keys
+        self.check = check
         self.kept: list[str] = []
         self.rows_read = 0
 
@@ -67,6 +79,8 @@ class SampleReader:
         try:
             for line, values in rows:
                 self.rows_read += 1
+                if self.check is not None and self.rows_read % CHECK_EVERY == 0:
+                    self.check()
                 fields = self.inner.fields
                 if len(fields) != width:
                     width = len(fields)

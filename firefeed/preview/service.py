@@ -9,6 +9,12 @@ executor. What differs is where the rows go: a throwaway schema
 download folder under FIREFEED_DATA_DIR/previews removed likewise. No control-
 plane row is read or written, no lock is taken (a preview may run beside a
 run of the same project), and exports are never written.
+
+The whole preview has a deadline (FIREFEED_PREVIEW_DEADLINE_S, see
+preview/deadline.py): past it, PreviewTimeoutError names the step that was
+running, and the scratch area is dropped as always. Its database work goes
+through an engine of its own (`bounded_engine`), so a preview never holds a
+connection of the caller's pool for longer than it takes to drop the area.
 """
 
 from __future__ import annotations
@@ -26,12 +32,13 @@ from sqlalchemy import Engine
 
 from firefeed.config import Settings, get_settings
 from firefeed.db.engine import get_engine
-from firefeed.errors import ParseError
+from firefeed.errors import ParseError, PreviewTimeoutError
 from firefeed.pipeline.fetch import fetch_source
 from firefeed.pipeline.merge import StagedSource, merge_sources
 from firefeed.pipeline.parse import open_reader
 from firefeed.pipeline.stage import stage_source
 from firefeed.pipeline.steps import fetch_settings
+from firefeed.preview.deadline import Deadline, bounded_engine
 from firefeed.preview.effects import Effects, rule_effects
 from firefeed.preview.models import (
     FieldChange,
@@ -45,6 +52,7 @@ from firefeed.preview.models import (
 from firefeed.preview.sample import SampleReader
 from firefeed.schema.identifiers import project_table, scratch_area, staging_table
 from firefeed.schema.service import SchemaService
+from firefeed.secrets.store import resolver_for
 from firefeed.spec.model import ProjectSpec
 from firefeed.textutil import strip_ws
 
@@ -78,12 +86,15 @@ def preview_spec(
     ids: Sequence[str] | None = None,
     engine: Engine | None = None,
     settings: Settings | None = None,
+    deadline: Deadline | None = None,
 ) -> Preview:
     """What the spec's rules do to a sample: the first `items` items of the primary, or the items `ids`.
 
     `spec_dir` is the spec's folder (relative source paths); None for a spec sent
     over the API, whose local sources are confined as a run's would be. Source
-    problems raise the run's errors (FetchError, ParseError, MergeError).
+    problems raise the run's errors (FetchError, ParseError, MergeError); not
+    finishing by `deadline` (default: FIREFEED_PREVIEW_DEADLINE_S from now)
+    raises PreviewTimeoutError.
     """
     if not 1 <= items <= MAX_ITEMS:
         raise ValueError(f"items must be between 1 and {MAX_ITEMS}, got {items}")
@@ -94,26 +105,39 @@ def preview_spec(
     preview_id = str(uuid.uuid4())
     area = scratch_area(int(time.time()), secrets.token_hex(8))
     work_dir = settings.data_dir / "previews" / preview_id
-    schema = SchemaService(engine)
-    schema.create_scratch_area(area)
+    deadline = deadline or Deadline(settings.preview_deadline_s)
     try:
-        sources, staged = _sample_sources(spec, spec_dir, settings, engine, schema, area, work_dir, items, wanted)
-        merged = merge_sources(
-            engine, schema, company=area, table=project_table(spec.project), key_field=spec.key, sources=staged
-        )
-        effects = rule_effects(
-            engine,
-            schema,
-            area=area,
-            preview_id=preview_id,
-            table=project_table(spec.project),
-            fields=merged.fields,
-            rules=spec.parsed_rules,
-        )
+        with deadline.armed(), bounded_engine(engine, deadline) as work:
+            schema = SchemaService(work)
+            deadline.check("creating its scratch schema")
+            schema.create_scratch_area(area)
+            sources, staged = _sample_sources(
+                spec, spec_dir, settings, work, schema, area, work_dir, items, wanted, deadline
+            )
+            deadline.check("merging the sources")
+            merged = merge_sources(
+                work, schema, company=area, table=project_table(spec.project), key_field=spec.key, sources=staged
+            )
+            effects = rule_effects(
+                work,
+                schema,
+                area=area,
+                preview_id=preview_id,
+                table=project_table(spec.project),
+                fields=merged.fields,
+                rules=spec.parsed_rules,
+                deadline=deadline,
+            )
+    except Exception as err:
+        # Whatever failed once time was up (a shut connection, a cancelled statement) failed for the deadline.
+        if deadline.expired() and not isinstance(err, PreviewTimeoutError):
+            raise deadline.error() from err
+        raise
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
         try:
-            schema.drop_scratch_area(area)
+            # On the caller's engine: the preview's own is disposed, and its statement timeout is spent.
+            SchemaService(engine).drop_scratch_area(area)
         except Exception:
             log.exception("could not drop the preview's scratch area %s; the janitor will", area)
     found = {row[0] for row in effects.start.values()}
@@ -143,6 +167,7 @@ def _sample_sources(
     work_dir: Path,
     items: int,
     wanted: list[str] | None,
+    deadline: Deadline,
 ) -> tuple[list[SourceSample], list[StagedSource]]:
     """FETCH and PARSE every source, staging only the sample's rows in the scratch area.
 
@@ -157,6 +182,7 @@ def _sample_sources(
     staged: list[StagedSource] = []
     keys: frozenset[str] | None = frozenset(wanted) if wanted else None
     for index, src in enumerate(spec.sources):
+        deadline.check(f"fetching source {src.name!r}")
         fetched = fetch_source(
             source=src.name,
             url=src.url,
@@ -166,8 +192,11 @@ def _sample_sources(
             compression=src.compression,
             previous=None,
             settings=confined,
+            deadline=deadline.at,
+            references=resolver_for(spec.company, spec_dir, settings=settings, engine=engine),
         )
         assert fetched.path is not None  # without validators a fetch always returns the file
+        deadline.check(f"parsing source {src.name!r}")
         reader = open_reader(
             fetched.path,
             source=src.name,
@@ -177,9 +206,9 @@ def _sample_sources(
             item_path=src.item_path,
         )
         sample = (
-            SampleReader(reader, spec.key, keys=keys)
+            SampleReader(reader, spec.key, keys=keys, check=deadline.check)
             if keys is not None
-            else SampleReader(reader, spec.key, first=items)
+            else SampleReader(reader, spec.key, first=items, check=deadline.check)
         )
         table = staging_table(spec.project, src.name)
         result = stage_source(engine, schema, company=area, table=table, reader=sample, chunk_rows=settings.chunk_rows)

@@ -23,9 +23,12 @@ import pytest
 from firefeed.config import Settings
 from firefeed.errors import FetchError, UnsafePathError, UnsafeURLError
 from firefeed.pipeline.fetch import FetchResult, Validators, fetch_source
+from firefeed.secrets.references import Resolver, SpecOrigin
 
 CSV = b"id,title,price\n1,Shoe,10\n2,Boot,20\n"
 SECRET = "s3cr3t-t0ken-value"
+# A spec applied by the CLI on a server whose FIREFEED_SPEC_ENV_ALLOW lets specs read SHOES_TOKEN.
+CLI_REFS = Resolver(company=None, origin=SpecOrigin.CLI, env_allow="SHOES_TOKEN")
 
 Route = Callable[[BaseHTTPRequestHandler], None]
 
@@ -372,6 +375,19 @@ def test_a_content_encoded_body_is_capped_after_decoding(server: FeedServer, tmp
         fetch(server.url("/f.csv"), tmp_path, settings=make_settings(fetch_max_bytes=50_000))
 
 
+def test_a_content_encoded_bomb_is_held_to_the_expansion_ratio(server: FeedServer, tmp_path: Path) -> None:
+    packed = gzip.compress(b"\0" * (8 * 1024 * 1024))  # 8 MiB in about 8 KB, within the download cap
+    server.routes["/f.csv"] = body(packed, Content_Encoding="gzip")
+    settings = make_settings(fetch_max_expansion_ratio=50, fetch_expansion_floor_bytes=1024 * 1024)
+    with pytest.raises(FetchError, match=r"decompressed more than 50x its compressed size of \d+ bytes"):
+        fetch(server.url("/f.csv"), tmp_path, settings=settings)
+    assert leftovers(tmp_path) == []
+    # Below the floor the ratio does not apply: the same server answer of a small feed passes.
+    server.routes["/small.csv"] = body(gzip.compress(CSV * 1000), Content_Encoding="gzip")
+    result = fetch(server.url("/small.csv"), tmp_path, settings=settings)
+    assert result.path is not None and result.path.read_bytes() == CSV * 1000
+
+
 def test_a_gzip_bomb_is_stopped_at_the_cap(server: FeedServer, tmp_path: Path) -> None:
     packer = zlib.compressobj(9, zlib.DEFLATED, 31)  # 31: gzip container
     zeros = b"\0" * (1024 * 1024)
@@ -382,8 +398,12 @@ def test_a_gzip_bomb_is_stopped_at_the_cap(server: FeedServer, tmp_path: Path) -
         fetch(
             server.url("/bomb.csv.gz"),
             tmp_path,
-            settings=make_settings(fetch_max_bytes=4 * 1024 * 1024),
+            settings=make_settings(fetch_max_decompressed_bytes=4 * 1024 * 1024),
         )
+    assert list((tmp_path / "dl").iterdir()) == []
+    # The default limits: the ratio (100x past a 64 MiB floor) stops it, not the 10 GiB cap.
+    with pytest.raises(FetchError, match=r"source 'main': decompressed more than 100x .*EXPANSION_RATIO"):
+        fetch(server.url("/bomb.csv.gz"), tmp_path)
     assert list((tmp_path / "dl").iterdir()) == []
 
 
@@ -497,7 +517,7 @@ def test_header_variables_are_read_from_the_environment(
 ) -> None:
     monkeypatch.setenv("SHOES_TOKEN", SECRET)
     server.routes["/f.csv"] = body(CSV)
-    fetch(server.url("/f.csv"), tmp_path, headers={"Authorization": "Bearer ${SHOES_TOKEN}"})
+    fetch(server.url("/f.csv"), tmp_path, headers={"Authorization": "Bearer ${SHOES_TOKEN}"}, references=CLI_REFS)
     assert server.headers["/f.csv"][0]["authorization"] == f"Bearer {SECRET}"
 
 
@@ -527,6 +547,7 @@ def test_a_header_value_never_appears_in_errors_or_logs(
             server.url("/f.csv"),
             tmp_path,
             headers={"Authorization": "Bearer ${SHOES_TOKEN}", "X-Key": SECRET},
+            references=CLI_REFS,
         )
     chain: list[BaseException] = []
     exc: BaseException | None = err.value
@@ -542,7 +563,7 @@ def test_a_header_value_with_a_line_break_is_refused_without_showing_it(
 ) -> None:
     monkeypatch.setenv("SHOES_TOKEN", f"{SECRET}\r\nX-Evil: 1")
     with pytest.raises(FetchError, match="not allowed in a header") as err:
-        fetch("http://127.0.0.1:9/f", tmp_path, headers={"Authorization": "${SHOES_TOKEN}"})
+        fetch("http://127.0.0.1:9/f", tmp_path, headers={"Authorization": "${SHOES_TOKEN}"}, references=CLI_REFS)
     assert SECRET not in str(err.value)
 
 

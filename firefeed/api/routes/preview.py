@@ -1,21 +1,30 @@
-"""POST /api/projects/{id}/preview: what the rules do to a sample of the items, for the token's company."""
+"""POST /api/projects/{id}/preview: what the rules do to a sample of the items, for the token's company.
+
+A preview runs in the app's PreviewPool (preview/pool.py), never on the thread
+pool the sync routes share, under a total deadline; one company runs a bounded
+number at once.
+"""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 
 from firefeed.api import schemas
 from firefeed.api.auth import CurrentCompany
 from firefeed.api.deps import Store
 from firefeed.api.service import spec_from_body
+from firefeed.config import get_settings
 from firefeed.errors import NotFoundError
 from firefeed.preview import DEFAULT_ITEMS, MAX_ITEMS, Preview, preview_spec
+from firefeed.preview.deadline import Deadline
+from firefeed.preview.pool import PreviewPool
 from firefeed.preview.service import sample_ids
 from firefeed.runs.service import RunStore
+from firefeed.secrets.references import SpecOrigin
+from firefeed.secrets.references import check_spec as check_references
 
 router = APIRouter(prefix="/api/projects", tags=["preview"])
 
@@ -26,7 +35,21 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
         "description": "invalid spec (`spec_error`, `path` names the key), bad query (`invalid_request`), "
         "or a source that may not or cannot be read (`unsafe_url`, `unsafe_path`, `parse_error`, `merge_error`)",
     },
+    429: {
+        "model": schemas.ErrorBody,
+        "description": "the company already runs FIREFEED_PREVIEW_PER_COMPANY previews (`too_many_previews`); "
+        "`Retry-After` and `retry_after` say when to try again",
+    },
     502: {"model": schemas.ErrorBody, "description": "a source's server could not be fetched from (`fetch_error`)"},
+    503: {
+        "model": schemas.ErrorBody,
+        "description": "every preview worker is busy (`previews_busy`); `Retry-After` says when to try again",
+    },
+    504: {
+        "model": schemas.ErrorBody,
+        "description": "the preview did not finish within FIREFEED_PREVIEW_DEADLINE_S (`preview_timeout`); "
+        "the message names the step that was running",
+    },
 }
 _OPTIONAL_SPEC_BODY: dict[str, Any] = {
     "requestBody": {
@@ -41,7 +64,13 @@ _OPTIONAL_SPEC_BODY: dict[str, Any] = {
 
 
 def _preview(
-    store: RunStore, company: str, project_id: str, body: bytes, items: int | None, ids: list[str] | None
+    store: RunStore,
+    company: str,
+    project_id: str,
+    body: bytes,
+    items: int | None,
+    ids: list[str] | None,
+    deadline: Deadline,
 ) -> Preview:
     try:
         existing = store.project(project_id)
@@ -52,12 +81,15 @@ def _preview(
     if body.strip():
         # A draft may name a project that does not exist yet; it has no folder, like a PUT spec.
         spec = spec_from_body(company, project_id, body, where=f"POST /api/projects/{project_id}/preview")
+        check_references(spec, SpecOrigin.REMOTE, "")  # a draft sent over the API may not read the environment
         spec_dir = None
     elif existing is None:
         raise NotFoundError(f"unknown project {project_id!r}")
     else:
         spec, spec_dir = store.project_spec(project_id)
-    return preview_spec(spec, spec_dir=spec_dir, items=items or DEFAULT_ITEMS, ids=ids, engine=store.engine)
+    return preview_spec(
+        spec, spec_dir=spec_dir, items=items or DEFAULT_ITEMS, ids=ids, engine=store.engine, deadline=deadline
+    )
 
 
 @router.post("/{project_id}/preview", response_model=Preview, responses=_RESPONSES, openapi_extra=_OPTIONAL_SPEC_BODY)
@@ -74,7 +106,8 @@ async def preview_project(
     """Run FETCH..RULES on a sample in a throwaway schema: per rule its counts, per item each change.
 
     The project's tables, runs and exports are untouched, and no lock is taken: a preview may run while a
-    run of the project is active.
+    run of the project is active. A preview ends within FIREFEED_PREVIEW_DEADLINE_S (504 past it); a company
+    runs at most FIREFEED_PREVIEW_PER_COMPANY at once (429) and the server FIREFEED_PREVIEW_POOL_SIZE (503).
     """
     ids = None
     try:
@@ -84,4 +117,11 @@ async def preview_project(
     except ValueError as err:
         raise RequestValidationError([{"loc": ("query", "item"), "msg": str(err), "type": "value_error"}]) from None
     body = await request.body()
-    return await run_in_threadpool(_preview, store, company, project_id, body, items, ids)
+    pool: PreviewPool = request.app.state.previews
+    settings = get_settings()
+    return await pool.run(
+        company,
+        lambda deadline: _preview(store, company, project_id, body, items, ids, deadline),
+        deadline_s=settings.preview_deadline_s,
+        per_company=settings.preview_per_company,
+    )
