@@ -56,9 +56,25 @@ class Settings(BaseSettings):
     fetch_retries: int = Field(default=3, ge=0)
     fetch_backoff_s: float = Field(default=0.5, ge=0)
     fetch_max_bytes: int = Field(default=5 * 1024**3, ge=1)
+    # A decompressed source has its own cap, and may not grow past this many times its compressed size
+    # once it is larger than fetch_expansion_floor_bytes (a small gzip of a small feed is always fine).
+    fetch_max_decompressed_bytes: int = Field(default=10 * 1024**3, ge=1)
+    fetch_max_expansion_ratio: float = Field(default=100.0, gt=1)
+    fetch_expansion_floor_bytes: int = Field(default=64 * 1024**2, ge=0)
     fetch_allow_private: bool = False
     fetch_allowed_hosts: str = ""
     local_sources_root: Path | None = None
+    # Secrets (issue #15): the operator's key that encrypts per-company secrets at rest, and which
+    # environment variables a spec applied through the CLI may name as ${VAR} (comma list; NAME* a prefix).
+    secrets_key: str | None = None
+    spec_env_allow: str = ""
+    # Tenant bounds: every data-plane statement's timeout; a rules plan's largest compiled SQL.
+    statement_timeout_s: float = Field(default=1800.0, gt=0)
+    rules_max_sql_bytes: int = Field(default=4 * 1024**2, ge=1024)
+    # Previews: a total deadline each, their own worker pool, and how many one company runs at once.
+    preview_deadline_s: float = Field(default=20.0, gt=0)
+    preview_pool_size: int = Field(default=8, ge=1)
+    preview_per_company: int = Field(default=2, ge=1)
     # runs
     step_time_limit_s: int = Field(default=3600, ge=1)
     heartbeat_s: float = Field(default=10.0, gt=0)
@@ -86,6 +102,7 @@ class Settings(BaseSettings):
         "storage_url",
         "storage_endpoint_url",
         "flower_password",
+        "secrets_key",
         mode="before",
     )
     @classmethod

@@ -160,3 +160,43 @@ class RunCancelledError(FireFeedError):
     """The run was cancelled."""
 
     code = "run_cancelled"
+
+
+class StatementTimeoutError(FireFeedError):
+    """A statement ran longer than FIREFEED_STATEMENT_TIMEOUT_S and Postgres cancelled it."""
+
+    code = "statement_timeout"
+
+
+class StepTimeLimitError(FireFeedError):
+    """A step job ran longer than FIREFEED_STEP_TIME_LIMIT_S and its statements were cancelled."""
+
+    code = "step_time_limit"
+
+
+class PreviewTimeoutError(FireFeedError):
+    """A preview did not finish within its deadline (FIREFEED_PREVIEW_DEADLINE_S)."""
+
+    code = "preview_timeout"
+
+
+class RetryLaterError(FireFeedError):
+    """Too busy for this request now: try again in `retry_after` seconds."""
+
+    code = "retry_later"
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        self.retry_after = retry_after
+        super().__init__(message)
+
+
+class TooManyPreviewsError(RetryLaterError):
+    """The company already runs as many previews at once as FIREFEED_PREVIEW_PER_COMPANY allows."""
+
+    code = "too_many_previews"
+
+
+class PreviewsBusyError(RetryLaterError):
+    """Every preview worker (FIREFEED_PREVIEW_POOL_SIZE) is busy."""
+
+    code = "previews_busy"

@@ -1,21 +1,109 @@
-"""One SQLAlchemy engine per database URL, and raw psycopg2 connections for COPY and DDL."""
+"""One SQLAlchemy engine per database URL, and raw psycopg2 connections for COPY and DDL.
+
+Every connection of these engines runs its statements under a `statement_timeout`
+(FIREFEED_STATEMENT_TIMEOUT_S), and says in its `application_name` whose work it
+does: set per checkout from `session_state` (firefeed/runs/backends.py names a
+run's connections `firefeed:<run>:<step>[:<job>]`, so a cancel can find their
+backends from any machine). Outside such a block a connection carries the name it
+connected with (PGAPPNAME, the URL's, else `firefeed`) and the process's timeout.
+"""
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg2.extensions
 from psycopg2 import sql
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from firefeed.config import get_settings, normalize_database_url
 
 _engines: dict[str, Engine] = {}
 _lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class SessionState:
+    """What a connection checked out inside `session_state` is set to."""
+
+    application_name: str
+    statement_timeout_s: float
+
+
+_session: contextvars.ContextVar[SessionState | None] = contextvars.ContextVar("firefeed_session", default=None)
+
+
+@contextmanager
+def session_state(application_name: str, statement_timeout_s: float) -> Iterator[None]:
+    """Connections checked out inside the block (and in threads started with a copy of its context)
+    carry this application_name and statement_timeout until they go back to the pool."""
+    token = _session.set(SessionState(application_name, statement_timeout_s))
+    try:
+        yield
+    finally:
+        _session.reset(token)
+
+
+def _timeout_ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))  # 0 would mean no timeout at all
+
+
+def _wanted(record: Any) -> tuple[str, int]:
+    state = _session.get()
+    if state is None:
+        return record.info.get("ff_base_name", ""), _timeout_ms(get_settings().statement_timeout_s)
+    return state.application_name, _timeout_ms(state.statement_timeout_s)
+
+
+def _apply(dbapi_connection: Any, record: Any, wanted: tuple[str, int]) -> None:
+    """Set the session's application_name and statement_timeout (one round trip, outside any transaction)."""
+    record.info["ff_state"] = None  # unknown until the SET succeeded
+    if dbapi_connection.info.transaction_status != psycopg2.extensions.TRANSACTION_STATUS_IDLE:
+        return
+    was = dbapi_connection.autocommit
+    dbapi_connection.autocommit = True  # session-wide: a later ROLLBACK must not undo it
+    try:
+        with dbapi_connection.cursor() as cur:
+            cur.execute(
+                "SELECT set_config('application_name', %s, false), set_config('statement_timeout', %s, false)",
+                (wanted[0], f"{wanted[1]}ms"),
+            )
+    finally:
+        dbapi_connection.autocommit = was
+    record.info["ff_state"] = wanted
+
+
+def _on_connect(dbapi_connection: Any, record: Any) -> None:
+    # The server reports application_name at start-up: the connection's own name costs no query.
+    record.info["ff_base_name"] = dbapi_connection.get_parameter_status("application_name") or ""
+    record.info["ff_state"] = None
+
+
+def _on_checkout(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+    wanted = _wanted(record)
+    if record.info.get("ff_state") != wanted:
+        try:
+            _apply(dbapi_connection, record, wanted)
+        except psycopg2.OperationalError as err:  # a connection that died in the pool: the pool takes another
+            raise DisconnectionError(str(err)) from err
+
+
+def _on_checkin(dbapi_connection: Any, record: Any) -> None:
+    """A run's name leaves with the run: an idle pooled connection carries its own name again."""
+    state = record.info.get("ff_state")
+    if dbapi_connection is None or state is None or state[0] == record.info.get("ff_base_name", ""):
+        return
+    try:
+        _apply(dbapi_connection, record, (record.info.get("ff_base_name", ""), state[1]))
+    except psycopg2.Error:  # the next checkout sets it again, or the pre-ping replaces the connection
+        record.info["ff_state"] = None
 
 
 def get_engine(url: str | None = None) -> Engine:
@@ -32,7 +120,12 @@ def get_engine(url: str | None = None) -> Engine:
                 pool_pre_ping=True,
                 # Connections are taken per step: a step that found a dead one retries once, not never.
                 pool_recycle=1800,
+                # Used only when neither PGAPPNAME nor the URL names the connections.
+                connect_args={"fallback_application_name": "firefeed"},
             )
+            event.listen(engine, "connect", _on_connect)
+            event.listen(engine, "checkout", _on_checkout)
+            event.listen(engine, "checkin", _on_checkin)
             _engines[url] = engine
         return engine
 

@@ -15,6 +15,7 @@ primary items come first and appended ones follow in their source's order.
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -119,7 +120,11 @@ def merge_sources(
         # Most feeds have unique, non-empty keys: count the keys on a second connection (the other
         # core) while this one writes the items as if every key were clean; redo the write with the
         # first-row-per-key tables only when the counts say otherwise.
-        counted = None if appends else pool.submit(_key_stats, engine, schema, key_field, sources)
+        counted = (
+            None
+            if appends
+            else pool.submit(contextvars.copy_context().run, _key_stats, engine, schema, key_field, sources)
+        )
         with raw_connection(engine) as conn, conn.cursor() as cur:
             for setting in _MERGE_SETTINGS:
                 cur.execute(setting)

@@ -30,6 +30,7 @@ from firefeed.db.engine import get_engine
 from firefeed.errors import FireFeedError, RunCancelledError
 from firefeed.logging import run_context
 from firefeed.pipeline import steps
+from firefeed.runs.backends import cancel_run_backends, run_statements
 from firefeed.runs.jobs import JobLostError, JobSpec, JobState, JobStore
 from firefeed.runs.report import build_report
 from firefeed.runs.service import RunStore
@@ -201,7 +202,11 @@ def _guarded(
     """Run a job's work with its log context and heartbeat; a failure is recorded on the job row."""
     with run_context(run_id=ctx.run_id, project=ctx.spec.project, company=ctx.spec.company, step=_STEP_OF[job.kind]):
         try:
-            with _Beat(lambda: jobs.heartbeat(job.id), ctx.settings.heartbeat_s):
+            with (
+                _Beat(lambda: jobs.heartbeat(job.id), ctx.settings.heartbeat_s),
+                # Its connections carry the job's name (a cancel finds them anywhere) and the step's time limit.
+                run_statements(ctx.engine, ctx.run_id, _STEP_OF[job.kind], settings=ctx.settings, job_id=job.id),
+            ):
                 return True, work()
         except RunCancelledError:
             # A cancel seen inside a job is the run's cancel, not the job's failure.
@@ -461,7 +466,10 @@ class _Driver:
     def step(self, name: str, fn: Callable[[], tuple[int, int, dict[str, Any]]]) -> None:
         self.current = name
         self.ctx.check_cancel()
-        with run_context(step=name):
+        with (
+            run_context(step=name),
+            run_statements(self.ctx.engine, self.ctx.run_id, name, settings=self.ctx.settings),
+        ):
             self.store.step_started(self.ctx.run_id, name)
             self.hook(name, "start", {})
             rows_in, rows_out, detail = fn()
@@ -525,11 +533,12 @@ class _Driver:
 
     def chunked_rules(self, fields: list[str], rows: int) -> dict[str, Any]:
         """RULES as chunk jobs: each pass split into FIREFEED_CHUNK_ROWS items per job on the rules queue."""
-        from firefeed.rules.executor import plan_passes, prepare_pass
+        from firefeed.rules.executor import prepare_pass
+        from firefeed.rules.limits import check_sql_size
         from firefeed.rules.sqlgen import deletes_only
 
         ctx = self.ctx
-        plans = plan_passes(ctx.spec.parsed_rules, fields)
+        plans = check_sql_size(ctx.spec.parsed_rules, fields)  # a SpecError before any pass runs
         enabled = [r.name for r in ctx.spec.parsed_rules if r.enabled]
         matched = dict.fromkeys(enabled, 0)
         src, rows_in, current = ctx.items_table, rows, rows
@@ -690,7 +699,11 @@ def _stop_jobs(store: RunStore, run_id: str, settings: Settings) -> None:
         store.request_cancel(run_id)
         jobs.cancel_pending(run_id)
         deadline = time.monotonic() + _DRAIN_S
+        next_sweep = time.monotonic() + 1.0
         while jobs.running_count(run_id) and time.monotonic() < deadline:
+            if time.monotonic() >= next_sweep:  # a job may have started a statement after the first cancel
+                cancel_run_backends(store.engine, run_id)
+                next_sweep += 1.0
             time.sleep(0.05)
     except Exception:  # the run must still end; the reaper and the lease cover what is left
         log.warning("could not stop the run's jobs", exc_info=True)

@@ -11,6 +11,7 @@ only runs the SELECTs, INSERTs and DELETEs of the passes.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import hashlib
 import threading
 import weakref
@@ -25,6 +26,7 @@ from sqlalchemy import Engine
 
 from firefeed.db.engine import raw_connection, render_for_binding
 from firefeed.rules._plan import PassPlan, flag_column, plan_passes
+from firefeed.rules.limits import check_sql_size
 from firefeed.rules.model import Rule, branch_excludes
 from firefeed.rules.sqlgen import count_select, deletes_only, exclusion_delete, pass_insert, pass_select
 from firefeed.schema.identifiers import KEY, ORD, SRC, company_schema, ident
@@ -367,9 +369,10 @@ def run_rules(
     one is written (never the source table), so at most two copies exist; a
     pass that only excludes deletes from the previous pass table instead (never
     from the source table); on error or cancellation the pipeline drops what
-    remains with drop_rules_tmp_for_run.
+    remains with drop_rules_tmp_for_run. Rules whose SQL would exceed rules_max_sql_bytes
+    over these fields are a SpecError before any statement runs.
     """
-    plans = plan_passes(rules, fields)
+    plans = check_sql_size(rules, fields)
     if not plans:
         count = _count(engine, company, source_table)
         return RulesResult(source_table, list(dict.fromkeys(fields)), 0, {}, 0, count, count)
@@ -389,6 +392,8 @@ def run_rules(
                 cancel_check()
             futures = [
                 pool.submit(
+                    # In a copy of this thread's context: the run's connection name (a cancel finds it) and log fields.
+                    contextvars.copy_context().run,
                     _segment_pass,
                     engine,
                     schema_service,

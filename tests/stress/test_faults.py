@@ -316,7 +316,8 @@ def _terminate_fleet_backends(database_url: str) -> int:
         with conn.cursor() as cur:
             cur.execute(
                 "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE datname = %s AND application_name = %s",
+                # A connection in a run's use is named for the run (firefeed:<run>:<step>...), idle ones for the fleet.
+                "WHERE datname = %s AND (application_name = %s OR application_name LIKE 'firefeed:%%')",
                 (name, FLEET_APP_NAME),
             )
             return int(cur.fetchone()[0])

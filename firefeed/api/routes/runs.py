@@ -27,12 +27,13 @@ def get_run(run_id: str, company: CurrentCompany, store: Store) -> dict[str, Any
     "/{run_id}/cancel",
     response_model=schemas.CancelAnswer,
     responses={
-        202: {"model": schemas.CancelAnswer, "description": "a RUNNING run will stop at its next check"},
+        202: {"model": schemas.CancelAnswer, "description": "a RUNNING run: its statements are cancelled"},
         **_NOT_FOUND,
     },
 )
 def cancel_run(run_id: str, response: Response, company: CurrentCompany, store: Store) -> schemas.CancelAnswer:
-    """Stop a PENDING run at once (200, CANCELLED) or a RUNNING one at its next check (202).
+    """Stop a PENDING run at once (200, CANCELLED) or a RUNNING one within seconds (202): the
+    statements its backends run are cancelled through Postgres, on whichever machine they are.
 
     A finished run is left as it is (200, its final status).
     """
