@@ -252,6 +252,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except SpecError as err:
         _err(f"bad spec: {err}")
+        if getattr(args, "json", False):
+            # A `--json` caller reads stdout: no run was started, so the error alone, as a RunReport holds one.
+            error = {"step": None, "type": type(err).__name__, "path": err.path, "message": str(err)}
+            print(json.dumps({"status": None, "error": error}, indent=2))
         return EXIT_BAD_INPUT
     except ConfigError as err:
         _err(f"bad configuration: {err}")

@@ -23,10 +23,15 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.dialects.postgresql import JSON, JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 JsonType = JSONB()
+# Spec documents (a project's spec, its run snapshot, the source, rule and export definitions) are
+# stored as `json`, which keeps the text and so the order of mapping keys: an export's `fields`,
+# a `map`'s values and a source's `headers` come back in the order the spec lists them (SPEC 8.18).
+# JSONB sorts object keys (by length, then bytes). Nothing queries inside these documents.
+SpecJsonType = JSON()
 
 
 class Base(DeclarativeBase):
@@ -48,7 +53,7 @@ class Project(Base):
     name: Mapped[str | None] = mapped_column(Text)
     key_field: Mapped[str] = mapped_column(Text, server_default="id")
     schedule: Mapped[str | None] = mapped_column(Text)
-    spec: Mapped[dict[str, Any]] = mapped_column(JsonType)
+    spec: Mapped[dict[str, Any]] = mapped_column(SpecJsonType)
     spec_dir: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
@@ -64,7 +69,7 @@ class Source(Base):
     name: Mapped[str] = mapped_column(Text)
     position: Mapped[int] = mapped_column(Integer)
     url: Mapped[str] = mapped_column(Text)
-    definition: Mapped[dict[str, Any]] = mapped_column(JsonType)
+    definition: Mapped[dict[str, Any]] = mapped_column(SpecJsonType)
     # What the last successful parse left in staging, so an unchanged source is not parsed again.
     etag: Mapped[str | None] = mapped_column(Text)
     last_modified: Mapped[str | None] = mapped_column(Text)
@@ -83,7 +88,7 @@ class Rule(Base):
     position: Mapped[int] = mapped_column(Integer)
     name: Mapped[str] = mapped_column(Text)
     enabled: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))
-    definition: Mapped[dict[str, Any]] = mapped_column(JsonType)
+    definition: Mapped[dict[str, Any]] = mapped_column(SpecJsonType)
 
 
 class Export(Base):
@@ -96,7 +101,7 @@ class Export(Base):
     position: Mapped[int] = mapped_column(Integer)
     format: Mapped[str] = mapped_column(Text)
     path: Mapped[str] = mapped_column(Text)
-    definition: Mapped[dict[str, Any]] = mapped_column(JsonType)
+    definition: Mapped[dict[str, Any]] = mapped_column(SpecJsonType)
 
 
 class PipelineRun(Base):
@@ -127,7 +132,7 @@ class PipelineRun(Base):
     report: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
     # The spec as it was when the run was requested: every job of the run reads this one, so
     # a spec applied mid-run takes effect with the next run, never half-way through this one.
-    spec: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
+    spec: Mapped[dict[str, Any] | None] = mapped_column(SpecJsonType)
     spec_dir: Mapped[str | None] = mapped_column(Text)
     # A person confirmed that this run may publish exports that lose more items than their max_drop.
     accept_drop: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
@@ -191,3 +196,16 @@ class ApiToken(Base):
     # The first characters of the token, so an operator can tell tokens apart without the secret.
     token_prefix: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class CompanySecret(Base):
+    """A company's secret for `${secret:NAME}` in its specs, stored only encrypted (firefeed/secrets)."""
+
+    __tablename__ = "company_secrets"
+
+    company_id: Mapped[str] = mapped_column(ForeignKey("companies.id", ondelete="CASCADE"), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    # AES-GCM under FIREFEED_SECRETS_KEY, bound to company and name: `v1.` + base64(nonce + ciphertext).
+    ciphertext: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

@@ -117,6 +117,7 @@ def fetch_settings(settings: Settings, company: str, spec_dir: Path | None) -> S
 def fetch_one(ctx: RunContext, index: int) -> FetchOutcome:
     """FETCH one source; an unchanged source (same validators, same parse settings) is not_modified."""
     from firefeed.pipeline.fetch import Validators, fetch_source
+    from firefeed.secrets.store import resolver_for
 
     src = ctx.spec.sources[index]
     row = ctx.store.source_rows(ctx.spec.project).get(src.name)
@@ -144,6 +145,8 @@ def fetch_one(ctx: RunContext, index: int) -> FetchOutcome:
         compression=src.compression,
         previous=previous,
         settings=settings,
+        # The run's own company's secrets; the environment only for a spec the CLI applied.
+        references=resolver_for(ctx.spec.company, ctx.spec_dir, settings=ctx.settings, engine=ctx.engine),
     )
     path = str(result.path) if result.path is not None else None
     owned = path is not None and Path(path).resolve().is_relative_to(ctx.work_dir.resolve())
@@ -297,10 +300,12 @@ def export_one(ctx: RunContext, index: int, table: str, fields: Sequence[str]) -
             export=exp,
             dest=local,
             title=ctx.spec.name or ctx.spec.project,
+            link=exp.channel_link,
         )
     return {
         "name": exp.name,
-        "path": storage.url(key),
+        # The storage key (`<company>/<project>/<path>`): relative to the export folder, never a server path.
+        "path": key,
         "rows": result.rows,
         "bytes": result.bytes,
         "sha256": result.sha256,

@@ -85,8 +85,8 @@ class Runnable:
     func: Callable[[JobContext], Outcome]
     usage: str
     """The input_data it takes, as shown in error messages."""
-    required: Mapping[str, type] = field(default_factory=dict)
-    optional: Mapping[str, type] = field(default_factory=dict)
+    required: Mapping[str, type | tuple[type, ...]] = field(default_factory=dict)
+    optional: Mapping[str, type | tuple[type, ...]] = field(default_factory=dict)
 
     def check_input(self, data: Any) -> dict[str, Any]:
         """The input_data as a dict, or ProcessInputError saying what is wrong and what is expected."""
@@ -115,11 +115,12 @@ class Runnable:
         return data
 
 
-_KIND_NAMES: dict[type, str] = {
+_KIND_NAMES: dict[type | tuple[type, ...], str] = {
     str: "a non-empty string",
     float: "a number >= 0",
     dict: "a JSON object",
     bool: "true or false",
+    (dict, str): "a JSON object or a string holding YAML or JSON",
 }
 
 
@@ -192,11 +193,15 @@ def project_apply(ctx: JobContext) -> Outcome:
     """Create or update a project of the workspace's company from a spec (as `firefeed apply`).
 
     Local source paths are not resolved against any folder: use URLs or absolute paths.
+    `spec` may be the spec's text (YAML or JSON): `input_data` is JSONB, which sorts an
+    object's keys, so only text keeps the order of `fields`, `map` values and `headers`
+    (SPEC 8.18) from the service that wrote the row.
     """
     from firefeed.runs.service import RunStore
-    from firefeed.spec.loader import parse_spec
+    from firefeed.spec.loader import load_spec, parse_spec
 
-    spec = parse_spec(ctx.input["spec"])
+    raw = ctx.input["spec"]
+    spec = load_spec(raw, filename="input_data.spec") if isinstance(raw, str) else parse_spec(raw)
     if spec.company != ctx.workspace_id:
         raise ProcessInputError(
             f"spec.company {spec.company!r} is not this workspace {ctx.workspace_id!r}; "
@@ -239,7 +244,12 @@ RUNNABLES: dict[str, Runnable] = {
             optional={"accept_drop": bool},
         ),
         Runnable("firefeed.run.status", run_status, '{"run_id": "<run id>"}', required={"run_id": str}),
-        Runnable("firefeed.project.apply", project_apply, '{"spec": {<project spec>}}', required={"spec": dict}),
+        Runnable(
+            "firefeed.project.apply",
+            project_apply,
+            '{"spec": {<project spec>}} or {"spec": "<project spec as YAML or JSON text>"}',
+            required={"spec": (dict, str)},
+        ),
         Runnable("firefeed.ping", ping, '{} or {"sleep_s": <seconds>}', optional={"sleep_s": float}),
     )
 }

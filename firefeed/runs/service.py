@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,15 +15,20 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from firefeed import metrics
+from firefeed.config import get_settings
 from firefeed.db.engine import get_engine, session_factory
 from firefeed.db.models import Company, Export, PipelineRun, PipelineStep, Project, Rule, Source
 from firefeed.errors import NotFoundError, PipelineBusyError, RunCancelledError
 from firefeed.runs.lock import ACTIVE, with_project_pipeline_lock
+from firefeed.secrets.references import check_spec as check_references
+from firefeed.secrets.references import origin_of
 from firefeed.spec.loader import parse_spec
 from firefeed.spec.model import ProjectSpec
 
 STEPS = ("FETCH", "PARSE", "MERGE", "RULES", "EXPORT")
 TRIGGERS = ("cli", "api", "beat", "task", "process")
+
+log = logging.getLogger(__name__)
 
 
 def now() -> datetime:
@@ -42,12 +48,17 @@ class RunStore:
 
         `company`, when given, is the caller's company (API token): a project id
         owned by another company is refused as unknown rather than taken over.
+        A spec without a folder (API, processes) may not name an environment variable.
         """
+        check_references(spec, origin_of(spec_dir), get_settings().spec_env_allow)
         raw = spec.model_dump(mode="json", exclude_unset=True)
         with self.sessions() as s, s.begin():
             s.execute(pg_insert(Company).values(id=spec.company).on_conflict_do_nothing())
             existing = s.get(Project, spec.project, with_for_update=True)
             if existing is not None and existing.company_id != spec.company:
+                # A caller of one company (API, processes) gets the answer of a missing project, word for word.
+                if company is not None:
+                    raise NotFoundError(f"unknown project {spec.project!r}")
                 raise NotFoundError(f"project {spec.project!r} belongs to another company")
             created = existing is None
             if existing is None:
@@ -226,7 +237,11 @@ class RunStore:
             raise RunCancelledError(f"run {run_id} was cancelled")
 
     def request_cancel(self, run_id: str) -> str:
-        """Record the cancel first (it must hold even if a revoke is lost); returns the status after."""
+        """Record the cancel first (it must hold even if a revoke is lost); returns the status after.
+
+        Then the statements the run's backends are running are cancelled, wherever its
+        workers are: the jobs see the flag when their statement fails (firefeed/runs/backends.py).
+        """
         with self.sessions() as s, s.begin():
             run = s.get(PipelineRun, uuid.UUID(run_id), with_for_update=True)
             if run is None:
@@ -236,7 +251,15 @@ class RunStore:
                 if run.status == "PENDING":
                     run.status, run.finished_at = "CANCELLED", now()
                     metrics.run_finished(run.trigger, "CANCELLED", None, None)  # metrics (#5)
-            return run.status
+            status = run.status
+        if status == "RUNNING":
+            from firefeed.runs.backends import cancel_run_backends
+
+            try:
+                cancel_run_backends(self.engine, run_id)
+            except Exception:  # the flag is recorded: the run still stops at its next check
+                log.warning("could not cancel the statements of run %s", run_id, exc_info=True)
+        return status
 
     def step_started(self, run_id: str, step: str, at: datetime | None = None) -> None:
         at = at or now()

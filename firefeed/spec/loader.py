@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from firefeed.errors import SpecError
 from firefeed.spec.model import EXPORT_FORMATS, SOURCE_FORMATS, ProjectSpec
+from firefeed.spec.paths import render_path
 
 # A real spec nests about ten levels (rules, conditions, actions) and holds a few thousand values.
 # The caps stop a hostile one: YAML aliases share one node many times (`b: [*a, *a, ...]`, the
@@ -24,8 +25,27 @@ MAX_DEPTH = 64
 MAX_VALUES = 200_000
 
 
-def _textify(value: Any, depth: int = 0, count: list[int] | None = None) -> Any:
-    """A plain copy of the decoded document with booleans as text, refused past MAX_DEPTH or MAX_VALUES."""
+# Where a value sits, as a linked list (parent, key) built in O(1) per node and rendered only for an error.
+_Where = tuple[Any, str | int] | None
+
+
+def _where_path(where: _Where) -> str:
+    parts: list[str | int] = []
+    while where is not None:
+        where, part = where
+        parts.append(part)
+    return render_path(reversed(parts))
+
+
+_NUL_MESSAGE = "holds a NUL character (\\0, U+0000), which a spec may not contain"
+
+
+def _textify(value: Any, depth: int = 0, count: list[int] | None = None, where: _Where = None) -> Any:
+    """A plain copy of the decoded document with booleans as text, refused past MAX_DEPTH or MAX_VALUES.
+
+    A NUL character in a key or a value is refused here, naming its path (SPEC 8.24): Postgres
+    cannot store one in text (a JSONB spec column crashed on it), and it has no meaning in a spec.
+    """
     count = [0] if count is None else count
     count[0] += 1
     if count[0] > MAX_VALUES:
@@ -34,21 +54,25 @@ def _textify(value: Any, depth: int = 0, count: list[int] | None = None) -> Any:
         raise SpecError("", f"the spec nests deeper than {MAX_DEPTH} levels")
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise SpecError(_where_path(where), _NUL_MESSAGE)
+        return value
     if isinstance(value, dict):
-        return {str(k): _textify(v, depth + 1, count) for k, v in value.items()}
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            key = str(k)
+            if "\x00" in key:
+                raise SpecError(_where_path((where, key)), "the key " + _NUL_MESSAGE)
+            out[key] = _textify(v, depth + 1, count, (where, key))
+        return out
     if isinstance(value, list):
-        return [_textify(v, depth + 1, count) for v in value]
+        return [_textify(v, depth + 1, count, (where, i)) for i, v in enumerate(value)]
     return value
 
 
 def _path(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out
+    return render_path(part if isinstance(part, int) else str(part) for part in loc)
 
 
 def _message(err: dict[str, Any]) -> str:

@@ -24,6 +24,23 @@ _EXT_FORMATS = {
     ".rss": "xml",
     ".atom": "xml",
 }
+# Headers the HTTP client sets from the request itself (framing, routing, the connection): a spec that
+# sets one could smuggle a second request or reach another virtual host than its URL names.
+_RESERVED_HEADERS = frozenset(
+    {
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "upgrade",
+    }
+)
 _BOOL_TRUE = {"true", "yes", "on", "1"}
 _BOOL_FALSE = {"false", "no", "off", "0"}
 
@@ -86,6 +103,18 @@ class SourceSpec(_Strict):
             raise ValueError("must be one of auto, ',', ';', '|', tab")
         return v
 
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, v: dict[str, str]) -> dict[str, str]:
+        for name in v:
+            if name.strip().lower() in _RESERVED_HEADERS:
+                raise ValueError(
+                    f"{name!r} can't be set: Host, Content-Length, Transfer-Encoding, Connection and the other "
+                    "hop-by-hop headers (Keep-Alive, Proxy-Authenticate, Proxy-Authorization, TE, Trailer, "
+                    "Upgrade) come from the request itself"
+                )
+        return v
+
     @field_validator("encoding")
     @classmethod
     def _encoding(cls, v: str) -> str:
@@ -112,6 +141,8 @@ class ExportSpec(_Strict):
     fields: dict[str, str] | None = None
     where: Any = None
     gzip: bool = False
+    # google-xml: the <channel>'s <link> (SPEC 8.19); unset, the first item's link.
+    channel_link: str | None = None
     # Feed quality (#9): the channel whose rules the export is checked against (google-xml: google),
     # which findings keep the previous file published, and the largest share of items a run may drop.
     channel: Literal["google", "meta", "none"] | None = None
@@ -211,13 +242,17 @@ class ProjectSpec(_Strict):
                 )
             if e.fields is not None:
                 from firefeed.rules.template import parse_template
+                from firefeed.spec.paths import join_key
 
                 if not e.fields:
                     raise SpecError(f"exports[{i}].fields", "must list at least one field")
                 for out, value in e.fields.items():
                     if "{" in value or "}" in value:
-                        parse_template(value, f"exports[{i}].fields.{out}")
+                        parse_template(value, join_key(f"exports[{i}].fields", out))
         self._rules = parse_rules(self.rules, key_field=self.key, path="rules")
+        from firefeed.rules.limits import check_sql_size, spec_fields
+
+        check_sql_size(self._rules, spec_fields(self._rules, self.key))  # again at RULES, with the feed's columns
         return self
 
     @property

@@ -198,7 +198,7 @@ def test_the_preview_counts_are_the_ones_a_real_run_reports(run_env: Path, tmp_p
     enabled = {r["rule"]: r["matched"] for r in preview["rules"] if r["enabled"]}
     assert enabled == report["rules"]["matched"]
     assert sum(r["excluded"] for r in preview["rules"]) == report["rules"]["excluded"]
-    _, rows = read_csv(Path(report["exports"][0]["path"]))
+    _, rows = read_csv(run_env / report["exports"][0]["path"])
     assert [r[0] for r in rows] == [i["key"] for i in preview["items"] if i["excluded_by"] is None]
 
 

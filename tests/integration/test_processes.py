@@ -235,7 +235,7 @@ def test_a_pipeline_run_row_completes_with_the_run_report_and_the_export(
     assert [s["step"] for s in report["steps"]] == ["FETCH", "PARSE", "MERGE", "RULES", "EXPORT"]
     (export,) = report["exports"]
     assert export["rows"] == 2
-    assert Path(export["path"]).is_file()
+    assert (run_env / export["path"]).is_file()  # relative to the export folder (SPEC 5)
 
 
 def test_a_busy_project_fails_the_row_naming_the_active_run(

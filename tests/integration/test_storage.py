@@ -361,7 +361,7 @@ def test_a_run_with_s3_storage_publishes_in_the_bucket_the_bytes_a_local_run_wri
     prefix = f"ff/exports/acme/{project}/"
     assert sorted(objects) == sorted(prefix + rel for rel in local_exports)  # no partials, no downloads left
     assert {k.removeprefix(prefix): v for k, v in objects.items()} == local_exports
-    assert {e["path"] for e in report["exports"]} == {f"s3://{bucket}/{prefix}{rel}" for rel in local_exports}
+    assert {e["path"] for e in report["exports"]} == {f"acme/{project}/{rel}" for rel in local_exports}  # the keys
     assert [s["rows"] for s in report["sources"]] == [60, 20, 30]
     assert not (run_env / "acme" / project).exists()  # nothing went to the local export folder
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from firefeed.config import get_settings
 from firefeed.runs.requests import start_run
 from firefeed.runs.service import RunStore
 from firefeed.schema.identifiers import rules_tmp_table
@@ -74,7 +75,7 @@ def _reference(base: Path, round_no: int) -> dict[str, tuple[bytes, int]]:
     _add_round_field(folder, round_no)
     code, report = run_json(folder / "spec.yaml")
     assert code == 0, report["error"]
-    return {e["name"]: (export_body(Path(e["path"])), e["rows"]) for e in report["exports"]}
+    return {e["name"]: (export_body(get_settings().export_dir / e["path"]), e["rows"]) for e in report["exports"]}
 
 
 def _janitor_loop(stop: threading.Event, dropped: list[str], errors: list[BaseException]) -> None:
@@ -127,9 +128,12 @@ def test_n_projects_of_three_companies_started_together_round_after_round_lose_n
             for report in reports:
                 by_name = {e["name"]: e for e in report["exports"]}
                 for name, (body, rows) in expected.items():
-                    found = export_rows(Path(by_name[name]["path"]))
+                    found = export_rows(get_settings().export_dir / by_name[name]["path"])
                     lost += max(rows - found, 0)
-                    assert export_body(Path(by_name[name]["path"])) == body, (report["project"], name)
+                    assert export_body(get_settings().export_dir / by_name[name]["path"]) == body, (
+                        report["project"],
+                        name,
+                    )
                     assert found == rows, (report["project"], name, found, rows)
             stress_tally.lose(lost)
             assert not [t for t in dropped if any(r.replace("-", "") in t for r in run_ids)], (

@@ -23,7 +23,7 @@ import pytest
 
 from firefeed.api.app import create_app
 from firefeed.api.serve import ServerThread
-from firefeed.config import reset_settings
+from firefeed.config import get_settings, reset_settings
 from firefeed.db.engine import raw_connection
 from firefeed.pipeline.run import execute_run
 from firefeed.processes.registry import RUNNABLES
@@ -101,7 +101,9 @@ def _b_state(t: Tenants) -> dict[str, Any]:
     """Everything of B's that A must not change: its spec, its runs and their states, its export's bytes."""
     store = RunStore()
     runs = [(str(r.id), r.status, bool(r.cancel_requested)) for r in store.runs_of_project(t.b_project, 100)]
-    export = next((Path(e["path"]) for r in runs for e in build_report(store, r[0])["exports"]), None)
+    export = next(
+        (get_settings().export_dir / e["path"] for r in runs for e in build_report(store, r[0])["exports"]), None
+    )
     return {
         "spec": dict(store.project(t.b_project).spec),
         "runs": runs,
@@ -204,7 +206,7 @@ def test_a_spec_of_company_a_reads_its_own_local_files(tenants: Tenants, run_env
         execute_run(run_id)
         report = http.get(f"/api/runs/{run_id}", headers=t.a_auth).json()
     assert report["status"] == "SUCCEEDED", report["error"]
-    assert Path(report["exports"][0]["path"]).read_text(encoding="utf-8").count("A's shoe") == 1
+    assert (get_settings().export_dir / report["exports"][0]["path"]).read_text(encoding="utf-8").count("A's shoe") == 1
 
 
 @pytest.mark.parametrize("export_path", ["../{b_project}/out.csv", "../../{b}/{b_project}/out.csv", "to_b/out.csv"])
@@ -272,7 +274,7 @@ def test_field_names_written_as_sql_never_reach_company_bs_tables(
         report = http.get(f"/api/runs/{run_id}", headers=t.a_auth).json()
     stress_tally.run()
     assert report["status"] == "SUCCEEDED", report["error"]
-    with Path(report["exports"][0]["path"]).open(newline="", encoding="utf-8") as f:
+    with (get_settings().export_dir / report["exports"][0]["path"]).open(newline="", encoding="utf-8") as f:
         header, first = list(csv.reader(f))
     assert header == hostile
     assert first == ["A1", "v1", "v2", "v1", "v4"]
