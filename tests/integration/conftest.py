@@ -4,14 +4,40 @@ from __future__ import annotations
 
 import csv
 import io
+import uuid
 from collections.abc import Iterator
 from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from firefeed.config import reset_settings
+
+
+@pytest.fixture(scope="module")
+def base_url(database_url: str) -> Iterator[str]:
+    """The real API (uvicorn in a thread), one server per test module."""
+    from firefeed.api.app import create_app
+    from firefeed.api.serve import ServerThread
+
+    with ServerThread(create_app()) as url:
+        yield url
+
+
+@pytest.fixture()
+def http(base_url: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=base_url, timeout=30) as client:
+        yield client
+
+
+def new_company(prefix: str = "co_") -> tuple[str, dict[str, str]]:
+    """A fresh company and the Authorization header of a new token for it."""
+    from firefeed.runs.tokens import TokenStore
+
+    company = prefix + uuid.uuid4().hex[:10]
+    return company, {"Authorization": f"Bearer {TokenStore().create(company)}"}
 
 
 @pytest.fixture()

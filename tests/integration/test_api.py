@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,13 +11,11 @@ import httpx
 import pytest
 import yaml
 
-from firefeed.api.app import create_app
-from firefeed.api.serve import ServerThread
 from firefeed.pipeline.run import execute_run
 from firefeed.runs.service import RunStore
 from firefeed.runs.tokens import TokenStore
 from firefeed.spec.loader import parse_spec
-from tests.integration.conftest import cli, write_csv
+from tests.integration.conftest import cli, new_company, write_csv
 
 pytestmark = pytest.mark.integration
 
@@ -32,24 +29,6 @@ ROUTES = [
     ("GET", f"/api/runs/{uuid.uuid4()}"),
     ("POST", f"/api/runs/{uuid.uuid4()}/cancel"),
 ]
-
-
-@pytest.fixture(scope="module")
-def base_url(database_url: str) -> Iterator[str]:
-    with ServerThread(create_app()) as url:
-        yield url
-
-
-@pytest.fixture()
-def http(base_url: str) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=base_url, timeout=20) as client:
-        yield client
-
-
-def new_company() -> tuple[str, dict[str, str]]:
-    """A fresh company and the Authorization header of a new token for it."""
-    company = "co_" + uuid.uuid4().hex[:10]
-    return company, {"Authorization": f"Bearer {TokenStore().create(company)}"}
 
 
 def spec_of(company: str, project: str, url: str = "main.csv") -> dict[str, Any]:

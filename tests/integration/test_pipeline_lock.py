@@ -17,8 +17,6 @@ import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
-from firefeed.api.app import create_app
-from firefeed.api.serve import ServerThread
 from firefeed.db.models import PipelineRun
 from firefeed.runs.lock import project_lock_key, with_project_pipeline_lock
 from firefeed.runs.service import RunStore
@@ -34,12 +32,6 @@ pytestmark = pytest.mark.integration
 TRIGGER_REDIS_URL = os.environ.get("FIREFEED_TEST_TRIGGER_REDIS_URL", "redis://127.0.0.1:6379/12")
 # "Immediately": a refused request must not wait for the winner's run, only for its commit.
 IMMEDIATE_S = 2.0
-
-
-@pytest.fixture(scope="module")
-def base_url(database_url: str) -> Iterator[str]:
-    with ServerThread(create_app()) as url:
-        yield url
 
 
 def new_project(folder: Path) -> tuple[str, str, dict[str, str]]:

@@ -6,7 +6,6 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +15,6 @@ import yaml
 from psycopg2 import sql
 from sqlalchemy import Engine
 
-from firefeed.api.app import create_app
-from firefeed.api.serve import ServerThread
 from firefeed.config import reset_settings
 from firefeed.db.engine import raw_connection
 from firefeed.runs.maintenance import SCRATCH_AREA_MAX_AGE_S, drop_orphan_tmp_tables
@@ -264,12 +261,6 @@ def test_a_preview_leaves_the_projects_tables_runs_and_exports_exactly_as_they_w
     previews = tmp_path / "var" / "previews"  # FIREFEED_DATA_DIR of run_env: the downloads are gone too
     assert not previews.exists() or not any(previews.iterdir())
     RunStore().request_cancel(pending)
-
-
-@pytest.fixture(scope="module")
-def base_url(database_url: str) -> Iterator[str]:
-    with ServerThread(create_app()) as url:
-        yield url
 
 
 def test_the_api_previews_the_stored_spec_or_a_sent_one_for_its_own_company_only(

@@ -21,19 +21,16 @@ import pytest
 import yaml
 from sqlalchemy import text
 
-from firefeed.api.app import create_app
-from firefeed.api.serve import ServerThread
 from firefeed.config import get_settings, reset_settings
 from firefeed.db.engine import get_engine
 from firefeed.errors import ConfigError, NotFoundError, SpecError
 from firefeed.pipeline.run import execute_run
 from firefeed.processes.registry import JobContext, project_apply
 from firefeed.runs.service import RunStore
-from firefeed.runs.tokens import TokenStore
 from firefeed.secrets.crypto import generate_key
 from firefeed.secrets.store import SecretStore
 from firefeed.spec.loader import parse_spec
-from tests.integration.conftest import cli
+from tests.integration.conftest import cli, new_company
 
 pytestmark = pytest.mark.integration
 
@@ -108,23 +105,6 @@ def secrets_env(run_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
     reset_settings()
     yield run_env
     reset_settings()
-
-
-@pytest.fixture(scope="module")
-def base_url(database_url: str) -> Iterator[str]:
-    with ServerThread(create_app()) as url:
-        yield url
-
-
-@pytest.fixture()
-def http(base_url: str) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=base_url, timeout=30) as client:
-        yield client
-
-
-def new_company() -> tuple[str, dict[str, str]]:
-    company = "co_" + uuid.uuid4().hex[:10]
-    return company, {"Authorization": f"Bearer {TokenStore().create(company)}"}
 
 
 def secret_value(label: str) -> str:

@@ -24,16 +24,13 @@ import pytest
 import yaml
 from sqlalchemy import Engine
 
-from firefeed.api.app import create_app
-from firefeed.api.serve import ServerThread
 from firefeed.config import reset_settings
 from firefeed.pipeline.run import execute_run
 from firefeed.rules.model import MapValues
 from firefeed.runs.report import build_report
 from firefeed.runs.service import RunStore
-from firefeed.runs.tokens import TokenStore
 from tests.integration.celery_workers import in_process_worker, use_broker
-from tests.integration.conftest import cli, run_json, write_csv
+from tests.integration.conftest import cli, new_company, run_json, write_csv
 from tests.integration.test_processes import insert, make_worker, row, workspace  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.integration
@@ -170,23 +167,6 @@ def test_apply_then_trigger_writes_the_columns_in_the_spec_order(
 
 
 # -- (c) PUT /api/projects/{id} --------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def base_url(database_url: str) -> Iterator[str]:
-    with ServerThread(create_app()) as url:
-        yield url
-
-
-@pytest.fixture()
-def http(base_url: str) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=base_url, timeout=30) as client:
-        yield client
-
-
-def new_company() -> tuple[str, dict[str, str]]:
-    company = "so_" + uuid.uuid4().hex[:10]
-    return company, {"Authorization": f"Bearer {TokenStore().create(company)}"}
-
-
 @pytest.fixture()
 def local_sources(run_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """FIREFEED_LOCAL_SOURCES_ROOT for specs sent without a folder (their `main.csv` is <root>/<company>/)."""
@@ -201,7 +181,7 @@ def local_sources(run_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 def test_a_put_spec_and_a_run_write_the_columns_in_the_spec_order(
     http: httpx.Client, run_env: Path, local_sources: Path, content_type: str
 ) -> None:
-    company, auth = new_company()
+    company, auth = new_company("so_")
     write_feed(local_sources / company)
     project = "order_api_" + uuid.uuid4().hex[:6]
     doc = spec_doc(company, project)
@@ -224,8 +204,8 @@ def test_a_put_spec_and_a_run_write_the_columns_in_the_spec_order(
 def test_putting_another_companys_project_answers_exactly_like_a_missing_one(
     http: httpx.Client, run_env: Path, local_sources: Path
 ) -> None:
-    owner, owner_auth = new_company()
-    intruder, auth = new_company()
+    owner, owner_auth = new_company("so_")
+    intruder, auth = new_company("so_")
     taken = "order_own_" + uuid.uuid4().hex[:6]
     assert http.put(f"/api/projects/{taken}", headers=owner_auth, json=spec_doc(owner, taken)).status_code == 201
     missing = "order_no_" + uuid.uuid4().hex[:6]
@@ -289,7 +269,7 @@ def test_a_nul_in_a_spec_value_exits_2_naming_the_key_even_with_json(
 
 
 def test_a_nul_in_a_put_spec_is_a_422_naming_the_key(http: httpx.Client) -> None:
-    company, auth = new_company()
+    company, auth = new_company("so_")
     project = "nul_api_" + uuid.uuid4().hex[:6]
     doc = spec_doc(company, project)
     doc["rules"][0]["then"][0]["values"]["ro\x00sso"] = "red"

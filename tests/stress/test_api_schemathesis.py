@@ -27,6 +27,7 @@ from firefeed.config import reset_settings
 from firefeed.pipeline.run import execute_run
 from firefeed.runs.service import RunStore
 from firefeed.runs.tokens import TokenStore
+from firefeed.secrets.crypto import generate_key
 from tests.integration.test_api import add_project
 
 EXAMPLES = 60  # per operation and mode; ~9 operations x 2 modes x 2 id sets: about 2,000 requests
@@ -49,6 +50,8 @@ def seeded(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
     with pytest.MonkeyPatch.context() as env:
         env.setenv("FIREFEED_EXPORT_DIR", str(folder / "exports"))
         env.setenv("FIREFEED_DATA_DIR", str(folder / "var"))
+        # A configured server: without a key, PUT /api/secrets is a deliberate 503 (config_error).
+        env.setenv("FIREFEED_SECRETS_KEY", generate_key())
         reset_settings()
         project = add_project(company, folder / "spec", "fuzz_api_project")
         store = RunStore()
