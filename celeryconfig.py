@@ -13,6 +13,9 @@ from firefeed.tasks.schedules import beat_schedule as _beat_entries  # beat (#5)
 _settings = get_settings()
 
 broker_url = _settings.celery_broker_url
+if broker_url.startswith(("redis://", "rediss://")):
+    # kombu's Redis transport, but a connection lost mid-ack reconnects instead of stopping the worker.
+    from firefeed.tasks.broker import TRANSPORT as broker_transport  # noqa: F401
 result_backend = _settings.celery_result_backend
 task_serializer = "json"
 result_serializer = "json"
@@ -32,9 +35,8 @@ task_time_limit = _settings.step_time_limit_s + 60
 task_soft_time_limit = _settings.step_time_limit_s
 result_expires = 24 * 3600
 broker_connection_retry_on_startup = True
-# Redis re-delivers an unacked message after the visibility timeout: keep it longer than any
-# job can run, so a live job is never handed to a second worker.
-broker_transport_options = {"visibility_timeout": _settings.step_time_limit_s * 2 + 600}
+# Per broker kind: Redis's visibility timeout (longer than any job), create_engine's options for SQL.
+broker_transport_options = _settings.celery_broker_transport_options
 result_backend_transport_options = {"retry_policy": {"timeout": 5.0}}
 
 task_default_queue = Queue.PIPELINE.value

@@ -14,6 +14,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from firefeed.errors import ConfigError
 
+# kombu's SQLAlchemy transport: the broker on a database (see firefeed/commands/_dbbroker.py).
+SQL_BROKER_PREFIX = "sqla+"
+
 
 def normalize_database_url(url: str) -> str:
     """Accept the URL spellings users have and always drive Postgres through psycopg2.
@@ -128,7 +131,11 @@ class Settings(BaseSettings):
 
     @property
     def celery_broker_url(self) -> str:
-        """The broker; without one, an in-memory broker that only serves in-process workers."""
+        """The broker; without one, an in-memory broker that only serves in-process workers.
+
+        `firefeed fleet` with none configured gives its children one on the database
+        (FIREFEED_BROKER_URL=sqla+postgresql+psycopg2://…, firefeed/commands/_dbbroker.py).
+        """
         return self.broker_url or "memory://"
 
     @property
@@ -138,9 +145,21 @@ class Settings(BaseSettings):
         broker = self.broker_url or ""
         if broker.startswith(("redis://", "rediss://")):
             return broker
+        if broker.startswith(SQL_BROKER_PREFIX):
+            # A broker on the database (`firefeed fleet` without a broker): results beside it.
+            return "db+" + broker[len(SQL_BROKER_PREFIX) :]
         if broker.startswith(("amqp://", "pyamqp://")):
             return "rpc://"
         return "cache+memory://"
+
+    @property
+    def celery_broker_transport_options(self) -> dict[str, object]:
+        """Transport options for the broker's kind (kombu's SQL transport passes them all to create_engine)."""
+        if (self.broker_url or "").startswith(SQL_BROKER_PREFIX):
+            return {"pool_pre_ping": True}
+        # Redis re-delivers an unacked message after the visibility timeout: keep it longer than any
+        # job can run, so a live job is never handed to a second worker.
+        return {"visibility_timeout": self.step_time_limit_s * 2 + 600}
 
     @property
     def allowed_hosts(self) -> set[str]:
