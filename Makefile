@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install system-deps lock demo demo-check test test-rabbitmq test-unit test-integration lint format typecheck bench bench-distributed bench-rules bench-api bench-processes bench-preview bench-quality stress clean
+.PHONY: install system-deps lock demo demo-check test test-rabbitmq test-unit test-integration lint format typecheck bench bench-distributed bench-concurrency bench-rules bench-api bench-processes bench-preview bench-quality stress clean
 
 # From the lock file (tools/install.sh: uv when it can be had, else pip); tools/lock.sh re-resolves it.
 $(STAMP): pyproject.toml requirements-dev.lock
@@ -59,6 +59,10 @@ bench: $(STAMP)
 # The other benchmarks (each prints its figures and targets; see the script's docstring).
 bench-distributed: $(STAMP)
 	$(BIN)/python bench/distributed_bench.py $(BENCH_ARGS)
+
+# Inter-project concurrency: 20 projects with slow feed servers, PIPELINE_CONCURRENCY=4 against 1.
+bench-concurrency: $(STAMP)
+	$(BIN)/python bench/concurrency_bench.py $(BENCH_ARGS)
 
 bench-rules: $(STAMP)
 	$(BIN)/python bench/rules_bench.py $(BENCH_ARGS)

@@ -1,4 +1,9 @@
-"""The one module that reads the four concurrency variables (SPEC section 1).
+"""The one module that reads the four concurrency variables (SPEC section 1), and sizes the worker pools.
+
+PIPELINE_CONCURRENCY is the runs one pipeline worker drives at once; IMPORT,
+RULES and EXPORT_CONCURRENCY are a step's jobs per such run, so a step worker's
+pool holds PIPELINE x that many (`Concurrency.pool_size`): the pool slots are
+then exactly what the connection budget `connections_needed` counts.
 
 Change `.env`, restart the worker: no rebuild. A bad value stops the process
 with a message naming the variable, because a silently clamped pool is worse
@@ -16,6 +21,7 @@ from firefeed.errors import ConfigError
 DEFAULTS: dict[str, int] = {
     # One run per pipeline worker: more lets N projects run at once, not one run faster.
     "PIPELINE_CONCURRENCY": 1,
+    # Per run driven at once (a step worker's pool is PIPELINE x these, see `pool_size`).
     # FETCH/PARSE/MERGE jobs are I/O and COPY bound; two overlap downloads with parsing.
     "IMPORT_CONCURRENCY": 2,
     "RULES_CONCURRENCY": 2,
@@ -37,6 +43,20 @@ class Concurrency:
             "rules": self.rules,
             "export": self.export,
         }[queue]
+
+    def pool_size(self, queue: str) -> int:
+        """The pool of one worker of `queue`: PIPELINE runs for `pipeline`, PIPELINE x its step's value otherwise.
+
+        IMPORT/RULES/EXPORT_CONCURRENCY are the step's jobs *per run the pipeline
+        worker drives*. A step pool of the bare value would make the runs share it:
+        with PIPELINE_CONCURRENCY=4 and IMPORT_CONCURRENCY=2, four runs would queue
+        for two download slots, and raising PIPELINE would not let more projects run
+        at once (measured by `make bench-concurrency`). Sized this way, a set of
+        workers holds exactly the pool slots the connection budget counts.
+        """
+        if queue == "pipeline":
+            return self.pipeline
+        return self.pipeline * self.for_queue(queue)
 
     def connections_needed(self, web_pool: int) -> int:
         """Postgres connections the fleet may hold: PIPELINE x (IMPORT + RULES + EXPORT) + web pool."""

@@ -302,10 +302,9 @@ class FleetCollector(Collector):
 
         from firefeed.db.engine import get_engine
         from firefeed.db.models import PipelineRun
-        from firefeed.schema.identifiers import RULES_TMP_PREFIX
+        from firefeed.schema.service import SchemaService
 
         engine = self._engine or get_engine()
-        pattern = RULES_TMP_PREFIX.replace("_", "\\_") + "%"
         with engine.connect() as conn, conn.begin():
             # A scrape must not hang on a locked or overloaded database.
             conn.execute(text("SET LOCAL statement_timeout = :ms"), {"ms": int(FLEET_TIMEOUT_S * 1000)})
@@ -314,11 +313,9 @@ class FleetCollector(Collector):
                 .where(PipelineRun.status.in_(ACTIVE_STATUSES))
                 .group_by(PipelineRun.status)
             ).all()
-            tmp = conn.execute(
-                text("SELECT count(*) FROM pg_tables WHERE schemaname LIKE 'company\\_%' AND tablename LIKE :pattern"),
-                {"pattern": pattern},
-            ).scalar_one()
-        return {str(status): int(n) for status, n in rows}, int(tmp)
+            # The catalog query is the SchemaService's, in this transaction (so under the timeout above).
+            tmp = SchemaService(engine).count_rules_tmp(conn=conn.connection.driver_connection)
+        return {str(status): int(n) for status, n in rows}, tmp
 
 
 _fleet: FleetCollector | None = None

@@ -164,7 +164,7 @@ def _check_budget(report: Report, settings: Any, engine: Any) -> None:
     else:
         report.ok("connections", against)
     parts = [
-        f"{q} ~{memory_estimate_mb(c.for_queue(q), settings.chunk_rows)} MB ({c.for_queue(q)} + 1 processes)"
+        f"{q} ~{memory_estimate_mb(c.pool_size(q), settings.chunk_rows)} MB ({c.pool_size(q)} + 1 processes)"
         for q in ("pipeline", "import", "rules", "export")
     ]
     report.info("memory", "per worker: " + ", ".join(parts))

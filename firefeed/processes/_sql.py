@@ -1,29 +1,12 @@
-"""Loads queries.sql into named statements, procrastinate style: `-- name --`, a description line, the SQL."""
+"""The processes worker's statements: the named blocks of queries.sql (loader: firefeed/db/sqlfile.py)."""
 
 from __future__ import annotations
 
-import re
-from functools import cache
-from importlib import resources
+from firefeed.db.sqlfile import load_queries, parse_queries
 
-_HEADER = re.compile(r"^-- ([a-z_]+) --$", re.MULTILINE)
-
-
-def parse_queries(text: str) -> dict[str, str]:
-    """Split a queries file into {name: sql}; comment lines inside a block are dropped."""
-    parts = _HEADER.split(text)
-    queries: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        lines = [line for line in body.splitlines() if line.strip() and not line.lstrip().startswith("--")]
-        queries[name] = "\n".join(lines).strip()
-    return queries
-
-
-@cache
-def _queries() -> dict[str, str]:
-    return parse_queries(resources.files("firefeed.processes").joinpath("queries.sql").read_text("utf-8"))
+__all__ = ["parse_queries", "query"]
 
 
 def query(name: str) -> str:
     """The SQL of the named block of queries.sql (KeyError for a name that is not there)."""
-    return _queries()[name]
+    return load_queries("firefeed.processes")[name]

@@ -66,6 +66,8 @@ def check_project_id(project: str) -> str:
     return project
 
 
+#: schemas of companies' data: `company_<company id>`
+COMPANY_SCHEMA_PREFIX = "company_"
 #: schemas of scratch areas: throwaway copies of the data plane (rule previews), never a company's
 SCRATCH_SCHEMA_PREFIX = "scratch_"
 _SCRATCH_AREA = re.compile(r"^scratch:([0-9]{10}_[0-9a-f]{16})$")
@@ -93,7 +95,7 @@ def company_schema(company: str) -> str:
     scratch = _SCRATCH_AREA.match(company)
     if scratch is not None:
         return SCRATCH_SCHEMA_PREFIX + scratch.group(1)
-    return "company_" + check_company_id(company)
+    return COMPANY_SCHEMA_PREFIX + check_company_id(company)
 
 
 def _bounded(prefix: str, name: str) -> str:

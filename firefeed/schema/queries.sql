@@ -1,0 +1,54 @@
+-- The SchemaService's catalog queries, as named blocks loaded by firefeed/db/sqlfile.py.
+-- A block starts with `-- name --` and a one-line description; parameters are psycopg2 `%(name)s`.
+-- DDL is not here: it is built around identifiers (psycopg2.sql) in service.py.
+
+-- table_columns --
+-- The columns of one table in their order (add_columns adds only the missing ones)
+SELECT column_name
+  FROM information_schema.columns
+ WHERE table_schema = %(schema)s
+   AND table_name = %(table)s
+ ORDER BY ordinal_position;
+
+-- table_exists --
+-- Whether a table is there; `qualified` is "schema"."table" quoted as text
+SELECT to_regclass(%(qualified)s) IS NOT NULL AS present;
+
+-- schemas_like --
+-- Schemas whose name matches a LIKE pattern (the scratch areas of rule previews)
+SELECT nspname
+  FROM pg_namespace
+ WHERE nspname LIKE %(pattern)s;
+
+-- database_epoch --
+-- The database's clock in Unix seconds, which a scratch area's age is measured against
+SELECT extract(epoch FROM now());
+
+-- run_tables --
+-- Run-scoped tables (rules_tmp_*, export_tmp_*) of every company: LIKE patterns for schema and table
+SELECT schemaname, tablename
+  FROM pg_tables
+ WHERE schemaname LIKE %(schemas)s
+   AND tablename LIKE %(tables)s;
+
+-- run_tables_of_schema --
+-- Run-scoped tables of one company schema
+SELECT schemaname, tablename
+  FROM pg_tables
+ WHERE schemaname = %(schema)s
+   AND tablename LIKE %(tables)s;
+
+-- count_run_tables --
+-- How many run-scoped tables of every company are alive (the fleet gauge firefeed_rules_tmp_tables)
+SELECT count(*)
+  FROM pg_tables
+ WHERE schemaname LIKE %(schemas)s
+   AND tablename LIKE %(tables)s;
+
+-- run_is_live --
+-- Whether a run is still PENDING or RUNNING; the share lock keeps it so until the janitor's transaction ends
+SELECT 1
+  FROM pipeline_runs
+ WHERE id = %(run_id)s
+   AND status IN ('PENDING', 'RUNNING')
+   FOR SHARE;
