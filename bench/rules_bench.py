@@ -177,7 +177,7 @@ def run_floor_passes(dsn: str) -> list[float]:
 
 
 def verify(engine: Any, fields: list[str], rules: Any) -> None:
-    from firefeed.rules.executor import run_rules
+    from firefeed.pipeline.rule_passes import run_rules
     from firefeed.rules.reference import apply_rules
 
     service = SchemaService(engine)

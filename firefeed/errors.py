@@ -6,6 +6,8 @@ maps them to HTTP status codes in one handler and the CLI to exit codes.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class FireFeedError(Exception):
     """FireFeed failed."""
@@ -160,6 +162,28 @@ class RunCancelledError(FireFeedError):
     """The run was cancelled."""
 
     code = "run_cancelled"
+
+
+class StepFailedError(FireFeedError):
+    """A step job failed; `error` is what the job recorded (the RunReport's step, type and message)."""
+
+    code = "step_failed"
+
+    def __init__(self, error: dict[str, Any]) -> None:
+        self.error = error
+        super().__init__(str(error.get("message")))
+
+
+class JobLostError(FireFeedError):
+    """The job was taken over by another worker (its lease ran out); this worker's work must not count."""
+
+    code = "job_lost"
+
+
+class JobPickupTimeoutError(FireFeedError):
+    """No job of a step moved for FIREFEED_JOB_PICKUP_TIMEOUT_S: no worker takes them."""
+
+    code = "job_pickup_timeout"
 
 
 class StatementTimeoutError(FireFeedError):

@@ -1,18 +1,41 @@
 """The batch driver: one process runs one run (`firefeed run`, the demo, the processes worker, tests).
 
-It is the same orchestrator the root Celery task uses, with every job run in
-this process: one core, two drivers.
+It is the same driver the root Celery task uses (pipeline/driver.py), with a
+dispatcher that runs every job right here: one core, two drivers.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Engine
 
 from firefeed.config import Settings, get_settings
 from firefeed.db.engine import get_engine
-from firefeed.pipeline.orchestrator import InlineDispatcher, StepHook, drive_run
+from firefeed.pipeline.driver import StepHook, drive_run
+from firefeed.pipeline.jobs import run_job, run_source_jobs_phased
+from firefeed.runs.contract import JobKind
+
+
+class InlineDispatcher:
+    """Runs each job at once in this process; RULES never fans out (there is no one to fan out to)."""
+
+    fans_out_rules = False
+
+    def __init__(self, settings: Settings | None = None, engine: Engine | None = None) -> None:
+        self.settings, self.engine = settings, engine
+
+    def submit(self, kind: JobKind, job_ids: Sequence[int]) -> None:
+        if kind is JobKind.SOURCE:
+            # Every FETCH, then every PARSE: the timeline shows the two steps apart.
+            run_source_jobs_phased(job_ids, settings=self.settings, engine=self.engine)
+            return
+        for job_id in job_ids:
+            run_job(job_id, settings=self.settings, engine=self.engine)
+
+    def hint(self, kind: JobKind) -> str:
+        return "the jobs run in this process"
 
 
 def execute_run(

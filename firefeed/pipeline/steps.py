@@ -1,8 +1,8 @@
-"""The five steps as plain functions: the batch driver and the Celery tasks both call these.
+"""The steps' work as plain functions, which the jobs (firefeed/pipeline/jobs.py) call.
 
-Nothing here knows about Celery. Each function takes the run's context, does one
-step (or one source / one export of a step) and returns what the next step and
-the RunReport need.
+Nothing here knows about Celery or job rows. Each function takes the run's
+context, does one step's work (or one source's, or one export's) and returns
+what the next step and the RunReport need. RULES is firefeed/pipeline/rule_passes.py.
 """
 
 from __future__ import annotations
@@ -17,15 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine
-
 from firefeed.config import Settings
 from firefeed.errors import MergeError, ParseError
+from firefeed.pipeline.context import RunContext
 from firefeed.pipeline.merge import MergeResult, StagedSource, merge_sources
-from firefeed.runs.service import RunStore
-from firefeed.schema.identifiers import project_table, staging_table
-from firefeed.schema.service import SchemaService
-from firefeed.spec.model import ProjectSpec, SourceSpec
+from firefeed.schema.identifiers import staging_table
+from firefeed.spec.model import SourceSpec
 from firefeed.storage import export_storage, run_storage
 from firefeed.storage.keys import download_key, partial_key, run_prefix
 
@@ -33,28 +30,6 @@ log = logging.getLogger(__name__)
 
 #: Bump when parsing changes in a way that makes old staging tables stale.
 PARSER_VERSION = "1"
-
-
-@dataclass
-class RunContext:
-    run_id: str
-    spec: ProjectSpec
-    spec_dir: Path | None
-    settings: Settings
-    engine: Engine
-    schema: SchemaService
-    store: RunStore
-
-    def check_cancel(self) -> None:
-        self.store.check_cancel(self.run_id)
-
-    @property
-    def work_dir(self) -> Path:
-        return self.settings.data_dir / "runs" / self.run_id
-
-    @property
-    def items_table(self) -> str:
-        return project_table(self.spec.project)
 
 
 @dataclass
@@ -258,23 +233,6 @@ def merge(ctx: RunContext, parsed: Sequence[ParseOutcome]) -> MergeResult:
         # Whatever the cause (every key empty, or staged rows that vanished), never publish an empty feed.
         raise MergeError(f"no items: the primary source {staged[0].name!r} gave no item with a non-empty key")
     return merged
-
-
-def apply_rules(ctx: RunContext, merged: MergeResult) -> Any:
-    """RULES: every enabled rule, in passes, into `rules_tmp_*` tables."""
-    from firefeed.rules.executor import run_rules
-
-    return run_rules(
-        ctx.engine,
-        ctx.schema,
-        company=ctx.spec.company,
-        run_id=ctx.run_id,
-        source_table=ctx.items_table,
-        fields=merged.fields,
-        rules=ctx.spec.parsed_rules,
-        cancel_check=ctx.check_cancel,
-        rows=merged.rows,
-    )
 
 
 def export_one(ctx: RunContext, index: int, table: str, fields: Sequence[str]) -> dict[str, Any]:

@@ -1,23 +1,22 @@
-"""Running the rules in Postgres, pass by pass (see _plan for how passes are cut).
+"""Executing one rule pass in Postgres (see _plan for how passes are cut, sqlgen for their SQL).
 
-Batch mode (`run_rules`) runs each pass whole (`run_pass_whole`, by CREATE TABLE AS), on two
-halves of the items at once for big runs, and a pass that only excludes in place
-(`run_pass_in_place`). A Celery driver can run one pass in chunks instead: `prepare_pass`
-once, then `run_pass_chunk` per `_ff_ord` range, each in its own transaction, and add the
-counts up. All DDL (CREATE TABLE AS included) goes through the SchemaService; this module
-only runs the SELECTs, INSERTs and DELETEs of the passes.
+A pass over a range of `_ff_ord` positions runs as CREATE TABLE AS (`run_pass_whole`,
+which keeps feed order), as INSERT into a table made by `prepare_pass`
+(`run_pass_chunk`, one slice of a pass, each in the caller's transaction), or, for
+a pass that only excludes, as one DELETE (`run_pass_in_place`). The loop over
+passes, and the choice between these, is firefeed/pipeline/rule_passes.py. All DDL
+(CREATE TABLE AS included) goes through the SchemaService; this module only runs
+the SELECTs, INSERTs and DELETEs of the passes.
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import hashlib
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,23 +25,22 @@ from sqlalchemy import Engine
 
 from firefeed.db.engine import raw_connection, render_for_binding
 from firefeed.rules._plan import PassPlan, flag_column, plan_passes
-from firefeed.rules.limits import check_sql_size
 from firefeed.rules.model import Rule, branch_excludes
-from firefeed.rules.sqlgen import count_select, deletes_only, exclusion_delete, pass_insert, pass_select
+from firefeed.rules.sqlgen import count_select, exclusion_delete, pass_insert, pass_select
 from firefeed.schema.identifiers import KEY, ORD, SRC, company_schema, ident
 from firefeed.schema.service import SchemaService
 
 __all__ = [
-    "SPLIT_MIN_ROWS",
     "ChunkCounts",
     "PassPlan",
-    "RulesResult",
+    "count_rows",
+    "middle_position",
     "plan_passes",
     "prepare_pass",
     "run_pass_chunk",
     "run_pass_in_place",
     "run_pass_whole",
-    "run_rules",
+    "slice_starts",
 ]
 
 # Rows must be written in _ff_ord order (exports read them back that way): a
@@ -63,17 +61,6 @@ class ChunkCounts:
     rows_in: int
     rows_out: int
     matched: dict[str, int] = field(default_factory=dict)  # per rule name of the pass
-
-
-@dataclass
-class RulesResult:
-    table: str  # final table in the company schema; source_table when no rule is enabled
-    fields: list[str]  # input fields, then fields created by rules in first-created order
-    passes: int
-    matched: dict[str, int]
-    excluded: int
-    rows_in: int
-    rows_out: int
 
 
 def prepare_pass(schema_service: SchemaService, *, company: str, run_id: str, plan: PassPlan) -> str:
@@ -277,32 +264,15 @@ def _execute_prepared(cur: Any, plan: PassPlan, source: Any, target: Any, lo: in
     cur.execute(f"EXECUTE {name}(%s, %s)", (-(2**63) if lo is None else lo, 2**63 - 1 if hi is None else hi))
 
 
-def _count(engine: Engine, company: str, table: str) -> int:
+def count_rows(engine: Engine, company: str, table: str) -> int:
+    """The items of a table of the company schema."""
     with raw_connection(engine) as conn, conn.cursor() as cur:
         cur.execute(sql.SQL("SELECT count(*) FROM {}").format(ident(company_schema(company), table)))
         return int(cur.fetchone()[0])
 
 
-#: A batch run over at least this many items runs every pass as two halves at once, on two
-#: connections (a pass is one backend's work: the other core would idle).
-SPLIT_MIN_ROWS = 100_000
-#: the pass tables of half h (1, 2) of pass p are numbered p * SEGMENT_STRIDE + h; the view over the
-#: last ones (the rules' result) is number 0
-SEGMENT_STRIDE = 10
-
-
-@dataclass
-class _Segment:
-    """One half of the items (_ff_ord in [lo, hi]) and the pass table that holds it so far."""
-
-    lo: int | None
-    hi: int | None
-    table: str
-    rows: int | None = None
-
-
-def _middle(engine: Engine, company: str, table: str) -> int | None:
-    """The _ff_ord that splits `table` into two halves of (almost) the same size."""
+def middle_position(engine: Engine, company: str, table: str) -> int | None:
+    """The _ff_ord that splits `table` into two halves of (almost) the same size (None: empty)."""
     with raw_connection(engine) as conn, conn.cursor() as cur:
         cur.execute(
             sql.SQL("SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY {}) FROM {}").format(
@@ -313,111 +283,14 @@ def _middle(engine: Engine, company: str, table: str) -> int | None:
     return None if mid is None else int(mid)
 
 
-def _segment_pass(
-    engine: Engine,
-    schema_service: SchemaService,
-    plan: PassPlan,
-    seg: _Segment,
-    source_table: str,
-    *,
-    company: str,
-    run_id: str,
-    number: int,
-) -> tuple[str, ChunkCounts]:
-    """One pass over one segment, in its own transaction; drops the segment's previous pass table."""
-    src = seg.table
-    with raw_connection(engine) as conn:
-        if src != source_table and deletes_only(plan):
-            return src, run_pass_in_place(conn, plan, src, company=company, rows_in=seg.rows)
-        first = src == source_table
-        dst, counts = run_pass_whole(
-            conn,
-            schema_service,
-            plan,
-            src,
-            company=company,
-            run_id=run_id,
-            rows_in=seg.rows,
-            lo=seg.lo if first else None,
-            hi=seg.hi if first else None,
-            number=number,
+def slice_starts(engine: Engine, company: str, table: str, size: int) -> list[int]:
+    """The _ff_ord of every `size`-th item of `table` (the first included), in order: where slices begin."""
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        cur.execute(
+            sql.SQL(
+                "SELECT o FROM (SELECT {ord} AS o, row_number() OVER (ORDER BY {ord}) AS n FROM {t}) s "
+                "WHERE n %% %s = 1 ORDER BY o"
+            ).format(ord=ident(ORD), t=ident(company_schema(company), table)),
+            (size,),
         )
-    if not first:
-        schema_service.drop_table(company, src)
-    return dst, counts
-
-
-def run_rules(
-    engine: Engine,
-    schema_service: SchemaService,
-    *,
-    company: str,
-    run_id: str,
-    source_table: str,
-    fields: Sequence[str],
-    rules: Sequence[Rule],
-    cancel_check: Callable[[], None] | None = None,
-    rows: int | None = None,
-    split_min_rows: int | None = None,
-) -> RulesResult:
-    """Apply the enabled rules to `source_table` (`rows` items, when the caller knows), one pass at a time.
-
-    Each pass is its own transaction per segment. With at least `split_min_rows`
-    (default SPLIT_MIN_ROWS) items the items are cut into two halves by position, each pass runs on both
-    at once, and the result is a view of the two last tables, first half first
-    (so still in feed order). The previous pass table is dropped once the next
-    one is written (never the source table), so at most two copies exist; a
-    pass that only excludes deletes from the previous pass table instead (never
-    from the source table); on error or cancellation the pipeline drops what
-    remains with drop_rules_tmp_for_run. Rules whose SQL would exceed rules_max_sql_bytes
-    over these fields are a SpecError before any statement runs.
-    """
-    plans = check_sql_size(rules, fields)
-    if not plans:
-        count = _count(engine, company, source_table)
-        return RulesResult(source_table, list(dict.fromkeys(fields)), 0, {}, 0, count, count)
-    threshold = SPLIT_MIN_ROWS if split_min_rows is None else split_min_rows
-    mid = _middle(engine, company, source_table) if rows is not None and rows >= threshold else None
-    if mid is None:
-        segments = [_Segment(None, None, source_table)]
-    else:
-        segments = [_Segment(None, mid, source_table), _Segment(mid + 1, None, source_table)]
-    split = len(segments) > 1
-    matched = {r.name: 0 for r in rules if r.enabled}
-    first_in: int | None = None
-    excluded = 0
-    with ThreadPoolExecutor(max_workers=len(segments)) as pool:
-        for plan in plans:
-            if cancel_check is not None:
-                cancel_check()
-            futures = [
-                pool.submit(
-                    # In a copy of this thread's context: the run's connection name (a cancel finds it) and log fields.
-                    contextvars.copy_context().run,
-                    _segment_pass,
-                    engine,
-                    schema_service,
-                    plan,
-                    seg,
-                    source_table,
-                    company=company,
-                    run_id=run_id,
-                    number=plan.number * SEGMENT_STRIDE + h if split else plan.number,
-                )
-                for h, seg in enumerate(segments, start=1)
-            ]
-            outcomes = [f.result() for f in futures]
-            rows_in = rows_out = 0
-            for seg, (dst, counts) in zip(segments, outcomes, strict=True):
-                seg.table, seg.rows = dst, counts.rows_out
-                rows_in += counts.rows_in
-                rows_out += counts.rows_out
-                for name, n in counts.matched.items():
-                    matched[name] += n
-            first_in = rows_in if first_in is None else first_in
-            excluded += rows_in - rows_out
-    assert first_in is not None
-    result = segments[0].table
-    if split:
-        result = schema_service.create_rules_tmp_view(company, run_id, 0, [seg.table for seg in segments])
-    return RulesResult(result, list(plans[-1].fields_out), len(plans), matched, excluded, first_in, first_in - excluded)
+        return [int(r[0]) for r in cur.fetchall()]

@@ -1,22 +1,33 @@
-"""Step jobs in the control plane: create, claim (one claimer wins), heartbeat, finish, watch."""
+"""Step jobs in the control plane: create, claim (one claimer wins), heartbeat, finish, watch.
+
+Every statement is a named block of queries.sql. Plain psycopg2, no ORM: a run
+of a million items makes hundreds of chunk jobs, and the watch loop reads their
+statuses many times a second; a session and row loading cost more than the
+statements themselves. Rows come back as typed JobStates (firefeed/runs/contract.py).
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
-import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from psycopg2.extras import NamedTupleCursor
-from sqlalchemy import select, text, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Engine
 
-from firefeed.db.engine import get_engine, session_factory
-from firefeed.db.models import PipelineJob
-from firefeed.runs.service import now
+from firefeed.db.engine import get_engine, raw_connection
+from firefeed.db.sqlfile import load_queries
+from firefeed.errors import JobLostError
+from firefeed.runs.contract import JobKind, JobSpec, JobState, JobStatus
+
+__all__ = ["JobStore", "worker_id"]
+
+
+def query(name: str) -> str:
+    """The SQL of the named block of runs/queries.sql."""
+    return load_queries("firefeed.runs")[name]
 
 
 def worker_id() -> str:
@@ -24,115 +35,84 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-class JobLostError(Exception):
-    """The job was taken over by another worker (its lease ran out); this worker's work must not count."""
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    step: str
-    kind: str
-    idx: int = 0
-    pass_no: int = 0
-    params: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class JobState:
-    id: int
-    kind: str
-    idx: int
-    pass_no: int
-    status: str
-    params: dict[str, Any] | None
-    result: dict[str, Any] | None
-    error: dict[str, Any] | None
-    claimed_at: Any
-    heartbeat_at: Any
-    created_at: Any
-    run_id: str
+def _json(doc: dict[str, Any] | None) -> str | None:
+    return None if doc is None else json.dumps(doc)
 
 
 def _state(row: Any) -> JobState:
-    """From a PipelineJob or a row of the same columns."""
     return JobState(
-        row.id,
-        row.kind,
-        row.idx,
-        row.pass_no,
-        row.status,
-        row.params,
-        row.result,
-        row.error,
-        row.claimed_at,
-        row.heartbeat_at,
-        row.created_at,
-        str(row.run_id),
+        id=int(row.id),
+        run_id=str(row.run_id),
+        kind=JobKind(row.kind),
+        idx=int(row.idx),
+        pass_no=int(row.pass_no),
+        status=JobStatus(row.status),
+        params=row.params,
+        result=row.result,
+        error=row.error,
+        claimed_at=row.claimed_at,
+        heartbeat_at=row.heartbeat_at,
+        created_at=row.created_at,
     )
 
 
 class JobStore:
+    """The job rows of runs; one short transaction per call (or the caller's, where a call takes `conn`)."""
+
     def __init__(self, engine: Engine | None = None) -> None:
         self.engine = engine or get_engine()
-        self.sessions = session_factory(self.engine)
+
+    def _rows(self, name: str, params: dict[str, Any]) -> list[Any]:
+        with raw_connection(self.engine) as conn, conn.cursor(cursor_factory=NamedTupleCursor) as cur:
+            cur.execute(query(name), params)
+            return list(cur.fetchall()) if cur.description is not None else []
+
+    def _rowcount(self, name: str, params: dict[str, Any], conn: Any = None) -> int:
+        if conn is not None:
+            with conn.cursor() as cur:
+                cur.execute(query(name), params)
+                return int(cur.rowcount)
+        with raw_connection(self.engine) as own, own.cursor() as cur:
+            cur.execute(query(name), params)
+            return int(cur.rowcount)
 
     def create(self, run_id: str, jobs: Sequence[JobSpec]) -> list[int]:
         """Create the jobs (idempotent per run/kind/pass/idx) and return their ids in order."""
-        ids: list[int] = []
-        with self.sessions() as s, s.begin():
-            for j in jobs:
-                row = s.execute(
-                    pg_insert(PipelineJob)
-                    .values(
-                        run_id=uuid.UUID(run_id),
-                        step=j.step,
-                        kind=j.kind,
-                        idx=j.idx,
-                        pass_no=j.pass_no,
-                        params=j.params,
-                        status="PENDING",
-                    )
-                    .on_conflict_do_update(
-                        index_elements=["run_id", "kind", "pass_no", "idx"], set_={"params": j.params}
-                    )
-                    .returning(PipelineJob.id)
-                ).scalar_one()
-                ids.append(int(row))
-        return ids
+        if not jobs:
+            return []
+        rows = self._rows(
+            "create_jobs",
+            {
+                "run_id": str(run_id),
+                "steps": [j.step.value for j in jobs],
+                "kinds": [j.kind.value for j in jobs],
+                "idxs": [j.idx for j in jobs],
+                "pass_nos": [j.pass_no for j in jobs],
+                "params": [_json(j.params.to_json()) if j.params is not None else None for j in jobs],
+            },
+        )
+        by_place = {(r.kind, r.pass_no, r.idx): int(r.id) for r in rows}
+        return [by_place[(j.kind.value, j.pass_no, j.idx)] for j in jobs]
 
     def get(self, job_id: int) -> JobState | None:
-        with self.sessions() as s:
-            row = s.get(PipelineJob, job_id)
-            return _state(row) if row else None
+        rows = self._rows("get_job", {"id": job_id})
+        return _state(rows[0]) if rows else None
+
+    def states(self, job_ids: Sequence[int]) -> list[JobState]:
+        """The jobs, in the order of `job_ids`."""
+        by_id = {int(r.id): _state(r) for r in self._rows("job_states", {"ids": list(job_ids)})}
+        return [by_id[i] for i in job_ids]
 
     def claim(self, job_id: int, *, lease_s: float) -> JobState | None:
-        """PENDING -> RUNNING, or take over a RUNNING job whose claimer stopped beating; None if not ours.
-
-        Plain SQL: a rules worker claims hundreds of chunk jobs a run, and the ORM's
-        session and row loading cost more than the UPDATE itself.
-        """
-        from firefeed.db.engine import raw_connection
-
-        with raw_connection(self.engine) as conn, conn.cursor(cursor_factory=NamedTupleCursor) as cur:
-            cur.execute(
-                "UPDATE pipeline_jobs SET status = 'RUNNING', claimed_by = %s, claimed_at = now(),"
-                " heartbeat_at = now(), attempts = attempts + 1"
-                " WHERE id = %s AND (status = 'PENDING'"
-                " OR (status = 'RUNNING' AND heartbeat_at < now() - make_interval(secs => %s)))"
-                " RETURNING id, kind, idx, pass_no, status, params, result, error, claimed_at, heartbeat_at,"
-                " created_at, run_id",
-                (worker_id(), job_id, lease_s),
-            )
-            row = cur.fetchone()
-        return None if row is None else _state(row)
+        """PENDING -> RUNNING, or take over a RUNNING job whose claimer stopped beating; None if not ours."""
+        rows = self._rows("claim_job", {"id": job_id, "claimed_by": worker_id(), "lease_s": lease_s})
+        return _state(rows[0]) if rows else None
 
     def heartbeat(self, job_id: int) -> None:
-        with self.sessions() as s, s.begin():
-            s.execute(update(PipelineJob).where(PipelineJob.id == job_id).values(heartbeat_at=now()))
+        self._rowcount("heartbeat_job", {"id": job_id})
 
     def save_partial(self, job_id: int, result: dict[str, Any]) -> None:
-        with self.sessions() as s, s.begin():
-            s.execute(update(PipelineJob).where(PipelineJob.id == job_id).values(result=result, heartbeat_at=now()))
+        self._rowcount("save_partial", {"id": job_id, "result": _json(result)})
 
     def succeed(self, job_id: int, result: dict[str, Any], conn: Any = None) -> None:
         """Mark done, only while this worker still holds the job; with `conn` inside the caller's transaction.
@@ -140,96 +120,29 @@ class JobStore:
         JobLostError when another worker took the job over: the caller's transaction must roll back,
         so a chunk is never written twice.
         """
-        import json
-
-        statement = (
-            "UPDATE pipeline_jobs SET status = 'SUCCEEDED', result = %s::jsonb, finished_at = now() "
-            "WHERE id = %s AND status = 'RUNNING' AND claimed_by = %s"
-        )
-        params = (json.dumps(result), job_id, worker_id())
-        if conn is not None:
-            with conn.cursor() as cur:
-                cur.execute(statement, params)
-                if cur.rowcount != 1:
-                    raise JobLostError(f"job {job_id} is no longer held by {worker_id()}")
-            return
-        from firefeed.db.engine import raw_connection
-
-        with raw_connection(self.engine) as own, own.cursor() as cur:
-            cur.execute(statement, params)
-            if cur.rowcount != 1:
-                raise JobLostError(f"job {job_id} is no longer held by {worker_id()}")
-
-    def stale_running(self, job_ids: Sequence[int], lease_s: float) -> list[int]:
-        """Jobs RUNNING whose claimer stopped beating for longer than the lease (its worker died)."""
-        with self.sessions() as s:
-            rows = (
-                s.execute(
-                    select(PipelineJob.id).where(
-                        PipelineJob.id.in_(list(job_ids)),
-                        PipelineJob.status == "RUNNING",
-                        PipelineJob.heartbeat_at < text("now() - make_interval(secs => :lease)"),
-                    ),
-                    {"lease": lease_s},
-                )
-                .scalars()
-                .all()
-            )
-        return [int(r) for r in rows]
-
-    def running_count(self, run_id: str) -> int:
-        with self.sessions() as s:
-            from sqlalchemy import func
-
-            return int(
-                s.execute(
-                    select(func.count()).where(PipelineJob.run_id == uuid.UUID(run_id), PipelineJob.status == "RUNNING")
-                ).scalar_one()
-            )
+        params = {"id": job_id, "result": _json(result), "claimed_by": worker_id()}
+        if self._rowcount("succeed_job", params, conn) != 1:
+            raise JobLostError(f"job {job_id} is no longer held by {worker_id()}")
 
     def fail(self, job_id: int, error: dict[str, Any]) -> None:
         """Record a job's failure, unless it already ended (a worker that lost its claim fails after the
         job was taken over and done: that must not turn a SUCCEEDED job into a FAILED one)."""
-        with self.sessions() as s, s.begin():
-            s.execute(
-                update(PipelineJob)
-                .where(PipelineJob.id == job_id, PipelineJob.status.in_(("PENDING", "RUNNING")))
-                .values(status="FAILED", error=error, finished_at=now())
-            )
-
-    def status_counts(self, job_ids: Sequence[int]) -> dict[str, int]:
-        """How many of the jobs are in each status (one small query, whatever their number)."""
-        from sqlalchemy import func
-
-        with self.sessions() as s:
-            rows = s.execute(
-                select(PipelineJob.status, func.count())
-                .where(PipelineJob.id.in_(list(job_ids)))
-                .group_by(PipelineJob.status)
-            ).all()
-        return {str(status): int(n) for status, n in rows}
+        self._rowcount("fail_job", {"id": job_id, "error": _json(error)})
 
     def cancel(self, job_id: int) -> None:
-        with self.sessions() as s, s.begin():
-            s.execute(update(PipelineJob).where(PipelineJob.id == job_id).values(status="CANCELLED", finished_at=now()))
-
-    def states(self, job_ids: Sequence[int]) -> list[JobState]:
-        with self.sessions() as s:
-            rows = s.scalars(select(PipelineJob).where(PipelineJob.id.in_(list(job_ids)))).all()
-        by_id = {r.id: _state(r) for r in rows}
-        return [by_id[i] for i in job_ids]
+        self._rowcount("cancel_job", {"id": job_id})
 
     def cancel_pending(self, run_id: str) -> list[int]:
         """Mark a run's queued jobs CANCELLED so a worker that gets one later skips it."""
-        with self.sessions() as s, s.begin():
-            rows = (
-                s.execute(
-                    update(PipelineJob)
-                    .where(PipelineJob.run_id == uuid.UUID(run_id), PipelineJob.status == "PENDING")
-                    .values(status="CANCELLED", finished_at=now())
-                    .returning(PipelineJob.id)
-                )
-                .scalars()
-                .all()
-            )
-        return [int(r) for r in rows]
+        return [int(r.id) for r in self._rows("cancel_pending", {"run_id": str(run_id)})]
+
+    def status_counts(self, job_ids: Sequence[int]) -> dict[JobStatus, int]:
+        """How many of the jobs are in each status (one small query, whatever their number)."""
+        return {JobStatus(r.status): int(r.n) for r in self._rows("status_counts", {"ids": list(job_ids)})}
+
+    def stale_running(self, job_ids: Sequence[int], lease_s: float) -> list[int]:
+        """Jobs RUNNING whose claimer stopped beating for longer than the lease (its worker died)."""
+        return [int(r.id) for r in self._rows("stale_running", {"ids": list(job_ids), "lease_s": lease_s})]
+
+    def running_count(self, run_id: str) -> int:
+        return int(self._rows("running_count", {"run_id": str(run_id)})[0].n)

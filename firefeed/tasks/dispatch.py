@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+from firefeed.runs.contract import JobKind
 from firefeed.tasks.queues import Queue
+from firefeed.tasks.routing import TASK_FOR_KIND
 
 RUN_TASK = "firefeed.pipeline.run"
 TRIGGER_TASK = "firefeed.pipeline.trigger"
@@ -21,40 +23,44 @@ def enqueue_run(run_id: str) -> None:
     app.send_task(RUN_TASK, args=[run_id], queue=Queue.PIPELINE.value, task_id=run_id, ignore_result=True)
 
 
-_consumed_queues: set[str] = set()
+def worker_queues(app: Any) -> frozenset[str]:
+    """The queues the worker this code runs in consumes (`-Q`, or every declared queue without it).
 
-
-def note_worker_queues(queues: set[str]) -> None:
-    """Remember which queues this worker process consumes (set once at worker start-up)."""
-    _consumed_queues.clear()
-    _consumed_queues.update(queues)
+    The worker selects them on its app before its pool starts (prefork children
+    inherit the selection), so a task reads them from its own app, at run time.
+    """
+    queues = app.amqp.queues
+    return frozenset((queues.consume_from or queues).keys())
 
 
 class CeleryDispatcher:
-    """Sends each job to its queue by task name.
+    """Sends each job to its queue by task name; constructed by the root task for its run.
 
     When this very worker also consumes the job's queue (the one-process mode of
     the demo and tests, or one worker for every queue), the job runs right here:
     the root already holds a pool slot, and a job queued behind it could wait
-    for that slot forever.
+    for that slot forever. For the same reason RULES fans out into chunk jobs
+    only when another worker consumes the rules queue.
     """
 
-    def __init__(self, settings: Any = None, engine: Any = None) -> None:
+    def __init__(self, consumed: Iterable[str], *, settings: Any = None, engine: Any = None) -> None:
+        self.consumed = frozenset(consumed)
         self.settings, self.engine = settings, engine
+        self.fans_out_rules = Queue.RULES.value not in self.consumed
 
-    def submit(self, kind: str, job_ids: Sequence[int]) -> None:
-        from firefeed.celery_app import app
-        from firefeed.pipeline.orchestrator import TASK_FOR_KIND, run_job
-
+    def submit(self, kind: JobKind, job_ids: Sequence[int]) -> None:
         task, queue = TASK_FOR_KIND[kind]
-        if queue.value in _consumed_queues:
+        if queue.value in self.consumed:
+            from firefeed.pipeline.jobs import run_job
+
             for job_id in job_ids:
                 run_job(job_id, settings=self.settings, engine=self.engine)
             return
+        from firefeed.celery_app import app
+
         for job_id in job_ids:
             app.send_task(task, args=[job_id], queue=queue.value)
 
-    def fans_out(self, kind: str) -> bool:
-        from firefeed.pipeline.orchestrator import TASK_FOR_KIND
-
-        return TASK_FOR_KIND[kind][1].value not in _consumed_queues
+    def hint(self, kind: JobKind) -> str:
+        task, queue = TASK_FOR_KIND[kind]
+        return f"is a worker consuming queue {queue.value!r} (task {task})?"

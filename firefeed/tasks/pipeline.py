@@ -8,6 +8,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from celery import Task
+
 from firefeed.celery_app import app
 from firefeed.errors import NotFoundError, PipelineBusyError
 
@@ -31,9 +33,14 @@ def trigger(project_id: str, accept_drop: bool = False) -> dict[str, Any]:
     return {"status": "accepted", "run_id": run_id}
 
 
-@app.task(name="firefeed.pipeline.run", ignore_result=False)
-def run(run_id: str) -> dict[str, Any]:
-    """The root task: drive one run through FETCH, PARSE, MERGE, RULES, EXPORT; returns the RunReport."""
-    from firefeed.pipeline.orchestrator import drive_run
+@app.task(name="firefeed.pipeline.run", ignore_result=False, bind=True)
+def run(self: Task, run_id: str) -> dict[str, Any]:
+    """The root task: drive one run through FETCH, PARSE, MERGE, RULES, EXPORT; returns the RunReport.
 
-    return drive_run(str(run_id))
+    Its dispatcher is made for this run from the queues this worker consumes: jobs of
+    those run in place, and RULES fans out only when another worker takes the rules queue.
+    """
+    from firefeed.pipeline.driver import drive_run
+    from firefeed.tasks.dispatch import CeleryDispatcher, worker_queues
+
+    return drive_run(str(run_id), dispatcher=CeleryDispatcher(worker_queues(self.app)))

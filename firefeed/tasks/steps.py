@@ -11,7 +11,7 @@ STEP_TASK = {"acks_late": True, "reject_on_worker_lost": True, "ignore_result": 
 
 
 def _run(job_id: int) -> None:
-    from firefeed.pipeline.orchestrator import run_job
+    from firefeed.pipeline.jobs import run_job
 
     run_job(int(job_id))
 

@@ -158,20 +158,16 @@ def in_process_worker(queues: tuple[str, ...] | None = None, concurrency: int = 
     from celery.contrib.testing.worker import start_worker
 
     from firefeed.celery_app import app
-    from firefeed.tasks.dispatch import note_worker_queues
     from firefeed.tasks.queues import ALL_QUEUES
 
     if app.conf.broker_url.startswith("memory://"):
         purge_memory_broker()  # messages other tests left would run here, against their finished tests
-    try:
-        with start_worker(
-            app,
-            queues=list(queues or ALL_QUEUES),
-            pool="threads",
-            concurrency=concurrency,
-            perform_ping_check=False,
-            shutdown_timeout=30,
-        ):
-            yield app
-    finally:
-        note_worker_queues(set())
+    with start_worker(
+        app,
+        queues=list(queues or ALL_QUEUES),
+        pool="threads",
+        concurrency=concurrency,
+        perform_ping_check=False,
+        shutdown_timeout=30,
+    ):
+        yield app

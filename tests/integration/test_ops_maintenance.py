@@ -10,7 +10,8 @@ import pytest
 from sqlalchemy import Engine, text
 
 from firefeed import metrics
-from firefeed.runs.jobs import JobSpec, JobStore
+from firefeed.runs.contract import JobKind, JobSpec
+from firefeed.runs.jobs import JobStore
 from firefeed.runs.maintenance import drop_orphan_tmp_tables, prune_history, reap_stale_runs
 from firefeed.runs.service import RunStore
 from firefeed.schema.service import SchemaService
@@ -81,7 +82,7 @@ def test_the_reaper_fails_a_run_without_heartbeat_and_frees_its_project(engine: 
     fresh = running_run(new_project())
     store.step_started(stale, "MERGE")
     table = SchemaService(engine).create_rules_tmp(COMPANY, stale, 1, ["title"])
-    (job,) = JobStore(engine).create(stale, [JobSpec("EXPORT", "export")])
+    (job,) = JobStore(engine).create(stale, [JobSpec(JobKind.EXPORT)])
     with engine.begin() as conn:
         conn.execute(
             text("UPDATE pipeline_runs SET heartbeat_at = now() - interval '1 hour' WHERE id = :id"), {"id": stale}

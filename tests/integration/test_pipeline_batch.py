@@ -326,7 +326,7 @@ def test_a_run_split_in_two_halves_exports_the_same_bytes(
     """Big runs cut the rules in two halves (a view of two tables); the exports, google-xml read by groups of
     pages of one heap then the other, are byte for byte those of a run in one piece."""
     import firefeed.export._copy as copy_module
-    import firefeed.rules.executor as executor
+    import firefeed.pipeline.rule_passes as rule_passes
 
     whole = tmp_path / "whole"
     halves = tmp_path / "halves"
@@ -334,7 +334,7 @@ def test_a_run_split_in_two_halves_exports_the_same_bytes(
     halves.mkdir()
     code, report = run_json(_project(whole, project="in_one_piece"))
     assert code == 0, report["error"]
-    monkeypatch.setattr(executor, "SPLIT_MIN_ROWS", 1)
+    monkeypatch.setattr(rule_passes, "SPLIT_MIN_ROWS", 1)
     monkeypatch.setattr(copy_module, "_GROUP_PAGES", 1)
     seen: list[list[str] | None] = []
     find_halves = copy_module._halves_of_view

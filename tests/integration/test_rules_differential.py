@@ -21,7 +21,7 @@ from psycopg2.extras import execute_values
 from sqlalchemy import Engine
 
 from firefeed.db.engine import raw_connection
-from firefeed.rules.executor import RulesResult, run_rules
+from firefeed.pipeline.rule_passes import RulesResult, run_rules
 from firefeed.rules.model import parse_rules
 from firefeed.rules.reference import apply_rules
 from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, company_schema, ident

@@ -20,8 +20,8 @@ from firefeed.api.app import create_app
 from firefeed.api.serve import ServerThread
 from firefeed.config import reset_settings
 from firefeed.errors import SpecError
+from firefeed.pipeline.rule_passes import run_rules
 from firefeed.rules._plan import plan_passes
-from firefeed.rules.executor import run_rules
 from firefeed.rules.limits import plan_bytes
 from firefeed.rules.model import MAX_CONDITION_DEPTH, parse_rules
 from firefeed.runs.tokens import TokenStore

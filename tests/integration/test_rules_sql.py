@@ -10,8 +10,9 @@ from psycopg2 import sql
 from sqlalchemy import Engine
 
 from firefeed.db.engine import raw_connection
+from firefeed.pipeline.rule_passes import run_rules
 from firefeed.rules._text import capitalize, simple_lower, simple_upper
-from firefeed.rules.executor import plan_passes, prepare_pass, run_pass_chunk, run_rules
+from firefeed.rules.executor import plan_passes, prepare_pass, run_pass_chunk
 from firefeed.rules.model import parse_condition, parse_rules
 from firefeed.rules.reference import matches
 from firefeed.rules.sqlgen import condition_sql

@@ -382,7 +382,7 @@ def test_cleanup_removes_a_runs_partials_and_downloads_from_the_bucket_and_keeps
     s3_endpoint: str, run_env: Path, tmp_path: Path, stock_feed: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What a failed run's driver, or the reaper for a dead one, does: from any machine, through the storage."""
-    from firefeed.pipeline.orchestrator import load_context
+    from firefeed.pipeline.context import load_context
     from firefeed.pipeline.steps import cleanup
 
     monkeypatch.setenv("FIREFEED_FETCH_ALLOW_PRIVATE", "true")

@@ -1,0 +1,337 @@
+"""The run driver: one run, from PENDING to its end, through the five steps of SPEC section 4.
+
+    FETCH -> PARSE   one `source` job per source (FETCH then PARSE, on one worker)
+    MERGE            one `merge` job
+    RULES            the rule passes: one `rules` job, or `rules_chunk` jobs when the run fans out
+    EXPORT           one `export` job per export, then publish all of them at once
+
+Each step's jobs are rows in the database (firefeed/runs/jobs.py) handed to a
+Dispatcher: the batch one (pipeline/run.py) runs them here, the Celery one
+(firefeed/tasks/dispatch.py) sends them to their queues. The driver waits by
+watching the rows (pipeline/watch.py), never on a broker result, so no pool can
+deadlock on itself. What a job does is pipeline/jobs.py.
+
+Around the steps, the run's lifecycle: mark it RUNNING, beat while it runs, and
+at the end, on failure or cancel, stop its remaining jobs before the project is
+freed, clean up, and write the RunReport.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from sqlalchemy import Engine
+
+from firefeed.config import Settings, get_settings
+from firefeed.db.engine import get_engine
+from firefeed.errors import FireFeedError, PublishBlockedError, RunCancelledError
+from firefeed.logging import run_context
+from firefeed.pipeline import rule_passes, steps
+from firefeed.pipeline.context import RunContext, load_context
+from firefeed.pipeline.heartbeat import Heartbeat
+from firefeed.pipeline.jobs import describe_error
+from firefeed.pipeline.watch import Watch, WatchTimes
+from firefeed.runs import contract
+from firefeed.runs.backends import cancel_run_backends, run_statements
+from firefeed.runs.contract import JobKind, JobSpec, JobState, RunStatus, Step
+from firefeed.runs.jobs import JobStore
+from firefeed.runs.report import build_report
+from firefeed.runs.service import RunStore
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+StepHook = Callable[[str, str, dict[str, Any]], None]
+"""Called as hook(step, "start" | "end", info) so a CLI can draw progress."""
+
+
+class Dispatcher(Protocol):
+    """Where a run's jobs go. Constructed for the run by the driver's caller."""
+
+    @property
+    def fans_out_rules(self) -> bool:
+        """True when `rules_chunk` jobs sent here run in other processes in parallel, so RULES is cut into
+        chunk jobs; False: RULES runs as one job in the driver's process (firefeed/pipeline/rule_passes.py)."""
+        ...
+
+    def submit(self, kind: JobKind, job_ids: Sequence[int]) -> None:
+        """Have the jobs run (again: a duplicate is harmless, the claim lets one through)."""
+        ...
+
+    def hint(self, kind: JobKind) -> str:
+        """Where jobs of this kind should be picked up, for the message of a pickup timeout."""
+        ...
+
+
+def drive_run(
+    run_id: str,
+    *,
+    dispatcher: Dispatcher,
+    hook: StepHook | None = None,
+    settings: Settings | None = None,
+    engine: Engine | None = None,
+) -> dict[str, Any]:
+    """Drive a PENDING run to its end and return its RunReport."""
+    settings = settings or get_settings()
+    engine = engine or get_engine()
+    store = RunStore(engine)
+    run = store.run(run_id)
+    with run_context(run_id=run_id, project=run.project_id, company=run.company_id):
+        if not store.mark_running(run_id):
+            log.info("run is no longer pending (%s); nothing to do", store.run(run_id).status)
+            return build_report(store, run_id)
+        ctx: RunContext | None = None
+        driver: _Driver | None = None
+        status, error = RunStatus.SUCCEEDED, None
+        try:
+            ctx = load_context(run_id, settings, engine)
+            driver = _Driver(ctx, dispatcher, hook)
+            with Heartbeat(lambda: store.heartbeat(run_id), settings.heartbeat_s):
+                driver.drive()
+        except RunCancelledError:
+            status = RunStatus.CANCELLED
+            JobStore(engine).cancel_pending(run_id)
+            log.info("run cancelled during %s", driver.current if driver else None)
+        except Exception as err:
+            current = driver.current if driver else None
+            status, error = RunStatus.FAILED, describe_error(current, err)
+            if error.get("step") is None:
+                error["step"] = current
+            JobStore(engine).cancel_pending(run_id)
+            log.error("run failed in %s: %s", current, error["message"], exc_info=not isinstance(err, FireFeedError))
+            if current:
+                detail = {"error": error, **getattr(err, "step_detail", {})}
+                store.step_finished(run_id, current, RunStatus.FAILED, detail=detail)
+        finally:
+            if status != RunStatus.SUCCEEDED:
+                # Still beating while the jobs drain: the reaper must not take a run whose driver is alive.
+                with Heartbeat(lambda: store.heartbeat(run_id), settings.heartbeat_s):
+                    _stop_jobs(store, run_id)
+            if ctx is not None:
+                steps.cleanup(ctx)
+        store.finish_run(run_id, status, report=None, error=error)
+        report = build_report(store, run_id)
+        store.finish_run(run_id, status, report=report, error=error)
+        log.info("run %s", status)
+        return report
+
+
+@dataclass(frozen=True)
+class _Done:
+    """What a step writes on the timeline when it succeeds."""
+
+    rows_in: int
+    rows_out: int
+    detail: dict[str, Any]
+
+
+class _Driver:
+    def __init__(self, ctx: RunContext, dispatcher: Dispatcher, hook: StepHook | None) -> None:
+        self.ctx, self.dispatcher = ctx, dispatcher
+        self.jobs = JobStore(ctx.engine)
+        self.store = ctx.store
+        self.hook = hook or (lambda step, phase, info: None)
+        self.current: Step | None = None
+
+    def drive(self) -> None:
+        parsed = self.fetch_and_parse()
+        merged = self.step(Step.MERGE, lambda: self.merge(parsed))
+        rules = self.step(Step.RULES, lambda: self.rules(merged))
+        self.step(Step.EXPORT, lambda: self.export(rules))
+
+    # -- FETCH and PARSE run together, one job per source; their timeline comes from the jobs' own clocks.
+    def fetch_and_parse(self) -> list[contract.SourceResult]:
+        ctx = self.ctx
+        self.current = Step.FETCH
+        self.store.step_started(ctx.run_id, Step.FETCH)
+        self.hook(Step.FETCH, "start", {})
+        fetch_done = False
+
+        def on_poll(states: list[JobState]) -> None:
+            nonlocal fetch_done
+            if not fetch_done and all(contract.SourceFetched.present(s.result) for s in states):
+                fetch_done = True
+                self._finish_fetch(states)
+
+        specs = [JobSpec(JobKind.SOURCE, idx=i) for i in range(len(ctx.spec.sources))]
+        states = self.run_jobs(JobKind.SOURCE, specs, on_poll)
+        if not fetch_done:
+            self._finish_fetch(states)
+        results = [contract.SourceResult.from_json(s.result_doc()) for s in states]
+        self.current = Step.PARSE
+        rows = sum(r.parsed.rows for r in results)
+        self.store.step_finished(
+            ctx.run_id,
+            Step.PARSE,
+            RunStatus.SUCCEEDED,
+            rows_in=0,
+            rows_out=rows,
+            detail={
+                "sources": [r.parse for r in results],
+                "warnings": [f"source {r.parsed.name!r}: {w}" for r in results for w in r.warnings],
+            },
+            at=max(r.parse_finished for r in results),
+        )
+        self.hook(Step.PARSE, "end", {"rows_in": 0, "rows_out": rows})
+        return results
+
+    def _finish_fetch(self, states: list[JobState]) -> None:
+        parts = [contract.SourceResult.fetched_part(s.result_doc()) for s in states]
+        first = min(started for _, started, _ in parts)
+        last = max(finished for _, _, finished in parts)
+        self.store.step_started(self.ctx.run_id, Step.FETCH, at=first)
+        self.store.step_finished(
+            self.ctx.run_id, Step.FETCH, RunStatus.SUCCEEDED, detail={"sources": [p for p, _, _ in parts]}, at=last
+        )
+        self.hook(Step.FETCH, "end", {"rows_in": 0, "rows_out": 0})
+        self.current = Step.PARSE
+        self.store.step_started(self.ctx.run_id, Step.PARSE, at=first)
+        self.hook(Step.PARSE, "start", {})
+
+    # -- MERGE
+    def merge(self, parsed: list[contract.SourceResult]) -> tuple[contract.MergeResult, _Done]:
+        params = contract.MergeParams([r.parsed for r in parsed])
+        (job,) = self.run_jobs(JobKind.MERGE, [JobSpec(JobKind.MERGE, params=params)])
+        merged = contract.MergeResult.from_json(job.result_doc())
+        return merged, _Done(merged.rows_in, merged.rows, {"sources": merged.sources_report(), "fields": merged.fields})
+
+    # -- RULES: the one pass loop; fanned out, each pass runs as chunk jobs, else all of it as one job
+    def rules(self, merged: contract.MergeResult) -> tuple[contract.RulesResult, _Done]:
+        ctx = self.ctx
+        if self.dispatcher.fans_out_rules:
+            runner = rule_passes.ChunkJobPasses(
+                ctx.engine,
+                ctx.schema,
+                company=ctx.spec.company,
+                run_id=ctx.run_id,
+                fields=merged.fields,
+                chunk_rows=ctx.settings.chunk_rows,
+                run_chunks=self.run_chunks,
+            )
+            result = rule_passes.apply_passes(
+                runner,
+                ctx.schema,
+                company=ctx.spec.company,
+                source_table=ctx.items_table,
+                fields=merged.fields,
+                rules=ctx.spec.parsed_rules,
+                rows=merged.rows,
+                check_cancel=ctx.check_cancel,
+            )
+        else:
+            params = contract.RulesParams(merged.fields, merged.rows)
+            (job,) = self.run_jobs(JobKind.RULES, [JobSpec(JobKind.RULES, params=params)])
+            result = contract.RulesResult.from_json(job.result_doc())
+        return result, _Done(result.rows_in, result.rows_out, result.report())
+
+    def run_chunks(self, pass_no: int, slices: list[contract.RulesChunkParams]) -> list[contract.ChunkResult]:
+        specs = [JobSpec(JobKind.RULES_CHUNK, idx=i, pass_no=pass_no, params=s) for i, s in enumerate(slices)]
+        return [contract.ChunkResult.from_json(s.result_doc()) for s in self.run_jobs(JobKind.RULES_CHUNK, specs)]
+
+    # -- EXPORT: every export written beside its published name, checked, then all published at once
+    def export(self, rules: contract.RulesResult) -> tuple[None, _Done]:
+        ctx = self.ctx
+        params = contract.ExportParams(rules.table, rules.fields)
+        specs = [JobSpec(JobKind.EXPORT, idx=i, params=params) for i in range(len(ctx.spec.exports))]
+        states = self.run_jobs(JobKind.EXPORT, specs) if specs else []
+        exports = [contract.ExportResult.from_json(s.result_doc()) for s in states]
+        entries = [e.entry for e in exports]
+        ctx.check_cancel()
+        self.check_publish(entries)
+        steps.publish(ctx, entries)
+        self.promote(entries)
+        return None, _Done(rules.rows_out, sum(e.rows for e in exports), {"exports": entries})
+
+    def check_publish(self, exports: list[dict[str, Any]]) -> None:
+        """fail_on and the drop guard (#9), before anything is published; a block fails the run."""
+        from firefeed.export.guard import check_publish
+
+        try:
+            check_publish(self.ctx.spec, exports, accept_drop=self.store.run(self.ctx.run_id).accept_drop)
+        except PublishBlockedError as err:
+            err.step_detail = {"exports": exports}  # type: ignore[attr-defined]  # the failed run still reports them
+            raise
+
+    def promote(self, exports: list[dict[str, Any]]) -> None:
+        """The published exports' diff rows become the next run's baseline."""
+        from firefeed.export.guard import promote
+
+        try:
+            promote(self.ctx.schema, self.ctx.spec, self.ctx.run_id, exports)
+        except Exception:  # the files are published; only the next run's diff baseline is older
+            log.exception("could not keep the published exports' diff rows; the next run diffs against older ones")
+
+    # -- the plumbing every step shares
+    def step(self, name: Step, fn: Callable[[], tuple[T, _Done]]) -> T:
+        """One step on the timeline: started, its work, finished with its rows and its RunReport part."""
+        self.current = name
+        self.ctx.check_cancel()
+        with (
+            run_context(step=name),
+            run_statements(self.ctx.engine, self.ctx.run_id, name, settings=self.ctx.settings),
+        ):
+            self.store.step_started(self.ctx.run_id, name)
+            self.hook(name, "start", {})
+            value, done = fn()
+            self.store.step_finished(
+                self.ctx.run_id,
+                name,
+                RunStatus.SUCCEEDED,
+                rows_in=done.rows_in,
+                rows_out=done.rows_out,
+                detail=done.detail,
+            )
+            self.hook(name, "end", {"rows_in": done.rows_in, "rows_out": done.rows_out})
+            log.info("%s done: %d rows in, %d rows out", name, done.rows_in, done.rows_out)
+        return value
+
+    def run_jobs(
+        self, kind: JobKind, specs: Sequence[JobSpec], on_poll: Callable[[list[JobState]], None] | None = None
+    ) -> list[JobState]:
+        """Create the jobs, hand them to the dispatcher, and wait until all of them succeeded."""
+        ids = self.jobs.create(self.ctx.run_id, specs)
+        self.dispatcher.submit(kind, ids)
+        settings = self.ctx.settings
+        return Watch(
+            jobs=self.jobs,
+            run_id=self.ctx.run_id,
+            kind=kind,
+            ids=ids,
+            times=WatchTimes(settings.stale_run_s, settings.heartbeat_s, settings.job_pickup_timeout_s),
+            resend=lambda lost: self.dispatcher.submit(kind, lost),
+            check_cancel=self.ctx.check_cancel,
+            on_poll=on_poll,
+            hint=self.dispatcher.hint(kind),
+        ).until_done()
+
+
+# How long a failed or cancelled run waits for its still-running jobs to notice and stop.
+_DRAIN_S = 30.0
+# How often the drain cancels the run's statements again (a job may have started one after the first cancel).
+_SWEEP_S = 1.0
+
+
+def _stop_jobs(store: RunStore, run_id: str) -> None:
+    """Before the project is freed: flag the cancel, drop queued jobs, give running ones time to stop.
+
+    Otherwise a job of the failed run could still be writing a staging table that
+    the project's next run is already rebuilding.
+    """
+    jobs = JobStore(store.engine)
+    try:
+        store.request_cancel(run_id)
+        jobs.cancel_pending(run_id)
+        deadline = time.monotonic() + _DRAIN_S
+        next_sweep = time.monotonic() + _SWEEP_S
+        while jobs.running_count(run_id) and time.monotonic() < deadline:
+            if time.monotonic() >= next_sweep:
+                cancel_run_backends(store.engine, run_id)
+                next_sweep += _SWEEP_S
+            time.sleep(0.05)
+    except Exception:  # the run must still end; the reaper and the lease cover what is left
+        log.warning("could not stop the run's jobs", exc_info=True)

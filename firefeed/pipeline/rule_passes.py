@@ -1,0 +1,339 @@
+"""RULES: the one loop over rule passes, and the two ways a pass can be executed.
+
+The loop (`apply_passes`) owns everything a pass means for the run: the
+cancel check before it, whether it deletes in place (a pass that only excludes,
+over a pass table of this run: deleting the excluded rows costs less than copying
+every kept one), dropping the table the pass read once the next one is written
+(never the items table), and adding up the matched and excluded counts.
+
+How a pass is executed is the runner's business, and nothing else is:
+
+- `InProcessPasses` (the batch run, and a worker that consumes the rules queue
+  itself): each pass in this process, by CREATE TABLE AS or one DELETE, on two
+  halves of the items at once for big runs (a pass is one backend's work: the
+  other core would idle), the result a view of the two last tables.
+- `ChunkJobPasses` (the fleet): each pass cut into slices of FIREFEED_CHUNK_ROWS
+  items by position, one `rules_chunk` job per slice through the queue, or one
+  job for an in-place DELETE; the result indexed by position for EXPORT.
+
+Either way the same SQL runs (firefeed/rules/executor.py), so both give the
+same rows and counts (tests/integration/test_rule_passes.py).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sqlalchemy import Engine
+
+from firefeed.db.engine import raw_connection
+from firefeed.rules._plan import PassPlan, plan_passes
+from firefeed.rules.executor import (
+    ChunkCounts,
+    count_rows,
+    middle_position,
+    prepare_pass,
+    run_pass_chunk,
+    run_pass_in_place,
+    run_pass_whole,
+    slice_starts,
+)
+from firefeed.rules.limits import check_sql_size
+from firefeed.rules.model import Rule
+from firefeed.rules.sqlgen import deletes_only
+from firefeed.runs.contract import ChunkResult, RulesChunkParams, RulesResult
+from firefeed.schema.service import SchemaService
+
+__all__ = [
+    "SEGMENT_STRIDE",
+    "SPLIT_MIN_ROWS",
+    "ChunkJobPasses",
+    "InProcessPasses",
+    "PassRunner",
+    "RulesResult",
+    "Segment",
+    "apply_passes",
+    "execute_chunk",
+    "pass_plan",
+    "run_rules",
+]
+
+#: A batch run over at least this many items runs every pass as two halves at once, on two
+#: connections (a pass is one backend's work: the other core would idle).
+SPLIT_MIN_ROWS = 100_000
+#: the pass tables of half h (1, 2) of pass p are numbered p * SEGMENT_STRIDE + h; the view over the
+#: last ones (the rules' result) is number 0
+SEGMENT_STRIDE = 10
+
+
+@dataclass
+class Segment:
+    """A part of the items (_ff_ord in [lo, hi] of the items table; all when both are None) and the
+    table that holds it so far; `rows` its items when known."""
+
+    lo: int | None
+    hi: int | None
+    table: str
+    rows: int | None = None
+
+
+class PassRunner(Protocol):
+    """How passes are executed; the loop decides everything else."""
+
+    def segments(self, source_table: str, rows: int | None) -> list[Segment]:
+        """How the items are cut for the passes (each segment keeps its own chain of pass tables)."""
+        ...
+
+    def run_pass(self, plan: PassPlan, segments: Sequence[Segment], *, in_place: bool) -> list[tuple[str, ChunkCounts]]:
+        """Execute one pass over every segment: per segment, the table that now holds it and its counts.
+        `in_place`: delete the excluded rows from each segment's own table instead of writing a new one."""
+        ...
+
+    def finish(self, segments: Sequence[Segment], source_table: str) -> str:
+        """The rules' result table once every pass ran."""
+        ...
+
+
+def apply_passes(
+    runner: PassRunner,
+    schema: SchemaService,
+    *,
+    company: str,
+    source_table: str,
+    fields: Sequence[str],
+    rules: Sequence[Rule],
+    rows: int | None = None,
+    check_cancel: Callable[[], None] | None = None,
+) -> RulesResult:
+    """Apply the enabled rules to `source_table` (`rows` items, when the caller knows), one pass at a time.
+
+    Rules whose SQL would exceed rules_max_sql_bytes over these fields are a
+    SpecError before any statement runs. On error or cancellation the pipeline
+    drops what remains with drop_rules_tmp_for_run.
+    """
+    plans = check_sql_size(rules, fields)
+    matched = {r.name: 0 for r in rules if r.enabled}
+    if not plans:
+        count = rows if rows is not None else count_rows(schema.engine, company, source_table)
+        return RulesResult(source_table, list(dict.fromkeys(fields)), 0, matched, 0, count, count)
+    segments = runner.segments(source_table, rows)
+    first_in: int | None = None
+    excluded = 0
+    for plan in plans:
+        if check_cancel is not None:
+            check_cancel()
+        in_place = segments[0].table != source_table and deletes_only(plan)
+        outcomes = runner.run_pass(plan, segments, in_place=in_place)
+        rows_in = rows_out = 0
+        for seg, (table, counts) in zip(segments, outcomes, strict=True):
+            if seg.table not in (source_table, table):
+                schema.drop_table(company, seg.table)  # at most two copies of the items exist
+            seg.table, seg.rows = table, counts.rows_out
+            rows_in += counts.rows_in
+            rows_out += counts.rows_out
+            for name, n in counts.matched.items():
+                matched[name] = matched.get(name, 0) + n
+        first_in = rows_in if first_in is None else first_in
+        excluded += rows_in - rows_out
+    assert first_in is not None
+    table = runner.finish(segments, source_table)
+    return RulesResult(table, list(plans[-1].fields_out), len(plans), matched, excluded, first_in, first_in - excluded)
+
+
+def _add(counts: Sequence[ChunkCounts]) -> ChunkCounts:
+    total = ChunkCounts(0, 0, {})
+    for c in counts:
+        total.rows_in += c.rows_in
+        total.rows_out += c.rows_out
+        for name, n in c.matched.items():
+            total.matched[name] = total.matched.get(name, 0) + n
+    return total
+
+
+# -- in this process ---------------------------------------------------------------------
+class InProcessPasses:
+    """Each pass whole, in this process: CREATE TABLE AS, or one DELETE; two halves at once for big runs."""
+
+    def __init__(
+        self, engine: Engine, schema: SchemaService, *, company: str, run_id: str, split_min_rows: int | None = None
+    ) -> None:
+        self.engine, self.schema, self.company, self.run_id = engine, schema, company, run_id
+        self.split_min_rows = split_min_rows
+        self.split = False
+        self.source_table = ""
+
+    def segments(self, source_table: str, rows: int | None) -> list[Segment]:
+        self.source_table = source_table
+        threshold = SPLIT_MIN_ROWS if self.split_min_rows is None else self.split_min_rows
+        big = rows is not None and rows >= threshold
+        mid = middle_position(self.engine, self.company, source_table) if big else None
+        if mid is None:
+            return [Segment(None, None, source_table, rows)]
+        self.split = True
+        return [Segment(None, mid, source_table), Segment(mid + 1, None, source_table)]
+
+    def run_pass(self, plan: PassPlan, segments: Sequence[Segment], *, in_place: bool) -> list[tuple[str, ChunkCounts]]:
+        def one(h: int, seg: Segment) -> tuple[str, ChunkCounts]:
+            with raw_connection(self.engine) as conn:
+                if in_place:
+                    return seg.table, run_pass_in_place(conn, plan, seg.table, company=self.company, rows_in=seg.rows)
+                # Only the items table is cut by position; a half's own pass table is read whole.
+                first = seg.table == self.source_table
+                return run_pass_whole(
+                    conn,
+                    self.schema,
+                    plan,
+                    seg.table,
+                    company=self.company,
+                    run_id=self.run_id,
+                    rows_in=seg.rows,
+                    lo=seg.lo if first else None,
+                    hi=seg.hi if first else None,
+                    number=plan.number * SEGMENT_STRIDE + h if self.split else plan.number,
+                )
+
+        if len(segments) == 1:
+            return [one(1, segments[0])]
+        with ThreadPoolExecutor(max_workers=len(segments)) as pool:
+            # Each in a copy of this thread's context: the run's connection name (a cancel finds it) and log fields.
+            futures = [pool.submit(contextvars.copy_context().run, one, h, seg) for h, seg in enumerate(segments, 1)]
+            return [f.result() for f in futures]
+
+    def finish(self, segments: Sequence[Segment], source_table: str) -> str:
+        if len(segments) == 1:
+            return segments[0].table
+        # First half first: the view is still in feed order.
+        return self.schema.create_rules_tmp_view(self.company, self.run_id, 0, [seg.table for seg in segments])
+
+
+def run_rules(
+    engine: Engine,
+    schema_service: SchemaService,
+    *,
+    company: str,
+    run_id: str,
+    source_table: str,
+    fields: Sequence[str],
+    rules: Sequence[Rule],
+    cancel_check: Callable[[], None] | None = None,
+    rows: int | None = None,
+    split_min_rows: int | None = None,
+) -> RulesResult:
+    """The rules applied in this process (`InProcessPasses` through `apply_passes`)."""
+    runner = InProcessPasses(engine, schema_service, company=company, run_id=run_id, split_min_rows=split_min_rows)
+    return apply_passes(
+        runner,
+        schema_service,
+        company=company,
+        source_table=source_table,
+        fields=fields,
+        rules=rules,
+        rows=rows,
+        check_cancel=cancel_check,
+    )
+
+
+# -- as chunk jobs -----------------------------------------------------------------------
+RunChunks = Callable[[int, list[RulesChunkParams]], list[ChunkResult]]
+"""Runs one pass's slices (pass number, slices) somewhere and returns their counts in order."""
+
+
+class ChunkJobPasses:
+    """Each pass as slices of `chunk_rows` items by position, run by `run_chunks` (the driver: as jobs)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        schema: SchemaService,
+        *,
+        company: str,
+        run_id: str,
+        fields: Sequence[str],
+        chunk_rows: int,
+        run_chunks: RunChunks,
+    ) -> None:
+        self.engine, self.schema, self.company, self.run_id = engine, schema, company, run_id
+        self.fields, self.chunk_rows, self.run_chunks = list(fields), chunk_rows, run_chunks
+
+    def segments(self, source_table: str, rows: int | None) -> list[Segment]:
+        if rows is None:
+            rows = count_rows(self.engine, self.company, source_table)
+        return [Segment(None, None, source_table, rows)]
+
+    def run_pass(self, plan: PassPlan, segments: Sequence[Segment], *, in_place: bool) -> list[tuple[str, ChunkCounts]]:
+        (seg,) = segments
+        assert seg.rows is not None
+        if in_place:
+            # One DELETE in this run's own pass table costs less than copying every kept row, chunk by chunk.
+            slices = [RulesChunkParams(fields=self.fields, src=seg.table, rows=seg.rows, in_place=True)]
+            dst = seg.table
+        else:
+            dst = prepare_pass(self.schema, company=self.company, run_id=self.run_id, plan=plan)
+            bounds = self.bounds(seg.table)
+            slices = [
+                RulesChunkParams(fields=self.fields, src=seg.table, dst=dst, lo=lo, hi=hi, rows=n)
+                for (lo, hi), n in zip(bounds, self.rows_per_slice(bounds, seg.rows), strict=True)
+            ]
+        results = self.run_chunks(plan.number, slices)
+        return [(dst, _add([ChunkCounts(r.rows_in, r.rows_out, dict(r.matched)) for r in results]))]
+
+    def finish(self, segments: Sequence[Segment], source_table: str) -> str:
+        (seg,) = segments
+        if seg.table != source_table:
+            # Chunk jobs running side by side stored the items out of order: exports read them through
+            # this index instead of sorting them all (see export._copy).
+            self.schema.index_order(self.company, seg.table, analyze=False)
+        return seg.table
+
+    def rows_per_slice(self, bounds: list[tuple[int | None, int | None]], total: int) -> list[int]:
+        """Items per slice: chunk_rows each, the rest in the last (the bounds cut at every n-th item)."""
+        if len(bounds) == 1:
+            return [total]
+        return [self.chunk_rows] * (len(bounds) - 1) + [total - self.chunk_rows * (len(bounds) - 1)]
+
+    def bounds(self, table: str) -> list[tuple[int | None, int | None]]:
+        """Position ranges of about chunk_rows items each (one open range for a small table)."""
+        self.schema.index_order(self.company, table)
+        starts = slice_starts(self.engine, self.company, table, self.chunk_rows)
+        if len(starts) <= 1:
+            return [(None, None)]
+        return [
+            (None if i == 0 else lo, starts[i + 1] - 1 if i + 1 < len(starts) else None) for i, lo in enumerate(starts)
+        ]
+
+
+def execute_chunk(conn: Any, plan: PassPlan, chunk: RulesChunkParams, *, company: str) -> ChunkResult:
+    """One slice of one pass on `conn` (the caller's transaction): what a `rules_chunk` job does."""
+    if chunk.in_place:
+        counts = run_pass_in_place(conn, plan, chunk.src, company=company, rows_in=chunk.rows)
+    else:
+        assert chunk.dst is not None
+        # Prepared: a worker runs hundreds of slices of one pass, planned once.
+        counts = run_pass_chunk(
+            conn, plan, chunk.src, chunk.dst, chunk.lo, chunk.hi, company=company, rows_in=chunk.rows, prepare=True
+        )
+    return ChunkResult(counts.rows_in, counts.rows_out, dict(counts.matched))
+
+
+_PLANS: OrderedDict[tuple[str, int, tuple[str, ...]], PassPlan] = OrderedDict()
+_PLANS_LOCK = threading.Lock()
+
+
+def pass_plan(run_id: str, rules: Sequence[Rule], fields: Sequence[str], pass_no: int) -> PassPlan:
+    """The plan of one pass of a run, computed once per process and run (for its chunk jobs)."""
+    key = (run_id, pass_no, tuple(fields))
+    with _PLANS_LOCK:
+        if key in _PLANS:
+            return _PLANS[key]
+    plan = plan_passes(rules, list(fields))[pass_no - 1]
+    with _PLANS_LOCK:
+        _PLANS[key] = plan
+        while len(_PLANS) > 64:
+            _PLANS.popitem(last=False)
+    return plan

@@ -1,0 +1,400 @@
+"""The job contract between a run's driver and the workers that run its jobs, as types.
+
+A job row (`pipeline_jobs`) carries a kind, a status, and JSON params and result.
+What each kind takes and returns is one dataclass here, turned to and from that
+JSON in one place, so a driver and a worker on another machine agree on the
+shape and a misspelt field fails mypy instead of a run. The enums are
+str-valued: the database keeps the same strings it always had.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+
+class Step(StrEnum):
+    """The five steps of a run, in order (SPEC section 4)."""
+
+    FETCH = "FETCH"
+    PARSE = "PARSE"
+    MERGE = "MERGE"
+    RULES = "RULES"
+    EXPORT = "EXPORT"
+
+
+class RunStatus(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+class JobStatus(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+class JobKind(StrEnum):
+    """What a job does; each kind has its own Celery task (firefeed/tasks/routing.py)."""
+
+    SOURCE = "source"  # FETCH then PARSE of one source
+    MERGE = "merge"
+    RULES = "rules"  # every rule pass, in the worker's process
+    RULES_CHUNK = "rules_chunk"  # one slice of one rule pass
+    EXPORT = "export"  # one export, written beside its published name
+
+    @property
+    def step(self) -> Step:
+        """The step a job of this kind belongs to (a source job is recorded under PARSE)."""
+        return _STEP_OF[self]
+
+
+_STEP_OF = {
+    JobKind.SOURCE: Step.PARSE,
+    JobKind.MERGE: Step.MERGE,
+    JobKind.RULES: Step.RULES,
+    JobKind.RULES_CHUNK: Step.RULES,
+    JobKind.EXPORT: Step.EXPORT,
+}
+
+
+# -- params: what a job takes ----------------------------------------------------------
+@dataclass(frozen=True)
+class ParsedSource:
+    """A staged source as MERGE needs it."""
+
+    name: str
+    table: str
+    field_names: list[str]
+    rows: int
+
+
+@dataclass(frozen=True)
+class MergeParams:
+    sources: list[ParsedSource]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "parsed": [
+                {"name": p.name, "table": p.table, "field_names": p.field_names, "rows": p.rows} for p in self.sources
+            ]
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> MergeParams:
+        return cls([ParsedSource(p["name"], p["table"], list(p["field_names"]), int(p["rows"])) for p in doc["parsed"]])
+
+
+@dataclass(frozen=True)
+class RulesParams:
+    """The merged items table's fields and rows (the table itself is the project's)."""
+
+    fields: list[str]
+    rows: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"fields": self.fields, "rows": self.rows}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> RulesParams:
+        return cls(list(doc["fields"]), int(doc["rows"]))
+
+
+@dataclass(frozen=True)
+class RulesChunkParams:
+    """One slice of one pass: the rows of `src` with _ff_ord in [lo, hi] written to `dst`, or, `in_place`,
+    the whole pass as a DELETE in `src` (a pass table of this run). `rows`: the slice's input rows."""
+
+    fields: list[str]
+    src: str
+    rows: int
+    dst: str | None = None
+    lo: int | None = None
+    hi: int | None = None
+    in_place: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        if self.in_place:
+            return {"fields": self.fields, "src": self.src, "in_place": True, "rows": self.rows}
+        return {
+            "fields": self.fields,
+            "src": self.src,
+            "dst": self.dst,
+            "lo": self.lo,
+            "hi": self.hi,
+            "rows": self.rows,
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> RulesChunkParams:
+        return cls(
+            fields=list(doc["fields"]),
+            src=doc["src"],
+            rows=int(doc["rows"]),
+            dst=doc.get("dst"),
+            lo=doc.get("lo"),
+            hi=doc.get("hi"),
+            in_place=bool(doc.get("in_place")),
+        )
+
+
+@dataclass(frozen=True)
+class ExportParams:
+    """The rules' final table and its fields; the export itself is the job's `idx` in the spec."""
+
+    table: str
+    fields: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"table": self.table, "fields": self.fields}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> ExportParams:
+        return cls(doc["table"], list(doc["fields"]))
+
+
+JobParams = MergeParams | RulesParams | RulesChunkParams | ExportParams
+"""A source job takes no params: its `idx` is the source's place in the spec."""
+
+
+# -- results: what a job returns -------------------------------------------------------
+def _iso(at: datetime) -> str:
+    return at.isoformat()
+
+
+@dataclass(frozen=True)
+class SourceFetched:
+    """A source job's result after FETCH (saved mid-job, so the driver can close FETCH while PARSE runs)."""
+
+    fetch: dict[str, Any]  # the source's FETCH part of the RunReport
+    fetch_started: datetime
+    fetch_finished: datetime
+    fetched: dict[str, Any]  # steps.FetchOutcome's fields, for PARSE in the same job
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fetch": self.fetch,
+            "fetch_started": _iso(self.fetch_started),
+            "fetch_finished": _iso(self.fetch_finished),
+            "fetched": self.fetched,
+        }
+
+    @staticmethod
+    def present(doc: dict[str, Any] | None) -> bool:
+        """Whether a source job's result already holds its FETCH part."""
+        return doc is not None and "fetch_finished" in doc
+
+
+@dataclass(frozen=True)
+class SourceResult:
+    fetch: dict[str, Any]  # the source's FETCH part of the RunReport
+    parse: dict[str, Any]  # its PARSE part (name, rows, fields, skipped ...)
+    parsed: ParsedSource
+    warnings: list[str]
+    fetch_started: datetime
+    fetch_finished: datetime
+    parse_finished: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fetch": self.fetch,
+            "parse": self.parse
+            | {"table": self.parsed.table, "field_names": self.parsed.field_names, "warnings": self.warnings},
+            "fetch_started": _iso(self.fetch_started),
+            "fetch_finished": _iso(self.fetch_finished),
+            "parse_finished": _iso(self.parse_finished),
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> SourceResult:
+        raw = doc["parse"]
+        parse = {k: v for k, v in raw.items() if k not in ("table", "field_names", "warnings")}
+        return cls(
+            fetch=doc["fetch"],
+            parse=parse,
+            parsed=ParsedSource(raw["name"], raw["table"], list(raw["field_names"]), int(raw["rows"])),
+            warnings=list(raw.get("warnings", [])),
+            fetch_started=datetime.fromisoformat(doc["fetch_started"]),
+            fetch_finished=datetime.fromisoformat(doc["fetch_finished"]),
+            parse_finished=datetime.fromisoformat(doc["parse_finished"]),
+        )
+
+    @classmethod
+    def fetched_part(cls, doc: dict[str, Any]) -> tuple[dict[str, Any], datetime, datetime]:
+        """FETCH's report part and clock of a result with at least its FETCH part."""
+        return (
+            doc["fetch"],
+            datetime.fromisoformat(doc["fetch_started"]),
+            datetime.fromisoformat(doc["fetch_finished"]),
+        )
+
+
+@dataclass(frozen=True)
+class SourceSkips:
+    empty_key: int
+    duplicate_key: int
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    fields: list[str]
+    rows: int
+    rows_in: int
+    skipped: dict[str, SourceSkips]  # per source name, in the spec's order
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fields": self.fields,
+            "rows": self.rows,
+            "rows_in": self.rows_in,
+            "sources": [
+                {"name": name, "skipped": {"empty_key": s.empty_key, "duplicate_key": s.duplicate_key}}
+                for name, s in self.skipped.items()
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> MergeResult:
+        return cls(
+            fields=list(doc["fields"]),
+            rows=int(doc["rows"]),
+            rows_in=int(doc["rows_in"]),
+            skipped={
+                s["name"]: SourceSkips(int(s["skipped"]["empty_key"]), int(s["skipped"]["duplicate_key"]))
+                for s in doc["sources"]
+            },
+        )
+
+    def sources_report(self) -> list[dict[str, Any]]:
+        """MERGE's `sources` part of the RunReport."""
+        return list(self.to_json()["sources"])
+
+
+@dataclass(frozen=True)
+class RulesResult:
+    """The RULES step's outcome, however its passes ran."""
+
+    table: str  # the final table (or view) in the company schema; the items table when no rule is enabled
+    fields: list[str]  # input fields, then fields created by rules in first-created order
+    passes: int
+    matched: dict[str, int]  # per enabled rule, in the rules' order
+    excluded: int
+    rows_in: int
+    rows_out: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "fields": self.fields,
+            "passes": self.passes,
+            # Pairs, not an object: JSONB reorders object keys and the report lists rules in their order.
+            "matched": [[name, n] for name, n in self.matched.items()],
+            "excluded": self.excluded,
+            "rows_in": self.rows_in,
+            "rows_out": self.rows_out,
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> RulesResult:
+        return cls(
+            table=doc["table"],
+            fields=list(doc["fields"]),
+            passes=int(doc["passes"]),
+            matched={str(name): int(n) for name, n in doc["matched"]},
+            excluded=int(doc["excluded"]),
+            rows_in=int(doc["rows_in"]),
+            rows_out=int(doc["rows_out"]),
+        )
+
+    def report(self) -> dict[str, Any]:
+        """RULES' part of the RunReport."""
+        doc = self.to_json()
+        return {k: doc[k] for k in ("passes", "matched", "excluded", "fields")}
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    """One pass slice's counts: its input and kept rows, and the matches of each rule of the pass."""
+
+    rows_in: int
+    rows_out: int
+    matched: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rows_in": self.rows_in,
+            "rows_out": self.rows_out,
+            "matched": [[k, v] for k, v in self.matched.items()],
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> ChunkResult:
+        return cls(int(doc["rows_in"]), int(doc["rows_out"]), {str(k): int(v) for k, v in doc["matched"]})
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """One written export: its RunReport entry (name, path, rows, bytes, sha256, quality ...)."""
+
+    entry: dict[str, Any]
+
+    @property
+    def rows(self) -> int:
+        return int(self.entry["rows"])
+
+    def to_json(self) -> dict[str, Any]:
+        return self.entry
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> ExportResult:
+        return cls(doc)
+
+
+# -- the job rows ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class JobSpec:
+    """A job to create: its kind, its place (`idx`, `pass_no`) and what it takes."""
+
+    kind: JobKind
+    idx: int = 0
+    pass_no: int = 0
+    params: JobParams | None = None
+
+    @property
+    def step(self) -> Step:
+        return self.kind.step
+
+
+@dataclass(frozen=True)
+class JobState:
+    """A job row as the store read it; `params`/`result` are the raw JSON, read through the kind's dataclass."""
+
+    id: int
+    run_id: str
+    kind: JobKind
+    idx: int
+    pass_no: int
+    status: JobStatus
+    params: dict[str, Any] | None
+    result: dict[str, Any] | None
+    error: dict[str, Any] | None
+    claimed_at: datetime | None
+    heartbeat_at: datetime | None
+    created_at: datetime | None
+
+    @property
+    def step(self) -> Step:
+        return self.kind.step
+
+    def params_doc(self) -> dict[str, Any]:
+        return self.params or {}
+
+    def result_doc(self) -> dict[str, Any]:
+        return self.result or {}

@@ -1,0 +1,89 @@
+-- Every statement the job store (firefeed/runs/jobs.py) sends, as named blocks (loader: firefeed/db/sqlfile.py).
+-- A block starts with `-- name --` and a one-line description; parameters are psycopg2 `%(name)s`.
+-- Times are the database's clock: a lease is judged the same way from any machine.
+
+-- create_jobs --
+-- A step's jobs in one statement, idempotent per run/kind/pass/idx (a second create only refreshes the params)
+INSERT INTO pipeline_jobs (run_id, step, kind, idx, pass_no, params, status)
+SELECT %(run_id)s::uuid, j.step, j.kind, j.idx, j.pass_no, j.params, 'PENDING'
+  FROM unnest(%(steps)s::text[], %(kinds)s::text[], %(idxs)s::int[], %(pass_nos)s::int[], %(params)s::jsonb[])
+       AS j(step, kind, idx, pass_no, params)
+    ON CONFLICT (run_id, kind, pass_no, idx) DO UPDATE SET params = EXCLUDED.params
+RETURNING id, kind, pass_no, idx;
+
+-- get_job --
+-- One job row
+SELECT id, run_id, kind, idx, pass_no, status, params, result, error, claimed_at, heartbeat_at, created_at
+  FROM pipeline_jobs
+ WHERE id = %(id)s;
+
+-- job_states --
+-- Several job rows (the caller puts them back in its order)
+SELECT id, run_id, kind, idx, pass_no, status, params, result, error, claimed_at, heartbeat_at, created_at
+  FROM pipeline_jobs
+ WHERE id = ANY(%(ids)s);
+
+-- claim_job --
+-- PENDING -> RUNNING, or take over a RUNNING job whose claimer stopped beating for a lease; no row: not ours
+UPDATE pipeline_jobs
+   SET status = 'RUNNING',
+       claimed_by = %(claimed_by)s,
+       claimed_at = now(),
+       heartbeat_at = now(),
+       attempts = attempts + 1
+ WHERE id = %(id)s
+   AND (status = 'PENDING'
+        OR (status = 'RUNNING' AND heartbeat_at < now() - make_interval(secs => %(lease_s)s)))
+RETURNING id, run_id, kind, idx, pass_no, status, params, result, error, claimed_at, heartbeat_at, created_at;
+
+-- heartbeat_job --
+-- The job's worker is alive
+UPDATE pipeline_jobs SET heartbeat_at = now() WHERE id = %(id)s;
+
+-- save_partial --
+-- A result so far (a source's FETCH part), which is also a heartbeat
+UPDATE pipeline_jobs SET result = %(result)s::jsonb, heartbeat_at = now() WHERE id = %(id)s;
+
+-- succeed_job --
+-- Done, only while this worker still holds the job (no row: another worker took it over)
+UPDATE pipeline_jobs
+   SET status = 'SUCCEEDED', result = %(result)s::jsonb, finished_at = now()
+ WHERE id = %(id)s
+   AND status = 'RUNNING'
+   AND claimed_by = %(claimed_by)s;
+
+-- fail_job --
+-- A failure, unless the job already ended (a worker that lost its claim must not undo the new holder's SUCCEEDED)
+UPDATE pipeline_jobs
+   SET status = 'FAILED', error = %(error)s::jsonb, finished_at = now()
+ WHERE id = %(id)s
+   AND status IN ('PENDING', 'RUNNING');
+
+-- cancel_job --
+-- A job that will not run (its run was cancelled or its step failed)
+UPDATE pipeline_jobs SET status = 'CANCELLED', finished_at = now() WHERE id = %(id)s;
+
+-- cancel_pending --
+-- A run's queued jobs, so a worker that gets one later skips it
+UPDATE pipeline_jobs
+   SET status = 'CANCELLED', finished_at = now()
+ WHERE run_id = %(run_id)s::uuid
+   AND status = 'PENDING'
+RETURNING id;
+
+-- status_counts --
+-- How many of the jobs are in each status: one small row set, however many jobs are watched
+SELECT status, count(*) AS n FROM pipeline_jobs WHERE id = ANY(%(ids)s) GROUP BY status;
+
+-- stale_running --
+-- Jobs RUNNING whose claimer stopped beating for longer than the lease (its worker died)
+SELECT id
+  FROM pipeline_jobs
+ WHERE id = ANY(%(ids)s)
+   AND status = 'RUNNING'
+   AND heartbeat_at < now() - make_interval(secs => %(lease_s)s)
+ ORDER BY id;
+
+-- running_count --
+-- A run's jobs still RUNNING (a failed run waits for them to stop)
+SELECT count(*) AS n FROM pipeline_jobs WHERE run_id = %(run_id)s::uuid AND status = 'RUNNING';

@@ -1,0 +1,185 @@
+"""Both RULES strategies through the one pass loop (pipeline/rule_passes.py) give the same rows and counts.
+
+The chunked strategy's slices run here, each on its own connection and in reverse
+order (as chunk jobs on many workers may finish), through `execute_chunk`, the
+very function a `rules_chunk` job runs.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from psycopg2 import sql
+from sqlalchemy import Engine
+
+from firefeed.db.engine import raw_connection
+from firefeed.pipeline.rule_passes import (
+    ChunkJobPasses,
+    InProcessPasses,
+    RulesResult,
+    apply_passes,
+    execute_chunk,
+    pass_plan,
+)
+from firefeed.rules.model import Rule, parse_rules
+from firefeed.runs.contract import ChunkResult, RulesChunkParams
+from firefeed.schema.identifiers import ORD, column_for_field, company_schema, ident
+from firefeed.schema.service import SchemaService
+from tests.integration.test_rules_differential import KEY_FIELD, load_items
+
+pytestmark = pytest.mark.integration
+
+COMPANY = "rulepasses"
+FIELDS = [KEY_FIELD, "title", "brand", "price", "quantity"]
+ITEMS = 230
+CHUNK_ROWS = 17
+
+RAW_RULES: list[dict[str, Any]] = [
+    {
+        "name": "out of stock",
+        "when": {"field": "quantity", "op": "lte", "value": "0"},
+        "then": [{"set": "availability", "value": "out of stock"}],
+    },
+    {"name": "vat", "then": [{"math": "price", "op": "multiply", "value": "1.22", "round": "2"}]},
+    {"name": "drop cheap", "when": {"field": "price", "op": "lt", "value": "20"}, "then": [{"exclude": "true"}]},
+    {"name": "title", "then": [{"capitalize": "title"}, {"append": "title", "value": " | {brand}"}]},
+    # Reads the title the rule before writes: a pass of its own that only excludes, deleted in place.
+    {
+        "name": "drop brand1",
+        "when": {"field": "title", "op": "ends_with", "value": "| brand1"},
+        "then": [{"exclude": "true"}],
+    },
+    {"name": "off", "enabled": "false", "then": [{"exclude": "true"}]},
+]
+
+
+def _items() -> list[dict[str, str]]:
+    return [
+        {
+            KEY_FIELD: f"K{i}",
+            "title": f"item number {i}",
+            "brand": f"brand{i % 3}",
+            "price": f"{i}.50",
+            "quantity": str(i % 4),
+        }
+        for i in range(ITEMS)
+    ]
+
+
+def _read_sorted(engine: Engine, table: str, fields: list[str]) -> list[tuple[Any, ...]]:
+    """The table's rows in _ff_ord order (chunk jobs may write them in any physical order)."""
+    columns = [ORD, *(column_for_field(f) for f in fields)]
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        cur.execute(
+            sql.SQL("SELECT {} FROM {} ORDER BY {}").format(
+                sql.SQL(", ").join(ident(c) for c in columns), ident(company_schema(COMPANY), table), ident(ORD)
+            )
+        )
+        return [tuple(r) for r in cur.fetchall()]
+
+
+@pytest.fixture()
+def source(engine: Engine) -> Iterator[str]:
+    service = SchemaService(engine)
+    table = f"items_{uuid.uuid4().hex[:8]}"
+    load_items(engine, service, COMPANY, table, FIELDS, _items())
+    try:
+        yield table
+    finally:
+        service.drop_table(COMPANY, table)
+
+
+class SliceRecorder:
+    """Runs a pass's slices here, in reverse order, each on its own connection, as chunk jobs would."""
+
+    def __init__(self, engine: Engine, run_id: str, rules: list[Rule], fields: list[str]) -> None:
+        self.engine, self.run_id, self.rules, self.fields = engine, run_id, rules, fields
+        self.slices: dict[int, list[RulesChunkParams]] = {}
+
+    def __call__(self, pass_no: int, slices: list[RulesChunkParams]) -> list[ChunkResult]:
+        self.slices[pass_no] = slices
+        plan = pass_plan(self.run_id, self.rules, self.fields, pass_no)
+        results: dict[int, ChunkResult] = {}
+        for i in reversed(range(len(slices))):
+            with raw_connection(self.engine) as conn:
+                # Through the job's JSON, as a worker on another machine reads it.
+                chunk = RulesChunkParams.from_json(slices[i].to_json())
+                results[i] = ChunkResult.from_json(execute_chunk(conn, plan, chunk, company=COMPANY).to_json())
+        return [results[i] for i in range(len(slices))]
+
+
+def _in_process(engine: Engine, source: str, rules: list[Rule], *, split: bool) -> tuple[RulesResult, str]:
+    service = SchemaService(engine)
+    run_id = str(uuid.uuid4())
+    runner = InProcessPasses(engine, service, company=COMPANY, run_id=run_id, split_min_rows=1 if split else ITEMS + 1)
+    result = apply_passes(runner, service, company=COMPANY, source_table=source, fields=FIELDS, rules=rules, rows=ITEMS)
+    return result, run_id
+
+
+def _chunked(engine: Engine, source: str, rules: list[Rule]) -> tuple[RulesResult, str, SliceRecorder]:
+    service = SchemaService(engine)
+    run_id = str(uuid.uuid4())
+    recorder = SliceRecorder(engine, run_id, rules, FIELDS)
+    runner = ChunkJobPasses(
+        engine, service, company=COMPANY, run_id=run_id, fields=FIELDS, chunk_rows=CHUNK_ROWS, run_chunks=recorder
+    )
+    result = apply_passes(runner, service, company=COMPANY, source_table=source, fields=FIELDS, rules=rules, rows=ITEMS)
+    return result, run_id, recorder
+
+
+def _run_tables(service: SchemaService, run_id: str) -> list[str]:
+    prefix = f"rules_tmp_{run_id.replace('-', '')}"
+    return sorted(t for _, t in service.list_rules_tmp(COMPANY) if t.startswith(prefix))
+
+
+def test_in_process_and_chunk_job_passes_give_the_same_items_and_counts(engine: Engine, source: str) -> None:
+    service = SchemaService(engine)
+    rules = parse_rules(RAW_RULES, key_field=KEY_FIELD)
+    runs: list[str] = []
+    try:
+        whole, run_id = _in_process(engine, source, rules, split=False)
+        runs.append(run_id)
+        halves, run_id = _in_process(engine, source, rules, split=True)
+        runs.append(run_id)
+        chunked, run_id, recorder = _chunked(engine, source, rules)
+        runs.append(run_id)
+
+        assert whole.passes == 3 and whole.excluded > 0 and whole.rows_in == ITEMS
+        assert list(whole.matched) == ["out of stock", "vat", "drop cheap", "title", "drop brand1"]
+        for other in (halves, chunked):
+            assert (other.matched, other.excluded, other.rows_in, other.rows_out) == (
+                whole.matched,
+                whole.excluded,
+                whole.rows_in,
+                whole.rows_out,
+            )
+            assert (other.passes, other.fields) == (whole.passes, whole.fields)
+        rows = _read_sorted(engine, whole.table, whole.fields)
+        assert len(rows) == whole.rows_out
+        assert _read_sorted(engine, halves.table, halves.fields) == rows
+        assert _read_sorted(engine, chunked.table, chunked.fields) == rows
+
+        # The chunked run really was cut: slices of CHUNK_ROWS items, and one in-place DELETE for the pass
+        # that only excludes ("drop brand1", over the previous pass's table).
+        assert len(recorder.slices[1]) == -(-ITEMS // CHUNK_ROWS)
+        assert [[s.in_place for s in slices] for slices in recorder.slices.values()][-1] == [True]
+        assert not any(s.in_place for n in (1, 2) for s in recorder.slices[n])
+        # The loop dropped each pass table once the next was written: only the result is left.
+        assert _run_tables(service, runs[2]) == [chunked.table]
+        assert _run_tables(service, runs[0]) == [whole.table]
+        assert service.table_exists(COMPANY, source)
+    finally:
+        for run_id in runs:
+            service.drop_rules_tmp_for_run(COMPANY, run_id)
+
+
+def test_with_no_enabled_rule_both_strategies_keep_the_items_table(engine: Engine, source: str) -> None:
+    rules = parse_rules([RAW_RULES[-1]], key_field=KEY_FIELD)
+    whole, _ = _in_process(engine, source, rules, split=False)
+    chunked, _, recorder = _chunked(engine, source, rules)
+    assert whole == chunked
+    assert (whole.table, whole.passes, whole.rows_in, whole.rows_out, whole.matched) == (source, 0, ITEMS, ITEMS, {})
+    assert recorder.slices == {}
