@@ -27,7 +27,7 @@ from sqlalchemy.dialects.postgresql import JSON, JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 JsonType = JSONB()
-# Spec documents (a project's spec, its run snapshot, the source, rule and export definitions) are
+# Spec documents (a project's spec, its stored versions, the source, rule and export definitions) are
 # stored as `json`, which keeps the text and so the order of mapping keys: an export's `fields`,
 # a `map`'s values and a source's `headers` come back in the order the spec lists them (SPEC 8.18).
 # JSONB sorts object keys (by length, then bytes). Nothing queries inside these documents.
@@ -55,6 +55,10 @@ class Project(Base):
     schedule: Mapped[str | None] = mapped_column(Text)
     spec: Mapped[dict[str, Any]] = mapped_column(SpecJsonType)
     spec_dir: Mapped[str | None] = mapped_column(Text)
+    # The stored version of `spec` + `spec_dir` a run requested now refers to (set by every apply).
+    spec_version_id: Mapped[int | None] = mapped_column(
+        ForeignKey("spec_versions.id", name="fk_projects_spec_version_id", use_alter=True)
+    )
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     last_scheduled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # the cron slot beat handled
@@ -104,6 +108,24 @@ class Export(Base):
     definition: Mapped[dict[str, Any]] = mapped_column(SpecJsonType)
 
 
+class SpecVersion(Base):
+    """A project's spec as one apply stored it, once: runs refer to it instead of copying the document.
+
+    Content-addressed per project: `digest` is SHA-256 of the folder and the document's JSON text,
+    so applying the same spec again reuses its version. Never updated; gone only with its project.
+    """
+
+    __tablename__ = "spec_versions"
+    __table_args__ = (UniqueConstraint("project_id", "digest", name="uq_spec_versions_project_digest"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    digest: Mapped[str] = mapped_column(String(64))
+    spec: Mapped[dict[str, Any]] = mapped_column(SpecJsonType)
+    spec_dir: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
 class PipelineRun(Base):
     __tablename__ = "pipeline_runs"
     __table_args__ = (
@@ -130,10 +152,9 @@ class PipelineRun(Base):
     cancel_requested: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     error: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
     report: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
-    # The spec as it was when the run was requested: every job of the run reads this one, so
+    # The spec version current when the run was requested: every job of the run reads this one, so
     # a spec applied mid-run takes effect with the next run, never half-way through this one.
-    spec: Mapped[dict[str, Any] | None] = mapped_column(SpecJsonType)
-    spec_dir: Mapped[str | None] = mapped_column(Text)
+    spec_version_id: Mapped[int | None] = mapped_column(ForeignKey("spec_versions.id"), index=True)
     # A person confirmed that this run may publish exports that lose more items than their max_drop.
     accept_drop: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
 

@@ -4,19 +4,27 @@ Inside one transaction: `pg_try_advisory_xact_lock(key)` (never waits), then
 "is a run PENDING or RUNNING?", then create the run. The lock is transaction
 scoped, so commit and rollback release it: there is no manual unlock anywhere.
 A partial unique index on pipeline_runs is the second guard.
+
+A run request reads its project first (`project_head`), and that same statement
+already says whether a committed run is active: such a request is refused
+without taking the lock at all. That is the common case under a burst (every
+request after the winner's commit) and it costs one statement; the lock and
+the check under it decide only when no run was seen.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
-from sqlalchemy import func, select
+from sqlalchemy import Connection, bindparam, func, literal, select
 from sqlalchemy.orm import Session
 
-from firefeed.db.models import PipelineRun
+from firefeed.db.models import PipelineRun, Project
 from firefeed.errors import PipelineBusyError
 
 T = TypeVar("T")
@@ -24,6 +32,30 @@ ACTIVE = ("PENDING", "RUNNING")
 # A request that lost the lock race looks for the winner's run id for at most this long:
 # the winner commits within milliseconds, and a 409 should name the run it lost to.
 _BUSY_LOOKUP_S = 0.2
+# The first looks come quickly (the winner is usually committing right now), later ones back off.
+_BUSY_POLL_S = (0.001, 0.002, 0.005)
+
+Db = Session | Connection
+"""Both run the lock's statements; the run request uses a bare Connection (no ORM on its hot path)."""
+
+# The statuses as plain bound values, not an "expanding" IN list SQLAlchemy re-renders on every execution.
+_ACTIVE_RUN = (
+    select(PipelineRun.id)
+    .where(PipelineRun.project_id == bindparam("project_id"), PipelineRun.status.in_([literal(s) for s in ACTIVE]))
+    .limit(1)
+)
+_HEAD = select(Project.company_id, Project.spec_version_id, _ACTIVE_RUN.scalar_subquery().label("active_run_id")).where(
+    Project.id == bindparam("project_id")
+)
+
+
+@dataclass(frozen=True)
+class ProjectHead:
+    """What a run request needs of its project: owner, current spec version, the active run if any."""
+
+    company_id: str
+    spec_version_id: int | None
+    active_run_id: str | None
 
 
 def project_lock_key(project_id: str) -> int:
@@ -31,41 +63,74 @@ def project_lock_key(project_id: str) -> int:
     return int.from_bytes(hashlib.sha256(project_id.encode("utf-8")).digest()[:8], "big", signed=True)
 
 
-def active_run_id(session: Session, project_id: str) -> str | None:
-    run_id = session.execute(
-        select(PipelineRun.id).where(PipelineRun.project_id == project_id, PipelineRun.status.in_(ACTIVE))
-    ).scalar()
+def project_head(conn: Connection, project_id: str) -> ProjectHead | None:
+    """The project's owner, spec version and committed active run, in one statement; None when unknown.
+
+    The statement runs outside any transaction: a refusal then costs one round trip, not a BEGIN, the
+    query and a ROLLBACK. The connection is transactional again afterwards, ready for the lock. The
+    driver's own `autocommit` switch is used, which is client-side only: SQLAlchemy's isolation_level
+    option would send `SET default_transaction_isolation` to the server on each switch and back.
+    """
+    dbapi = conn.connection.dbapi_connection
+    assert dbapi is not None
+    dbapi.autocommit = True
+    try:
+        row = conn.execute(_HEAD, {"project_id": project_id}).one_or_none()
+    finally:
+        conn.rollback()  # ends SQLAlchemy's record of the statement; in autocommit nothing is sent
+        dbapi.autocommit = False
+    if row is None:
+        return None
+    active = str(row.active_run_id) if row.active_run_id is not None else None
+    return ProjectHead(row.company_id, row.spec_version_id, active)
+
+
+def active_run_id(db: Db, project_id: str) -> str | None:
+    run_id = db.execute(_ACTIVE_RUN, {"project_id": project_id}).scalar()
     return str(run_id) if run_id is not None else None
 
 
-def _winner(session_factory: Callable[[], Session], project_id: str) -> str | None:
+def _winner(db: Db, project_id: str) -> str | None:
+    """The run of the request that holds the lock, once it is committed (None: nobody's within the bound).
+
+    Each look is its own short transaction on the same connection, so it sees the winner's commit.
+    """
     deadline = time.monotonic() + _BUSY_LOOKUP_S
-    while True:
-        with session_factory() as s:
-            found = active_run_id(s, project_id)
+    for pause in itertools.chain(_BUSY_POLL_S, itertools.repeat(_BUSY_POLL_S[-1])):
+        found = active_run_id(db, project_id)
+        db.rollback()
         if found or time.monotonic() >= deadline:
             return found
-        time.sleep(0.005)
+        time.sleep(pause)
+    raise AssertionError("unreachable")  # pragma: no cover - the pauses never end
 
 
 def with_project_pipeline_lock(
-    session: Session,
+    db: Db,
     project_id: str,
-    fn: Callable[[Session], T],
+    fn: Callable[[Db], T],
     *,
     session_factory: Callable[[], Session] | None = None,
+    name_winner: bool = False,
 ) -> T:
-    """Run `fn` under the project's lock in the session's transaction; PipelineBusyError when busy.
+    """Run `fn` under the project's lock in the transaction of `db`; PipelineBusyError when busy.
 
-    The caller commits (which releases the lock) or rolls back.
+    The caller commits (which releases the lock) or rolls back. A refusal names the active run;
+    when the lock was held by a request not yet committed, `name_winner` (or a `session_factory`,
+    the older spelling) waits up to 0.2 s for that run to appear so the 409 can name it.
     """
-    got = session.execute(select(func.pg_try_advisory_xact_lock(project_lock_key(project_id)))).scalar()
+    got = db.execute(select(func.pg_try_advisory_xact_lock(project_lock_key(project_id)))).scalar()
     if not got:
-        session.rollback()
-        winner = _winner(session_factory, project_id) if session_factory else None
+        db.rollback()
+        winner: str | None = None
+        if session_factory is not None:
+            with session_factory() as s:
+                winner = _winner(s, project_id)
+        elif name_winner:
+            winner = _winner(db, project_id)
         raise PipelineBusyError(project_id, winner)
-    active = active_run_id(session, project_id)
+    active = active_run_id(db, project_id)
     if active is not None:
-        session.rollback()
+        db.rollback()
         raise PipelineBusyError(project_id, active)
-    return fn(session)
+    return fn(db)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
@@ -17,9 +19,9 @@ from sqlalchemy.orm import Session
 from firefeed import metrics
 from firefeed.config import get_settings
 from firefeed.db.engine import get_engine, session_factory
-from firefeed.db.models import Company, Export, PipelineRun, PipelineStep, Project, Rule, Source
+from firefeed.db.models import Company, Export, PipelineRun, PipelineStep, Project, Rule, Source, SpecVersion
 from firefeed.errors import NotFoundError, PipelineBusyError, RunCancelledError
-from firefeed.runs.lock import ACTIVE, with_project_pipeline_lock
+from firefeed.runs.lock import ACTIVE, Db, active_run_id, project_head, with_project_pipeline_lock
 from firefeed.secrets.references import check_spec as check_references
 from firefeed.secrets.references import origin_of
 from firefeed.spec.loader import parse_spec
@@ -33,6 +35,35 @@ log = logging.getLogger(__name__)
 
 def now() -> datetime:
     return datetime.now(UTC)
+
+
+def spec_digest(document: dict[str, Any], spec_dir: str | None) -> str:
+    """The content address of a spec version: SHA-256 of the folder, a newline and the document's JSON text.
+
+    The text is the one the `json` column stores (json.dumps, as SQLAlchemy sends it); migration
+    20261201_0010 computes the same digest in SQL for the versions it made of existing specs.
+    """
+    return hashlib.sha256(f"{spec_dir or ''}\n{json.dumps(document)}".encode()).hexdigest()
+
+
+def _store_spec_version(s: Session, project_id: str, document: dict[str, Any], spec_dir: str | None) -> int:
+    """The id of the version holding this document and folder, stored now if it is new."""
+    digest = spec_digest(document, spec_dir)
+    row = pg_insert(SpecVersion).values(project_id=project_id, digest=digest, spec=document, spec_dir=spec_dir)
+    version_id = s.execute(
+        row.on_conflict_do_nothing(constraint="uq_spec_versions_project_digest").returning(SpecVersion.id)
+    ).scalar()
+    if version_id is None:  # applied before: the same document from the same folder
+        version_id = s.execute(
+            select(SpecVersion.id).where(SpecVersion.project_id == project_id, SpecVersion.digest == digest)
+        ).scalar_one()
+    return int(version_id)
+
+
+def _insert_run(db: Db, values: dict[str, Any]) -> str:
+    run_id = uuid.uuid4()
+    db.execute(insert(PipelineRun).values(id=run_id, status="PENDING", requested_at=now(), **values))
+    return str(run_id)
 
 
 class RunStore:
@@ -71,6 +102,8 @@ class RunStore:
             existing.spec_dir = str(spec_dir) if spec_dir else None
             existing.updated_at = now()
             s.flush()
+            # Stored once per apply (not per run): a run refers to the version current when it was requested.
+            existing.spec_version_id = _store_spec_version(s, spec.project, raw, existing.spec_dir)
             old_sources = {src.name: src for src in s.scalars(select(Source).where(Source.project_id == spec.project))}
             for i, src in enumerate(spec.sources):
                 definition = src.model_dump(mode="json", exclude_none=True)
@@ -124,11 +157,22 @@ class RunStore:
         return parse_spec(row.spec), Path(row.spec_dir) if row.spec_dir else None
 
     def run_spec(self, run_id: str) -> tuple[ProjectSpec, Path | None]:
-        """The spec a run was requested with (runs from before snapshots: the project's current one)."""
-        run = self.run(run_id)
-        if run.spec is None:
-            return self.project_spec(run.project_id)
-        return parse_spec(run.spec), Path(run.spec_dir) if run.spec_dir else None
+        """The spec version a run was requested with (runs from before snapshots: the project's current spec)."""
+        try:
+            key = uuid.UUID(str(run_id))
+        except ValueError:
+            raise NotFoundError(f"unknown run {run_id!r}") from None
+        with self.sessions() as s:
+            row = s.execute(
+                select(PipelineRun.project_id, SpecVersion.spec, SpecVersion.spec_dir)
+                .outerjoin(SpecVersion, SpecVersion.id == PipelineRun.spec_version_id)
+                .where(PipelineRun.id == key)
+            ).one_or_none()
+        if row is None:
+            raise NotFoundError(f"unknown run {run_id!r}")
+        if row.spec is None:
+            return self.project_spec(row.project_id)
+        return parse_spec(row.spec), Path(row.spec_dir) if row.spec_dir else None
 
     def source_rows(self, project_id: str) -> dict[str, Source]:
         with self.sessions() as s:
@@ -145,40 +189,34 @@ class RunStore:
         """Create a PENDING run through the project lock; PipelineBusyError when one is active.
 
         `accept_drop`: a person confirmed this run may publish exports that lose more than their max_drop.
+        The hot path of every trigger (a 409 under a burst most of all): one connection, Core statements,
+        and the run refers to the project's spec version rather than copying the document.
         """
         if trigger not in TRIGGERS:
             raise ValueError(f"unknown trigger {trigger!r}")
-        project = self.project(project_id, company=company)
-
-        def create(s: Session) -> str:
-            current = s.get(Project, project_id)
-            assert current is not None
-            run = PipelineRun(
-                id=uuid.uuid4(),
-                project_id=project_id,
-                company_id=project.company_id,
-                status="PENDING",
-                trigger=trigger,
-                requested_at=now(),
-                spec=current.spec,
-                spec_dir=current.spec_dir,
-                accept_drop=accept_drop,
-            )
-            s.add(run)
-            s.flush()
-            return str(run.id)
-
-        with self.sessions() as s:
+        with self.engine.connect() as conn:
+            head = project_head(conn, project_id)
+            if head is None or (company is not None and head.company_id != company):
+                raise NotFoundError(f"unknown project {project_id!r}")
+            values = {
+                "project_id": project_id,
+                "company_id": head.company_id,
+                "trigger": trigger,
+                "spec_version_id": head.spec_version_id,
+                "accept_drop": accept_drop,
+            }
             try:
-                run_id = with_project_pipeline_lock(s, project_id, create, session_factory=self.sessions)
-                s.commit()
+                if head.active_run_id is not None:  # committed and active: busy, no lock needed to say so
+                    raise PipelineBusyError(project_id, head.active_run_id)
+                run_id = with_project_pipeline_lock(
+                    conn, project_id, lambda db: _insert_run(db, values), name_winner=True
+                )
+                conn.commit()
             except IntegrityError:
                 # The partial unique index caught a run created outside the lock.
-                s.rollback()
-                from firefeed.runs.lock import active_run_id
-
+                conn.rollback()
                 metrics.lock_refused(trigger)  # metrics (#5)
-                raise PipelineBusyError(project_id, active_run_id(s, project_id)) from None
+                raise PipelineBusyError(project_id, active_run_id(conn, project_id)) from None
             except PipelineBusyError:
                 metrics.lock_refused(trigger)  # metrics (#5)
                 raise

@@ -12,14 +12,14 @@ from sqlalchemy import Engine
 from firefeed.runs.service import RunStore
 from firefeed.spec.loader import parse_spec
 from tests.integration.conftest import write_csv
-from tests.integration.test_api import add_project, base_url, http, new_company  # noqa: F401
+from tests.integration.test_api import add_project, new_company
 from tests.integration.test_processes import insert, make_worker, row, workspace  # noqa: F401
 
 pytestmark = pytest.mark.integration
 
 
 def test_a_run_request_body_may_accept_a_drop_and_a_bare_request_does_not(
-    http: httpx.Client,  # noqa: F811
+    http: httpx.Client,
     tmp_path: Path,
 ) -> None:
     company, auth = new_company()

@@ -408,6 +408,8 @@ def test_a_stored_api_spec_that_names_a_variable_is_refused_at_fetch_too(
     RunStore().apply_spec(parse_spec(spec), spec_dir=folder)
     with get_engine().begin() as conn:
         conn.execute(text("UPDATE projects SET spec_dir = NULL WHERE id = :p"), {"p": spec["project"]})
+        # A run reads the spec version stored at apply (issue 16), so the hand edit goes there too.
+        conn.execute(text("UPDATE spec_versions SET spec_dir = NULL WHERE project_id = :p"), {"p": spec["project"]})
     report = run_stored(spec["project"])
     assert report["status"] == "FAILED"
     assert "environment variables can't be used" in report["error"]["message"]

@@ -33,8 +33,10 @@ def _broker() -> None:
         conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=CHECK_TIMEOUT_S)
 
 
+# Async: it touches nothing that blocks, so it answers on the event loop even while a flood of sync
+# requests holds every thread of the pool (a liveness probe that queues there gets the process killed).
 @router.get("/healthz")
-def healthz() -> dict[str, str]:
+async def healthz() -> dict[str, str]:
     """Liveness: 200 whenever the process answers."""
     return {"status": "ok"}
 
