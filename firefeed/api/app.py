@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.engine import Engine
@@ -14,16 +18,38 @@ from firefeed.api import errors
 from firefeed.api.routes import ops, preview, projects, runs, secrets
 from firefeed.config import get_settings
 from firefeed.preview.pool import PreviewPool
+from firefeed.runs.local import LocalRunner
 from firefeed.runs.service import RunStore
 from firefeed.runs.tokens import TokenStore
+
+log = logging.getLogger(__name__)
 
 WEB_DIR = Path(__file__).parent / "web"
 # The page loads only its own script and style and talks only to this API: nothing injected can run.
 _PAGE_CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'"
 
 
-def create_app(*, engine: Engine | None = None) -> FastAPI:
-    """The API and web page on `engine` (default: the configured database, pool sized by FIREFEED_WEB_POOL_SIZE)."""
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """A local runner takes up the runs an earlier API process accepted, and stops with this one."""
+    runner: LocalRunner | None = app.state.runner
+    if runner is not None:
+        resumed = await run_in_threadpool(runner.resume_pending)
+        if resumed:
+            log.info("taking up %d run(s) left PENDING by an earlier process", len(resumed))
+    try:
+        yield
+    finally:
+        if runner is not None:
+            runner.shutdown(wait=False)
+
+
+def create_app(*, engine: Engine | None = None, local_runs: bool = False) -> FastAPI:
+    """The API and web page on `engine` (default: the configured database, pool sized by FIREFEED_WEB_POOL_SIZE).
+
+    `local_runs`: runs requested here are driven in this process, one at a time, instead of going to a
+    broker (`firefeed api` without FIREFEED_BROKER_URL: no worker anywhere could take them).
+    """
     app = FastAPI(
         title="FireFeed",
         version=__version__,
@@ -32,12 +58,14 @@ def create_app(*, engine: Engine | None = None) -> FastAPI:
             "Everything under `/api` needs `Authorization: Bearer <token>` (`firefeed token create --company C`); "
             "a token sees only its company. Errors are JSON with a stable `error` code and a `message`."
         ),
+        lifespan=_lifespan,
     )
     # Load Celery and the task modules now rather than inside the first run request.
     import firefeed.celery_app
     import firefeed.tasks.dispatch  # noqa: F401
 
     app.state.store = RunStore(engine)
+    app.state.runner = LocalRunner(app.state.store.engine) if local_runs else None
     app.state.tokens = TokenStore(app.state.store.engine)
     # Previews run on threads of their own, not on the pool every sync route shares (issue #15).
     app.state.previews = PreviewPool(get_settings().preview_pool_size)

@@ -11,9 +11,18 @@ def cmd_api(args: argparse.Namespace) -> int:
     from firefeed.api.app import create_app
     from firefeed.api.serve import serve
     from firefeed.cli import ensure_migrated
+    from firefeed.config import get_settings
 
     ensure_migrated()
-    serve(create_app(), args.host, args.port, access_log=not args.no_access_log)
+    # No broker: no worker anywhere could take a run, so this process drives the runs it accepts.
+    local_runs = get_settings().broker_url is None
+    if local_runs:
+        print(
+            "firefeed api: no FIREFEED_BROKER_URL, so runs requested here run in this process, one at a time "
+            "(set FIREFEED_BROKER_URL and start workers to run them on the fleet)",
+            file=sys.stderr,
+        )
+    serve(create_app(local_runs=local_runs), args.host, args.port, access_log=not args.no_access_log)
     return 0
 
 

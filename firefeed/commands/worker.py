@@ -8,15 +8,15 @@ import subprocess
 import sys
 from typing import Any
 
-from firefeed.tasks.queues import ALL_QUEUES
+from firefeed.tasks.queues import ALL_QUEUES, consumed_queues
 
 
 def worker_argv(queue: str, concurrency: int, loglevel: str = "INFO") -> list[str]:
-    """The celery worker arguments for one queue: its own pool, sized from firefeed/concurrency.py."""
+    """The celery worker arguments for one queue: its own pool, sized by `Concurrency.pool_size`."""
     return [
         "worker",
         "--queues",
-        queue,
+        consumed_queues(queue),
         "--concurrency",
         str(concurrency),
         "--hostname",
@@ -39,7 +39,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if len(queues) == 1:
         from firefeed.celery_app import app
 
-        app.worker_main(worker_argv(queues[0], concurrency.for_queue(queues[0]), args.loglevel))
+        app.worker_main(worker_argv(queues[0], concurrency.pool_size(queues[0]), args.loglevel))
         return 0
     # One worker process per queue, so each queue's pool bound holds exactly.
     procs = [
@@ -58,8 +58,18 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_trigger(args: argparse.Namespace) -> int:
+    from firefeed.config import get_settings
     from firefeed.runs.requests import start_run
 
+    if get_settings().broker_url is None:
+        # Celery's in-memory broker would take the message and lose it with this process: the run would
+        # stay PENDING and hold its project.
+        print(
+            "firefeed: trigger needs a broker (FIREFEED_BROKER_URL) and workers; "
+            "without them run the project here with `firefeed run`, or start `firefeed fleet`",
+            file=sys.stderr,
+        )
+        return 2
     run_id = start_run(args.project, "cli", accept_drop=args.accept_drop)
     print(run_id)
     return 0

@@ -216,6 +216,47 @@ def tick(
 
 
 # -- the reaper ------------------------------------------------------------------------------
+def resend_pending_runs(
+    enqueue: Callable[[str], object], engine: Engine | None = None, stale_after_s: float | None = None
+) -> list[str]:
+    """Send again the root task of every run PENDING for longer than a lease (FIREFEED_STALE_RUN_S).
+
+    Its message may be gone (a broker restarted without persistence, a purged queue), and a run
+    that never starts holds its project for good. A run that is only queued behind others gets a
+    duplicate message, which is harmless: its PENDING -> RUNNING claim lets one driver through.
+    While PENDING a run has no heartbeat, so `heartbeat_at` records the last send: one UPDATE
+    claims each resend, so two beats never both send, and a run is sent at most once a lease.
+    """
+    from firefeed.config import get_settings
+
+    engine = engine or get_engine()
+    stale_after_s = stale_after_s if stale_after_s is not None else get_settings().stale_run_s
+    with session_factory(engine)() as s, s.begin():
+        due = [
+            str(key)
+            for key in s.execute(
+                update(PipelineRun)
+                .where(
+                    PipelineRun.status == "PENDING",
+                    func.coalesce(PipelineRun.heartbeat_at, PipelineRun.requested_at)
+                    < func.now() - text("make_interval(secs => :stale)"),
+                )
+                .values(heartbeat_at=func.now())
+                .returning(PipelineRun.id)
+                .execution_options(synchronize_session=False),
+                {"stale": stale_after_s},
+            ).scalars()
+        ]
+    for run_id in due:
+        with run_context(run_id=run_id):
+            try:
+                enqueue(run_id)
+                log.warning("run was still PENDING after %gs: its root task was sent again", stale_after_s)
+            except Exception:  # the broker is down: the next tick tries again
+                log.warning("could not send the PENDING run's root task again", exc_info=True)
+    return due
+
+
 def reap_stale_runs(engine: Engine | None = None, stale_after_s: float | None = None) -> list[str]:
     """Mark FAILED every RUNNING run whose heartbeat is older than `stale_after_s` (FIREFEED_STALE_RUN_S).
 
@@ -291,7 +332,7 @@ def _discard_run_files(run_id: str, engine: Engine) -> None:
     With FIREFEED_STORAGE_URL set they are reachable from any machine; with the
     default local folders only this machine's copies can be removed.
     """
-    from firefeed.pipeline.orchestrator import load_context
+    from firefeed.pipeline.context import load_context
     from firefeed.pipeline.steps import cleanup
 
     try:

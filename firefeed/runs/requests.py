@@ -9,6 +9,7 @@ project is free again.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from firefeed.errors import EnqueueError
 from firefeed.runs.service import RunStore
@@ -23,14 +24,21 @@ def start_run(
     company: str | None = None,
     store: RunStore | None = None,
     accept_drop: bool = False,
+    enqueue: Callable[[str], object] | None = None,
 ) -> str:
-    """Create a PENDING run (PipelineBusyError when busy) and enqueue its root task; returns the run id."""
+    """Create a PENDING run (PipelineBusyError when busy) and enqueue its root task; returns the run id.
+
+    `enqueue`: who takes the committed run instead of the broker (the API's own LocalRunner when
+    no broker is configured, see runs/local.py).
+    """
     store = store or RunStore()
     run_id = store.request_run(project_id, trigger, company=company, accept_drop=accept_drop)
     try:
-        from firefeed.tasks.dispatch import enqueue_run
+        if enqueue is None:
+            from firefeed.tasks.dispatch import enqueue_run
 
-        enqueue_run(run_id)
+            enqueue = enqueue_run
+        enqueue(run_id)
     except Exception as err:
         log.error("could not enqueue run %s: %s", run_id, err)
         store.finish_run(

@@ -1,10 +1,14 @@
-"""SchemaService: every piece of per-company DDL goes through here.
+"""SchemaService: every piece of per-company DDL, and the catalog queries about those tables, go through here.
 
 Each call is its own transaction. Calls on different companies touch different
 schemas and never block each other; calls on the same company serialize through
 Postgres' own catalog locks, so there is no application lock. The data tables are
 UNLOGGED: they are rebuilt from the sources on every run, so skipping the WAL
 halves the write cost and a crash only costs a re-run.
+
+The fixed catalog statements are the named blocks of queries.sql (one home, also
+for the fleet gauges in firefeed/metrics.py); DDL is composed here, around
+identifiers from firefeed/schema/identifiers.py.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ from psycopg2 import sql
 from sqlalchemy import Engine
 
 from firefeed.db.engine import get_engine, raw_connection
+from firefeed.db.sqlfile import load_queries
 from firefeed.schema.identifiers import (
+    COMPANY_SCHEMA_PREFIX,
     EXPORT_TMP_PREFIX,
     KEY,
     ORD,
@@ -35,6 +41,17 @@ from firefeed.schema.identifiers import (
 )
 
 log = logging.getLogger(__name__)
+
+
+def _sql(name: str) -> str:
+    """The SQL of the named block of firefeed/schema/queries.sql (KeyError for a name that is not there)."""
+    return load_queries("firefeed.schema")[name]
+
+
+def _like_prefix(prefix: str) -> str:
+    """A LIKE pattern for names starting with `prefix` (its `_` taken literally)."""
+    return prefix.replace("_", "\\_") + "%"
+
 
 _TEXT_COL = sql.SQL("{} text NOT NULL DEFAULT ''")
 _CATALOG_RACES = (
@@ -93,8 +110,10 @@ class SchemaService:
                 if attempt == 2:
                     raise
 
-    def _query(self, statement: sql.Composable | str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with raw_connection(self.engine) as conn, conn.cursor() as cur:
+    def _query(
+        self, statement: sql.Composable | str, params: Sequence[Any] | dict[str, Any] = (), *, conn: Any = None
+    ) -> list[tuple[Any, ...]]:
+        with _connection(self.engine, conn) as c, c.cursor() as cur:
             cur.execute(statement, params or None)
             return list(cur.fetchall())
 
@@ -173,16 +192,11 @@ class SchemaService:
         return bool(self.add_columns(company, table, [column]))
 
     def table_columns(self, company: str, table: str, *, conn: Any = None) -> list[str]:
-        query = (
-            "SELECT column_name FROM information_schema.columns "
-            "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position"
-        )
-        with _connection(self.engine, conn) as c, c.cursor() as cur:
-            cur.execute(query, (company_schema(company), table))
-            return [r[0] for r in cur.fetchall()]
+        rows = self._query(_sql("table_columns"), {"schema": company_schema(company), "table": table}, conn=conn)
+        return [r[0] for r in rows]
 
     def table_exists(self, company: str, table: str) -> bool:
-        rows = self._query("SELECT to_regclass(%s) IS NOT NULL", (sql_qualified(company_schema(company), table),))
+        rows = self._query(_sql("table_exists"), {"qualified": sql_qualified(company_schema(company), table)})
         return bool(rows[0][0])
 
     def table_has_rows(self, company: str, table: str) -> bool:
@@ -227,11 +241,8 @@ class SchemaService:
 
     def drop_stale_scratch_areas(self, older_than_s: float) -> list[str]:
         """Drop scratch areas created more than `older_than_s` ago (a preview that crashed); returns their schemas."""
-        rows = self._query(
-            "SELECT nspname FROM pg_namespace WHERE nspname LIKE %s",
-            (SCRATCH_SCHEMA_PREFIX.replace("_", "\\_") + "%",),
-        )
-        now = self._query("SELECT extract(epoch FROM now())")[0][0]
+        rows = self._query(_sql("schemas_like"), {"pattern": _like_prefix(SCRATCH_SCHEMA_PREFIX)})
+        now = self._query(_sql("database_epoch"))[0][0]
         dropped = []
         for (schema,) in rows:
             area = "scratch:" + schema[len(SCRATCH_SCHEMA_PREFIX) :]
@@ -292,20 +303,27 @@ class SchemaService:
         self._ddl(sql.SQL("CREATE VIEW {} AS ").format(ident(schema, view)) + parts)
         return view
 
+    def _run_tables(self, prefix: str, company: str | None) -> list[tuple[str, str]]:
+        """(schema, table) of the run-scoped tables named `prefix`*, of one company or all."""
+        if company is None:
+            params = {"schemas": _like_prefix(COMPANY_SCHEMA_PREFIX), "tables": _like_prefix(prefix)}
+            rows = self._query(_sql("run_tables"), params)
+        else:
+            params = {"schema": company_schema(company), "tables": _like_prefix(prefix)}
+            rows = self._query(_sql("run_tables_of_schema"), params)
+        return [(r[0], r[1]) for r in rows]
+
     def list_rules_tmp(self, company: str | None = None) -> list[tuple[str, str]]:
         """(schema, table) of every rules pass table, of one company or all."""
-        if company is None:
-            rows = self._query(
-                "SELECT schemaname, tablename FROM pg_tables "
-                "WHERE schemaname LIKE 'company\\_%%' AND tablename LIKE %s",
-                (RULES_TMP_PREFIX.replace("_", "\\_") + "%",),
-            )
-        else:
-            rows = self._query(
-                "SELECT schemaname, tablename FROM pg_tables WHERE schemaname = %s AND tablename LIKE %s",
-                (company_schema(company), RULES_TMP_PREFIX.replace("_", "\\_") + "%"),
-            )
-        return [(r[0], r[1]) for r in rows]
+        return self._run_tables(RULES_TMP_PREFIX, company)
+
+    def count_rules_tmp(self, *, conn: Any = None) -> int:
+        """How many rules pass tables of every company are alive (live runs' and orphans not yet dropped).
+
+        With `conn`, in the caller's transaction (the metrics scrape runs it under its own statement timeout).
+        """
+        params = {"schemas": _like_prefix(COMPANY_SCHEMA_PREFIX), "tables": _like_prefix(RULES_TMP_PREFIX)}
+        return int(self._query(_sql("count_run_tables"), params, conn=conn)[0][0])
 
     def drop_rules_tmp_for_run(self, company: str, run_id: str) -> int:
         """Drop every pass table of one run; called when the run ends, whatever the outcome."""
@@ -330,10 +348,7 @@ class SchemaService:
                 with raw_connection(self.engine) as conn, conn.cursor() as cur:
                     live = False
                     if run_id is not None:
-                        cur.execute(
-                            "SELECT 1 FROM pipeline_runs WHERE id = %s AND status IN ('PENDING', 'RUNNING') FOR SHARE",
-                            (run_id,),
-                        )
+                        cur.execute(_sql("run_is_live"), {"run_id": run_id})
                         live = cur.fetchone() is not None
                     if live:
                         continue
@@ -379,19 +394,7 @@ class SchemaService:
 
     def list_export_tmp(self, company: str | None = None) -> list[tuple[str, str]]:
         """(schema, table) of every run-scoped export diff table, of one company or all."""
-        pattern = EXPORT_TMP_PREFIX.replace("_", "\\_") + "%"
-        if company is None:
-            rows = self._query(
-                "SELECT schemaname, tablename FROM pg_tables "
-                "WHERE schemaname LIKE 'company\\_%%' AND tablename LIKE %s",
-                (pattern,),
-            )
-        else:
-            rows = self._query(
-                "SELECT schemaname, tablename FROM pg_tables WHERE schemaname = %s AND tablename LIKE %s",
-                (company_schema(company), pattern),
-            )
-        return [(r[0], r[1]) for r in rows]
+        return self._run_tables(EXPORT_TMP_PREFIX, company)
 
     def drop_export_tmp_for_run(self, company: str, run_id: str) -> int:
         """Drop the export diff tables a run still has (published ones were renamed away already)."""
@@ -403,13 +406,19 @@ class SchemaService:
         return dropped
 
     def promote_export_keys(self, company: str, renames: Sequence[tuple[str, str]]) -> None:
-        """Make each run table (first) the published one (second), all in one transaction."""
+        """Make each run table (first) the published one (second), all in one transaction.
+
+        The run table was UNLOGGED while it was written (no WAL for a table a failed run drops); the
+        published one is the drop guard's and the diff's baseline, so it becomes LOGGED: crash
+        recovery would empty an UNLOGGED one and silently disarm the guard for the next run.
+        """
         if not renames:
             return
         schema = company_schema(company)
         with raw_connection(self.engine) as conn, conn.cursor() as cur:
             for run_table, published in renames:
                 cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(schema, published)))
+                cur.execute(sql.SQL("ALTER TABLE {} SET LOGGED").format(ident(schema, run_table)))
                 cur.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(ident(schema, run_table), ident(published)))
 
 

@@ -19,9 +19,14 @@ def janitor() -> list[str]:
 
 @app.task(name="firefeed.maintenance.reap")
 def reap() -> list[str]:
-    """Mark FAILED the RUNNING runs whose heartbeat is older than FIREFEED_STALE_RUN_S; returns their ids."""
-    from firefeed.runs.maintenance import reap_stale_runs
+    """Mark FAILED the RUNNING runs whose heartbeat is older than FIREFEED_STALE_RUN_S; returns their ids.
 
+    Also sends again the root task of runs PENDING for longer than that (a lost message).
+    """
+    from firefeed.runs.maintenance import reap_stale_runs, resend_pending_runs
+    from firefeed.tasks.dispatch import enqueue_run
+
+    resend_pending_runs(enqueue_run)
     return reap_stale_runs()
 
 

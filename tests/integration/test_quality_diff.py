@@ -214,3 +214,22 @@ def test_the_janitor_drops_a_crashed_runs_export_tables_but_not_a_live_ones(run_
         RunStore().request_cancel(live)
         schema.drop_export_tmp_for_run("acme", live)
     assert _run_tables(live) == []
+
+
+def test_the_published_baseline_is_a_logged_table_that_crash_recovery_keeps(run_env: Path, tmp_path: Path) -> None:
+    """The drop guard's baseline must survive a Postgres crash: an UNLOGGED table would come back empty."""
+    from firefeed.schema.identifiers import company_schema, published_keys_table
+
+    spec = _write(tmp_path, "durable_base", _items(range(20)))
+    assert run_json(spec)[0] == 0
+    with raw_connection() as conn, conn.cursor() as cur:
+        cur.execute(
+            "SELECT c.relname, c.relpersistence FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = ANY(%s)",
+            (
+                company_schema("acme"),
+                [published_keys_table("durable_base", e["name"]) for e in EXPORTS],
+            ),
+        )
+        persistence = dict(cur.fetchall())
+    assert sorted(persistence.values()) == ["p", "p"], persistence  # p: permanent (WAL-logged)

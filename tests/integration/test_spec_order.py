@@ -136,10 +136,14 @@ def test_the_cli_table_shows_export_paths_relative_to_the_export_folder(run_env:
 
 # -- (b) apply + trigger (the queues) --------------------------------------------------------------
 @pytest.fixture()
-def memory_worker(run_env: Path) -> Iterator[None]:
+def memory_worker(run_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # A broker is configured (Celery's in-memory one, served by the worker in this process): trigger takes it.
+    monkeypatch.setenv("FIREFEED_BROKER_URL", "memory://")
+    reset_settings()
     use_broker("memory://")
     with in_process_worker():
         yield
+    reset_settings()
 
 
 def wait_finished(run_id: str, timeout: float = 60) -> dict[str, Any]:

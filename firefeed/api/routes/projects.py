@@ -10,6 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from firefeed.api import schemas, service
 from firefeed.api.auth import CurrentCompany
 from firefeed.api.deps import Store
+from firefeed.runs.local import LocalRunner
 from firefeed.runs.requests import start_run
 from firefeed.runs.service import RunStore
 
@@ -69,10 +70,16 @@ RunBody = Annotated[schemas.RunRequest | None, Body()]
 
 
 def _request_run(
-    project_id: str, company: str, store: RunStore, response: Response, body: schemas.RunRequest | None
+    project_id: str,
+    company: str,
+    store: RunStore,
+    response: Response,
+    body: schemas.RunRequest | None,
+    runner: LocalRunner | None,
 ) -> schemas.RunAccepted:
     accept_drop = body.accept_drop if body is not None else False
-    run_id = start_run(project_id, "api", company=company, store=store, accept_drop=accept_drop)
+    enqueue = runner.submit if runner is not None else None
+    run_id = start_run(project_id, "api", company=company, store=store, accept_drop=accept_drop, enqueue=enqueue)
     response.headers["Location"] = f"/api/runs/{run_id}"
     return schemas.RunAccepted(run_id=run_id, status="PENDING", links=schemas.run_links(run_id, project_id))
 
@@ -81,21 +88,21 @@ def _request_run(
 # enqueue): under a burst for one project, every extra hop is queueing time on a busy pool.
 @router.post("/{project_id}/pipeline/run", status_code=202, responses={**_NOT_FOUND, **_BUSY})
 async def run_pipeline(
-    project_id: str, response: Response, company: CurrentCompany, store: Store, body: RunBody = None
+    project_id: str, request: Request, response: Response, company: CurrentCompany, store: Store, body: RunBody = None
 ) -> schemas.RunAccepted:
     """Request a run through the project lock: 202 with its id, or 409 naming the active run at once.
 
     `{"accept_drop": true}` lets the run publish exports that lose more items than their max_drop.
     """
-    return await run_in_threadpool(_request_run, project_id, company, store, response, body)
+    return await run_in_threadpool(_request_run, project_id, company, store, response, body, request.app.state.runner)
 
 
 @router.post("/{project_id}/pipeline/run-now", status_code=202, responses={**_NOT_FOUND, **_BUSY})
 async def run_pipeline_now(
-    project_id: str, response: Response, company: CurrentCompany, store: Store, body: RunBody = None
+    project_id: str, request: Request, response: Response, company: CurrentCompany, store: Store, body: RunBody = None
 ) -> schemas.RunAccepted:
     """The same request as `.../pipeline/run` (an alias kept for callers that use this name)."""
-    return await run_in_threadpool(_request_run, project_id, company, store, response, body)
+    return await run_in_threadpool(_request_run, project_id, company, store, response, body, request.app.state.runner)
 
 
 @router.get("/{project_id}/pipeline/runs", response_model=schemas.RunList, responses=_NOT_FOUND)
