@@ -14,10 +14,12 @@ from typing import Any
 
 import pytest
 
+from tests.integration import conftest as integration
 from tests.integration.conftest import run_json
 from tests.integration.test_quality_diff import _items, _write
 
 pytestmark = pytest.mark.stress
+run_env = integration.run_env  # exports and downloads under tmp_path (a fixture)
 
 
 def _crash_and_restart_postgres() -> None:
