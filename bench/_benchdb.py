@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -33,3 +34,18 @@ def save_results(kind: str, results: dict[str, Any]) -> Path:
     path = OUT_DIR / f"{kind}_{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(results, indent=2))
     return path
+
+
+def fleet_env(dsn: str, broker: str, data_dir: Path, **extra: str) -> dict[str, str]:
+    """The environment of a benchmark's worker fleet (and of this process, which sends to it)."""
+    env = dict(
+        os.environ,
+        FIREFEED_DATABASE_URL=dsn,
+        FIREFEED_BROKER_URL=broker,
+        FIREFEED_EXPORT_DIR=str(data_dir / "exports"),
+        FIREFEED_DATA_DIR=str(data_dir / "var"),
+        FIREFEED_WORKER_METRICS_PORT="0",
+        **extra,
+    )
+    os.environ.update(env)
+    return env

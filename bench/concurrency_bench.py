@@ -40,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from _benchdb import create_database, drop_database, save_results  # noqa: E402
+from _benchdb import create_database, drop_database, fleet_env, save_results  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 
@@ -328,16 +328,7 @@ def main() -> None:
 
     db = f"firefeed_cbench_{os.getpid()}"
     admin, dsn = create_database(args.admin_dsn, db)
-    base_env = dict(
-        os.environ,
-        FIREFEED_DATABASE_URL=dsn,
-        FIREFEED_BROKER_URL=args.redis,
-        FIREFEED_EXPORT_DIR=str(args.data_dir / "exports"),
-        FIREFEED_DATA_DIR=str(args.data_dir / "var"),
-        FIREFEED_WORKER_METRICS_PORT="0",
-        FIREFEED_FETCH_ALLOWED_HOSTS="127.0.0.1",
-    )
-    os.environ.update(base_env)
+    base_env = fleet_env(dsn, args.redis, args.data_dir, FIREFEED_FETCH_ALLOWED_HOSTS="127.0.0.1")
     for url in (args.redis, args.redis_high):
         redis.Redis.from_url(url).flushdb()
     from firefeed.config import reset_settings

@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from _benchdb import create_database, drop_database, save_results  # noqa: E402
+from _benchdb import create_database, drop_database, fleet_env, save_results  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 
@@ -60,15 +60,7 @@ def main() -> None:
 
     db = f"firefeed_dbench_{os.getpid()}"
     admin, dsn = create_database(args.admin_dsn, db)
-    env = dict(
-        os.environ,
-        FIREFEED_DATABASE_URL=dsn,
-        FIREFEED_BROKER_URL=args.redis,
-        FIREFEED_EXPORT_DIR=str(args.data_dir / "exports"),
-        FIREFEED_DATA_DIR=str(args.data_dir / "var"),
-        FIREFEED_WORKER_METRICS_PORT="0",
-    )
-    os.environ.update(env)
+    env = fleet_env(dsn, args.redis, args.data_dir)
     redis.Redis.from_url(args.redis).flushdb()
     from firefeed.config import reset_settings
     from tests.integration.celery_workers import celery_workers, use_broker

@@ -171,3 +171,15 @@ def in_process_worker(queues: tuple[str, ...] | None = None, concurrency: int = 
         shutdown_timeout=30,
     ):
         yield app
+
+
+def worker_env(database_url: str, broker: str, base: Path, **extra: str) -> dict[str, str]:
+    """The environment of a test's worker processes: this session's database, `broker`, folders under `base`."""
+    return dict(
+        os.environ,
+        FIREFEED_DATABASE_URL=database_url,
+        FIREFEED_BROKER_URL=broker,
+        FIREFEED_EXPORT_DIR=str(base / "exports"),
+        FIREFEED_DATA_DIR=str(base / "var"),
+        **extra,
+    )

@@ -23,7 +23,7 @@ from firefeed.config import reset_settings
 from firefeed.runs.report import build_report
 from firefeed.runs.requests import start_run
 from firefeed.runs.service import RunStore
-from tests.integration.celery_workers import REDIS_URL, celery_workers, flush_broker, in_process_worker
+from tests.integration.celery_workers import REDIS_URL, celery_workers, flush_broker, in_process_worker, worker_env
 from tests.integration.conftest import run_json, write_csv
 from tests.services import backend_for, broker_url, is_amqp, requires_shared_broker, shared_broker_available
 
@@ -82,12 +82,10 @@ def _spec(folder: Path, company: str, project: str, items: int = 40, rules: list
 @pytest.fixture(scope="module")
 def workers(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     base = tmp_path_factory.mktemp("dist")
-    env = dict(
-        os.environ,
-        FIREFEED_DATABASE_URL=database_url,
-        FIREFEED_BROKER_URL=broker_url(REDIS_URL),
-        FIREFEED_EXPORT_DIR=str(base / "exports"),
-        FIREFEED_DATA_DIR=str(base / "var"),
+    env = worker_env(
+        database_url,
+        broker_url(REDIS_URL),
+        base,
         PIPELINE_CONCURRENCY="3",
         IMPORT_CONCURRENCY="2",
         RULES_CONCURRENCY="2",

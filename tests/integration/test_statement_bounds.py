@@ -29,7 +29,7 @@ from firefeed.pipeline.run import execute_run
 from firefeed.runs.backends import application_name
 from firefeed.runs.service import RunStore
 from firefeed.spec.loader import parse_spec
-from tests.integration.celery_workers import celery_workers, flush_broker, in_process_worker, use_broker
+from tests.integration.celery_workers import celery_workers, flush_broker, in_process_worker, use_broker, worker_env
 from tests.integration.conftest import run_json, write_csv
 from tests.services import broker_url, shared_broker_available
 
@@ -174,12 +174,10 @@ class RunThread:
 def workers(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """Worker processes, one per queue, as on other machines (in-process worker without a shared broker)."""
     base = tmp_path_factory.mktemp("bounds")
-    env = dict(
-        os.environ,
-        FIREFEED_DATABASE_URL=database_url,
-        FIREFEED_BROKER_URL=broker_url(BOUNDS_REDIS_URL),
-        FIREFEED_EXPORT_DIR=str(base / "exports"),
-        FIREFEED_DATA_DIR=str(base / "var"),
+    env = worker_env(
+        database_url,
+        broker_url(BOUNDS_REDIS_URL),
+        base,
         PIPELINE_CONCURRENCY="1",
         IMPORT_CONCURRENCY="1",
         RULES_CONCURRENCY="2",
