@@ -165,7 +165,12 @@ def test_slow_previews_of_one_company_leave_the_api_fast_for_the_others(
                 timings.append((path, r.status_code, time.perf_counter() - started))
         still_running = app.state.previews.running()
         assert [s for _, s, _ in timings] == [200] * 10
-        assert all(took < FAST_S for _, _, took in timings), timings
+        # A blocked API would answer only when a preview ends (at DEADLINE_S at the earliest): every answer well
+        # before that, and the typical one fast. (One slow answer on a busy 2-core CI machine is scheduling noise,
+        # not a preview holding the API: the median and the bound catch the latter.)
+        took_all = sorted(took for _, _, took in timings)
+        assert took_all[len(took_all) // 2] < FAST_S, timings
+        assert took_all[-1] < DEADLINE_S / 2, timings
         assert still_running == 3, "the previews ended before B was measured: the test proves nothing"
 
         results = [f.result(timeout=30) for f in burst]
