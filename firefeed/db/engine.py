@@ -86,13 +86,38 @@ def _on_connect(dbapi_connection: Any, record: Any) -> None:
     record.info["ff_state"] = None
 
 
+def _ping(dbapi_connection: Any) -> None:
+    was = dbapi_connection.autocommit
+    dbapi_connection.autocommit = True  # no transaction left open by the ping
+    try:
+        with dbapi_connection.cursor() as cur:
+            cur.execute("SELECT 1")
+    finally:
+        if not dbapi_connection.closed:
+            dbapi_connection.autocommit = was
+
+
 def _on_checkout(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+    """The pool's liveness check, and the session state: one round trip, not two.
+
+    The engines run without SQLAlchemy's pre-ping: a checkout that must set the
+    state anyway (every checkout inside a run, whose name the checkin took away)
+    learns from that statement whether the connection is alive, and only the
+    others ping. A dead connection raises DisconnectionError, on which the pool
+    discards it and takes another, as its pre-ping would.
+    """
+    if dbapi_connection.closed or (
+        dbapi_connection.info.transaction_status == psycopg2.extensions.TRANSACTION_STATUS_UNKNOWN
+    ):
+        raise DisconnectionError("the pooled connection is closed")
     wanted = _wanted(record)
-    if record.info.get("ff_state") != wanted:
-        try:
+    try:
+        if record.info.get("ff_state") != wanted:
             _apply(dbapi_connection, record, wanted)
-        except psycopg2.OperationalError as err:  # a connection that died in the pool: the pool takes another
-            raise DisconnectionError(str(err)) from err
+        else:
+            _ping(dbapi_connection)
+    except (psycopg2.OperationalError, psycopg2.InterfaceError) as err:  # died in the pool: take another
+        raise DisconnectionError(str(err)) from err
 
 
 def _on_checkin(dbapi_connection: Any, record: Any) -> None:
@@ -117,7 +142,7 @@ def get_engine(url: str | None = None) -> Engine:
                 url,
                 pool_size=settings.web_pool_size,
                 max_overflow=10,
-                pool_pre_ping=True,
+                pool_pre_ping=False,  # the checkout event checks liveness (_on_checkout)
                 # Connections are taken per step: a step that found a dead one retries once, not never.
                 pool_recycle=1800,
                 # Used only when neither PGAPPNAME nor the URL names the connections.

@@ -41,6 +41,7 @@ from firefeed.runs.contract import JobKind, JobSpec, JobState, RunStatus, Step
 from firefeed.runs.jobs import JobStore
 from firefeed.runs.report import build_report
 from firefeed.runs.service import RunStore
+from firefeed.runs.wakeups import RunWakeups
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,12 @@ class Dispatcher(Protocol):
     def fans_out_rules(self) -> bool:
         """True when `rules_chunk` jobs sent here run in other processes in parallel, so RULES is cut into
         chunk jobs; False: RULES runs as one job in the driver's process (firefeed/pipeline/rule_passes.py)."""
+        ...
+
+    @property
+    def runs_elsewhere(self) -> bool:
+        """True when submitted jobs run in other threads or processes (the driver then waits on their
+        notifications); False when `submit` has run them by the time it returns."""
         ...
 
     def submit(self, kind: JobKind, job_ids: Sequence[int]) -> None:
@@ -137,8 +144,21 @@ class _Driver:
         self.store = ctx.store
         self.hook = hook or (lambda step, phase, info: None)
         self.current: Step | None = None
+        #: Set by `drive` for a dispatcher whose jobs run elsewhere (the batch one runs them in `submit`).
+        self.wakeups: RunWakeups | None = None
 
     def drive(self) -> None:
+        if not self.dispatcher.runs_elsewhere:
+            self.steps()
+            return
+        with RunWakeups(self.ctx.engine, self.ctx.run_id) as wakeups:
+            self.wakeups = wakeups
+            try:
+                self.steps()
+            finally:
+                self.wakeups = None
+
+    def steps(self) -> None:
         parsed = self.fetch_and_parse()
         merged = self.step(Step.MERGE, lambda: self.merge(parsed))
         rules = self.step(Step.RULES, lambda: self.rules(merged))
@@ -307,6 +327,7 @@ class _Driver:
             check_cancel=self.ctx.check_cancel,
             on_poll=on_poll,
             hint=self.dispatcher.hint(kind),
+            wakeups=self.wakeups,
         ).until_done()
 
 

@@ -22,6 +22,7 @@ class InlineDispatcher:
     """Runs each job at once in this process; RULES never fans out (there is no one to fan out to)."""
 
     fans_out_rules = False
+    runs_elsewhere = False
 
     def __init__(self, settings: Settings | None = None, engine: Engine | None = None) -> None:
         self.settings, self.engine = settings, engine

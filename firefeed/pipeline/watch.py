@@ -14,8 +14,13 @@ a lost message leaves behind:
   (JobPickupTimeoutError). The timeout counts from the last time any job moved,
   so a long but moving queue is not mistaken for a missing worker.
 
-Written against a small store protocol and a clock, so tests/unit/test_watch.py
-runs it with a fake store and a fake clock.
+Between polls it sleeps on the run's wakeups (firefeed/runs/wakeups.py): a job's
+change wakes it at once, so it reads the rows only when something happened, plus
+once every `_NOTIFIED_POLL_S` for what no notification announces (a lease running
+out). Without live wakeups it polls, quickly at first, then every `_MAX_POLL_S`.
+
+Written against small store, wakeup and clock protocols, so tests/unit/test_watch.py
+runs it with fakes.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ log = logging.getLogger(__name__)
 # The first polls come quickly (a small job is done in milliseconds), then back off to this.
 _FIRST_POLL_S = 0.002
 _MAX_POLL_S = 0.05
+# With live wakeups a poll is needed only for what no notification announces: the lease checks.
+_NOTIFIED_POLL_S = 0.5
 
 
 class WatchedJobs(Protocol):
@@ -44,6 +51,15 @@ class WatchedJobs(Protocol):
     def states(self, job_ids: Sequence[int]) -> list[JobState]: ...
 
     def stale_running(self, job_ids: Sequence[int], lease_s: float) -> list[int]: ...
+
+
+class Wakeups(Protocol):
+    """What the loop sleeps on (firefeed/runs/wakeups.py RunWakeups)."""
+
+    @property
+    def live(self) -> bool: ...
+
+    def wait(self, timeout_s: float) -> bool: ...
 
 
 class Clock(Protocol):
@@ -82,6 +98,8 @@ class Watch:
     on_poll: Callable[[list[JobState]], None] | None = None
     #: Says where the jobs should have gone, for the pickup timeout's message.
     hint: str = ""
+    #: The run's job notifications; None (or not live): poll.
+    wakeups: Wakeups | None = None
     clock: Clock = SystemClock()  # noqa: RUF009  # stateless
 
     def until_done(self) -> list[JobState]:
@@ -124,8 +142,11 @@ class Watch:
                     f"no {self.kind.step} job ({self.kind.value}) moved for {times.pickup_timeout_s:.0f}s"
                     + (f": {self.hint}" if self.hint else "")
                 )
-            clock.sleep(delay)
-            delay = min(delay * 1.5, _MAX_POLL_S)
+            if self.wakeups is not None and self.wakeups.live:
+                self.wakeups.wait(_NOTIFIED_POLL_S)
+            else:
+                clock.sleep(delay)
+                delay = min(delay * 1.5, _MAX_POLL_S)
 
     def _counts(self) -> dict[JobStatus, int]:
         """Without an `on_poll`, only a count per status: hundreds of chunk jobs would otherwise be

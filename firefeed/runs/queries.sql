@@ -87,3 +87,7 @@ SELECT id
 -- running_count --
 -- A run's jobs still RUNNING (a failed run waits for them to stop)
 SELECT count(*) AS n FROM pipeline_jobs WHERE run_id = %(run_id)s::uuid AND status = 'RUNNING';
+
+-- cancel_requested --
+-- Whether a cancel of the run was recorded (the driver asks at every step and every watch poll)
+SELECT cancel_requested FROM pipeline_runs WHERE id = %(run_id)s::uuid;

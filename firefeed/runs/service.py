@@ -18,8 +18,9 @@ from sqlalchemy.orm import Session
 
 from firefeed import metrics
 from firefeed.config import get_settings
-from firefeed.db.engine import get_engine, session_factory
+from firefeed.db.engine import get_engine, raw_connection, session_factory
 from firefeed.db.models import Company, Export, PipelineRun, PipelineStep, Project, Rule, Source, SpecVersion
+from firefeed.db.sqlfile import load_queries
 from firefeed.errors import NotFoundError, PipelineBusyError, RunCancelledError
 from firefeed.runs.lock import ACTIVE, Db, active_run_id, project_head, with_project_pipeline_lock
 from firefeed.secrets.references import check_spec as check_references
@@ -269,9 +270,11 @@ class RunStore:
 
     def check_cancel(self, run_id: str) -> None:
         """Raise RunCancelledError when a cancel was recorded for the run."""
-        with self.sessions() as s:
-            flag = s.execute(select(PipelineRun.cancel_requested).where(PipelineRun.id == uuid.UUID(run_id))).scalar()
-        if flag:
+        # Plain psycopg2, no ORM session: the watch loop asks at every poll.
+        with raw_connection(self.engine) as conn, conn.cursor() as cur:
+            cur.execute(load_queries("firefeed.runs")["cancel_requested"], {"run_id": str(run_id)})
+            row = cur.fetchone()
+        if row is not None and row[0]:
             raise RunCancelledError(f"run {run_id} was cancelled")
 
     def request_cancel(self, run_id: str) -> str:

@@ -372,6 +372,11 @@ class SchemaService:
         run reuses an unchanged item's flags only when its checks are the same.
         Dropped by `drop_export_tmp_for_run` when the run ends, or renamed into the
         published one by `promote_export_keys`; a crashed run's is the janitor's.
+
+        Unlike the other run tables it is LOGGED from the start: a published one is the drop guard's
+        baseline and must survive a crash, and writing its WAL here, while the export's file is
+        written beside it, costs nothing on the run's path (an `ALTER TABLE ... SET LOGGED` at
+        publish time rewrote every row there and then: +2.7 s on 1M items).
         """
         schema = company_schema(company)
         table = export_tmp_table(run_id, index)
@@ -387,7 +392,7 @@ class SchemaService:
             cols.append(sql.SQL("i text NOT NULL"))
         with raw_connection(self.engine) as conn, conn.cursor() as cur:
             cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(schema, table)))
-            cur.execute(sql.SQL("CREATE UNLOGGED TABLE {} ({})").format(ident(schema, table), sql.SQL(", ").join(cols)))
+            cur.execute(sql.SQL("CREATE TABLE {} ({})").format(ident(schema, table), sql.SQL(", ").join(cols)))
             if checks is not None:
                 cur.execute(sql.SQL("COMMENT ON TABLE {} IS %s").format(ident(schema, table)), (f"checks {checks}",))
         return table
@@ -408,9 +413,9 @@ class SchemaService:
     def promote_export_keys(self, company: str, renames: Sequence[tuple[str, str]]) -> None:
         """Make each run table (first) the published one (second), all in one transaction.
 
-        The run table was UNLOGGED while it was written (no WAL for a table a failed run drops); the
-        published one is the drop guard's and the diff's baseline, so it becomes LOGGED: crash
-        recovery would empty an UNLOGGED one and silently disarm the guard for the next run.
+        The run table is LOGGED already (`create_export_tmp`), so `SET LOGGED` is a no-op; it stays for
+        a run table an older release created UNLOGGED during an upgrade, since crash recovery would
+        empty an UNLOGGED baseline and silently disarm the guard for the next run.
         """
         if not renames:
             return

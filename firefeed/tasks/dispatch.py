@@ -47,6 +47,7 @@ class CeleryDispatcher:
         self.consumed = frozenset(consumed)
         self.settings, self.engine = settings, engine
         self.fans_out_rules = Queue.RULES.value not in self.consumed
+        self.runs_elsewhere = any(queue.value not in self.consumed for _, queue in TASK_FOR_KIND.values())
 
     def submit(self, kind: JobKind, job_ids: Sequence[int]) -> None:
         task, queue = TASK_FOR_KIND[kind]

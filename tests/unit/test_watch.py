@@ -202,3 +202,62 @@ def test_on_poll_sees_the_jobs_states_at_every_poll() -> None:
     assert seen[0] == [JobStatus.PENDING, JobStatus.PENDING]
     assert [JobStatus.RUNNING, JobStatus.PENDING] in seen
     assert seen[-1] == [JobStatus.SUCCEEDED, JobStatus.SUCCEEDED]
+
+
+@dataclass
+class FakeWakeups:
+    """Notified at every change the clock's world makes: `wait` returns at the next one (or the timeout)."""
+
+    clock: FakeClock
+    live: bool = True
+    waits: list[float] = field(default_factory=list)
+
+    def wait(self, timeout_s: float) -> bool:
+        self.waits.append(timeout_s)
+        events = self.clock._events
+        if events and events[0][0] <= self.clock.now + timeout_s:
+            self.clock.sleep(events[0][0] - self.clock.now)
+            return True
+        self.clock.sleep(timeout_s)
+        return False
+
+
+def test_with_live_wakeups_the_rows_are_read_once_per_change_not_polled() -> None:
+    h = Harness()
+    ids = h.store.add(2)
+    for n, i in enumerate(ids):
+        h.clock.at(0.3 + n, lambda i=i: h.store.set(i, JobStatus.RUNNING))
+        h.clock.at(0.8 + n, lambda i=i: h.store.set(i, JobStatus.SUCCEEDED))
+    wakeups = FakeWakeups(h.clock)
+    watch = h.watch(ids)
+    watch.wakeups = wakeups
+    states = watch.until_done()
+    assert [s.status for s in states] == [JobStatus.SUCCEEDED] * 2
+    assert h.clock.now == pytest.approx(1.8)  # seen the moment the last job ended
+    # 4 changes, and a timeout poll while the second job ran (0.8 -> 1.3 -> 1.8): far from 50 ms polling.
+    assert len(wakeups.waits) <= 6, wakeups.waits
+    assert h.store.reads == 1  # the states are loaded once, at the end; polls count
+
+
+def test_a_cancel_is_seen_within_one_notified_poll() -> None:
+    h = Harness()
+    ids = h.store.add(1)
+    h.clock.at(0.1, lambda: h.store.set(ids[0], JobStatus.RUNNING))
+    h.clock.at(1.0, lambda: setattr(h, "cancelled", True))
+    watch = h.watch(ids)
+    watch.wakeups = FakeWakeups(h.clock)
+    with pytest.raises(RunCancelledError):
+        watch.until_done()
+    assert 1.0 <= h.clock.now <= 1.6
+
+
+def test_without_live_wakeups_the_loop_polls_as_before() -> None:
+    h = Harness()
+    ids = h.store.add(1)
+    h.clock.at(0.5, lambda: h.store.set(ids[0], JobStatus.SUCCEEDED))
+    wakeups = FakeWakeups(h.clock, live=False)
+    watch = h.watch(ids)
+    watch.wakeups = wakeups
+    watch.until_done()
+    assert wakeups.waits == []
+    assert 0.5 <= h.clock.now < 0.56  # polled: seen within one 50 ms poll

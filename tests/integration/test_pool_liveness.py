@@ -1,0 +1,38 @@
+"""A pooled connection whose backend died while idle is replaced at checkout, inside a run's block or not."""
+
+from __future__ import annotations
+
+import uuid
+from contextlib import AbstractContextManager, nullcontext
+
+import psycopg2
+import pytest
+
+from firefeed.db.engine import get_engine, raw_connection, session_state
+from firefeed.runs.backends import application_name
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize("in_run", [False, True], ids=["outside-a-run", "inside-a-run"])
+def test_a_connection_killed_in_the_pool_is_replaced_not_handed_out(database_url: str, in_run: bool) -> None:
+    sep = "&" if "?" in database_url else "?"
+    engine = get_engine(f"{database_url}{sep}application_name=liveness-{uuid.uuid4().hex[:6]}")
+    engine.dispose()
+
+    def block() -> AbstractContextManager[None]:
+        return session_state(application_name(str(uuid.uuid4()), "RULES"), 30.0) if in_run else nullcontext()
+
+    with block(), raw_connection(engine) as conn:
+        pid = conn.get_backend_pid()
+    admin = psycopg2.connect(database_url)
+    admin.autocommit = True
+    try:
+        with admin.cursor() as cur:
+            cur.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with block(), raw_connection(engine) as conn, conn.cursor() as cur:
+            cur.execute("SELECT pg_backend_pid()")
+            assert cur.fetchone()[0] != pid
+    finally:
+        admin.close()
+        engine.dispose()
