@@ -152,11 +152,16 @@ class _Driver:
             self.steps()
             return
         with RunWakeups(self.ctx.engine, self.ctx.run_id) as wakeups:
-            self.wakeups = wakeups
+            self.wakeups, self.jobs = wakeups, JobStore(self.ctx.engine, held=wakeups)
             try:
                 self.steps()
             finally:
-                self.wakeups = None
+                self.wakeups, self.jobs = None, JobStore(self.ctx.engine)
+
+    def check_cancel(self) -> None:
+        """RunCancelledError once a cancel of the run is recorded (read through the driver's job store)."""
+        if self.jobs.cancel_requested(self.ctx.run_id):
+            raise RunCancelledError(f"run {self.ctx.run_id} was cancelled")
 
     def steps(self) -> None:
         parsed = self.fetch_and_parse()
@@ -232,6 +237,7 @@ class _Driver:
                 fields=merged.fields,
                 chunk_rows=ctx.settings.chunk_rows,
                 run_chunks=self.run_chunks,
+                max_slices=ctx.settings.rules_max_slices,
             )
             result = rule_passes.apply_passes(
                 runner,
@@ -241,7 +247,7 @@ class _Driver:
                 fields=merged.fields,
                 rules=ctx.spec.parsed_rules,
                 rows=merged.rows,
-                check_cancel=ctx.check_cancel,
+                check_cancel=self.check_cancel,
             )
         else:
             params = contract.RulesParams(merged.fields, merged.rows)
@@ -261,7 +267,7 @@ class _Driver:
         states = self.run_jobs(JobKind.EXPORT, specs) if specs else []
         exports = [contract.ExportResult.from_json(s.result_doc()) for s in states]
         entries = [e.entry for e in exports]
-        ctx.check_cancel()
+        self.check_cancel()
         self.check_publish(entries)
         steps.publish(ctx, entries)
         self.promote(entries)
@@ -290,7 +296,7 @@ class _Driver:
     def step(self, name: Step, fn: Callable[[], tuple[T, _Done]]) -> T:
         """One step on the timeline: started, its work, finished with its rows and its RunReport part."""
         self.current = name
-        self.ctx.check_cancel()
+        self.check_cancel()
         with (
             run_context(step=name),
             run_statements(self.ctx.engine, self.ctx.run_id, name, settings=self.ctx.settings),
@@ -324,7 +330,7 @@ class _Driver:
             ids=ids,
             times=WatchTimes(settings.stale_run_s, settings.heartbeat_s, settings.job_pickup_timeout_s),
             resend=lambda lost: self.dispatcher.submit(kind, lost),
-            check_cancel=self.ctx.check_cancel,
+            check_cancel=self.check_cancel,
             on_poll=on_poll,
             hint=self.dispatcher.hint(kind),
             wakeups=self.wakeups,

@@ -245,7 +245,13 @@ RunChunks = Callable[[int, list[RulesChunkParams]], list[ChunkResult]]
 
 
 class ChunkJobPasses:
-    """Each pass as slices of `chunk_rows` items by position, run by `run_chunks` (the driver: as jobs)."""
+    """Each pass as slices by position, run by `run_chunks` (the driver: as jobs).
+
+    A slice holds at least `chunk_rows` items, and a pass has at most `max_slices` of them: a chunk job
+    costs 10-20 ms of its own (a message, a claim, a transaction, a notification), and a million items
+    in slices of 2,000 made 500 of them per pass, seconds of overhead for parallelism no fleet has. With
+    16 slices a pass still spreads over 16 rules slots, and a lost worker loses a sixteenth of a pass.
+    """
 
     def __init__(
         self,
@@ -257,9 +263,15 @@ class ChunkJobPasses:
         fields: Sequence[str],
         chunk_rows: int,
         run_chunks: RunChunks,
+        max_slices: int = 16,
     ) -> None:
         self.engine, self.schema, self.company, self.run_id = engine, schema, company, run_id
         self.fields, self.chunk_rows, self.run_chunks = list(fields), chunk_rows, run_chunks
+        self.max_slices = max_slices
+
+    def slice_rows(self, rows: int) -> int:
+        """Items per slice for a pass over `rows` items."""
+        return max(self.chunk_rows, -(-rows // self.max_slices))
 
     def segments(self, source_table: str, rows: int | None) -> list[Segment]:
         if rows is None:
@@ -275,10 +287,11 @@ class ChunkJobPasses:
             dst = seg.table
         else:
             dst = prepare_pass(self.schema, company=self.company, run_id=self.run_id, plan=plan)
-            bounds = self.bounds(seg.table)
+            size = self.slice_rows(seg.rows)
+            bounds = self.bounds(seg.table, size)
             slices = [
                 RulesChunkParams(fields=self.fields, src=seg.table, dst=dst, lo=lo, hi=hi, rows=n)
-                for (lo, hi), n in zip(bounds, self.rows_per_slice(bounds, seg.rows), strict=True)
+                for (lo, hi), n in zip(bounds, self.rows_per_slice(bounds, seg.rows, size), strict=True)
             ]
         results = self.run_chunks(plan.number, slices)
         return [(dst, _add([ChunkCounts(r.rows_in, r.rows_out, dict(r.matched)) for r in results]))]
@@ -291,16 +304,17 @@ class ChunkJobPasses:
             self.schema.index_order(self.company, seg.table, analyze=False)
         return seg.table
 
-    def rows_per_slice(self, bounds: list[tuple[int | None, int | None]], total: int) -> list[int]:
-        """Items per slice: chunk_rows each, the rest in the last (the bounds cut at every n-th item)."""
+    @staticmethod
+    def rows_per_slice(bounds: list[tuple[int | None, int | None]], total: int, size: int) -> list[int]:
+        """Items per slice: `size` each, the rest in the last (the bounds cut at every size-th item)."""
         if len(bounds) == 1:
             return [total]
-        return [self.chunk_rows] * (len(bounds) - 1) + [total - self.chunk_rows * (len(bounds) - 1)]
+        return [size] * (len(bounds) - 1) + [total - size * (len(bounds) - 1)]
 
-    def bounds(self, table: str) -> list[tuple[int | None, int | None]]:
-        """Position ranges of about chunk_rows items each (one open range for a small table)."""
+    def bounds(self, table: str, size: int) -> list[tuple[int | None, int | None]]:
+        """Position ranges of `size` items each (one open range for a small table)."""
         self.schema.index_order(self.company, table)
-        starts = slice_starts(self.engine, self.company, table, self.chunk_rows)
+        starts = slice_starts(self.engine, self.company, table, size)
         if len(starts) <= 1:
             return [(None, None)]
         return [

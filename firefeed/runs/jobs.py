@@ -12,7 +12,9 @@ import json
 import os
 import socket
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
+
+import psycopg2
 
 from psycopg2.extras import NamedTupleCursor
 from sqlalchemy.engine import Engine
@@ -56,13 +58,39 @@ def _state(row: Any) -> JobState:
     )
 
 
-class JobStore:
-    """The job rows of runs; one short transaction per call (or the caller's, where a call takes `conn`)."""
+class HeldConnection(Protocol):
+    """A connection kept for a whole run, in autocommit (firefeed/runs/wakeups.py RunWakeups)."""
 
-    def __init__(self, engine: Engine | None = None) -> None:
+    @property
+    def connection(self) -> Any | None: ...
+
+    def close(self) -> None: ...
+
+
+class JobStore:
+    """The job rows of runs; one short transaction per call (or the caller's, where a call takes `conn`).
+
+    With `held`, the calls that go through `_rows` use that connection (each statement its own
+    transaction): the run driver's watch reads the rows many times per step, and a pool checkout inside
+    a run costs two round trips of its own (the run's session state set, then reset). A held connection
+    that fails is closed and the call is made again on a pooled one: the statements sent this way are
+    reads or idempotent.
+    """
+
+    def __init__(self, engine: Engine | None = None, held: HeldConnection | None = None) -> None:
         self.engine = engine or get_engine()
+        self.held = held
 
     def _rows(self, name: str, params: dict[str, Any]) -> list[Any]:
+        held = self.held.connection if self.held is not None else None
+        if held is not None:
+            try:
+                with held.cursor(cursor_factory=NamedTupleCursor) as cur:
+                    cur.execute(query(name), params)
+                    return list(cur.fetchall()) if cur.description is not None else []
+            except (psycopg2.OperationalError, psycopg2.InterfaceError):
+                assert self.held is not None
+                self.held.close()  # and once more on a pooled connection, below
         with raw_connection(self.engine) as conn, conn.cursor(cursor_factory=NamedTupleCursor) as cur:
             cur.execute(query(name), params)
             return list(cur.fetchall()) if cur.description is not None else []
@@ -143,6 +171,11 @@ class JobStore:
     def stale_running(self, job_ids: Sequence[int], lease_s: float) -> list[int]:
         """Jobs RUNNING whose claimer stopped beating for longer than the lease (its worker died)."""
         return [int(r.id) for r in self._rows("stale_running", {"ids": list(job_ids), "lease_s": lease_s})]
+
+    def cancel_requested(self, run_id: str) -> bool:
+        """Whether a cancel of the run was recorded."""
+        rows = self._rows("cancel_requested", {"run_id": str(run_id)})
+        return bool(rows and rows[0].cancel_requested)
 
     def running_count(self, run_id: str) -> int:
         return int(self._rows("running_count", {"run_id": str(run_id)})[0].n)

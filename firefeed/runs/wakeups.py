@@ -5,7 +5,8 @@ whenever one of the run's jobs changes status or result, and when a cancel of
 the run is recorded. The driver holds one connection for the whole run that
 LISTENs on that channel (before any job is sent, so no change can slip between
 sending and listening) and sleeps on its socket until told, or until a timeout
-that bounds what a lost notification could cost.
+that bounds what a lost notification could cost. The driver also reads its job
+rows on that connection (firefeed/runs/jobs.py `held`): no pool checkout per read.
 
 When the connection fails the wakeups say so (`live` turns False) and the watch
 loop falls back to polling: a broken listener costs speed, never a run.
@@ -52,6 +53,11 @@ class RunWakeups:
     @property
     def live(self) -> bool:
         return self._conn is not None
+
+    @property
+    def connection(self) -> Any | None:
+        """The listening connection (autocommit), for the driver's own reads; None once it failed."""
+        return self._conn
 
     def wait(self, timeout_s: float) -> bool:
         """Block until a notification arrives (True) or the timeout passes (False)."""

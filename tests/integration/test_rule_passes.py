@@ -119,12 +119,21 @@ def _in_process(engine: Engine, source: str, rules: list[Rule], *, split: bool) 
     return result, run_id
 
 
-def _chunked(engine: Engine, source: str, rules: list[Rule]) -> tuple[RulesResult, str, SliceRecorder]:
+def _chunked(
+    engine: Engine, source: str, rules: list[Rule], max_slices: int = 16
+) -> tuple[RulesResult, str, SliceRecorder]:
     service = SchemaService(engine)
     run_id = str(uuid.uuid4())
     recorder = SliceRecorder(engine, run_id, rules, FIELDS)
     runner = ChunkJobPasses(
-        engine, service, company=COMPANY, run_id=run_id, fields=FIELDS, chunk_rows=CHUNK_ROWS, run_chunks=recorder
+        engine,
+        service,
+        company=COMPANY,
+        run_id=run_id,
+        fields=FIELDS,
+        chunk_rows=CHUNK_ROWS,
+        run_chunks=recorder,
+        max_slices=max_slices,
     )
     result = apply_passes(runner, service, company=COMPANY, source_table=source, fields=FIELDS, rules=rules, rows=ITEMS)
     return result, run_id, recorder
@@ -183,3 +192,22 @@ def test_with_no_enabled_rule_both_strategies_keep_the_items_table(engine: Engin
     assert whole == chunked
     assert (whole.table, whole.passes, whole.rows_in, whole.rows_out, whole.matched) == (source, 0, ITEMS, ITEMS, {})
     assert recorder.slices == {}
+
+
+def test_a_pass_is_cut_into_at_most_max_slices_chunk_jobs_with_the_same_result(engine: Engine, source: str) -> None:
+    """Past max_slices x chunk_rows items the slices grow instead of multiplying (a chunk job has a cost)."""
+    service = SchemaService(engine)
+    rules = parse_rules(RAW_RULES, key_field=KEY_FIELD)
+    runs: list[str] = []
+    try:
+        whole, run_id = _in_process(engine, source, rules, split=False)
+        runs.append(run_id)
+        few, run_id, recorder = _chunked(engine, source, rules, max_slices=4)
+        runs.append(run_id)
+        size = -(-ITEMS // 4)  # 58 > CHUNK_ROWS
+        assert [s.rows for s in recorder.slices[1]] == [size, size, size, ITEMS - 3 * size]
+        assert (few.matched, few.excluded, few.rows_out) == (whole.matched, whole.excluded, whole.rows_out)
+        assert _read_sorted(engine, few.table, few.fields) == _read_sorted(engine, whole.table, whole.fields)
+    finally:
+        for run_id in runs:
+            service.drop_rules_tmp_for_run(COMPANY, run_id)
