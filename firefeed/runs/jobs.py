@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 import psycopg2
-
 from psycopg2.extras import NamedTupleCursor
 from sqlalchemy.engine import Engine
 
