@@ -152,11 +152,11 @@ class _Driver:
             self.steps()
             return
         with RunWakeups(self.ctx.engine, self.ctx.run_id) as wakeups:
-            self.wakeups, self.jobs = wakeups, JobStore(self.ctx.engine, held=wakeups)
+            self.wakeups, self.jobs, self.store.held = wakeups, JobStore(self.ctx.engine, held=wakeups), wakeups
             try:
                 self.steps()
             finally:
-                self.wakeups, self.jobs = None, JobStore(self.ctx.engine)
+                self.wakeups, self.jobs, self.store.held = None, JobStore(self.ctx.engine), None
 
     def check_cancel(self) -> None:
         """RunCancelledError once a cancel of the run is recorded (read through the driver's job store)."""
@@ -228,7 +228,9 @@ class _Driver:
     # -- RULES: the one pass loop; fanned out, each pass runs as chunk jobs, else all of it as one job
     def rules(self, merged: contract.MergeResult) -> tuple[contract.RulesResult, _Done]:
         ctx = self.ctx
-        if self.dispatcher.fans_out_rules:
+        # Items that fit one slice gain nothing from chunk jobs (one slice per pass, plus the slicing's own
+        # index and queries): the whole of RULES is then one job, on the rules queue all the same.
+        if self.dispatcher.fans_out_rules and merged.rows > ctx.settings.chunk_rows:
             runner = rule_passes.ChunkJobPasses(
                 ctx.engine,
                 ctx.schema,

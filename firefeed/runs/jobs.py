@@ -12,23 +12,16 @@ import json
 import os
 import socket
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
-import psycopg2
-from psycopg2.extras import NamedTupleCursor
 from sqlalchemy.engine import Engine
 
 from firefeed.db.engine import get_engine, raw_connection
-from firefeed.db.sqlfile import load_queries
 from firefeed.errors import JobLostError
 from firefeed.runs.contract import JobKind, JobSpec, JobState, JobStatus
+from firefeed.runs.statements import HeldConnection, query, run_statement
 
 __all__ = ["JobStore", "worker_id"]
-
-
-def query(name: str) -> str:
-    """The SQL of the named block of runs/queries.sql."""
-    return load_queries("firefeed.runs")[name]
 
 
 def worker_id() -> str:
@@ -57,23 +50,11 @@ def _state(row: Any) -> JobState:
     )
 
 
-class HeldConnection(Protocol):
-    """A connection kept for a whole run, in autocommit (firefeed/runs/wakeups.py RunWakeups)."""
-
-    @property
-    def connection(self) -> Any | None: ...
-
-    def close(self) -> None: ...
-
-
 class JobStore:
     """The job rows of runs; one short transaction per call (or the caller's, where a call takes `conn`).
 
-    With `held`, the calls that go through `_rows` use that connection (each statement its own
-    transaction): the run driver's watch reads the rows many times per step, and a pool checkout inside
-    a run costs two round trips of its own (the run's session state set, then reset). A held connection
-    that fails is closed and the call is made again on a pooled one: the statements sent this way are
-    reads or idempotent.
+    With `held` (the run driver's connection), the calls that go through `_rows` use it
+    (firefeed/runs/statements.py says why).
     """
 
     def __init__(self, engine: Engine | None = None, held: HeldConnection | None = None) -> None:
@@ -81,18 +62,7 @@ class JobStore:
         self.held = held
 
     def _rows(self, name: str, params: dict[str, Any]) -> list[Any]:
-        held = self.held.connection if self.held is not None else None
-        if held is not None:
-            try:
-                with held.cursor(cursor_factory=NamedTupleCursor) as cur:
-                    cur.execute(query(name), params)
-                    return list(cur.fetchall()) if cur.description is not None else []
-            except (psycopg2.OperationalError, psycopg2.InterfaceError):
-                assert self.held is not None
-                self.held.close()  # and once more on a pooled connection, below
-        with raw_connection(self.engine) as conn, conn.cursor(cursor_factory=NamedTupleCursor) as cur:
-            cur.execute(query(name), params)
-            return list(cur.fetchall()) if cur.description is not None else []
+        return run_statement(self.engine, self.held, name, params)
 
     def _rowcount(self, name: str, params: dict[str, Any], conn: Any = None) -> int:
         if conn is not None:

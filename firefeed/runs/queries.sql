@@ -91,3 +91,20 @@ SELECT count(*) AS n FROM pipeline_jobs WHERE run_id = %(run_id)s::uuid AND stat
 -- cancel_requested --
 -- Whether a cancel of the run was recorded (the driver asks at every step and every watch poll)
 SELECT cancel_requested FROM pipeline_runs WHERE id = %(run_id)s::uuid;
+
+-- step_started --
+-- A step of the run's timeline begins (again, if a resent step starts over); the run beats with it
+WITH step AS (
+    INSERT INTO pipeline_steps (run_id, step, status, started_at)
+    VALUES (%(run_id)s::uuid, %(step)s, 'RUNNING', %(at)s)
+    ON CONFLICT (run_id, step) DO UPDATE SET status = 'RUNNING', started_at = EXCLUDED.started_at, finished_at = NULL
+)
+UPDATE pipeline_runs SET heartbeat_at = now() WHERE id = %(run_id)s::uuid;
+
+-- step_finished --
+-- A step of the run's timeline ends; its start comes back for the step-duration metric
+UPDATE pipeline_steps
+   SET status = %(status)s, finished_at = %(at)s, rows_in = %(rows_in)s, rows_out = %(rows_out)s,
+       detail = %(detail)s::jsonb
+ WHERE run_id = %(run_id)s::uuid AND step = %(step)s
+RETURNING started_at;

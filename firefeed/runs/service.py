@@ -23,6 +23,7 @@ from firefeed.db.models import Company, Export, PipelineRun, PipelineStep, Proje
 from firefeed.db.sqlfile import load_queries
 from firefeed.errors import NotFoundError, PipelineBusyError, RunCancelledError
 from firefeed.runs.lock import ACTIVE, Db, active_run_id, project_head, with_project_pipeline_lock
+from firefeed.runs.statements import HeldConnection, run_statement
 from firefeed.secrets.references import check_spec as check_references
 from firefeed.secrets.references import origin_of
 from firefeed.spec.loader import parse_spec
@@ -73,6 +74,9 @@ class RunStore:
     def __init__(self, engine: Engine | None = None) -> None:
         self.engine = engine or get_engine()
         self.sessions = session_factory(self.engine)
+        #: The run driver's connection while it drives a run: the timeline's writes go there
+        #: (firefeed/runs/statements.py). Only the driver's own thread may use a store that holds one.
+        self.held: HeldConnection | None = None
 
     # -- projects ---------------------------------------------------------
     def apply_spec(self, spec: ProjectSpec, *, spec_dir: Path | None, company: str | None = None) -> bool:
@@ -303,17 +307,7 @@ class RunStore:
         return status
 
     def step_started(self, run_id: str, step: str, at: datetime | None = None) -> None:
-        at = at or now()
-        with self.sessions() as s, s.begin():
-            s.execute(
-                pg_insert(PipelineStep)
-                .values(run_id=uuid.UUID(run_id), step=step, status="RUNNING", started_at=at)
-                .on_conflict_do_update(
-                    index_elements=["run_id", "step"],
-                    set_={"status": "RUNNING", "started_at": at, "finished_at": None},
-                )
-            )
-            s.execute(update(PipelineRun).where(PipelineRun.id == uuid.UUID(run_id)).values(heartbeat_at=now()))
+        run_statement(self.engine, self.held, "step_started", {"run_id": str(run_id), "step": step, "at": at or now()})
 
     def step_finished(
         self,
@@ -326,14 +320,23 @@ class RunStore:
         detail: dict[str, Any] | None = None,
         at: datetime | None = None,
     ) -> None:
-        with self.sessions() as s, s.begin():
-            started_at = s.execute(
-                update(PipelineStep)
-                .where(PipelineStep.run_id == uuid.UUID(run_id), PipelineStep.step == step)
-                .values(status=status, finished_at=at or now(), rows_in=rows_in, rows_out=rows_out, detail=detail)
-                .returning(PipelineStep.started_at)  # metrics (#5)
-            ).scalar()
-        metrics.step_finished(step, status, started_at, at or now(), rows_in, rows_out)  # metrics (#5)
+        at = at or now()
+        rows = run_statement(
+            self.engine,
+            self.held,
+            "step_finished",
+            {
+                "run_id": str(run_id),
+                "step": step,
+                "status": status,
+                "at": at,
+                "rows_in": rows_in,
+                "rows_out": rows_out,
+                "detail": None if detail is None else json.dumps(detail),
+            },
+        )
+        started_at = rows[0].started_at if rows else None
+        metrics.step_finished(step, status, started_at, at, rows_in, rows_out)  # metrics (#5)
 
     def finish_run(
         self, run_id: str, status: str, *, report: dict[str, Any] | None, error: dict[str, Any] | None
