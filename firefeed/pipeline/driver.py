@@ -123,7 +123,7 @@ def drive_run(
                 steps.cleanup(ctx)
         store.finish_run(run_id, status, report=None, error=error)
         report = build_report(store, run_id)
-        store.finish_run(run_id, status, report=report, error=error)
+        store.save_report(run_id, report)
         log.info("run %s", status)
         return report
 

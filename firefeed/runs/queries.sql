@@ -108,3 +108,22 @@ UPDATE pipeline_steps
        detail = %(detail)s::jsonb
  WHERE run_id = %(run_id)s::uuid AND step = %(step)s
 RETURNING started_at;
+
+-- finish_run --
+-- The run ends: its status, report and error; a step still RUNNING did not finish. The status before comes
+-- back (locked), so the run-finished metric counts a run once although its driver finishes it twice
+WITH before AS (
+    SELECT status, trigger, started_at FROM pipeline_runs WHERE id = %(run_id)s::uuid FOR UPDATE
+), run AS (
+    UPDATE pipeline_runs
+       SET status = %(status)s, finished_at = now(), report = %(report)s::jsonb, error = %(error)s::jsonb
+     WHERE id = %(run_id)s::uuid
+), steps AS (
+    UPDATE pipeline_steps SET status = %(status)s, finished_at = now()
+     WHERE run_id = %(run_id)s::uuid AND status = 'RUNNING'
+)
+SELECT status, trigger, started_at FROM before;
+
+-- save_report --
+-- The RunReport of a run that has ended (built from the rows finish_run wrote)
+UPDATE pipeline_runs SET report = %(report)s::jsonb WHERE id = %(run_id)s::uuid;

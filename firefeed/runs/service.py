@@ -341,23 +341,21 @@ class RunStore:
     def finish_run(
         self, run_id: str, status: str, *, report: dict[str, Any] | None, error: dict[str, Any] | None
     ) -> None:
-        with self.sessions() as s, s.begin():
-            # metrics (#5): the status before, so a run is counted once although drivers finish it twice.
-            before = s.execute(
-                select(PipelineRun.status, PipelineRun.trigger, PipelineRun.started_at)
-                .where(PipelineRun.id == uuid.UUID(run_id))
-                .with_for_update()
-            ).one_or_none()
-            s.execute(
-                update(PipelineRun)
-                .where(PipelineRun.id == uuid.UUID(run_id))
-                .values(status=status, finished_at=now(), report=report, error=error)
-            )
-            # A step still marked RUNNING when the run ends did not finish.
-            s.execute(
-                update(PipelineStep)
-                .where(PipelineStep.run_id == uuid.UUID(run_id), PipelineStep.status == "RUNNING")
-                .values(status="FAILED" if status == "FAILED" else status, finished_at=now())
-            )
+        rows = run_statement(
+            self.engine,
+            self.held,
+            "finish_run",
+            {
+                "run_id": str(run_id),
+                "status": status,
+                "report": None if report is None else json.dumps(report),
+                "error": None if error is None else json.dumps(error),
+            },
+        )
+        before = rows[0] if rows else None
         if before is not None and before.status in ACTIVE:
             metrics.run_finished(before.trigger, status, before.started_at, now())  # metrics (#5)
+
+    def save_report(self, run_id: str, report: dict[str, Any]) -> None:
+        """The report of a run `finish_run` ended (its finished_at stays the one the report shows)."""
+        run_statement(self.engine, self.held, "save_report", {"run_id": str(run_id), "report": json.dumps(report)})
