@@ -107,10 +107,35 @@ def _markup(text: str, end: bytes = b"") -> Piece:
     return Piece(sql.SQL("%s::bytea"), (psycopg2.Binary(raw + end),))
 
 
+#: Google takes at most this many values of these attributes; the rest are dropped with a warning (P28)
+CAPPED = {"additional_image_link": 10}
+
+
+def _repeated(column: OutputColumn, element: str) -> Piece:
+    """One element per list element, in order, at most CAPPED of a capped name (SPEC 9)."""
+    assert column.elements is not None
+    cap = CAPPED.get(column.name)
+    limit = sql_text("") if cap is None else sql_text(f" WHERE _ff_o <= {int(cap)}")
+    return (
+        sql_text("coalesce((SELECT string_agg(")
+        + _markup(f"<g:{element}>")
+        + sql_text(" || textsend(_ff_e) || ")
+        + _markup(f"</g:{element}>")
+        + sql_text(", ''::bytea ORDER BY _ff_o) FROM unnest(")
+        + column.elements
+        + sql_text(") WITH ORDINALITY AS _ff_u(_ff_e, _ff_o)")
+        + limit
+        + sql_text("), '\\x'::bytea)")
+    )
+
+
 def item_sql(columns: Sequence[OutputColumn]) -> Piece:
     """One item line as bytea, placeholders for markup; an empty value contributes nothing."""
     parts = [_markup("<item>")]
     for column, element in zip(columns, element_names([c.name for c in columns]), strict=True):
+        if column.elements is not None:
+            parts.append(_repeated(column, element))
+            continue
         tagged = (
             _markup(f"<g:{element}>")
             + sql_text(" || textsend(nullif(")

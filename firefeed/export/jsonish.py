@@ -36,16 +36,38 @@ def _escaped(value: Piece) -> Piece:
     return sql_text("replace(") + inner + sql_text(", ") + bound('"') + sql_text(", ") + bound('\\"') + sql_text(")")
 
 
+def _array(elements: Piece) -> Piece:
+    """A list as a JSON array (P2: one element is `["a"]`); no elements is the empty value `""` (P1).
+
+    to_json of a text[] escapes each element; only list columns pay for it.
+    """
+    return (
+        sql_text("(CASE WHEN cardinality(")
+        + elements
+        + sql_text(") = 0 THEN '\"\"' ELSE to_json(")
+        + elements
+        + sql_text(")::text END)")
+    )
+
+
 def object_sql(columns: Sequence[OutputColumn]) -> Piece:
-    """`'{"name":"' || esc(value) || '","name2":"' || ... || '"}'`."""
+    """`'{"name":"' || esc(value) || '","name2":"' || ... || '"}'`; a list column is a JSON array."""
     if not columns:
         return bound("{}")
     parts: list[Piece] = []
+    quoted = False  # whether the previous value left a string open
     for i, column in enumerate(columns):
         key = json.dumps(column.name, ensure_ascii=False)
-        parts.append(bound(("{" if i == 0 else '",') + key + ':"'))
+        head = "{" if i == 0 else ('",' if quoted else ",")
+        if column.elements is not None:
+            parts.append(bound(head + key + ":"))
+            parts.append(_array(column.elements))
+            quoted = False
+            continue
+        parts.append(bound(head + key + ':"'))
         parts.append(_escaped(column.value))
-    parts.append(bound('"}'))
+        quoted = True
+    parts.append(bound('"}' if quoted else "}"))
     return concat(parts)
 
 

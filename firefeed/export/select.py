@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg2 import sql
 
-from firefeed.rules.template import parse_template
+from firefeed.rules.lists import NO_LISTS, ListFields
+from firefeed.rules.template import FieldRef, Template, parse_template
 from firefeed.schema.identifiers import column_for_field, ident
 
 if TYPE_CHECKING:
+    from firefeed.rules._frag import Frag
     from firefeed.spec.model import ExportSpec
 
 _EMPTY = sql.SQL("''::text")
@@ -74,10 +76,16 @@ def concat(pieces: Iterable[Piece]) -> Piece:
 
 @dataclass(frozen=True)
 class OutputColumn:
-    """One column of the export: its output name and the SQL giving its text value."""
+    """One column of the export: its output name and the SQL giving its text value.
+
+    A column naming a list field (SPEC 9) also has `elements`, the SQL of its
+    text[]: its `value` is the elements joined with ",", which templates,
+    filters and checks read; the formats write the elements themselves.
+    """
 
     name: str
     value: Piece
+    elements: Piece | None = None
 
 
 def field_column(fields: Sequence[str]) -> Callable[[str], sql.Composable]:
@@ -90,24 +98,50 @@ def field_column(fields: Sequence[str]) -> Callable[[str], sql.Composable]:
     return column
 
 
-def output_columns(fields: Sequence[str], export: ExportSpec) -> list[OutputColumn]:
-    """The export's columns in order: `export.fields` when given, else every field as itself."""
+def _named(name: str, field: str, column: Callable[[str], sql.Composable], lists: ListFields) -> OutputColumn:
+    if field not in lists:
+        return OutputColumn(name, Piece(column(field)))
+    elements = Piece(column(field) if column(field) is not _EMPTY else sql.SQL("'{}'::text[]"))
+    return OutputColumn(name, sql_text("array_to_string(") + elements + sql_text(", ',')"), elements)
+
+
+def output_columns(fields: Sequence[str], export: ExportSpec, lists: ListFields = NO_LISTS) -> list[OutputColumn]:
+    """The export's columns in order: `export.fields` when given, else every field as itself.
+
+    `lists`: the project's list fields (their columns are text[]).
+    """
     column = field_column(fields)
     if export.fields is None:
-        return [OutputColumn(f, Piece(column(f))) for f in fields]
+        return [_named(f, f, column, lists) for f in fields]
     columns: list[OutputColumn] = []
     for out, value in export.fields.items():
         if "{" in value or "}" in value:
             template = parse_template(value, f"exports.{export.name}.fields.{out}")
+            if lists or any(isinstance(p, FieldRef) and p.index is not None for p in template.parts):
+                columns.append(OutputColumn(out, _template_piece(template, column, lists)))
+                continue
             params: list[Any] = []
             text = template.to_sql(column, params)
             columns.append(OutputColumn(out, Piece(text, tuple(params))))
         else:
-            columns.append(OutputColumn(out, Piece(column(value))))
+            columns.append(_named(out, value, column, lists))
     return columns
 
 
-def where_clause(fields: Sequence[str], export: ExportSpec) -> Piece:
+def _template_piece(template: Template, column: Callable[[str], sql.Composable], lists: ListFields) -> Piece:
+    """A template reading list fields or elements (`{images[0]}`), compiled as the rules compile it."""
+    from firefeed.rules._conditions_sql import template_frag
+    from firefeed.rules._frag import of
+
+    def value(name: str) -> Frag:
+        col = column(name)
+        return of(sql.SQL("'{}'::text[]")) if name in lists and col is _EMPTY else of(col)
+
+    frag = template_frag(template, value, lists)
+    return Piece(frag.sql, frag.params)
+
+
+def where_clause(fields: Sequence[str], export: ExportSpec, lists: ListFields = NO_LISTS) -> Piece:
     """` WHERE <condition>` for the export's filter, or nothing.
 
     Compiled by the rules engine's condition compiler, so an export's `where`
@@ -120,5 +154,11 @@ def where_clause(fields: Sequence[str], export: ExportSpec) -> Piece:
     from firefeed.rules.sqlgen import condition_sql
 
     params: list[Any] = []
-    text = condition_sql(condition, field_column(fields), params)
+    column = field_column(fields)
+
+    def value(name: str) -> sql.Composable:
+        col = column(name)
+        return sql.SQL("'{}'::text[]") if name in lists and col is _EMPTY else col
+
+    text = condition_sql(condition, value, params, lists)
     return Piece(sql.SQL(" WHERE (") + text + sql.SQL(")"), tuple(params))

@@ -204,6 +204,7 @@ def _sample_sources(
             encoding=src.encoding,
             delimiter=src.delimiter,
             item_path=src.item_path,
+            lists=src.lists,
         )
         sample = (
             SampleReader(reader, spec.key, keys=keys, check=deadline.check)
@@ -226,7 +227,16 @@ def _sample_sources(
                 malformed=result.stats.malformed,
             )
         )
-        staged.append(StagedSource(name=src.name, table=table, fields=result.fields, mode=src.mode, allowed=src.fields))
+        staged.append(
+            StagedSource(
+                name=src.name,
+                table=table,
+                fields=result.fields,
+                mode=src.mode,
+                allowed=src.fields,
+                lists=src.list_fields,
+            )
+        )
     return reports, staged
 
 
