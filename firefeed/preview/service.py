@@ -116,7 +116,13 @@ def preview_spec(
             )
             deadline.check("merging the sources")
             merged = merge_sources(
-                work, schema, company=area, table=project_table(spec.project), key_field=spec.key, sources=staged
+                work,
+                schema,
+                company=area,
+                table=project_table(spec.project),
+                key_field=spec.key,
+                sources=staged,
+                list_fields=spec.list_fields.fields,
             )
             effects = rule_effects(
                 work,
