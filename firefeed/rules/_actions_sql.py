@@ -155,7 +155,7 @@ def _text_action(action: FieldAction, x: Frag, column: Column, lists: ListFields
     if isinstance(action, Remove):
         hit = condition_frag(action.when, lambda n: x if n == ELEMENT else column(n), None, lists)
         return fmt("(CASE WHEN {0} <> '' AND {1} THEN ''::text ELSE {0} END)", x, hit)
-    return action_frag(action, column, None, lists, plain=True)
+    return action_frag(action, column, None, lists, subject=x)
 
 
 #: per-element actions whose result on "" may be a non-empty text (P11: on no elements they act on "")
@@ -187,7 +187,7 @@ def _list_action(action: FieldAction, column: Column, lists: ListFields) -> Frag
         return _lists.keep_elements(x, fmt("NOT {0}", hit))
 
     def on(subject: Frag) -> Frag:
-        return action_frag(action, lambda n: subject if n == action.field else column(n), None, lists, plain=True)
+        return action_frag(action, column, None, lists, subject=subject)
 
     each = _lists.each_element(x, on(_lists.ELEMENT))
     if isinstance(action, _FROM_NOTHING):
@@ -203,17 +203,18 @@ def action_frag(
     number_text: NumberText | None = None,
     lists: ListFields = NO_LISTS,
     *,
-    plain: bool = False,
+    subject: Frag | None = None,
 ) -> Frag:
     """The SQL for the field's value after `action`; `column(f)` gives f's value before it,
     `number_text(f)` (optional) the text of the first number of that value when already computed,
-    `lists` the project's list fields (SPEC 9); `plain`: the field's value is one text (an element)."""
-    if not plain:
+    `lists` the project's list fields (SPEC 9); `subject`: the one text the action rewrites (an
+    element of the list field) instead of the field's value (templates still read the item's fields)."""
+    if subject is None:
         if action.field in lists:
             return _list_action(action, column, lists)
         if isinstance(action, LIST_ACTIONS):
             return _text_action(action, column(action.field), column, lists)
-    x = column(action.field)
+    x = column(action.field) if subject is None else subject
     if isinstance(action, Set):
         return template_frag(action.value, column, lists)
     if isinstance(action, Copy):

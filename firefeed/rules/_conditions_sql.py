@@ -135,7 +135,7 @@ def _list_leaf(cond: Leaf, column: Column, lists: ListFields) -> Frag:
     leaf = dataclasses.replace(cond, op=positive) if positive else cond
 
     def on(subject: Frag) -> Frag:
-        return leaf_frag(leaf, lambda n: subject if n == cond.field else column(n), None, lists, plain=True)
+        return leaf_frag(leaf, column, None, lists, subject=subject)
 
     found = _lists.any_element(value, on(_lists.ELEMENT), on(raw("''::text")))
     return fmt("(NOT {0})", found) if positive else found
@@ -147,12 +147,14 @@ def leaf_frag(
     number_text: NumberText | None = None,
     lists: ListFields = NO_LISTS,
     *,
-    plain: bool = False,
+    subject: Frag | None = None,
 ) -> Frag:
-    """`plain`: the subject is one text (an element) even when the field is a list field."""
-    if not plain and cond.field in lists:
-        return _list_leaf(cond, column, lists)
-    subject = column(cond.field)
+    """`subject`: the text the leaf tests (an element of the list field) instead of the field's value;
+    templates in the value still read the item's fields."""
+    if subject is None:
+        if cond.field in lists:
+            return _list_leaf(cond, column, lists)
+        subject = column(cond.field)
     op = cond.op
     if op in COUNT_OPS:
         # a text is one element, a blank one none (P8)

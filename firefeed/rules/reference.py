@@ -78,7 +78,7 @@ def from_text(text: str) -> tuple[str, ...]:
 _NEGATED = {"ne": "eq", "not_contains": "contains", "not_in": "in"}
 
 
-def _list_leaf(cond: Leaf, item: Mapping[str, Value]) -> bool:
+def _list_leaf(cond: Leaf, item: Mapping[str, Value], lists: ListFields) -> bool:
     """ANY element satisfies the op; `ne`, `not_contains`, `not_in`: NO element satisfies the positive op;
     no elements reads as the text "" (P7); `empty`: every element is blank."""
     items = elements(item.get(cond.field, ()))
@@ -89,7 +89,7 @@ def _list_leaf(cond: Leaf, item: Mapping[str, Value]) -> bool:
         return all(_text.is_blank(e) for e in items) == (op == "empty")
     positive = _NEGATED.get(op)
     leaf = dataclasses.replace(cond, op=positive) if positive else cond
-    found = any(_leaf(leaf, {**item, cond.field: e}) for e in (items or ("",)))
+    found = any(_leaf(leaf, item, lists, subject=e) for e in (items or ("",)))
     return not found if positive else found
 
 
@@ -98,10 +98,11 @@ def _count(n: int, cond: Leaf) -> bool:
     return {"count_gt": n > cond.length, "count_lt": n < cond.length, "count_eq": n == cond.length}[cond.op]
 
 
-def _leaf(cond: Leaf, item: Mapping[str, Value], lists: ListFields = NO_LISTS) -> bool:
-    if cond.field in lists:
-        return _list_leaf(cond, item)
-    value = item.get(cond.field, "")
+def _leaf(cond: Leaf, item: Mapping[str, Value], lists: ListFields = NO_LISTS, subject: str | None = None) -> bool:
+    """`subject`: the text tested (an element of a list field); templates still read the item."""
+    if subject is None and cond.field in lists:
+        return _list_leaf(cond, item, lists)
+    value = item.get(cond.field, "") if subject is None else subject
     assert isinstance(value, str), (cond.field, value)
     op = cond.op
     if op in COUNT_OPS:
@@ -186,7 +187,7 @@ def _list_action(action: FieldAction, item: Mapping[str, Value], lists: ListFiel
         return tuple(e for e in items if not matches(action.when, {**item, ELEMENT: e}, lists))
 
     def on(element: str) -> str:
-        result = apply_action(action, {**item, action.field: element}, lists, plain=True)
+        result = apply_action(action, item, lists, subject=element)
         assert isinstance(result, str)
         return result
 
@@ -205,12 +206,13 @@ def _text_list_action(action: FieldAction, value: str, item: Mapping[str, Value]
 
 
 def apply_action(
-    action: FieldAction, item: Mapping[str, Value], lists: ListFields = NO_LISTS, *, plain: bool = False
+    action: FieldAction, item: Mapping[str, Value], lists: ListFields = NO_LISTS, *, subject: str | None = None
 ) -> Value:
-    """The new value of `action.field`; `plain`: the field's value is one text (an element of a list)."""
-    if not plain and action.field in lists:
+    """The new value of `action.field`; `subject`: the one text rewritten (an element of a list field)
+    instead of the field's value; templates still read the item's fields."""
+    if subject is None and action.field in lists:
         return _list_action(action, item, lists)
-    value = item.get(action.field, "")
+    value = item.get(action.field, "") if subject is None else subject
     assert isinstance(value, str), (action.field, value)
     if isinstance(action, LIST_ACTIONS):
         return _text_list_action(action, value, item, lists)
