@@ -1,0 +1,268 @@
+"""Lists end to end (SPEC 9): sources declare them, MERGE keeps them, rules change them, exports write elements."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from lxml import etree
+
+from firefeed.export.google_xml import GOOGLE_NS
+from tests.integration.conftest import read_csv, run_json, write_csv
+
+pytestmark = pytest.mark.integration
+
+REALFEEDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "realfeeds"
+G = f"{{{GOOGLE_NS}}}"
+
+
+def _write_spec(
+    tmp: Path, project: str, sources: list[dict[str, Any]], exports: list[dict[str, Any]], **top: Any
+) -> Path:
+    spec = {"company": "lists", "project": project, "sources": sources, **top, "exports": exports}
+    path = tmp / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def _run(spec: Path) -> dict[str, Any]:
+    code, report = run_json(spec)
+    assert code == 0, report
+    return report
+
+
+def _items(path: Path) -> list[etree._Element]:
+    return list(etree.fromstring(path.read_bytes()).iter("item"))
+
+
+def _texts(item: etree._Element, name: str) -> list[str]:
+    return [e.text or "" for e in item.findall(G + name)]
+
+
+# -- a WooCommerce export: its Images column is one comma list ------------------------------------
+WOO_HEADER = ["ID", "Type", "SKU", "Name", "Regular price", "Images"]
+
+
+def _woo_rows() -> list[list[str]]:
+    many = ", ".join(f"https://shop.example/wp-content/uploads/hoodie-{n}.jpg" for n in range(1, 14))
+    return [
+        ["10", "simple", "HD-1", "Hoodie", "45", many],
+        ["11", "simple", "CAP-1", "Cap", "16", "https://shop.example/cap.jpg , https://shop.example/cap-back.jpg"],
+        ["12", "simple", "BELT-1", "Belt", "20", "https://shop.example/belt.jpg"],
+        ["13", "simple", "MUG-1", "Mug", "9", ""],
+    ]
+
+
+def test_a_woocommerce_image_list_becomes_one_image_link_and_repeated_additional_image_links(
+    run_env: Path, tmp_path: Path
+) -> None:
+    write_csv(tmp_path / "woo.csv", WOO_HEADER, _woo_rows())
+    rules = [
+        {
+            "name": "gallery",
+            "then": [
+                {"copy": "gallery", "from": "Images"},
+                {"remove": "gallery", "when": {"field": "_", "op": "eq", "value": "{Images[0]}"}},
+            ],
+        }
+    ]
+    fields = {"id": "ID", "title": "Name", "image_link": "{Images[0]}", "additional_image_link": "gallery"}
+    export = {"name": "google", "format": "google-xml", "path": "google.xml", "fields": fields}
+    source = {"name": "woo", "url": "woo.csv", "key": "ID", "lists": {"Images": ","}}
+    del source["key"]
+    report = _run(_write_spec(tmp_path, "woo", [source], [export], key="ID", rules=rules))
+
+    hoodie, cap, belt, mug = _items(run_env / "lists" / "woo" / "google.xml")
+    assert _texts(hoodie, "image_link") == ["https://shop.example/wp-content/uploads/hoodie-1.jpg"]
+    # 12 more images, Google takes 10 (P28): the first ten, in order
+    assert _texts(hoodie, "additional_image_link") == [
+        f"https://shop.example/wp-content/uploads/hoodie-{n}.jpg" for n in range(2, 12)
+    ]
+    assert _texts(cap, "image_link") == ["https://shop.example/cap.jpg"]
+    assert _texts(cap, "additional_image_link") == ["https://shop.example/cap-back.jpg"]
+    assert _texts(belt, "additional_image_link") == [] and _texts(belt, "image_link") == [
+        "https://shop.example/belt.jpg"
+    ]
+    assert _texts(mug, "image_link") == [] and _texts(mug, "additional_image_link") == []
+
+    (entry,) = report["exports"]
+    capped = [f for f in entry["diagnostics"]["findings"] if f["check"] == "additional_image_link_cap"]
+    assert [(f["severity"], f["count"], f["dropped"]) for f in capped] == [("warning", 1, 2)]
+
+
+def test_csv_joins_with_the_list_separator_and_json_writes_arrays(run_env: Path, tmp_path: Path) -> None:
+    write_csv(tmp_path / "woo.csv", WOO_HEADER, _woo_rows())
+    fields = {"id": "ID", "images": "Images", "first": "{Images[0]}", "last": "{Images[-1]}", "joined": "{Images}"}
+    exports = [
+        {"name": "csv", "format": "csv", "path": "out.csv", "fields": fields, "list_separator": " | "},
+        {"name": "default", "format": "tsv", "path": "out.tsv", "fields": {"id": "ID", "images": "Images"}},
+        {"name": "json", "format": "json", "path": "out.json", "fields": {"id": "ID", "images": "Images"}},
+        {"name": "jsonl", "format": "jsonl", "path": "out.jsonl", "fields": {"id": "ID", "images": "Images"}},
+    ]
+    source = {"name": "woo", "url": "woo.csv", "lists": {"Images": ","}}
+    _run(_write_spec(tmp_path, "woo_formats", [source], exports, key="ID"))
+    out = run_env / "lists" / "woo_formats"
+
+    header, rows = read_csv(out / "out.csv")
+    assert header == ["id", "images", "first", "last", "joined"]
+    cap = rows[1]
+    assert cap == [
+        "11",
+        "https://shop.example/cap.jpg | https://shop.example/cap-back.jpg",
+        "https://shop.example/cap.jpg",
+        "https://shop.example/cap-back.jpg",
+        "https://shop.example/cap.jpg,https://shop.example/cap-back.jpg",
+    ]
+    with (out / "out.tsv").open(newline="", encoding="utf-8") as f:
+        tsv = list(csv.reader(f, delimiter="\t"))
+    assert tsv[2] == ["11", "https://shop.example/cap.jpg,https://shop.example/cap-back.jpg"]
+
+    items = json.loads((out / "out.json").read_text(encoding="utf-8"))
+    assert items[1]["images"] == ["https://shop.example/cap.jpg", "https://shop.example/cap-back.jpg"]
+    assert items[2]["images"] == ["https://shop.example/belt.jpg"]  # one element is still an array (P2)
+    assert items[3]["images"] == ""  # no elements is the empty value (P1)
+    lines = [json.loads(line) for line in (out / "out.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [x["images"] for x in lines] == [x["images"] for x in items]
+
+
+def test_a_later_sources_list_replaces_the_whole_list_and_an_empty_one_never_does(
+    run_env: Path, tmp_path: Path
+) -> None:
+    write_csv(tmp_path / "main.csv", ["id", "images"], [["1", "a.jpg,b.jpg"], ["2", "c.jpg"], ["3", "d.jpg"]])
+    write_csv(tmp_path / "photos.csv", ["id", "images"], [["1", "x.jpg|y.jpg"], ["2", " | "]])
+    write_csv(tmp_path / "text.csv", ["id", "images"], [["3", "plain, text"]])
+    sources = [
+        {"name": "main", "url": "main.csv", "lists": {"images": ","}},
+        {"name": "photos", "url": "photos.csv", "lists": {"images": "|"}},
+        {"name": "text", "url": "text.csv"},  # not declared here: its value is one element (P14)
+    ]
+    export = {"name": "json", "format": "json", "path": "out.json"}
+    _run(_write_spec(tmp_path, "merge_lists", sources, [export]))
+    items = json.loads((run_env / "lists" / "merge_lists" / "out.json").read_text(encoding="utf-8"))
+    assert [i["images"] for i in items] == [["x.jpg", "y.jpg"], ["c.jpg"], ["plain, text"]]
+
+
+def test_rules_change_lists_element_by_element(run_env: Path, tmp_path: Path) -> None:
+    write_csv(
+        tmp_path / "main.csv",
+        ["id", "tags", "sizes", "note"],
+        [["1", "Gold; ring;gold;  Silver ", "s, m, l", "a/b/c"], ["2", "", "", ""], ["3", "steel", "xl", "x"]],
+    )
+    rules = [
+        {
+            "name": "has gold",
+            "when": {"field": "tags", "op": "eq", "value": "GOLD"},
+            "then": [{"set": "metal", "value": "gold"}],
+        },
+        {
+            "name": "no silver",
+            "when": {"field": "tags", "op": "not_contains", "value": "silver"},
+            "then": [{"set": "plain", "value": "y"}],
+        },
+        {
+            "name": "many",
+            "when": {"field": "tags", "op": "count_gt", "value": "2"},
+            "then": [{"set": "many", "value": "y"}],
+        },
+        {
+            "name": "no tags",
+            "when": {"field": "tags", "op": "empty"},
+            "then": [{"append": "tags", "value": "untagged"}],
+        },
+        {"name": "tidy", "then": [{"capitalize": "tags"}, {"dedupe": "tags"}, {"take": "tags", "count": "2"}]},
+        {
+            "name": "sizes",
+            "then": [
+                {"uppercase": "sizes"},
+                {"map": "sizes", "values": {"XL": "Extra large"}, "default": "{sizes[0]}?"},
+            ],
+        },
+        {
+            "name": "parts",
+            "then": [
+                {"split": "note", "separator": "/"},
+                {"prepend": "note", "value": "{id}"},
+                {"join": "note", "separator": "+"},
+            ],
+        },
+    ]
+    source = {"name": "main", "url": "main.csv", "lists": {"tags": ";", "sizes": ","}}
+    export = {"name": "json", "format": "json", "path": "out.json"}
+    report = _run(_write_spec(tmp_path, "list_rules", [source], [export], rules=rules))
+    items = json.loads((run_env / "lists" / "list_rules" / "out.json").read_text(encoding="utf-8"))
+    first, empty, steel = items
+    assert report["rules"]["matched"]["has gold"] == 1 and report["rules"]["matched"]["no silver"] == 2
+    assert first["tags"] == ["Gold", "Ring"] and first["metal"] == "gold" and first["many"] == "y"
+    assert first["sizes"] == ["S?", "S?", "S?"]
+    assert empty["tags"] == ["Untagged"] and empty["sizes"] == ["?"]  # P11: on no elements, map acts on ""
+    assert steel["sizes"] == ["Extra large"] and steel["plain"] == "y"
+    # split made `note` a list field: prepend added an element, join left one element
+    assert first["note"] == ["1+a+b+c"] and empty["note"] == ["2"]
+
+
+# -- real catalogs ----------------------------------------------------------------------------------
+def test_prestashops_comma_separated_image_urls_become_repeated_elements(run_env: Path, tmp_path: Path) -> None:
+    shutil.copy(REALFEEDS / "prestashop" / "products_import.csv", tmp_path / "presta.csv")
+    images = "Image URLs (x,y,z...)"
+    with (tmp_path / "presta.csv").open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f, delimiter=";"))
+    expected = {r["Product ID"]: [u.strip() for u in r[images].split(",") if u.strip()] for r in rows}
+    assert any(len(v) > 1 for v in expected.values())
+    source = {"name": "presta", "url": "presta.csv", "lists": {images: ","}}
+    fields = {
+        "id": "Product ID",
+        "title": "Name *",
+        "image_link": "{" + images + "[0]}",
+        "additional_image_link": images,
+    }
+    export = {"name": "google", "format": "google-xml", "path": "g.xml", "fields": fields}
+    _run(_write_spec(tmp_path, "presta", [source], [export], key="Product ID"))
+    got = {
+        _texts(i, "id")[0]: _texts(i, "additional_image_link") for i in _items(run_env / "lists" / "presta" / "g.xml")
+    }
+    assert got == expected
+    firsts = {_texts(i, "id")[0]: _texts(i, "image_link") for i in _items(run_env / "lists" / "presta" / "g.xml")}
+    assert firsts == {k: v[:1] for k, v in expected.items()}
+
+
+def test_dummyjson_arrays_are_lists_and_arrays_of_objects_stay_text(run_env: Path, tmp_path: Path) -> None:
+    shutil.copy(REALFEEDS / "dummyjson" / "products.json", tmp_path / "products.json")
+    products = json.loads((tmp_path / "products.json").read_text(encoding="utf-8"))
+    source = {"name": "dj", "url": "products.json", "lists": {"images": ",", "tags": ",", "reviews": ","}}
+    rules = [
+        {
+            "name": "beauty",
+            "when": {"field": "tags", "op": "eq", "value": "beauty"},
+            "then": [{"set": "beauty", "value": "y"}],
+        }
+    ]
+    fields = {"id": "id", "images": "images", "tags": "tags", "reviews": "reviews", "beauty": "beauty"}
+    export = {"name": "json", "format": "json", "path": "out.json", "fields": fields}
+    report = _run(_write_spec(tmp_path, "dummyjson", [source], [export], rules=rules))
+    items = json.loads((run_env / "lists" / "dummyjson" / "out.json").read_text(encoding="utf-8"))
+    assert [i["images"] for i in items] == [p["images"] or "" for p in products]
+    assert [i["tags"] for i in items] == [p["tags"] or "" for p in products]
+    assert report["rules"]["matched"]["beauty"] == sum("beauty" in p["tags"] for p in products)
+    # an array of objects is not a list of scalars: one element, its compact JSON (P4)
+    assert json.loads(items[0]["reviews"][0]) == products[0]["reviews"]
+
+
+def test_wxrs_repeated_categories_are_one_list(run_env: Path, tmp_path: Path) -> None:
+    shutil.copy(REALFEEDS / "woo-wxr" / "sample_products.xml", tmp_path / "wxr.xml")
+    source = {"name": "wxr", "url": "wxr.xml", "lists": {"category": ","}}
+    export = {
+        "name": "csv",
+        "format": "csv",
+        "path": "out.csv",
+        "fields": {"id": "post_id", "category": "category"},
+        "list_separator": "|",
+    }
+    _run(_write_spec(tmp_path, "wxr", [source], [export], key="post_id"))
+    _header, rows = read_csv(run_env / "lists" / "wxr" / "out.csv")
+    by_id = dict((r[0], r[1]) for r in rows)
+    assert by_id["6"] == "Blue|featured|Green|Large|Medium|Red|Small|variable|Tshirts"
