@@ -129,10 +129,17 @@ def _repeated(column: OutputColumn, element: str) -> Piece:
     )
 
 
-def item_sql(columns: Sequence[OutputColumn]) -> Piece:
-    """One item line as bytea, placeholders for markup; an empty value contributes nothing."""
-    parts = [_markup("<item>")]
+def _elements(columns: Sequence[OutputColumn]) -> list[Piece]:
+    """Each column's element(s) as bytea; an empty value contributes nothing."""
+    parts = []
     for column, element in zip(columns, element_names([c.name for c in columns]), strict=True):
+        if column.parts:
+            # <g:shipping><g:country>..</g:country>..</g:shipping>: no parent when every sub-value is empty
+            inner = concat(_elements(column.parts))
+            tagged = _markup(f"<g:{element}>") + sql_text(" || nullif(") + inner + sql_text(", '\\x'::bytea) || ")
+            tagged = tagged + _markup(f"</g:{element}>")
+            parts.append(sql_text("coalesce(") + tagged + sql_text(", '\\x'::bytea)"))
+            continue
         if column.elements is not None:
             parts.append(_repeated(column, element))
             continue
@@ -144,8 +151,12 @@ def item_sql(columns: Sequence[OutputColumn]) -> Piece:
             + _markup(f"</g:{element}>")
         )
         parts.append(sql_text("coalesce(") + tagged + sql_text(", '\\x'::bytea)"))
-    parts.append(_markup("</item>", end=_END))
-    return concat(parts)
+    return parts
+
+
+def item_sql(columns: Sequence[OutputColumn]) -> Piece:
+    """One item line as bytea, placeholders for markup; an empty value contributes nothing."""
+    return concat([_markup("<item>"), *_elements(columns), _markup("</item>", end=_END)])
 
 
 def _finished(chunk: bytes) -> bytes:

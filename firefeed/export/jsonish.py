@@ -51,23 +51,35 @@ def _array(elements: Piece) -> Piece:
 
 
 def object_sql(columns: Sequence[OutputColumn]) -> Piece:
-    """`'{"name":"' || esc(value) || '","name2":"' || ... || '"}'`; a list column is a JSON array."""
+    """`'{"name":"' || esc(value) || '","name2":"' || ... || '"}'`; a list column is a JSON array, a
+    parent of sub-attributes a nested object holding every sub-key ("" included, P27)."""
     if not columns:
         return bound("{}")
     parts: list[Piece] = []
-    quoted = False  # whether the previous value left a string open
-    for i, column in enumerate(columns):
-        key = json.dumps(column.name, ensure_ascii=False)
-        head = "{" if i == 0 else ('",' if quoted else ",")
-        if column.elements is not None:
-            parts.append(bound(head + key + ":"))
-            parts.append(_array(column.elements))
-            quoted = False
-            continue
-        parts.append(bound(head + key + ':"'))
-        parts.append(_escaped(column.value))
-        quoted = True
-    parts.append(bound('"}' if quoted else "}"))
+    pending: list[str] = []  # constant JSON text between two values, bound as one piece
+
+    def flush() -> None:
+        parts.append(bound("".join(pending)))
+        pending.clear()
+
+    def members(cols: Sequence[OutputColumn]) -> None:
+        pending.append("{")
+        for i, column in enumerate(cols):
+            pending.append(("," if i else "") + json.dumps(column.name, ensure_ascii=False) + ":")
+            if column.parts:
+                members(column.parts)
+            elif column.elements is not None:
+                flush()
+                parts.append(_array(column.elements))
+            else:
+                pending.append('"')
+                flush()
+                parts.append(_escaped(column.value))
+                pending.append('"')
+        pending.append("}")
+
+    members(columns)
+    flush()
     return concat(parts)
 
 

@@ -86,6 +86,9 @@ class OutputColumn:
     name: str
     value: Piece
     elements: Piece | None = None
+    #: a parent of sub-attributes (`shipping.country` in `fields`, SPEC 9): its sub-columns, in order;
+    #: its `value` is their text form (sub-values joined with ":", "" when all are empty)
+    parts: tuple[OutputColumn, ...] = ()
 
 
 def field_column(fields: Sequence[str]) -> Callable[[str], sql.Composable]:
@@ -125,7 +128,37 @@ def output_columns(fields: Sequence[str], export: ExportSpec, lists: ListFields 
             columns.append(OutputColumn(out, Piece(text, tuple(params))))
         else:
             columns.append(_named(out, value, column, lists))
-    return columns
+    return nest(columns) if any("." in c.name for c in columns) else columns
+
+
+def nested_parent(name: str) -> str | None:
+    """The parent of an output name written with a dot (it splits at its first dot, P25)."""
+    return name.split(".", 1)[0] if "." in name else None
+
+
+def nest(columns: Sequence[OutputColumn]) -> list[OutputColumn]:
+    """Dotted output names as sub-columns of their parent, which sits where its first sub-attribute is (P25)."""
+    order: list[OutputColumn | str] = []  # a flat column, or the name of a parent
+    groups: dict[str, list[OutputColumn]] = {}
+    for c in columns:
+        parent = nested_parent(c.name)
+        if parent is None:
+            order.append(c)
+            continue
+        if parent not in groups:
+            groups[parent] = []
+            order.append(parent)
+        groups[parent].append(OutputColumn(c.name.split(".", 1)[1], c.value))  # a sub-value is a text (P26)
+    return [
+        c if isinstance(c, OutputColumn) else OutputColumn(c, _joined(groups[c]), parts=tuple(groups[c])) for c in order
+    ]
+
+
+def _joined(parts: Sequence[OutputColumn]) -> Piece:
+    """Google's text form: the sub-values joined with ":", empty ones kept; "" when all are empty (P27)."""
+    all_empty = join(" AND ", (sql_text("(") + p.value + sql_text(") = ''") for p in parts))
+    text = join(" || ':' || ", (p.value for p in parts))
+    return sql_text("(CASE WHEN ") + all_empty + sql_text(" THEN ''::text ELSE ") + text + sql_text(" END)")
 
 
 def _template_piece(template: Template, column: Callable[[str], sql.Composable], lists: ListFields) -> Piece:

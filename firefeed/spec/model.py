@@ -269,10 +269,17 @@ class ProjectSpec(_Strict):
                 for out, value in e.fields.items():
                     if "{" in value or "}" in value:
                         parse_template(value, join_key(f"exports[{i}].fields", out))
+                parents = {out.split(".", 1)[0] for out in e.fields if "." in out}
+                for out in e.fields:
+                    if out in parents:
+                        raise SpecError(
+                            join_key(f"exports[{i}].fields", out),
+                            f"{out!r} is both a column and the parent of sub-attributes ({out}.…); rename one",
+                        )
         declared: set[str] = set()
         for i, s in enumerate(self.sources):
             if self.key in s.list_fields:
-                raise SpecError(f"sources[{i}].lists.{self.key}", "the key field cannot be a list (P6)")
+                raise SpecError(f"sources[{i}].lists.{self.key}", "the key field cannot be a list")
             declared |= s.list_fields
         self._rules = parse_rules(self.rules, key_field=self.key, path="rules", declared_lists=frozenset(declared))
         self._lists = self._rules[0].lists if self._rules else ListFields(frozenset(declared), frozenset(declared))

@@ -13,7 +13,7 @@ import yaml
 from lxml import etree
 
 from firefeed.export.google_xml import GOOGLE_NS
-from tests.integration.conftest import read_csv, run_json, write_csv
+from tests.integration.conftest import cli, read_csv, run_json, write_csv
 
 pytestmark = pytest.mark.integration
 
@@ -266,3 +266,72 @@ def test_wxrs_repeated_categories_are_one_list(run_env: Path, tmp_path: Path) ->
     _header, rows = read_csv(run_env / "lists" / "wxr" / "out.csv")
     by_id = dict((r[0], r[1]) for r in rows)
     assert by_id["6"] == "Blue|featured|Green|Large|Medium|Red|Small|variable|Tshirts"
+
+
+# -- nested attributes (P25-P27) --------------------------------------------------------------------
+NESTED_FIELDS = {
+    "id": "id",
+    "shipping.country": "country",
+    "title": "title",
+    "shipping.service": "service",
+    "shipping.price": "{price} EUR",
+    "size.sizes": "sizes",
+}
+
+
+def test_dotted_output_names_nest_in_every_format(run_env: Path, tmp_path: Path) -> None:
+    write_csv(
+        tmp_path / "main.csv",
+        ["id", "title", "country", "service", "price", "sizes"],
+        [["1", "A", "IT", "", "4.99", "S,M"], ["2", "B", "", "", "", ""]],
+    )
+    source = {"name": "main", "url": "main.csv", "lists": {"sizes": ","}}
+    exports = [
+        {"name": format, "format": format, "path": f"out.{format}", "fields": NESTED_FIELDS}
+        for format in ("csv", "json", "google-xml")
+    ]
+    for e in exports:
+        if e["format"] == "csv":
+            e["list_separator"] = "|"  # a sub-value is a text: a list is joined with "," whatever the export (P26)
+    _run(_write_spec(tmp_path, "nested", [source], exports))
+    out = run_env / "lists" / "nested"
+
+    header, rows = read_csv(out / "out.csv")
+    assert header == ["id", "shipping", "title", "size"]
+    # empty sub-values kept; the column is "" when every sub-value is empty (P27)
+    assert rows == [["1", "IT::4.99 EUR", "A", "S,M"], ["2", ":: EUR", "B", ""]]
+
+    items = json.loads((out / "out.json").read_text(encoding="utf-8"))
+    assert items[0] == {
+        "id": "1",
+        "shipping": {"country": "IT", "service": "", "price": "4.99 EUR"},
+        "title": "A",
+        "size": {"sizes": "S,M"},
+    }
+    assert list(items[0]) == ["id", "shipping", "title", "size"]
+    assert items[1]["size"] == {"sizes": ""}
+
+    first, second = _items(out / "out.google-xml")
+    assert [child.tag for child in first] == [G + "id", G + "shipping", G + "title", G + "size"]
+    shipping = first.find(G + "shipping")
+    assert shipping is not None
+    assert [(c.tag, c.text) for c in shipping] == [(G + "country", "IT"), (G + "price", "4.99 EUR")]
+    assert second.find(G + "size") is None  # no parent when every sub-value is empty
+    second_shipping = second.find(G + "shipping")
+    assert second_shipping is not None and [c.text for c in second_shipping] == [" EUR"]
+
+
+def test_a_parent_that_is_also_a_flat_column_is_a_spec_error(
+    run_env: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_csv(tmp_path / "main.csv", ["id", "ship"], [["1", "x"]])
+    export = {
+        "name": "csv",
+        "format": "csv",
+        "path": "out.csv",
+        "fields": {"shipping": "ship", "shipping.price": "ship"},
+    }
+    code, _out = cli("run", str(_write_spec(tmp_path, "nested_bad", [{"name": "main", "url": "main.csv"}], [export])))
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "exports[0].fields.shipping:" in err and "parent of sub-attributes" in err
