@@ -335,3 +335,33 @@ def test_a_parent_that_is_also_a_flat_column_is_a_spec_error(
     assert code == 2
     err = capsys.readouterr().err
     assert "exports[0].fields.shipping:" in err and "parent of sub-attributes" in err
+
+
+# -- the preview and an export's filter ---------------------------------------------------------------
+def test_the_preview_shows_list_values_as_lists(
+    run_env: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_csv(tmp_path / "main.csv", ["id", "tags"], [["1", "b|a|b"], ["2", ""]])
+    rules = [{"name": "tidy", "then": [{"dedupe": "tags"}, {"append": "tags", "value": "new"}]}]
+    source = {"name": "main", "url": "main.csv", "lists": {"tags": "|"}}
+    spec = _write_spec(tmp_path, "list_preview", [source], [], rules=rules)
+    code, out = cli("preview", str(spec), "--json")
+    assert code == 0, out
+    items = json.loads(out)["items"]
+    changes = {i["key"]: i["rules"][0]["changes"] for i in items}
+    assert changes == {
+        "1": [{"field": "tags", "before": ["b", "a", "b"], "after": ["b", "a", "new"]}],
+        "2": [{"field": "tags", "before": [], "after": ["new"]}],
+    }
+    code, table = cli("preview", str(spec))
+    assert code == 0 and "tags ['b', 'a', 'b'] -> ['b', 'a', 'new']" in table
+
+
+def test_an_exports_where_reads_list_fields_like_a_rules_when(run_env: Path, tmp_path: Path) -> None:
+    write_csv(tmp_path / "main.csv", ["id", "images"], [["1", "a,b"], ["2", "c"], ["3", ""]])
+    where = {"any": [{"field": "images", "op": "count_gt", "value": "1"}, {"field": "images", "op": "empty"}]}
+    export = {"name": "csv", "format": "csv", "path": "out.csv", "where": where}
+    source = {"name": "main", "url": "main.csv", "lists": {"images": ","}}
+    _run(_write_spec(tmp_path, "list_where", [source], [export]))
+    _header, rows = read_csv(run_env / "lists" / "list_where" / "out.csv")
+    assert rows == [["1", "a,b"], ["3", ""]]
