@@ -9,24 +9,30 @@ Python and Postgres agree on what a match covers (see firefeed.rules._regex).
 from __future__ import annotations
 
 import itertools
+import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from lxml import etree
 from psycopg2 import sql
 from psycopg2.extras import execute_values
 from sqlalchemy import Engine
 
 from firefeed.db.engine import raw_connection
+from firefeed.export import write_export
+from firefeed.export.google_xml import element_names
 from firefeed.pipeline.rule_passes import RulesResult, run_rules
 from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.rules.model import parse_rules
 from firefeed.rules.reference import apply_rules, from_text
 from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, company_schema, ident
 from firefeed.schema.service import SchemaService
+from firefeed.spec.model import ExportSpec
 
 pytestmark = pytest.mark.integration
 
@@ -103,11 +109,13 @@ def run_both(
     *,
     split: bool = False,
     lists: frozenset[str] = frozenset(),
+    exports: Callable[[RulesResult, ListFields], Any] | None = None,
 ) -> tuple[RulesResult, list[dict[str, Any]], Any]:
     """Run `raw_rules` through SQL and through the reference; returns (sql result, sql items, reference).
 
     `lists`: the fields a source declares as lists; with those the rules make lists, their
     values are tuples on both routes (MERGE makes a source's text in such a field one element).
+    `exports(result, lists)` runs while the SQL route's result table still exists.
     """
     rules = parse_rules(raw_rules, key_field=KEY_FIELD, declared_lists=lists)
     project_lists = rules[0].lists if rules else NO_LISTS
@@ -131,6 +139,8 @@ def run_both(
             split_min_rows=1 if split else None,
         )
         got = read_items(engine, COMPANY, result.table, result.fields)
+        if exports is not None:
+            exports(result, project_lists)
     finally:
         service.drop_rules_tmp_for_run(COMPANY, run_id)
         service.drop_table(COMPANY, table)
@@ -529,7 +539,46 @@ listed_items = st.lists(
 )
 @given(items=listed_items, raw_rules=list_rule_lists())
 def test_sql_route_matches_the_reference_on_random_lists(
-    engine: Engine, items: list[dict[str, Any]], raw_rules: list[dict[str, Any]]
+    engine: Engine, items: list[dict[str, Any]], raw_rules: list[dict[str, Any]], tmp_path: Path
 ) -> None:
-    """Random list values, conditions on lists and list actions: the same items, elements and counts."""
+    """Random list values, conditions on lists and list actions: the same items, elements and counts,
+    and the same json and google-xml exports as the reference's items written by hand."""
     assert_same(engine, items, [KEY_FIELD, *LISTED], raw_rules, lists=frozenset(LIST_FIELDS))
+    written: dict[str, Any] = {}
+
+    def export(result: RulesResult, lists: ListFields) -> None:
+        for fmt in ("json", "google-xml"):
+            spec = ExportSpec.model_validate({"name": fmt, "format": fmt, "path": f"out.{fmt}"})
+            dest = tmp_path / f"out.{fmt}"
+            write_export(
+                engine, schema=company_schema(COMPANY), table=result.table, fields=result.fields, export=spec,
+                dest=dest, lists=lists,
+            )  # fmt: skip
+            written[fmt] = dest.read_bytes()
+        written["fields"] = result.fields
+
+    _result, _got, want = run_both(
+        engine, items, [KEY_FIELD, *LISTED], raw_rules, lists=frozenset(LIST_FIELDS), exports=export
+    )
+    fields = written["fields"]
+    as_json = [
+        {f: (list(v) or "") if isinstance(v, tuple) else v for f, v in _filled(i, fields).items()} for i in want.items
+    ]
+    assert json.loads(written["json"]) == as_json
+    in_xml = [
+        [(f, e) for f, v in _filled(i, fields).items() for e in (v if isinstance(v, tuple) else (v,)) if e != ""]
+        for i in want.items
+    ]
+    assert _xml_items(written["google-xml"], fields) == in_xml
+
+
+def _filled(item: Mapping[str, Any], fields: Sequence[str]) -> dict[str, Any]:
+    return {f: item.get(f, "") for f in fields}
+
+
+def _xml_items(data: bytes, fields: Sequence[str]) -> list[list[tuple[str, str]]]:
+    """(field, text) of each element of each item, in order (google-xml drops characters XML cannot hold)."""
+    names = dict(zip(element_names(list(fields)), fields, strict=True))
+    channel = etree.fromstring(data).find("channel")
+    assert channel is not None
+    return [[(names[str(e.tag).split("}", 1)[1]], e.text or "") for e in item] for item in channel.iter("item")]
