@@ -44,14 +44,12 @@ def compact(value: Any) -> str:
     return _dumps(value)  # true, false, null
 
 
-def json_list(value: Any) -> str | None:
-    from firefeed.pipeline.parse._lists import json_list as convert
-
-    return convert(value)
-
-
 def flatten(obj: dict[str, Any], index: FieldIndex, dirty: bool, prefix: str = "") -> list[str]:
     """One item as values aligned with `index.fields` (which grows for names not seen before)."""
+    if index.lists:
+        from firefeed.pipeline.parse._lists import mark_json_lists
+
+        mark_json_lists(obj, index.lists, prefix)
     position = index.position
     row = [""] * len(index.fields)
     _into(obj, row, position, index, dirty, prefix)
@@ -61,14 +59,11 @@ def flatten(obj: dict[str, Any], index: FieldIndex, dirty: bool, prefix: str = "
 def _into(
     obj: dict[str, Any], row: list[str], position: dict[str, int], index: FieldIndex, dirty: bool, prefix: str
 ) -> None:
-    lists = index.lists
     for key, value in obj.items():
         if prefix:
             key = prefix + key
         t = type(value)
-        if lists and key in lists and (listed := json_list(value)) is not None:
-            value = listed
-        elif t is str or t is Num:
+        if t is str or t is Num:
             pass
         elif t is dict:
             # An empty object has no fields: like a missing value.

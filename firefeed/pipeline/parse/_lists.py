@@ -48,6 +48,23 @@ def json_list(value: Any) -> str | None:
     return array_literal([_scalar(value)])
 
 
+def mark_json_lists(obj: dict[str, Any], lists: frozenset[str], prefix: str = "") -> None:
+    """Replace, in place, each list field's JSON value by its staged text, before the item is flattened.
+
+    Done beforehand so flattening itself is the code it was before lists (and keeps the fields'
+    first-seen order): a staged list is a plain str, which flattening stores as it is.
+    """
+    for key, value in obj.items():
+        name = prefix + key
+        if name in lists:
+            listed = json_list(value)
+            if listed is not None:
+                obj[key] = listed
+                continue
+        if type(value) is dict:
+            mark_json_lists(value, lists, name + ".")
+
+
 def _scalar(value: Any) -> str:
     if value is True:
         return "true"
