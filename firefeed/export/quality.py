@@ -169,7 +169,7 @@ def capped_values(
         if cap is None or column.elements is None:
             continue
         n = sql_text("cardinality(") + column.elements + sql_text(")")
-        query = (
+        counts = (
             sql_text("SELECT count(*) FILTER (WHERE ")
             + n
             + sql_text(f" > {int(cap)}), coalesce(sum(greatest(")
@@ -178,8 +178,16 @@ def capped_values(
             + Piece(table)
             + where
         )
-        cur.execute(render(query, cur))
+        cur.execute(render(counts, cur))
         items, dropped = cur.fetchone()
+        samples: list[str] = []
+        if items:
+            # the first items (in export order) that lost values, as other findings name theirs
+            inner = Piece(sql.SQL("SELECT {} AS k, {} AS o, ").format(ident(KEY), ident(ORD))) + n
+            inner = inner + sql_text(" AS n FROM ") + Piece(table) + where
+            first = sql_text("SELECT k FROM (") + inner + sql_text(f") x WHERE n > {int(cap)} ORDER BY o LIMIT 3")
+            cur.execute(render(first, cur))
+            samples = [str(r[0]) for r in cur.fetchall()]
         if items:
             out.append(
                 {
@@ -187,7 +195,7 @@ def capped_values(
                     "severity": WARNING,
                     "count": int(items),
                     "dropped": int(dropped),
-                    "samples": [],
+                    "samples": samples,
                     "message": f"{column.name}: Google takes at most {cap} values; "
                     f"{int(dropped)} values of {int(items)} items were left out",
                 }

@@ -92,7 +92,7 @@ def test_a_woocommerce_image_list_becomes_one_image_link_and_repeated_additional
 
     (entry,) = report["exports"]
     capped = [f for f in entry["diagnostics"]["findings"] if f["check"] == "additional_image_link_cap"]
-    assert [(f["severity"], f["count"], f["dropped"]) for f in capped] == [("warning", 1, 2)]
+    assert [(f["severity"], f["count"], f["dropped"], f["samples"]) for f in capped] == [("warning", 1, 2, ["10"])]
 
 
 def test_csv_joins_with_the_list_separator_and_json_writes_arrays(run_env: Path, tmp_path: Path) -> None:
@@ -365,3 +365,33 @@ def test_an_exports_where_reads_list_fields_like_a_rules_when(run_env: Path, tmp
     _run(_write_spec(tmp_path, "list_where", [source], [export]))
     _header, rows = read_csv(run_env / "lists" / "list_where" / "out.csv")
     assert rows == [["1", "a,b"], ["3", ""]]
+
+
+def test_the_cap_is_google_xmls_alone_and_counts_only_the_items_it_writes(run_env: Path, tmp_path: Path) -> None:
+    eleven = ",".join(f"https://x/{n}.jpg" for n in range(11))
+    write_csv(
+        tmp_path / "main.csv", ["id", "pics", "state"], [["1", eleven, "on"], ["2", eleven, "off"], ["3", "a", "on"]]
+    )
+    fields = {"id": "id", "additional_image_link": "pics"}
+    where = {"field": "state", "op": "eq", "value": "on"}
+    exports = [
+        {
+            "name": "google",
+            "format": "google-xml",
+            "path": "g.xml",
+            "fields": fields,
+            "where": where,
+            "channel": "none",
+        },
+        {"name": "json", "format": "json", "path": "j.json", "fields": fields},
+    ]
+    source = {"name": "main", "url": "main.csv", "lists": {"pics": ","}}
+    report = _run(_write_spec(tmp_path, "cap", [source], exports))
+    google, as_json = report["exports"]
+    (finding,) = google["diagnostics"]["findings"]
+    assert (finding["count"], finding["dropped"], finding["samples"]) == (1, 1, ["1"])
+    assert as_json.get("diagnostics") is None
+    items = json.loads((run_env / "lists" / "cap" / "j.json").read_text(encoding="utf-8"))
+    assert [len(i["additional_image_link"]) for i in items] == [11, 11, 1]
+    first, _third = _items(run_env / "lists" / "cap" / "g.xml")
+    assert len(_texts(first, "additional_image_link")) == 10
