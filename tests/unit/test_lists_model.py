@@ -133,3 +133,43 @@ def test_the_reference_reads_lists_per_element_and_counts_them() -> None:
     assert out.items[0]["images"] == ("A.JPG", "B.PNG")
     assert out.items[0]["first"] == "A.JPG|B.PNG||A.JPG,B.PNG"
     assert out.items[1] == {"id": "2", "images": (), "no_a": "y", "first": "|||"}
+
+
+def _one(
+    raw_then: list[dict[str, Any]], item: dict[str, Any], declared: frozenset[str] = frozenset({"images"})
+) -> dict[str, Any]:
+    rules = parse_rules([{"then": raw_then}], key_field="id", declared_lists=declared)
+    (out,) = apply_rules([{"id": "1", **item}], rules).items
+    return out
+
+
+def test_append_adds_one_element_and_nothing_for_an_empty_template() -> None:
+    got = _one([{"append": "images", "value": "a,b"}, {"append": "images", "value": "{missing}"}], {"images": ("x",)})
+    assert got["images"] == ("x", "a,b")  # P12: the rendered text is one element, even with a separator
+    assert _one([{"append": "title", "value": "!"}], {"title": "Hi"})["title"] == "Hi!"  # elsewhere: concatenation
+
+
+def test_split_join_take_dedupe_follow_p10() -> None:
+    got = _one(
+        [{"split": "tags", "separator": "|"}, {"split": "tags", "separator": ","}, {"dedupe": "tags"}],
+        {"tags": "a, b|b ,c|"},
+        frozenset(),
+    )
+    assert got["tags"] == ("a", "b", "c")  # split of a list splits each element
+    assert _one([{"join": "images", "separator": ""}], {"images": ("a", "b")})["images"] == ("ab",)
+    assert _one([{"take": "images", "count": "0"}], {"images": ("a", "b")})["images"] == ()
+    assert (
+        _one([{"join": "title"}, {"dedupe": "title"}, {"take": "title", "count": "1"}], {"title": "a,a"})["title"]
+        == "a,a"
+    )
+
+
+def test_truncate_cuts_each_element_on_its_own() -> None:
+    got = _one([{"truncate": "images", "length": "7"}], {"images": ("Lux Mocassino", "short", "Veryverylong")})
+    assert got["images"] == ("Lux", "short", "Veryver")  # P13
+
+
+def test_map_default_replaces_each_unmatched_element_and_applies_to_no_elements() -> None:
+    action = {"map": "images", "values": {"a": "A", "": "none"}, "default": "?"}
+    assert _one([action], {"images": ("a", "b")})["images"] == ("A", "?")
+    assert _one([action], {"images": ()})["images"] == ("none",)  # P11: "" (no elements) is the text ""
