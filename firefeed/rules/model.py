@@ -520,6 +520,9 @@ def _element_only(cond: Condition, path: str) -> None:
     if isinstance(cond, Not):
         _element_only(cond.item, f"{path}.not")
         return
+    if not isinstance(cond, AllOf | AnyOf):
+        # any other kind of condition (one about the item, not its element) has no place here
+        raise SpecError(path, f"a remove condition tests the element: only leaves with field {ELEMENT!r}")
     key = "all" if isinstance(cond, AllOf) else "any"
     for i, c in enumerate(cond.items):
         _element_only(c, f"{path}.{key}[{i}]")
