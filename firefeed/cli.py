@@ -103,7 +103,8 @@ def format_quality(exports: list[dict[str, Any]]) -> list[str]:
         diag = e.get("diagnostics")
         if not diag:
             continue
-        lines += ["", f"  {e['name']}: {diag['errors']} error(s), {diag['warnings']} warning(s) for {diag['channel']}"]
+        channel = f" for {diag['channel']}" if diag["channel"] else ""
+        lines += ["", f"  {e['name']}: {diag['errors']} error(s), {diag['warnings']} warning(s){channel}"]
         for f in diag["findings"]:
             samples = ", ".join(str(x)[:24] for x in f["samples"][:3])
             lines.append(f"    {f['severity']:<8}{f['count']:>9,}  {f['message']}  (e.g. {samples})")

@@ -22,7 +22,7 @@ import io
 from collections.abc import Sequence
 
 from firefeed.export.rendering import Rendering
-from firefeed.export.select import OutputColumn, join
+from firefeed.export.select import OutputColumn, Piece, bound, join, sql_text
 
 DELIMITERS = {"csv": ",", "tsv": "\t"}
 NULL_MARKER = "ff:null:5b1e0c7a"
@@ -38,13 +38,20 @@ def header_line(names: Sequence[str], delimiter: str) -> bytes:
     return buffer.getvalue().encode("utf-8")
 
 
-def render_delimited(columns: Sequence[OutputColumn], fmt: str) -> Rendering:
+def cell(column: OutputColumn, list_separator: str) -> Piece:
+    """A column's cell: a list's elements joined with the export's `list_separator` (SPEC 9)."""
+    if column.elements is None:
+        return column.value
+    return sql_text("array_to_string(") + column.elements + sql_text(", ") + bound(list_separator) + sql_text(")")
+
+
+def render_delimited(columns: Sequence[OutputColumn], fmt: str, list_separator: str = ",") -> Rendering:
     delimiter = DELIMITERS[fmt]
     options = f"FORMAT csv, NULL '{NULL_MARKER}', DELIMITER " + ("E'\\t'" if delimiter == "\t" else "','")
     if len(columns) == 1:
         options += ", FORCE_QUOTE *"
     return Rendering(
         head=header_line([c.name for c in columns], delimiter),
-        row=join(", ", (c.value for c in columns)),
+        row=join(", ", (cell(c, list_separator) for c in columns)),
         options=options,
     )

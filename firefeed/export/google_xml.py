@@ -107,10 +107,42 @@ def _markup(text: str, end: bytes = b"") -> Piece:
     return Piece(sql.SQL("%s::bytea"), (psycopg2.Binary(raw + end),))
 
 
-def item_sql(columns: Sequence[OutputColumn]) -> Piece:
-    """One item line as bytea, placeholders for markup; an empty value contributes nothing."""
-    parts = [_markup("<item>")]
+#: Google takes at most this many values of these attributes; the rest are dropped with a warning (P28)
+CAPPED = {"additional_image_link": 10}
+
+
+def _repeated(column: OutputColumn, element: str) -> Piece:
+    """One element per list element, in order, at most CAPPED of a capped name (SPEC 9)."""
+    assert column.elements is not None
+    cap = CAPPED.get(column.name)
+    limit = sql_text("") if cap is None else sql_text(f" WHERE _ff_o <= {int(cap)}")
+    return (
+        sql_text("coalesce((SELECT string_agg(")
+        + _markup(f"<g:{element}>")
+        + sql_text(" || textsend(_ff_e) || ")
+        + _markup(f"</g:{element}>")
+        + sql_text(", ''::bytea ORDER BY _ff_o) FROM unnest(")
+        + column.elements
+        + sql_text(") WITH ORDINALITY AS _ff_u(_ff_e, _ff_o)")
+        + limit
+        + sql_text("), '\\x'::bytea)")
+    )
+
+
+def _elements(columns: Sequence[OutputColumn]) -> list[Piece]:
+    """Each column's element(s) as bytea; an empty value contributes nothing."""
+    parts = []
     for column, element in zip(columns, element_names([c.name for c in columns]), strict=True):
+        if column.parts:
+            # <g:shipping><g:country>..</g:country>..</g:shipping>: no parent when every sub-value is empty
+            inner = concat(_elements(column.parts))
+            tagged = _markup(f"<g:{element}>") + sql_text(" || nullif(") + inner + sql_text(", '\\x'::bytea) || ")
+            tagged = tagged + _markup(f"</g:{element}>")
+            parts.append(sql_text("coalesce(") + tagged + sql_text(", '\\x'::bytea)"))
+            continue
+        if column.elements is not None:
+            parts.append(_repeated(column, element))
+            continue
         tagged = (
             _markup(f"<g:{element}>")
             + sql_text(" || textsend(nullif(")
@@ -119,8 +151,12 @@ def item_sql(columns: Sequence[OutputColumn]) -> Piece:
             + _markup(f"</g:{element}>")
         )
         parts.append(sql_text("coalesce(") + tagged + sql_text(", '\\x'::bytea)"))
-    parts.append(_markup("</item>", end=_END))
-    return concat(parts)
+    return parts
+
+
+def item_sql(columns: Sequence[OutputColumn]) -> Piece:
+    """One item line as bytea, placeholders for markup; an empty value contributes nothing."""
+    return concat([_markup("<item>"), *_elements(columns), _markup("</item>", end=_END)])
 
 
 def _finished(chunk: bytes) -> bytes:

@@ -36,16 +36,50 @@ def _escaped(value: Piece) -> Piece:
     return sql_text("replace(") + inner + sql_text(", ") + bound('"') + sql_text(", ") + bound('\\"') + sql_text(")")
 
 
+def _array(elements: Piece) -> Piece:
+    """A list as a JSON array (P2: one element is `["a"]`); no elements is the empty value `""` (P1).
+
+    to_json of a text[] escapes each element; only list columns pay for it.
+    """
+    return (
+        sql_text("(CASE WHEN cardinality(")
+        + elements
+        + sql_text(") = 0 THEN '\"\"' ELSE to_json(")
+        + elements
+        + sql_text(")::text END)")
+    )
+
+
 def object_sql(columns: Sequence[OutputColumn]) -> Piece:
-    """`'{"name":"' || esc(value) || '","name2":"' || ... || '"}'`."""
+    """`'{"name":"' || esc(value) || '","name2":"' || ... || '"}'`; a list column is a JSON array, a
+    parent of sub-attributes a nested object holding every sub-key ("" included, P27)."""
     if not columns:
         return bound("{}")
     parts: list[Piece] = []
-    for i, column in enumerate(columns):
-        key = json.dumps(column.name, ensure_ascii=False)
-        parts.append(bound(("{" if i == 0 else '",') + key + ':"'))
-        parts.append(_escaped(column.value))
-    parts.append(bound('"}'))
+    pending: list[str] = []  # constant JSON text between two values, bound as one piece
+
+    def flush() -> None:
+        parts.append(bound("".join(pending)))
+        pending.clear()
+
+    def members(cols: Sequence[OutputColumn]) -> None:
+        pending.append("{")
+        for i, column in enumerate(cols):
+            pending.append(("," if i else "") + json.dumps(column.name, ensure_ascii=False) + ":")
+            if column.parts:
+                members(column.parts)
+            elif column.elements is not None:
+                flush()
+                parts.append(_array(column.elements))
+            else:
+                pending.append('"')
+                flush()
+                parts.append(_escaped(column.value))
+                pending.append('"')
+        pending.append("}")
+
+    members(columns)
+    flush()
     return concat(parts)
 
 

@@ -46,6 +46,7 @@ from firefeed.export._copy import render
 from firefeed.export.channels import ERROR, WARNING, Channel, channel
 from firefeed.export.diagnostics import Check, channel_checks, findings, findings_sql, flags_sql
 from firefeed.export.select import OutputColumn, Piece, output_columns, sql_text, where_clause
+from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.schema.identifiers import KEY, ORD, company_schema, ident, published_keys_table
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ class Target:
     table: str
     fields: Sequence[str]
     key_field: str
+    lists: ListFields = NO_LISTS
 
 
 def _is_key(export: ExportSpec, column: OutputColumn, key_field: str) -> bool:
@@ -153,10 +155,58 @@ def _duplicates(cur: Any, table: sql.Composable) -> dict[str, Any] | None:
     }
 
 
-def summary(found: Sequence[dict[str, Any]], ch: Channel) -> dict[str, Any]:
+def capped_values(
+    cur: Any, export: ExportSpec, columns: Sequence[OutputColumn], table: sql.Composable, where: Piece
+) -> list[dict[str, Any]]:
+    """google-xml's dropped list elements (P28): one warning per capped column, with items and values dropped."""
+    if export.format != "google-xml":
+        return []
+    from firefeed.export.google_xml import CAPPED
+
+    out: list[dict[str, Any]] = []
+    for column in columns:
+        cap = CAPPED.get(column.name)
+        if cap is None or column.elements is None:
+            continue
+        n = sql_text("cardinality(") + column.elements + sql_text(")")
+        counts = (
+            sql_text("SELECT count(*) FILTER (WHERE ")
+            + n
+            + sql_text(f" > {int(cap)}), coalesce(sum(greatest(")
+            + n
+            + sql_text(f" - {int(cap)}, 0)), 0) FROM ")
+            + Piece(table)
+            + where
+        )
+        cur.execute(render(counts, cur))
+        items, dropped = cur.fetchone()
+        samples: list[str] = []
+        if items:
+            # the first items (in export order) that lost values, as other findings name theirs
+            inner = Piece(sql.SQL("SELECT {} AS k, {} AS o, ").format(ident(KEY), ident(ORD))) + n
+            inner = inner + sql_text(" AS n FROM ") + Piece(table) + where
+            first = sql_text("SELECT k FROM (") + inner + sql_text(f") x WHERE n > {int(cap)} ORDER BY o LIMIT 3")
+            cur.execute(render(first, cur))
+            samples = [str(r[0]) for r in cur.fetchall()]
+        if items:
+            out.append(
+                {
+                    "check": f"{column.name}_cap",
+                    "severity": WARNING,
+                    "count": int(items),
+                    "dropped": int(dropped),
+                    "samples": samples,
+                    "message": f"{column.name}: Google takes at most {cap} values; "
+                    f"{int(dropped)} values of {int(items)} items were left out",
+                }
+            )
+    return out
+
+
+def summary(found: Sequence[dict[str, Any]], ch: Channel | None) -> dict[str, Any]:
     """The export's `diagnostics`: its channel, how many findings of each severity, and the findings."""
     return {
-        "channel": ch.name,
+        "channel": ch.name if ch is not None else None,
         "errors": sum(1 for f in found if f["severity"] == ERROR),
         "warnings": sum(1 for f in found if f["severity"] == WARNING),
         "findings": list(found),
@@ -165,8 +215,8 @@ def summary(found: Sequence[dict[str, Any]], ch: Channel) -> dict[str, Any]:
 
 def measure(engine: Engine, schema: SchemaService, target: Target, export: ExportSpec) -> dict[str, Any]:
     """Fill the export's run table and return its `diagnostics` (None without a channel) and `diff`."""
-    columns = output_columns(target.fields, export)
-    where = where_clause(target.fields, export)
+    columns = output_columns(target.fields, export, target.lists)
+    where = where_clause(target.fields, export, target.lists)
     projected = [OutputColumn(c.name, Piece(ident(f"c{j}"))) for j, c in enumerate(columns)]
     ch = channel(export.resolved_channel) if export.resolved_channel else None
     checks = channel_checks(ch, projected) if ch else []
@@ -203,6 +253,9 @@ def measure(engine: Engine, schema: SchemaService, target: Target, export: Expor
                 if dup is not None:
                     found.append(dup)
             diagnostics = summary(found, ch)
+        capped = capped_values(cur, export, columns, ident(company, target.table), where)
+        if capped:
+            diagnostics = summary([*(diagnostics or {}).get("findings", []), *capped], ch)
         changes = diff.compare(cur, company, run_table, baseline, rows)
     return {"diagnostics": diagnostics, "diff": changes}
 

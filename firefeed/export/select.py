@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg2 import sql
 
-from firefeed.rules.template import parse_template
+from firefeed.rules.lists import NO_LISTS, ListFields
+from firefeed.rules.template import FieldRef, Template, parse_template
 from firefeed.schema.identifiers import column_for_field, ident
 
 if TYPE_CHECKING:
+    from firefeed.rules._frag import Frag
     from firefeed.spec.model import ExportSpec
 
 _EMPTY = sql.SQL("''::text")
@@ -74,10 +76,19 @@ def concat(pieces: Iterable[Piece]) -> Piece:
 
 @dataclass(frozen=True)
 class OutputColumn:
-    """One column of the export: its output name and the SQL giving its text value."""
+    """One column of the export: its output name and the SQL giving its text value.
+
+    A column naming a list field (SPEC 9) also has `elements`, the SQL of its
+    text[]: its `value` is the elements joined with ",", which templates,
+    filters and checks read; the formats write the elements themselves.
+    """
 
     name: str
     value: Piece
+    elements: Piece | None = None
+    #: a parent of sub-attributes (`shipping.country` in `fields`, SPEC 9): its sub-columns, in order;
+    #: its `value` is their text form (sub-values joined with ":", "" when all are empty)
+    parts: tuple[OutputColumn, ...] = ()
 
 
 def field_column(fields: Sequence[str]) -> Callable[[str], sql.Composable]:
@@ -90,24 +101,80 @@ def field_column(fields: Sequence[str]) -> Callable[[str], sql.Composable]:
     return column
 
 
-def output_columns(fields: Sequence[str], export: ExportSpec) -> list[OutputColumn]:
-    """The export's columns in order: `export.fields` when given, else every field as itself."""
+def _named(name: str, field: str, column: Callable[[str], sql.Composable], lists: ListFields) -> OutputColumn:
+    if field not in lists:
+        return OutputColumn(name, Piece(column(field)))
+    elements = Piece(column(field) if column(field) is not _EMPTY else sql.SQL("'{}'::text[]"))
+    return OutputColumn(name, sql_text("array_to_string(") + elements + sql_text(", ',')"), elements)
+
+
+def output_columns(fields: Sequence[str], export: ExportSpec, lists: ListFields = NO_LISTS) -> list[OutputColumn]:
+    """The export's columns in order: `export.fields` when given, else every field as itself.
+
+    `lists`: the project's list fields (their columns are text[]).
+    """
     column = field_column(fields)
     if export.fields is None:
-        return [OutputColumn(f, Piece(column(f))) for f in fields]
+        return [_named(f, f, column, lists) for f in fields]
     columns: list[OutputColumn] = []
     for out, value in export.fields.items():
         if "{" in value or "}" in value:
             template = parse_template(value, f"exports.{export.name}.fields.{out}")
+            if lists or any(isinstance(p, FieldRef) and p.index is not None for p in template.parts):
+                columns.append(OutputColumn(out, _template_piece(template, column, lists)))
+                continue
             params: list[Any] = []
             text = template.to_sql(column, params)
             columns.append(OutputColumn(out, Piece(text, tuple(params))))
         else:
-            columns.append(OutputColumn(out, Piece(column(value))))
-    return columns
+            columns.append(_named(out, value, column, lists))
+    return nest(columns) if any("." in c.name for c in columns) else columns
 
 
-def where_clause(fields: Sequence[str], export: ExportSpec) -> Piece:
+def nested_parent(name: str) -> str | None:
+    """The parent of an output name written with a dot (it splits at its first dot, P25)."""
+    return name.split(".", 1)[0] if "." in name else None
+
+
+def nest(columns: Sequence[OutputColumn]) -> list[OutputColumn]:
+    """Dotted output names as sub-columns of their parent, which sits where its first sub-attribute is (P25)."""
+    order: list[OutputColumn | str] = []  # a flat column, or the name of a parent
+    groups: dict[str, list[OutputColumn]] = {}
+    for c in columns:
+        parent = nested_parent(c.name)
+        if parent is None:
+            order.append(c)
+            continue
+        if parent not in groups:
+            groups[parent] = []
+            order.append(parent)
+        groups[parent].append(OutputColumn(c.name.split(".", 1)[1], c.value))  # a sub-value is a text (P26)
+    return [
+        c if isinstance(c, OutputColumn) else OutputColumn(c, _joined(groups[c]), parts=tuple(groups[c])) for c in order
+    ]
+
+
+def _joined(parts: Sequence[OutputColumn]) -> Piece:
+    """Google's text form: the sub-values joined with ":", empty ones kept; "" when all are empty (P27)."""
+    all_empty = join(" AND ", (sql_text("(") + p.value + sql_text(") = ''") for p in parts))
+    text = join(" || ':' || ", (p.value for p in parts))
+    return sql_text("(CASE WHEN ") + all_empty + sql_text(" THEN ''::text ELSE ") + text + sql_text(" END)")
+
+
+def _template_piece(template: Template, column: Callable[[str], sql.Composable], lists: ListFields) -> Piece:
+    """A template reading list fields or elements (`{images[0]}`), compiled as the rules compile it."""
+    from firefeed.rules._conditions_sql import template_frag
+    from firefeed.rules._frag import of
+
+    def value(name: str) -> Frag:
+        col = column(name)
+        return of(sql.SQL("'{}'::text[]")) if name in lists and col is _EMPTY else of(col)
+
+    frag = template_frag(template, value, lists)
+    return Piece(frag.sql, frag.params)
+
+
+def where_clause(fields: Sequence[str], export: ExportSpec, lists: ListFields = NO_LISTS) -> Piece:
     """` WHERE <condition>` for the export's filter, or nothing.
 
     Compiled by the rules engine's condition compiler, so an export's `where`
@@ -120,5 +187,11 @@ def where_clause(fields: Sequence[str], export: ExportSpec) -> Piece:
     from firefeed.rules.sqlgen import condition_sql
 
     params: list[Any] = []
-    text = condition_sql(condition, field_column(fields), params)
+    column = field_column(fields)
+
+    def value(name: str) -> sql.Composable:
+        col = column(name)
+        return sql.SQL("'{}'::text[]") if name in lists and col is _EMPTY else col
+
+    text = condition_sql(condition, value, params, lists)
     return Piece(sql.SQL(" WHERE (") + text + sql.SQL(")"), tuple(params))

@@ -24,6 +24,7 @@ from firefeed.export.google_xml import XmlGroups, render_google_xml
 from firefeed.export.jsonish import render_json, render_jsonl
 from firefeed.export.rendering import Rendering
 from firefeed.export.select import OutputColumn, output_columns, where_clause
+from firefeed.rules.lists import NO_LISTS, ListFields
 
 if TYPE_CHECKING:
     from firefeed.spec.model import ExportSpec
@@ -42,7 +43,7 @@ class ExportResult:
 
 def _rendering(export: ExportSpec, columns: Sequence[OutputColumn], title: str | None, link: str | None) -> Rendering:
     if export.format in ("csv", "tsv"):
-        return render_delimited(columns, export.format)
+        return render_delimited(columns, export.format, export.list_separator)
     if export.format == "json":
         return render_json(columns)
     if export.format == "jsonl":
@@ -63,6 +64,7 @@ def write_export(
     dest: Path,
     title: str | None = None,
     link: str | None = None,
+    lists: ListFields = NO_LISTS,
 ) -> ExportResult:
     """Write `export` of the items in `schema.table` to `dest`, replacing it atomically.
 
@@ -73,9 +75,9 @@ def write_export(
     name). Database and file errors become ExportError naming the export; the
     previous file at `dest` is then untouched.
     """
-    columns = output_columns(fields, export)
+    columns = output_columns(fields, export, lists)
     rendering = _rendering(export, columns, title, link)
-    where = where_clause(fields, export)
+    where = where_clause(fields, export, lists)
     try:
         with atomic_output(dest, compress=export.gzip) as out:
             out.write(rendering.head)

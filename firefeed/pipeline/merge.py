@@ -42,6 +42,8 @@ class StagedSource:
     fields: Sequence[str]
     mode: str = "enrich"
     allowed: Sequence[str] | None = None
+    #: the fields this source declares as lists: staged as array literals (SPEC 9)
+    lists: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -106,8 +108,14 @@ def merge_sources(
     table: str,
     key_field: str,
     sources: Sequence[StagedSource],
+    list_fields: frozenset[str] = frozenset(),
 ) -> MergeResult:
-    """Rebuild the project's items table from the staged sources, in one transaction."""
+    """Rebuild the project's items table from the staged sources, in one transaction.
+
+    `list_fields` (SPEC 9) become text[] columns: a declaring source's staged
+    array literal is cast, another source's text is a one-element list, and a
+    later source's non-empty value replaces the whole list (P14).
+    """
     if not sources:
         raise MergeError("a project needs at least one source")
     _check_keys(key_field, sources)
@@ -130,7 +138,7 @@ def merge_sources(
                 cur.execute(setting)
 
             def write(clean: Sequence[bool]) -> int:
-                columns, select, params = _items_select(schema, key_field, fields, contrib, sources, clean)
+                columns, select, params = _items_select(schema, key_field, fields, contrib, sources, clean, list_fields)
                 return schema_service.rebuild_project_table(company, table, columns, select, params, conn=conn)
 
             if counted is not None:
@@ -217,6 +225,7 @@ def _items_select(
     contrib: list[list[str]],
     sources: Sequence[StagedSource],
     clean: Sequence[bool],
+    list_fields: frozenset[str] = frozenset(),
 ) -> tuple[list[str], sql.Composable, list[Any]]:
     """The items table's columns, and the SELECT of its rows in item order."""
     params: list[Any] = []
@@ -283,6 +292,9 @@ def _items_select(
 
     select_cols: list[sql.Composable] = [ord_expr, key_expr, src_expr, key_expr]
     for f in fields[1:]:
+        if f in list_fields:
+            select_cols.append(_list_expr(f, providers.get(f, []), alias, sources, origin_ok))
+            continue
         expr: sql.Composable = sql.SQL("''")
         for j in providers.get(f, []):
             col = sql.SQL("{a}.{c}").format(a=alias[j], c=ident(column_for_field(f)))
@@ -297,3 +309,22 @@ def _items_select(
     columns = [ORD, KEY, SRC] + [column_for_field(f) for f in fields]
     select = sql.SQL("SELECT ") + sql.SQL(", ").join(select_cols) + sql.SQL(" FROM ") + items + sql.SQL("").join(joins)
     return columns, select, params
+
+
+def _list_expr(
+    field: str,
+    providers: Sequence[int],
+    alias: Sequence[sql.Composable],
+    sources: Sequence[StagedSource],
+    origin_ok: Sequence[sql.Composable],
+) -> sql.Composable:
+    """A list field's text[] value: the last source with a non-empty value wins (P14)."""
+    expr: sql.Composable = sql.SQL("'{}'::text[]")
+    for j in providers:
+        col = sql.SQL("{a}.{c}").format(a=alias[j], c=ident(column_for_field(field)))
+        # A declaring source staged an array literal; any other source's text is one element.
+        value = sql.SQL("{}::text[]" if field in sources[j].lists else "ARRAY[{}]").format(col)
+        expr = sql.SQL("CASE WHEN {ok} AND {col} <> '' THEN {value} ELSE {prev} END").format(
+            ok=origin_ok[j], col=col, value=value, prev=expr
+        )
+    return expr

@@ -74,6 +74,8 @@ class ParseOutcome:
 def parse_signature(src: SourceSpec) -> str:
     """What the staged rows of a source depend on besides the bytes of the file."""
     doc = src.model_dump(mode="json", exclude={"headers", "mode", "fields", "name"})
+    if doc.get("lists") is None:
+        doc.pop("lists", None)  # a source without lists keeps the signature it always had
     doc["_parser"] = PARSER_VERSION
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
@@ -177,6 +179,7 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
             encoding=src.encoding,
             delimiter=src.delimiter,
             item_path=src.item_path,
+            lists=src.lists,
         )
         staged = stage_source(
             ctx.engine,
@@ -218,7 +221,7 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
 def merge(ctx: RunContext, parsed: Sequence[ParseOutcome]) -> MergeResult:
     """MERGE the staged sources into the project's items table."""
     staged = [
-        StagedSource(name=p.name, table=p.table, fields=p.fields, mode=s.mode, allowed=s.fields)
+        StagedSource(name=p.name, table=p.table, fields=p.fields, mode=s.mode, allowed=s.fields, lists=s.list_fields)
         for p, s in zip(parsed, ctx.spec.sources, strict=True)
     ]
     merged = merge_sources(
@@ -228,6 +231,7 @@ def merge(ctx: RunContext, parsed: Sequence[ParseOutcome]) -> MergeResult:
         table=ctx.items_table,
         key_field=ctx.spec.key,
         sources=staged,
+        list_fields=ctx.spec.list_fields.fields,
     )
     if merged.rows == 0:
         # Whatever the cause (every key empty, or staged rows that vanished), never publish an empty feed.
@@ -244,7 +248,9 @@ def export_one(ctx: RunContext, index: int, table: str, fields: Sequence[str]) -
     storage = export_storage(ctx.settings)
     key = export_key(ctx, index)
     # Diagnostics and diff (#9) are measured on their own connection while the file is written.
-    target = Target(ctx.spec.company, ctx.spec.project, ctx.run_id, index, table, list(fields), ctx.spec.key)
+    target = Target(
+        ctx.spec.company, ctx.spec.project, ctx.run_id, index, table, list(fields), ctx.spec.key, ctx.spec.list_fields
+    )
     # Written on this machine, then stored: the root that publishes it may run anywhere.
     with (
         measuring(ctx.engine, ctx.schema, target, exp) as quality,
@@ -259,6 +265,7 @@ def export_one(ctx: RunContext, index: int, table: str, fields: Sequence[str]) -
             dest=local,
             title=ctx.spec.name or ctx.spec.project,
             link=exp.channel_link,
+            lists=ctx.spec.list_fields,
         )
     return {
         "name": exp.name,

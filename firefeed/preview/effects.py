@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from psycopg2 import sql
 from sqlalchemy import Engine
@@ -26,8 +27,8 @@ from firefeed.rules.sqlgen import condition_sql
 from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, company_schema, ident
 from firefeed.schema.service import SchemaService
 
-#: an item's values by field name, and its key and origin source
-Row = tuple[str, int, dict[str, str]]
+#: an item's values by field name (a list field's: its elements), and its key and origin source
+Row = tuple[str, int, dict[str, Any]]
 
 
 @dataclass
@@ -38,7 +39,7 @@ class RuleEffect:
     items_in: int
     matched_count: int  # as the executor counts it for a run's report
     matched: dict[int, bool] = field(default_factory=dict)  # position -> the `when` held
-    changes: dict[int, list[tuple[str, str, str]]] = field(default_factory=dict)  # position -> (field, before, after)
+    changes: dict[int, list[tuple[str, Any, Any]]] = field(default_factory=dict)  # position -> (field, before, after)
     excluded: set[int] = field(default_factory=set)
 
 
@@ -69,11 +70,13 @@ def _matches(engine: Engine, area: str, table: str, fields: Sequence[str], rule:
         return {}
     known = set(fields)
     params: list[object] = []
-    cond = condition_sql(
-        rule.when,
-        lambda name: ident(column_for_field(name)) if name in known else sql.SQL("''::text"),
-        params,
-    )
+
+    def column(name: str) -> sql.Composable:
+        if name in known:
+            return ident(column_for_field(name))
+        return sql.SQL("'{}'::text[]") if name in rule.lists else sql.SQL("''::text")
+
+    cond = condition_sql(rule.when, column, params, rule.lists)
     statement = sql.SQL("SELECT {}, {} FROM {}").format(ident(ORD), cond, ident(company_schema(area), table))
     with raw_connection(engine) as conn, conn.cursor() as cur:
         cur.execute(statement, params)
@@ -121,7 +124,10 @@ def rule_effects(
                 effect.excluded.add(pos)
                 continue
             new = after[pos][2]
-            changed = [(f, values.get(f, ""), new[f]) for f in current if new[f] != values.get(f, "")]
+            missing: dict[str, Any] = {f: [] if f in rule.lists else "" for f in current if f not in values}
+            changed = [
+                (f, values.get(f, missing.get(f)), new[f]) for f in current if new[f] != values.get(f, missing.get(f))
+            ]
             if changed:
                 effect.changes[pos] = changed
         effects.rules.append(effect)

@@ -9,11 +9,14 @@ from pydantic import BaseModel, Field
 
 
 class FieldChange(BaseModel):
-    """One field a rule changed on one item; a field the rule created has `before` ""."""
+    """One field a rule changed on one item; a field the rule created has `before` "".
+
+    A list field's values are its elements (SPEC 9), `[]` when it has none.
+    """
 
     field: str
-    before: str
-    after: str
+    before: str | list[str]
+    after: str | list[str]
 
 
 class ItemRuleEffect(BaseModel):

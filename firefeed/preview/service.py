@@ -116,7 +116,13 @@ def preview_spec(
             )
             deadline.check("merging the sources")
             merged = merge_sources(
-                work, schema, company=area, table=project_table(spec.project), key_field=spec.key, sources=staged
+                work,
+                schema,
+                company=area,
+                table=project_table(spec.project),
+                key_field=spec.key,
+                sources=staged,
+                list_fields=spec.list_fields.fields,
             )
             effects = rule_effects(
                 work,
@@ -204,6 +210,7 @@ def _sample_sources(
             encoding=src.encoding,
             delimiter=src.delimiter,
             item_path=src.item_path,
+            lists=src.lists,
         )
         sample = (
             SampleReader(reader, spec.key, keys=keys, check=deadline.check)
@@ -226,7 +233,16 @@ def _sample_sources(
                 malformed=result.stats.malformed,
             )
         )
-        staged.append(StagedSource(name=src.name, table=table, fields=result.fields, mode=src.mode, allowed=src.fields))
+        staged.append(
+            StagedSource(
+                name=src.name,
+                table=table,
+                fields=result.fields,
+                mode=src.mode,
+                allowed=src.fields,
+                lists=src.list_fields,
+            )
+        )
     return reports, staged
 
 

@@ -8,7 +8,9 @@ from firefeed.preview.models import Preview
 _SHOWN = 60
 
 
-def _shown(value: str) -> str:
+def _shown(value: str | list[str]) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_shown(v) for v in value) + "]"
     text = value if len(value) <= _SHOWN else value[: _SHOWN - 1] + "…"
     return '""' if not text else repr(text)
 

@@ -36,21 +36,30 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from firefeed.rules._conditions_sql import NumberText, number_frag, numeric_frag, template_frag
-from firefeed.rules._frag import Frag, fmt, join, val
+from firefeed.rules import _lists_sql as _lists
+from firefeed.rules._conditions_sql import NumberText, condition_frag, number_frag, numeric_frag, template_frag
+from firefeed.rules._frag import Frag, fmt, join, raw, val
 from firefeed.rules._text import NUMBER_PATTERN
+from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.rules.model import (
+    ELEMENT,
+    LIST_ACTIONS,
     Append,
     Capitalize,
     Copy,
+    Dedupe,
     FieldAction,
+    Join,
     Lowercase,
     MapValues,
     Math,
     Prepend,
     RegexReplace,
+    Remove,
     Replace,
     Set,
+    Split,
+    Take,
     Trim,
     Truncate,
     Uppercase,
@@ -124,29 +133,96 @@ def _truncate(x: Frag, n: int) -> Frag:
     )  # fmt: skip
 
 
-def _map(action: MapValues, x: Frag, column: Column) -> Frag:
-    fallback = template_frag(action.default, column) if action.default is not None else x
+def _map(action: MapValues, x: Frag, column: Column, lists: ListFields = NO_LISTS) -> Frag:
+    fallback = template_frag(action.default, column, lists) if action.default is not None else x
     if not action.values:
         return fallback
     if len(action.values) >= _MAP_JSONB_MIN and all(t.is_literal for _, t in action.values):
         lookup = json.dumps({k: t.render({}) for k, t in action.values}, ensure_ascii=False)
         return fmt("coalesce({0}::jsonb ->> {1}, {2})", val(lookup), x, fallback)
-    whens = join((fmt("WHEN {0} THEN {1}", val(k, "text"), template_frag(t, column)) for k, t in action.values), " ")
+    whens = join(
+        (fmt("WHEN {0} THEN {1}", val(k, "text"), template_frag(t, column, lists)) for k, t in action.values), " "
+    )
     return fmt("(CASE {0} {1} ELSE {2} END)", x, whens, fallback)
 
 
-def action_frag(action: FieldAction, column: Column, number_text: NumberText | None = None) -> Frag:
-    """The SQL for the field's value after `action`; `column(f)` gives f's value before it,
-    `number_text(f)` (optional) the text of the first number of that value when already computed."""
+def _text_action(action: FieldAction, x: Frag, column: Column, lists: ListFields) -> Frag:
+    """An action on a text field (or on one element); a text is a one-element list for the list actions (P2)."""
+    if isinstance(action, Join | Dedupe | Split):
+        return x  # a text has nothing to join or repeat; split only targets list fields
+    if isinstance(action, Take):
+        return x if action.count > 0 else raw("''::text")
+    if isinstance(action, Remove):
+        hit = condition_frag(action.when, lambda n: x if n == ELEMENT else column(n), None, lists)
+        return fmt("(CASE WHEN {0} <> '' AND {1} THEN ''::text ELSE {0} END)", x, hit)
+    return action_frag(action, column, None, lists, subject=x)
+
+
+#: per-element actions whose result on "" may be a non-empty text (P11: on no elements they act on "")
+_FROM_NOTHING = (MapValues, RegexReplace)
+
+
+def _list_action(action: FieldAction, column: Column, lists: ListFields) -> Frag:
+    """The new value of a list field (a text[]) after `action` (SPEC 9)."""
     x = column(action.field)
     if isinstance(action, Set):
-        return template_frag(action.value, column)
+        return _lists.from_text(template_frag(action.value, column, lists))
+    if isinstance(action, Copy):
+        source = column(action.source)
+        return source if action.source in lists else _lists.from_text(source)
+    if isinstance(action, Append):
+        return fmt("({0} || {1})", x, _lists.from_text(template_frag(action.value, column, lists)))
+    if isinstance(action, Prepend):
+        return fmt("({1} || {0})", x, _lists.from_text(template_frag(action.value, column, lists)))
+    if isinstance(action, Split):
+        return _lists.split(x, action.separator)
+    if isinstance(action, Join):
+        return _lists.from_text(_lists.join_elements(x, action.separator))
+    if isinstance(action, Take):
+        return fmt("({0})[1:{1}]", x, val(action.count, "integer")) if action.count > 0 else _lists.EMPTY_LIST
+    if isinstance(action, Dedupe):
+        return _lists.dedupe(x)
+    if isinstance(action, Remove):
+        hit = condition_frag(action.when, lambda n: _lists.ELEMENT if n == ELEMENT else column(n), None, lists)
+        return _lists.keep_elements(x, fmt("NOT {0}", hit))
+
+    def on(subject: Frag) -> Frag:
+        return action_frag(action, column, None, lists, subject=subject)
+
+    each = _lists.each_element(x, on(_lists.ELEMENT))
+    if isinstance(action, _FROM_NOTHING):
+        return fmt(
+            "(CASE WHEN cardinality({0}) = 0 THEN {1} ELSE {2} END)", x, _lists.from_text(on(raw("''::text"))), each
+        )
+    return each
+
+
+def action_frag(
+    action: FieldAction,
+    column: Column,
+    number_text: NumberText | None = None,
+    lists: ListFields = NO_LISTS,
+    *,
+    subject: Frag | None = None,
+) -> Frag:
+    """The SQL for the field's value after `action`; `column(f)` gives f's value before it,
+    `number_text(f)` (optional) the text of the first number of that value when already computed,
+    `lists` the project's list fields (SPEC 9); `subject`: the one text the action rewrites (an
+    element of the list field) instead of the field's value (templates still read the item's fields)."""
+    if subject is None:
+        if action.field in lists:
+            return _list_action(action, column, lists)
+        if isinstance(action, LIST_ACTIONS):
+            return _text_action(action, column(action.field), column, lists)
+    x = column(action.field) if subject is None else subject
+    if isinstance(action, Set):
+        return template_frag(action.value, column, lists)
     if isinstance(action, Copy):
         return column(action.source)
     if isinstance(action, Append):
-        return fmt("({0} || {1})", x, template_frag(action.value, column))
+        return fmt("({0} || {1})", x, template_frag(action.value, column, lists))
     if isinstance(action, Prepend):
-        return fmt("({0} || {1})", template_frag(action.value, column), x)
+        return fmt("({0} || {1})", template_frag(action.value, column, lists), x)
     if isinstance(action, Replace):
         return fmt("replace({0}, {1}, {2})", x, val(action.find, "text"), val(action.with_, "text"))
     if isinstance(action, RegexReplace):
@@ -170,4 +246,4 @@ def action_frag(action: FieldAction, column: Column, number_text: NumberText | N
     if isinstance(action, Math):
         return _math(action, x, number_text(action.field) if number_text is not None else None)
     assert isinstance(action, MapValues)
-    return _map(action, x, column)
+    return _map(action, x, column, lists)

@@ -7,11 +7,14 @@ is also used to lowercase literal values here (checked over all of Unicode).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
+from firefeed.rules import _lists_sql as _lists
 from firefeed.rules._frag import Frag, fmt, join, raw, val
 from firefeed.rules._text import NUMBER_PATTERN, simple_lower
-from firefeed.rules.model import AllOf, AnyOf, Condition, Leaf, Not
+from firefeed.rules.lists import NO_LISTS, ListFields
+from firefeed.rules.model import COUNT_OPS, AllOf, AnyOf, Condition, Leaf, Not
 from firefeed.rules.template import FieldRef, Template
 from firefeed.textutil import WHITESPACE
 
@@ -22,12 +25,30 @@ NumberText = Callable[[str], Frag | None]
 #: characters with a meaning in a Postgres pattern; a translated pattern without any is a literal string
 _REGEX_SPECIAL = frozenset("\\.[](){}*+?|^$")
 
-_CMP = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<=", "length_gt": ">", "length_lt": "<"}
+_CMP = {
+    "gt": ">",
+    "gte": ">=",
+    "lt": "<",
+    "lte": "<=",
+    "length_gt": ">",
+    "length_lt": "<",
+    "count_gt": ">",
+    "count_lt": "<",
+    "count_eq": "=",
+}
 
 
-def template_frag(template: Template, column: Column) -> Frag:
+def ref_frag(ref: FieldRef, column: Column, lists: ListFields = NO_LISTS) -> Frag:
+    """A template reference as text: `{f}` (a list joined with ","), `{f[i]}` an element (P9)."""
+    value = column(ref.name)
+    if ref.name in lists:
+        return _lists.as_text(value) if ref.index is None else _lists.element(value, ref.index)
+    return value if ref.index is None else _lists.text_element(value, ref.index)
+
+
+def template_frag(template: Template, column: Column, lists: ListFields = NO_LISTS) -> Frag:
     """The rendered template: literal parts bound, `{field}` parts the field's current value."""
-    pieces = [val(p, "text") if not isinstance(p, FieldRef) else column(p.name) for p in template.parts]
+    pieces = [val(p, "text") if not isinstance(p, FieldRef) else ref_frag(p, column, lists) for p in template.parts]
     if not pieces:
         return raw("''::text")
     if len(pieces) == 1:
@@ -63,7 +84,7 @@ def blank_frag(value: Frag, empty: bool) -> Frag:
     return fmt("({0} <> '' AND (strpos({1}, left({0}, 1)) = 0 OR btrim({0}, {1}) <> ''))", value, ws)
 
 
-def _text_leaf(cond: Leaf, subject: Frag, column: Column) -> Frag:
+def _text_leaf(cond: Leaf, subject: Frag, column: Column, lists: ListFields = NO_LISTS) -> Frag:
     op = cond.op
     cs = cond.case_sensitive
     if op in ("in", "not_in"):
@@ -84,7 +105,8 @@ def _text_leaf(cond: Leaf, subject: Frag, column: Column) -> Frag:
             tail = fmt("right({0}, {1})", subject, val(len(text), "integer"))
             return fmt("({0} = {1})", tail if cs else fmt("lower({0})", tail), wanted)
     else:
-        wanted = template_frag(tpl, column) if cs else fmt("lower({0})", template_frag(tpl, column))
+        wanted = template_frag(tpl, column, lists)
+        wanted = wanted if cs else fmt("lower({0})", wanted)
     left = subject if cs else fmt("lower({0})", subject)
     if op in ("eq", "ne"):
         return fmt("({0} = {1})" if op == "eq" else "({0} <> {1})", left, wanted)
@@ -96,9 +118,48 @@ def _text_leaf(cond: Leaf, subject: Frag, column: Column) -> Frag:
     return fmt("(right({0}, char_length({1})) = {1})", left, wanted)
 
 
-def leaf_frag(cond: Leaf, column: Column, number_text: NumberText | None = None) -> Frag:
-    subject = column(cond.field)
+#: the positive op each negated text op is the NOT of (on a list: no element satisfies it, SPEC 9)
+_NEGATED = {"ne": "eq", "not_contains": "contains", "not_in": "in"}
+
+
+def _list_leaf(cond: Leaf, column: Column, lists: ListFields) -> Frag:
+    """A leaf on a list field: ANY element (negated ops: NO element); no elements reads as "" (P7)."""
+    value = column(cond.field)
     op = cond.op
+    if op in COUNT_OPS:
+        return fmt("(" + "{0} " + _CMP[op] + " {1})", _lists.count(value), val(cond.length, "integer"))
+    if op in ("empty", "not_empty"):
+        every_blank = _lists.every_element(value, blank_frag(_lists.ELEMENT, True))
+        return every_blank if op == "empty" else fmt("(NOT {0})", every_blank)
+    positive = _NEGATED.get(op)
+    leaf = dataclasses.replace(cond, op=positive) if positive else cond
+
+    def on(subject: Frag) -> Frag:
+        return leaf_frag(leaf, column, None, lists, subject=subject)
+
+    found = _lists.any_element(value, on(_lists.ELEMENT), on(raw("''::text")))
+    return fmt("(NOT {0})", found) if positive else found
+
+
+def leaf_frag(
+    cond: Leaf,
+    column: Column,
+    number_text: NumberText | None = None,
+    lists: ListFields = NO_LISTS,
+    *,
+    subject: Frag | None = None,
+) -> Frag:
+    """`subject`: the text the leaf tests (an element of the list field) instead of the field's value;
+    templates in the value still read the item's fields."""
+    if subject is None:
+        if cond.field in lists:
+            return _list_leaf(cond, column, lists)
+        subject = column(cond.field)
+    op = cond.op
+    if op in COUNT_OPS:
+        # a text is one element, a blank one none (P8)
+        counted = fmt("(CASE WHEN {0} THEN 0 ELSE 1 END)", blank_frag(subject, True))
+        return fmt("(" + "{0} " + _CMP[op] + " {1})", counted, val(cond.length, "integer"))
     if op in ("empty", "not_empty"):
         return blank_frag(subject, op == "empty")
     if op in ("gt", "gte", "lt", "lte"):
@@ -114,18 +175,21 @@ def leaf_frag(cond: Leaf, column: Column, number_text: NumberText | None = None)
             # a literal pattern (punctuation is always escaped): a plain substring test, no regex engine
             return fmt("(strpos({0}, {1}) > 0)", left, val(cond.regex.pg, "text"))
         return fmt("({0} ~ {1})", left, val(cond.regex.pg, "text"))
-    return _text_leaf(cond, subject, column)
+    return _text_leaf(cond, subject, column, lists)
 
 
-def condition_frag(cond: Condition, column: Column, number_text: NumberText | None = None) -> Frag:
+def condition_frag(
+    cond: Condition, column: Column, number_text: NumberText | None = None, lists: ListFields = NO_LISTS
+) -> Frag:
     """A boolean SQL expression for `cond`; `column(field)` gives a field's current value,
-    `number_text(field)` (optional) the text of its first number when that is already computed."""
+    `number_text(field)` (optional) the text of its first number when that is already computed,
+    `lists` the project's list fields (SPEC 9)."""
     if isinstance(cond, Leaf):
-        return leaf_frag(cond, column, number_text)
+        return leaf_frag(cond, column, number_text, lists)
     if isinstance(cond, Not):
-        return fmt("(NOT {0})", condition_frag(cond.item, column, number_text))
+        return fmt("(NOT {0})", condition_frag(cond.item, column, number_text, lists))
     if not cond.items:
         return raw("true" if isinstance(cond, AllOf) else "false")
     sep = " AND " if isinstance(cond, AllOf) else " OR "
     assert isinstance(cond, AllOf | AnyOf)
-    return fmt("({0})", join((condition_frag(c, column, number_text) for c in cond.items), sep))
+    return fmt("({0})", join((condition_frag(c, column, number_text, lists) for c in cond.items), sep))

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from firefeed.rules._growth import Scope
+from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.rules.model import FieldAction, Rule, action_reads, condition_fields, effective
 from firefeed.schema.identifiers import column_for_field
 
@@ -70,6 +71,7 @@ class PassPlan:
     fields_in: tuple[str, ...]
     fields_out: tuple[str, ...]
     excluding: Rule | None  # the pass's first rule when it excludes
+    lists: ListFields = NO_LISTS  # the project's list fields: their columns are text[]
 
     @property
     def created(self) -> tuple[str, ...]:
@@ -85,6 +87,10 @@ class PassPlan:
 
     def extra(self) -> list[tuple[str, str]]:
         return [(flag_column(r), "boolean") for r in self.flagged]
+
+    def list_columns(self) -> list[str]:
+        """The columns of `fields_out` that hold lists (text[])."""
+        return [column_for_field(f) for f in self.fields_out if f in self.lists]
 
 
 def flag_column(rule: Rule) -> str:
@@ -221,6 +227,7 @@ def plan_passes(rules: Sequence[Rule], fields: Sequence[str]) -> list[PassPlan]:
         for rule in group:
             out.extend(f for f in rule.writes if f not in out)
         excluding = group[0] if group[0].excludes else None
-        plans.append(PassPlan(number, tuple(group), tuple(_levels(group)), fields_in, tuple(out), excluding))
+        lists = group[0].lists
+        plans.append(PassPlan(number, tuple(group), tuple(_levels(group)), fields_in, tuple(out), excluding, lists))
         fields_in = tuple(out)
     return plans

@@ -65,7 +65,9 @@ class ChunkCounts:
 
 def prepare_pass(schema_service: SchemaService, *, company: str, run_id: str, plan: PassPlan) -> str:
     """Create the (empty) table the pass writes; returns its name in the company schema."""
-    return schema_service.create_rules_tmp(company, run_id, plan.number, plan.columns(), extra=plan.extra())
+    return schema_service.create_rules_tmp(
+        company, run_id, plan.number, plan.columns(), extra=plan.extra(), list_columns=plan.list_columns()
+    )
 
 
 def _rule_matches(

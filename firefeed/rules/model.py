@@ -8,6 +8,7 @@ a user can find it; nothing is checked later at run time.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -17,6 +18,7 @@ from firefeed.errors import SpecError
 from firefeed.rules._regex import RegexError, translate
 from firefeed.rules._scalars import _field_name, _kind, _mapping, _number, _text, parse_bool, parse_whole
 from firefeed.rules._text import MAX_ROUND
+from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.rules.template import Template, parse_template
 
 TEMPLATE_OPS = ("eq", "ne", "contains", "not_contains", "starts_with", "ends_with")
@@ -24,7 +26,10 @@ LIST_OPS = ("in", "not_in")
 NUMBER_OPS = ("gt", "gte", "lt", "lte")
 LENGTH_OPS = ("length_gt", "length_lt")
 EMPTY_OPS = ("empty", "not_empty")
-OPS = (*TEMPLATE_OPS, *LIST_OPS, "matches", "empty", "not_empty", *NUMBER_OPS, *LENGTH_OPS)
+COUNT_OPS = ("count_gt", "count_lt", "count_eq")
+OPS = (*TEMPLATE_OPS, *LIST_OPS, "matches", "empty", "not_empty", *NUMBER_OPS, *LENGTH_OPS, *COUNT_OPS)
+#: the name a `remove` condition gives the element it looks at (SPEC 9, P20)
+ELEMENT = "_"
 MATH_OPS = ("add", "subtract", "multiply", "divide")
 
 
@@ -59,7 +64,7 @@ class Leaf:
     values: tuple[str, ...] = ()  # in, not_in
     regex: Regex | None = None  # matches (lowercased literals unless case_sensitive)
     number: Decimal | None = None  # gt, gte, lt, lte
-    length: int | None = None  # length_gt, length_lt
+    length: int | None = None  # length_gt, length_lt; count_gt, count_lt, count_eq
 
     @property
     def reads(self) -> tuple[str, ...]:
@@ -176,6 +181,39 @@ class MapValues:
 
 
 @dataclass(frozen=True)
+class Split:
+    """Text -> list (SPEC 9): as a csv cell, each element trimmed, empty ones dropped."""
+
+    field: str
+    separator: str = ","
+
+
+@dataclass(frozen=True)
+class Join:
+    field: str
+    separator: str = ","
+
+
+@dataclass(frozen=True)
+class Take:
+    field: str
+    count: int
+
+
+@dataclass(frozen=True)
+class Dedupe:
+    field: str
+
+
+@dataclass(frozen=True)
+class Remove:
+    """Drop the elements for which `when` holds; its leaves name `field: _`, the element (P20)."""
+
+    field: str
+    when: Condition
+
+
+@dataclass(frozen=True)
 class Exclude:
     pass
 
@@ -194,8 +232,15 @@ FieldAction = (
     | Truncate
     | Math
     | MapValues
+    | Split
+    | Join
+    | Take
+    | Dedupe
+    | Remove
 )
 Action = FieldAction | Exclude
+#: actions that act on a list as a whole (SPEC 9): they make sense only on list fields
+LIST_ACTIONS = (Split, Join, Take, Dedupe, Remove)
 
 
 def action_reads(action: Action) -> dict[str, int]:
@@ -222,6 +267,11 @@ def action_reads(action: Action) -> dict[str, int]:
         add(action.field, 3)
     elif isinstance(action, Math):
         add(action.field, 4 if action.op == "divide" else 3)
+    elif isinstance(action, Remove):
+        add(action.field, 3)
+        for f in condition_fields(action.when):
+            if f != ELEMENT:
+                add(f)
     elif isinstance(action, MapValues):
         add(action.field, 2)
         for _, target in action.values:
@@ -242,6 +292,8 @@ class Rule:
     when: Condition | None
     then: tuple[Action, ...] = ()
     else_: tuple[Action, ...] = field(default=())
+    #: the project's list fields (SPEC 9): the rule compiles knowing which fields hold lists
+    lists: ListFields = field(default_factory=lambda: NO_LISTS)
 
     @property
     def excludes(self) -> bool:
@@ -314,6 +366,12 @@ def parse_condition(raw: Any, path: str, *, depth: int = 1) -> Condition:
         return Leaf(name, op, cs, regex=_checked_regex(_text(value, vpath), vpath, fold_case=not cs))
     if op in NUMBER_OPS:
         return Leaf(name, op, cs, number=_number(value, vpath))
+    if op in COUNT_OPS:
+        # P8: digits only, taken literally (not a template)
+        digits = _text(value, vpath).strip() if not isinstance(value, bool) else ""
+        if not digits.isascii() or not digits.isdigit():
+            raise SpecError(vpath, f"must be a whole number (digits only) for op {op}")
+        return Leaf(name, op, cs, length=int(digits))
     return Leaf(name, op, cs, length=parse_whole(value, vpath))
 
 
@@ -333,6 +391,11 @@ _ACTION_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "truncate": (("length",), ("length",)),
     "math": (("op", "value", "round"), ("op", "value")),
     "map": (("values", "default"), ("values",)),
+    "split": (("separator",), ()),
+    "join": (("separator",), ()),
+    "take": (("count",), ("count",)),
+    "dedupe": ((), ()),
+    "remove": (("when",), ("when",)),
     "exclude": ((), ()),
 }
 
@@ -424,6 +487,21 @@ def parse_action(raw: Any, path: str, *, key_field: str) -> Action | None:
         )
         default = tpl("default") if "default" in raw and raw["default"] is not None else None
         return MapValues(target, pairs, default)
+    if kind in ("split", "join"):
+        separator = _text(raw["separator"], f"{path}.separator", allow_none=True) if "separator" in raw else ","
+        if kind == "split":
+            if separator == "":
+                raise SpecError(f"{path}.separator", "must not be empty for split")
+            return Split(target, separator)
+        return Join(target, separator)
+    if kind == "take":
+        return Take(target, parse_whole(raw["count"], f"{path}.count"))
+    if kind == "dedupe":
+        return Dedupe(target)
+    if kind == "remove":
+        when = parse_condition(raw["when"], f"{path}.when")
+        _element_only(when, f"{path}.when")
+        return Remove(target, when)
     simple: dict[str, type[Lowercase | Uppercase | Capitalize | Trim]] = {
         "lowercase": Lowercase,
         "uppercase": Uppercase,
@@ -431,6 +509,23 @@ def parse_action(raw: Any, path: str, *, key_field: str) -> Action | None:
         "trim": Trim,
     }
     return simple[kind](target)
+
+
+def _element_only(cond: Condition, path: str) -> None:
+    """P20: every leaf of a `remove` condition names `field: _` (the element)."""
+    if isinstance(cond, Leaf):
+        if cond.field != ELEMENT:
+            raise SpecError(f"{path}.field", f"must be {ELEMENT!r} (the element) in a remove condition")
+        return
+    if isinstance(cond, Not):
+        _element_only(cond.item, f"{path}.not")
+        return
+    if not isinstance(cond, AllOf | AnyOf):
+        # any other kind of condition (one about the item, not its element) has no place here
+        raise SpecError(path, f"a remove condition tests the element: only leaves with field {ELEMENT!r}")
+    key = "all" if isinstance(cond, AllOf) else "any"
+    for i, c in enumerate(cond.items):
+        _element_only(c, f"{path}.{key}[{i}]")
 
 
 def _actions(raw: Any, path: str, *, key_field: str) -> tuple[Action, ...]:
@@ -444,12 +539,35 @@ def _actions(raw: Any, path: str, *, key_field: str) -> tuple[Action, ...]:
     return tuple(a for a in out if a is not None)
 
 
+def derive_lists(declared: frozenset[str], rules: list[Rule]) -> ListFields:
+    """The declared list fields and those enabled rules make lists (`split`, `copy` from a list field)."""
+    fields = set(declared)
+    changed = True
+    while changed:  # a copy may read a field a later rule makes a list
+        changed = False
+        for rule in rules:
+            if not rule.enabled:
+                continue
+            for action in (*effective(rule.then), *effective(rule.else_)):
+                made = isinstance(action, Split) or (isinstance(action, Copy) and action.source in fields)
+                if made and action.field not in fields:
+                    fields.add(action.field)
+                    changed = True
+    return ListFields(frozenset(fields), frozenset(declared)) if fields else NO_LISTS
+
+
 # -- rules -----------------------------------------------------------------
 _RULE_KEYS = ("name", "enabled", "when", "then", "else")
 
 
-def parse_rules(raw: Any, *, key_field: str, path: str = "rules") -> list[Rule]:
-    """The ordered rule list; names default to `rule <n>` (1-based) and must be unique."""
+def parse_rules(
+    raw: Any, *, key_field: str, path: str = "rules", declared_lists: frozenset[str] = frozenset()
+) -> list[Rule]:
+    """The ordered rule list; names default to `rule <n>` (1-based) and must be unique.
+
+    `declared_lists`: the fields the sources declare in `lists`; with the fields
+    the rules make lists (`derive_lists`), every rule carries them.
+    """
     if raw is None:
         return []
     if not isinstance(raw, list | tuple):
@@ -474,4 +592,7 @@ def parse_rules(raw: Any, *, key_field: str, path: str = "rules") -> list[Rule]:
         then = _actions(item.get("then"), f"{rpath}.then", key_field=key_field)
         else_ = _actions(item.get("else"), f"{rpath}.else", key_field=key_field)
         rules.append(Rule(index, name, enabled, when, then, else_))
+    lists = derive_lists(declared_lists, rules)
+    if lists:
+        rules = [dataclasses.replace(r, lists=lists) for r in rules]
     return rules

@@ -7,21 +7,28 @@ it implements.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from firefeed.rules import _text
+from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.rules.model import (
+    COUNT_OPS,
+    ELEMENT,
+    LIST_ACTIONS,
     AllOf,
     AnyOf,
     Append,
     Capitalize,
     Condition,
     Copy,
+    Dedupe,
     Exclude,
     FieldAction,
+    Join,
     Leaf,
     Lowercase,
     MapValues,
@@ -29,18 +36,24 @@ from firefeed.rules.model import (
     Not,
     Prepend,
     RegexReplace,
+    Remove,
     Replace,
     Rule,
     Set,
+    Split,
+    Take,
     Trim,
     Truncate,
     Uppercase,
 )
 
+#: a field's value: a text, or a list field's elements (SPEC 9), none of them ""
+Value = str | tuple[str, ...]
+
 
 @dataclass
 class RulesOutcome:
-    items: list[dict[str, str]]  # excluded items removed, order kept
+    items: list[dict[str, Value]]  # excluded items removed, order kept
     matched: dict[str, int] = field(default_factory=dict)  # per enabled rule: items whose `when` matched
     excluded: int = 0
 
@@ -50,9 +63,50 @@ def _compiled(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)
 
 
-def _leaf(cond: Leaf, item: Mapping[str, str]) -> bool:
-    value = item.get(cond.field, "")
+def elements(value: Value) -> tuple[str, ...]:
+    """A value's elements: a text is one element, "" none (P2)."""
+    if isinstance(value, tuple):
+        return value
+    return (value,) if value else ()
+
+
+def from_text(text: str) -> tuple[str, ...]:
+    """A text written into a list field: one element, "" none (P1)."""
+    return (text,) if text else ()
+
+
+_NEGATED = {"ne": "eq", "not_contains": "contains", "not_in": "in"}
+
+
+def _list_leaf(cond: Leaf, item: Mapping[str, Value], lists: ListFields) -> bool:
+    """ANY element satisfies the op; `ne`, `not_contains`, `not_in`: NO element satisfies the positive op;
+    no elements reads as the text "" (P7); `empty`: every element is blank."""
+    items = elements(item.get(cond.field, ()))
     op = cond.op
+    if op in COUNT_OPS:
+        return _count(len(items), cond)
+    if op in ("empty", "not_empty"):
+        return all(_text.is_blank(e) for e in items) == (op == "empty")
+    positive = _NEGATED.get(op)
+    leaf = dataclasses.replace(cond, op=positive) if positive else cond
+    found = any(_leaf(leaf, item, lists, subject=e) for e in (items or ("",)))
+    return not found if positive else found
+
+
+def _count(n: int, cond: Leaf) -> bool:
+    assert cond.length is not None
+    return {"count_gt": n > cond.length, "count_lt": n < cond.length, "count_eq": n == cond.length}[cond.op]
+
+
+def _leaf(cond: Leaf, item: Mapping[str, Value], lists: ListFields = NO_LISTS, subject: str | None = None) -> bool:
+    """`subject`: the text tested (an element of a list field); templates still read the item."""
+    if subject is None and cond.field in lists:
+        return _list_leaf(cond, item, lists)
+    value = item.get(cond.field, "") if subject is None else subject
+    assert isinstance(value, str), (cond.field, value)
+    op = cond.op
+    if op in COUNT_OPS:
+        return _count(0 if _text.is_blank(value) else 1, cond)  # a blank text counts 0 (P8)
     if op in ("empty", "not_empty"):
         return _text.is_blank(value) == (op == "empty")
     if op in ("gt", "gte", "lt", "lte"):
@@ -90,16 +144,16 @@ def _leaf(cond: Leaf, item: Mapping[str, str]) -> bool:
     return subject.endswith(wanted)
 
 
-def matches(cond: Condition, item: Mapping[str, str]) -> bool:
-    """Whether `item` satisfies `cond` (a missing field reads as "")."""
+def matches(cond: Condition, item: Mapping[str, Value], lists: ListFields = NO_LISTS) -> bool:
+    """Whether `item` satisfies `cond` (a missing field reads as ""); `lists`: the list fields."""
     if isinstance(cond, Leaf):
-        return _leaf(cond, item)
+        return _leaf(cond, item, lists)
     if isinstance(cond, AllOf):
-        return all(matches(c, item) for c in cond.items)
+        return all(matches(c, item, lists) for c in cond.items)
     if isinstance(cond, AnyOf):
-        return any(matches(c, item) for c in cond.items)
+        return any(matches(c, item, lists) for c in cond.items)
     assert isinstance(cond, Not)
-    return not matches(cond.item, item)
+    return not matches(cond.item, item, lists)
 
 
 def _regex_replace(action: RegexReplace, value: str) -> str:
@@ -109,13 +163,63 @@ def _regex_replace(action: RegexReplace, value: str) -> str:
     return _compiled(action.pattern.py).sub(repl, value)
 
 
-def apply_action(action: FieldAction, item: Mapping[str, str]) -> str:
-    """The new value of `action.field`."""
-    value = item.get(action.field, "")
+def _list_action(action: FieldAction, item: Mapping[str, Value], lists: ListFields) -> tuple[str, ...]:
+    """The new elements of a list field (SPEC 9)."""
+    items = elements(item.get(action.field, ()))
+    if isinstance(action, Set):
+        return from_text(action.value.render(item))
+    if isinstance(action, Copy):
+        source = item.get(action.source, "")
+        return source if isinstance(source, tuple) else from_text(source)
+    if isinstance(action, Append):
+        return items + from_text(action.value.render(item))
+    if isinstance(action, Prepend):
+        return from_text(action.value.render(item)) + items
+    if isinstance(action, Split):
+        return tuple(p.strip() for e in items for p in e.split(action.separator) if p.strip())
+    if isinstance(action, Join):
+        return from_text(action.separator.join(items))
+    if isinstance(action, Take):
+        return items[: action.count]
+    if isinstance(action, Dedupe):
+        return tuple(dict.fromkeys(items))
+    if isinstance(action, Remove):
+        return tuple(e for e in items if not matches(action.when, {**item, ELEMENT: e}, lists))
+
+    def on(element: str) -> str:
+        result = apply_action(action, item, lists, subject=element)
+        assert isinstance(result, str)
+        return result
+
+    if not items:
+        return from_text(on(""))  # P11: on no elements, as on the text ""
+    return tuple(e for e in map(on, items) if e != "")
+
+
+def _text_list_action(action: FieldAction, value: str, item: Mapping[str, Value], lists: ListFields) -> str:
+    """split/join/take/dedupe/remove on a text: a one-element list, "" none (P2)."""
+    if isinstance(action, Take):
+        return value if action.count > 0 else ""
+    if isinstance(action, Remove):
+        return "" if value and matches(action.when, {**item, ELEMENT: value}, lists) else value
+    return value
+
+
+def apply_action(
+    action: FieldAction, item: Mapping[str, Value], lists: ListFields = NO_LISTS, *, subject: str | None = None
+) -> Value:
+    """The new value of `action.field`; `subject`: the one text rewritten (an element of a list field)
+    instead of the field's value; templates still read the item's fields."""
+    if subject is None and action.field in lists:
+        return _list_action(action, item, lists)
+    value = item.get(action.field, "") if subject is None else subject
+    assert isinstance(value, str), (action.field, value)
+    if isinstance(action, LIST_ACTIONS):
+        return _text_list_action(action, value, item, lists)
     if isinstance(action, Set):
         return action.value.render(item)
     if isinstance(action, Copy):
-        return item.get(action.source, "")
+        return item.get(action.source, "")  # a list field's copy is a list field (lists.derive_lists)
     if isinstance(action, Append):
         return value + action.value.render(item)
     if isinstance(action, Prepend):
@@ -143,22 +247,29 @@ def apply_action(action: FieldAction, item: Mapping[str, str]) -> str:
     return action.default.render(item) if action.default is not None else value
 
 
-def apply_rules(items: Iterable[Mapping[str, str]], rules: Sequence[Rule]) -> RulesOutcome:
-    """Run the enabled rules in order over `items`; excluded items are dropped and counted."""
+def apply_rules(items: Iterable[Mapping[str, Value]], rules: Sequence[Rule]) -> RulesOutcome:
+    """Run the enabled rules in order over `items`; excluded items are dropped and counted.
+
+    A list field's value is a tuple of its elements (every rule carries the
+    project's list fields); a list field an item lacks has no elements.
+    """
     active = [r for r in rules if r.enabled]
     outcome = RulesOutcome(items=[], matched={r.name: 0 for r in active})
     for original in items:
         item = dict(original)
         kept = True
         for rule in active:
-            hit = rule.when is None or matches(rule.when, item)
+            lists = rule.lists
+            for name in lists.fields:
+                item.setdefault(name, ())
+            hit = rule.when is None or matches(rule.when, item, lists)
             if hit:
                 outcome.matched[rule.name] += 1
             for action in rule.then if hit else rule.else_:
                 if isinstance(action, Exclude):
                     kept = False
                     break
-                item[action.field] = apply_action(action, item)
+                item[action.field] = apply_action(action, item, lists)
             if not kept:
                 break
         if kept:

@@ -34,7 +34,9 @@ from psycopg2 import sql
 from firefeed.rules._actions_sql import action_frag
 from firefeed.rules._conditions_sql import condition_frag, number_text_frag
 from firefeed.rules._frag import Frag, fmt, join, of, raw, val
+from firefeed.rules._lists_sql import EMPTY_LIST
 from firefeed.rules._plan import PassPlan, Step, flag_column
+from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.rules.model import (
     AllOf,
     AnyOf,
@@ -50,14 +52,16 @@ from firefeed.rules.model import (
 from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, ident
 
 
-def condition_sql(cond: Condition, column: Callable[[str], sql.Composable], params: list[Any]) -> sql.Composable:
+def condition_sql(
+    cond: Condition, column: Callable[[str], sql.Composable], params: list[Any], lists: ListFields = NO_LISTS
+) -> sql.Composable:
     """A boolean SQL expression for `cond` that is never NULL.
 
     `column(field)` returns the SQL of a field's current value (a quoted column,
-    or ''::text when the table lacks it); literal values are appended to
-    `params`, in the order of their `%s` placeholders.
+    or ''::text when the table lacks it; `'{}'::text[]` for a list field);
+    literal values are appended to `params`, in the order of their `%s` placeholders.
     """
-    frag = condition_frag(cond, lambda name: of(column(name)))
+    frag = condition_frag(cond, lambda name: of(column(name)), None, lists)
     params.extend(frag.params)
     return frag.sql
 
@@ -76,15 +80,19 @@ def _number_leaf_fields(cond: Condition) -> list[str]:
 
 
 def _number_reads(step: Step) -> list[tuple[str, bool]]:
-    """(field, by a math action that always runs) for each reading of a level-start value's number."""
+    """(field, by a math action that always runs) for each reading of a level-start value's number.
+
+    A list field's numbers are read per element (`_lists_sql`), never as one column.
+    """
+    lists = step.rule.lists
     reads: list[tuple[str, bool]] = []
     if step.first and step.rule.when is not None:
-        reads.extend((f, False) for f in _number_leaf_fields(step.rule.when))
+        reads.extend((f, False) for f in _number_leaf_fields(step.rule.when) if f not in lists)
     for chain in (step.then, step.else_):
         written: set[str] = set()
         for action in chain:
             no_op = isinstance(action, Math) and action.op == "divide" and action.value.is_zero()
-            if isinstance(action, Math) and action.field not in written and not no_op:
+            if isinstance(action, Math) and action.field not in written and not no_op and action.field not in lists:
                 reads.append((action.field, step.rule.when is None))
             written.add(action.field)
     return reads
@@ -161,7 +169,9 @@ class _Builder:
         return _col(self.numbers[name]) if name in self.numbers else None
 
     def base(self, name: str) -> Frag:
-        return _col(column_for_field(name)) if name in self.fields else raw("''::text")
+        if name in self.fields:
+            return _col(column_for_field(name))
+        return EMPTY_LIST if name in self.plan.lists else raw("''::text")
 
     def _select(self, items: list[Frag], where: Frag | None, barrier: bool) -> Frag:
         conds = [w for w in (self.where, where) if w is not None]
@@ -217,7 +227,9 @@ class _Builder:
         layer = self._layer(reads, {self.numbers[f] for f in reads if f in self.numbers})
         for rule in rules:
             assert rule.when is not None
-            layer.extra.append((flag_column(rule), condition_frag(rule.when, self.base, self.number_text)))
+            layer.extra.append(
+                (flag_column(rule), condition_frag(rule.when, self.base, self.number_text, self.plan.lists))
+            )
 
     def _end_numbers(self, i: int, level: tuple[Step, ...], layer: _Layer) -> None:
         """After level i's values: drop number columns of rewritten fields and of values nobody reads again."""
@@ -236,7 +248,7 @@ class _Builder:
 
         for action in actions:
             current[action.field] = action_frag(
-                action, value, lambda n: None if n in current or n in earlier else self.number_text(n)
+                action, value, lambda n: None if n in current or n in earlier else self.number_text(n), self.plan.lists
             )
         return current
 
@@ -314,7 +326,7 @@ def count_select(plan: PassPlan, source: sql.Composable, lo: int | None = None, 
     rule = plan.excluding
     matched = raw("count(*)")
     if rule is not None and rule.when is not None:
-        matched = fmt("count(*) FILTER (WHERE {0})", condition_frag(rule.when, builder.base))
+        matched = fmt("count(*) FILTER (WHERE {0})", condition_frag(rule.when, builder.base, None, plan.lists))
     text = fmt("SELECT count(*), {0} FROM {1} AS t", matched, of(source))
     where = chunk_filter(lo, hi)
     return fmt("{0} WHERE {1}", text, where) if where is not None else text
@@ -347,6 +359,6 @@ def exclusion_delete(plan: PassPlan, target: sql.Composable) -> Frag:
     elif drop_then and drop_else:
         keep = raw("false")
     else:
-        when = condition_frag(rule.when, builder.base)
+        when = condition_frag(rule.when, builder.base, None, plan.lists)
         keep = fmt("NOT ({0})", when) if drop_then else when
     return fmt("DELETE FROM {0} AS t WHERE ({1}) IS NOT TRUE", of(target), keep)

@@ -7,6 +7,7 @@ a template the same way.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +19,34 @@ from firefeed.errors import SpecError
 
 @dataclass(frozen=True)
 class FieldRef:
+    """`{name}`, or `{name[i]}`: element i of a list (negative from the end; P9)."""
+
     name: str
+    index: int | None = None
+
+
+#: `name[i]` in a reference always means an index (P9)
+_INDEXED = re.compile(r"^(.*)\[(-?[0-9]+)\]$", re.DOTALL)
+
+
+def _ref(inner: str) -> FieldRef:
+    m = _INDEXED.match(inner)
+    if m is None or m.group(1) == "":
+        return FieldRef(inner)
+    return FieldRef(m.group(1), int(m.group(2)))
+
+
+def element(value: str | tuple[str, ...], index: int) -> str:
+    """Element `index` of a value (a text is a one-element list, "" has none, P2); "" when out of range."""
+    items = value if isinstance(value, tuple) else ((value,) if value else ())
+    if -len(items) <= index < len(items):
+        return items[index]
+    return ""
+
+
+def as_text(value: str | tuple[str, ...]) -> str:
+    """A value as text: a list's elements joined with ","."""
+    return ",".join(value) if isinstance(value, tuple) else value
 
 
 Part = str | FieldRef
@@ -39,8 +67,15 @@ class Template:
     def is_literal(self) -> bool:
         return not self.fields
 
-    def render(self, item: Mapping[str, str]) -> str:
-        return "".join(p if isinstance(p, str) else item.get(p.name, "") for p in self.parts)
+    def render(self, item: Mapping[str, Any]) -> str:
+        out = []
+        for p in self.parts:
+            if isinstance(p, str):
+                out.append(p)
+                continue
+            value = item.get(p.name, "")
+            out.append(as_text(value) if p.index is None else element(value, p.index))
+        return "".join(out)
 
     def to_sql(self, column: Callable[[str], sql.Composable], params: list[Any]) -> sql.Composable:
         """SQL text for the rendered value; literal parts are appended to `params` as bound values."""
@@ -77,7 +112,7 @@ def parse_template(text: str, path: str) -> Template:
             if buf:
                 parts.append("".join(buf))
                 buf = []
-            parts.append(FieldRef(inner))
+            parts.append(_ref(inner))
             i = end + 1
             continue
         if ch == "}":

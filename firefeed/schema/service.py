@@ -54,6 +54,7 @@ def _like_prefix(prefix: str) -> str:
 
 
 _TEXT_COL = sql.SQL("{} text NOT NULL DEFAULT ''")
+_LIST_COL = sql.SQL("{} text[] NOT NULL DEFAULT '{{}}'")
 _CATALOG_RACES = (
     pg_errors.UniqueViolation,
     pg_errors.DuplicateObject,
@@ -255,9 +256,18 @@ class SchemaService:
 
     # -- rules pass tables ----------------------------------------------
     def create_rules_tmp(
-        self, company: str, run_id: str, pass_no: int, columns: Sequence[str], extra: Sequence[tuple[str, str]] = ()
+        self,
+        company: str,
+        run_id: str,
+        pass_no: int,
+        columns: Sequence[str],
+        extra: Sequence[tuple[str, str]] = (),
+        list_columns: Sequence[str] = (),
     ) -> str:
-        """Create the table one rules pass writes: internal columns, field columns, then `extra` (name, type)."""
+        """Create the table one rules pass writes: internal columns, field columns, then `extra` (name, type).
+
+        The `list_columns` among `columns` hold list fields (text[], SPEC 9).
+        """
         schema = company_schema(company)
         table = rules_tmp_table(run_id, pass_no)
         cols = [
@@ -265,7 +275,8 @@ class SchemaService:
             sql.SQL("{} text NOT NULL").format(ident(KEY)),
             sql.SQL("{} integer NOT NULL").format(ident(SRC)),
         ]
-        cols += [_TEXT_COL.format(ident(c)) for c in columns]
+        lists = set(list_columns)
+        cols += [(_LIST_COL if c in lists else _TEXT_COL).format(ident(c)) for c in columns]
         cols += [sql.SQL("{} " + typ).format(ident(name)) for name, typ in extra]
         with raw_connection(self.engine) as conn, conn.cursor() as cur:
             cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(schema, table)))

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.rules.model import Condition, Rule, parse_condition, parse_rules
 
 SOURCE_FORMATS = ("csv", "tsv", "json", "jsonl", "xml")
@@ -94,6 +95,22 @@ class SourceSpec(_Strict):
     headers: dict[str, str] = Field(default_factory=dict)
     mode: Literal["enrich", "append"] = "enrich"
     fields: list[str] | None = None
+    # SPEC 9: list fields of this source, field -> separator (csv/tsv split on it; json/xml ignore it)
+    lists: dict[str, str] | None = None
+
+    @field_validator("lists")
+    @classmethod
+    def _lists(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        for name, separator in (v or {}).items():
+            if name == "":
+                raise ValueError("a list field needs a name")
+            if separator == "":
+                raise ValueError(f"the separator of list field {name!r} must be a non-empty text")
+        return v
+
+    @property
+    def list_fields(self) -> frozenset[str]:
+        return frozenset(self.lists or ())
 
     @field_validator("delimiter")
     @classmethod
@@ -141,6 +158,8 @@ class ExportSpec(_Strict):
     fields: dict[str, str] | None = None
     where: Any = None
     gzip: bool = False
+    # csv/tsv: what joins a list's elements in a cell (SPEC 9)
+    list_separator: str = ","
     # google-xml: the <channel>'s <link> (SPEC 8.19); unset, the first item's link.
     channel_link: str | None = None
     # Feed quality (#9): the channel whose rules the export is checked against (google-xml: google),
@@ -191,6 +210,7 @@ class ProjectSpec(_Strict):
     exports: list[ExportSpec] = Field(default_factory=list)
 
     _rules: list[Rule] = PrivateAttr(default_factory=list)
+    _lists: ListFields = PrivateAttr(default=NO_LISTS)
 
     @field_validator("schedule")
     @classmethod
@@ -249,7 +269,20 @@ class ProjectSpec(_Strict):
                 for out, value in e.fields.items():
                     if "{" in value or "}" in value:
                         parse_template(value, join_key(f"exports[{i}].fields", out))
-        self._rules = parse_rules(self.rules, key_field=self.key, path="rules")
+                parents = {out.split(".", 1)[0] for out in e.fields if "." in out}
+                for out in e.fields:
+                    if out in parents:
+                        raise SpecError(
+                            join_key(f"exports[{i}].fields", out),
+                            f"{out!r} is both a column and the parent of sub-attributes ({out}.…); rename one",
+                        )
+        declared: set[str] = set()
+        for i, s in enumerate(self.sources):
+            if self.key in s.list_fields:
+                raise SpecError(f"sources[{i}].lists.{self.key}", "the key field cannot be a list")
+            declared |= s.list_fields
+        self._rules = parse_rules(self.rules, key_field=self.key, path="rules", declared_lists=frozenset(declared))
+        self._lists = self._rules[0].lists if self._rules else ListFields(frozenset(declared), frozenset(declared))
         from firefeed.rules.limits import check_sql_size, spec_fields
 
         check_sql_size(self._rules, spec_fields(self._rules, self.key))  # again at RULES, with the feed's columns
@@ -258,6 +291,11 @@ class ProjectSpec(_Strict):
     @property
     def parsed_rules(self) -> list[Rule]:
         return self._rules
+
+    @property
+    def list_fields(self) -> ListFields:
+        """The project's list fields (SPEC 9): declared by a source or made lists by a rule."""
+        return self._lists
 
     @property
     def primary(self) -> SourceSpec:

@@ -111,31 +111,33 @@ class SliceRecorder:
         return [results[i] for i in range(len(slices))]
 
 
-def _in_process(engine: Engine, source: str, rules: list[Rule], *, split: bool) -> tuple[RulesResult, str]:
+def _in_process(
+    engine: Engine, source: str, rules: list[Rule], *, split: bool, fields: list[str] = FIELDS
+) -> tuple[RulesResult, str]:
     service = SchemaService(engine)
     run_id = str(uuid.uuid4())
     runner = InProcessPasses(engine, service, company=COMPANY, run_id=run_id, split_min_rows=1 if split else ITEMS + 1)
-    result = apply_passes(runner, service, company=COMPANY, source_table=source, fields=FIELDS, rules=rules, rows=ITEMS)
+    result = apply_passes(runner, service, company=COMPANY, source_table=source, fields=fields, rules=rules, rows=ITEMS)
     return result, run_id
 
 
 def _chunked(
-    engine: Engine, source: str, rules: list[Rule], max_slices: int = 16
+    engine: Engine, source: str, rules: list[Rule], fields: list[str] = FIELDS, max_slices: int = 16
 ) -> tuple[RulesResult, str, SliceRecorder]:
     service = SchemaService(engine)
     run_id = str(uuid.uuid4())
-    recorder = SliceRecorder(engine, run_id, rules, FIELDS)
+    recorder = SliceRecorder(engine, run_id, rules, fields)
     runner = ChunkJobPasses(
         engine,
         service,
         company=COMPANY,
         run_id=run_id,
-        fields=FIELDS,
+        fields=fields,
         chunk_rows=CHUNK_ROWS,
         run_chunks=recorder,
         max_slices=max_slices,
     )
-    result = apply_passes(runner, service, company=COMPANY, source_table=source, fields=FIELDS, rules=rules, rows=ITEMS)
+    result = apply_passes(runner, service, company=COMPANY, source_table=source, fields=fields, rules=rules, rows=ITEMS)
     return result, run_id, recorder
 
 
@@ -211,3 +213,44 @@ def test_a_pass_is_cut_into_at_most_max_slices_chunk_jobs_with_the_same_result(e
     finally:
         for run_id in runs:
             service.drop_rules_tmp_for_run(COMPANY, run_id)
+
+
+LIST_RULES: list[dict[str, Any]] = [
+    {"name": "gold", "when": {"field": "tags", "op": "eq", "value": "gold"}, "then": [{"uppercase": "tags"}]},
+    {"name": "few", "when": {"field": "tags", "op": "count_lt", "value": "2"}, "then": [{"exclude": "true"}]},
+    {"name": "parts", "then": [{"split": "title", "separator": " "}, {"take": "title", "count": "2"}]},
+    {"name": "extra", "then": [{"append": "tags", "value": "{title[-1]}"}, {"dedupe": "tags"}]},
+]
+
+
+def test_list_fields_give_the_same_items_in_process_in_halves_and_as_chunk_jobs(engine: Engine) -> None:
+    """text[] pass tables made up front (chunk jobs INSERT into them) hold what CREATE TABLE AS holds."""
+    service = SchemaService(engine)
+    fields = [KEY_FIELD, "title", "tags"]
+    rules = parse_rules(LIST_RULES, key_field=KEY_FIELD, declared_lists=frozenset({"tags"}))
+    lists = rules[0].lists
+    assert lists.fields == {"tags", "title"}
+    items = [
+        {KEY_FIELD: f"K{i}", "title": (f"item number {i}",), "tags": tuple(["gold", "silver", "gold"][: i % 4])}
+        for i in range(ITEMS)
+    ]
+    table = f"items_{uuid.uuid4().hex[:8]}"
+    load_items(engine, service, COMPANY, table, fields, items, lists)
+    runs: list[str] = []
+    try:
+        whole, run_id = _in_process(engine, table, rules, split=False, fields=fields)
+        runs.append(run_id)
+        halves, run_id = _in_process(engine, table, rules, split=True, fields=fields)
+        runs.append(run_id)
+        chunked, run_id, _recorder = _chunked(engine, table, rules, fields)
+        runs.append(run_id)
+        rows = _read_sorted(engine, whole.table, whole.fields)
+        assert rows[0][1:] == ("K2", ["item", "number"], ["GOLD", "SILVER", "number"])
+        assert len(rows) == whole.rows_out == sum(1 for i in range(ITEMS) if i % 4 >= 2)
+        assert _read_sorted(engine, halves.table, halves.fields) == rows
+        assert _read_sorted(engine, chunked.table, chunked.fields) == rows
+        assert chunked.matched == whole.matched and chunked.excluded == whole.excluded
+    finally:
+        for run_id in runs:
+            service.drop_rules_tmp_for_run(COMPANY, run_id)
+        service.drop_table(COMPANY, table)

@@ -9,23 +9,30 @@ Python and Postgres agree on what a match covers (see firefeed.rules._regex).
 from __future__ import annotations
 
 import itertools
+import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from lxml import etree
 from psycopg2 import sql
 from psycopg2.extras import execute_values
 from sqlalchemy import Engine
 
 from firefeed.db.engine import raw_connection
+from firefeed.export import write_export
+from firefeed.export.google_xml import element_names
 from firefeed.pipeline.rule_passes import RulesResult, run_rules
+from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.rules.model import parse_rules
-from firefeed.rules.reference import apply_rules
+from firefeed.rules.reference import apply_rules, from_text
 from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, company_schema, ident
 from firefeed.schema.service import SchemaService
+from firefeed.spec.model import ExportSpec
 
 pytestmark = pytest.mark.integration
 
@@ -40,15 +47,23 @@ def load_items(
     company: str,
     table: str,
     fields: Sequence[str],
-    items: Sequence[Mapping[str, str]],
+    items: Sequence[Mapping[str, Any]],
+    lists: ListFields = NO_LISTS,
 ) -> None:
-    """A source table like MERGE leaves it: ord, trimmed key, source, one text column per field."""
+    """A source table like MERGE leaves it: ord, trimmed key, source, one column per field
+    (text, or text[] for a list field, whose values are tuples)."""
     service.create_company_schema(company)
     service.create_project_table(company, table)
-    service.add_columns(company, table, [column_for_field(f) for f in fields])
+    service.add_columns(company, table, [column_for_field(f) for f in fields if f not in lists])
+    if lists:
+        _add_list_columns(engine, company, table, [column_for_field(f) for f in fields if f in lists])
     columns = [ORD, KEY, SRC, *(column_for_field(f) for f in fields)]
+
+    def value(item: Mapping[str, Any], f: str) -> Any:
+        return list(item.get(f, ())) if f in lists else item.get(f, "")
+
     rows = [
-        (i + 1, item.get(KEY_FIELD, "").strip(), 0, *(item.get(f, "") for f in fields)) for i, item in enumerate(items)
+        (i + 1, item.get(KEY_FIELD, "").strip(), 0, *(value(item, f) for f in fields)) for i, item in enumerate(items)
     ]
     if not rows:
         return
@@ -59,7 +74,18 @@ def load_items(
         execute_values(cur, statement.as_string(conn), rows, page_size=1000)
 
 
-def read_items(engine: Engine, company: str, table: str, fields: Sequence[str]) -> list[dict[str, str]]:
+def _add_list_columns(engine: Engine, company: str, table: str, columns: Sequence[str]) -> None:
+    """text[] columns, as MERGE makes them for list fields (it creates its table with CREATE TABLE AS)."""
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        for c in columns:
+            cur.execute(
+                sql.SQL("ALTER TABLE {} ADD COLUMN {} text[] NOT NULL DEFAULT '{{}}'").format(
+                    ident(company_schema(company), table), ident(c)
+                )
+            )
+
+
+def read_items(engine: Engine, company: str, table: str, fields: Sequence[str]) -> list[dict[str, Any]]:
     """The table's items in physical order (which must be _ff_ord order)."""
     columns = [ORD, *(column_for_field(f) for f in fields)]
     with raw_connection(engine) as conn, conn.cursor() as cur:
@@ -71,18 +97,35 @@ def read_items(engine: Engine, company: str, table: str, fields: Sequence[str]) 
         rows = cur.fetchall()
     ords = [r[0] for r in rows]
     assert ords == sorted(ords), "rows are not in _ff_ord order"
-    return [dict(zip(fields, r[1:], strict=True)) for r in rows]
+    # a list field's array comes back as a Python list: the reference's tuple of elements
+    return [{f: tuple(v) if isinstance(v, list) else v for f, v in zip(fields, r[1:], strict=True)} for r in rows]
 
 
 def run_both(
-    engine: Engine, items: Sequence[Mapping[str, str]], fields: Sequence[str], raw_rules: Any, *, split: bool = False
-) -> tuple[RulesResult, list[dict[str, str]], Any]:
-    """Run `raw_rules` through SQL and through the reference; returns (sql result, sql items, reference)."""
-    rules = parse_rules(raw_rules, key_field=KEY_FIELD)
+    engine: Engine,
+    items: Sequence[Mapping[str, Any]],
+    fields: Sequence[str],
+    raw_rules: Any,
+    *,
+    split: bool = False,
+    lists: frozenset[str] = frozenset(),
+    exports: Callable[[RulesResult, ListFields], Any] | None = None,
+) -> tuple[RulesResult, list[dict[str, Any]], Any]:
+    """Run `raw_rules` through SQL and through the reference; returns (sql result, sql items, reference).
+
+    `lists`: the fields a source declares as lists; with those the rules make lists, their
+    values are tuples on both routes (MERGE makes a source's text in such a field one element).
+    `exports(result, lists)` runs while the SQL route's result table still exists.
+    """
+    rules = parse_rules(raw_rules, key_field=KEY_FIELD, declared_lists=lists)
+    project_lists = rules[0].lists if rules else NO_LISTS
+    items = [
+        {f: from_text(v) if f in project_lists and isinstance(v, str) else v for f, v in item.items()} for item in items
+    ]
     service = SchemaService(engine)
     table = f"items_t{uuid.uuid4().hex[:12]}"
     run_id = str(uuid.uuid4())
-    load_items(engine, service, COMPANY, table, fields, items)
+    load_items(engine, service, COMPANY, table, fields, items, project_lists)
     try:
         result = run_rules(
             engine,
@@ -96,6 +139,8 @@ def run_both(
             split_min_rows=1 if split else None,
         )
         got = read_items(engine, COMPANY, result.table, result.fields)
+        if exports is not None:
+            exports(result, project_lists)
     finally:
         service.drop_rules_tmp_for_run(COMPANY, run_id)
         service.drop_table(COMPANY, table)
@@ -103,11 +148,19 @@ def run_both(
 
 
 def assert_same(
-    engine: Engine, items: Sequence[Mapping[str, str]], fields: Sequence[str], raw_rules: Any, *, split: bool = False
+    engine: Engine,
+    items: Sequence[Mapping[str, Any]],
+    fields: Sequence[str],
+    raw_rules: Any,
+    *,
+    split: bool = False,
+    lists: frozenset[str] = frozenset(),
 ) -> None:
-    result, got, want = run_both(engine, items, fields, raw_rules, split=split)
+    result, got, want = run_both(engine, items, fields, raw_rules, split=split, lists=lists)
     assert set(itertools.chain.from_iterable(want.items)) <= set(result.fields)
-    expected = [{f: item.get(f, "") for f in result.fields} for item in want.items]
+    project_lists = parse_rules(raw_rules, key_field=KEY_FIELD, declared_lists=lists)
+    listed = project_lists[0].lists if project_lists else NO_LISTS
+    expected = [{f: item.get(f, () if f in listed else "") for f in result.fields} for item in want.items]
     assert got == expected
     assert result.matched == want.matched
     assert result.excluded == want.excluded
@@ -379,3 +432,153 @@ def test_a_split_run_ends_in_a_view_of_its_two_halves(engine: Engine) -> None:
     assert result.table.endswith("_0")
     assert [g[KEY_FIELD] for g in got] == [str(i) for i in range(3, 9)]
     assert result.matched == want.matched and result.excluded == 3
+
+
+# -- lists (SPEC 9) ----------------------------------------------------------------------------
+LIST_FIELDS = ["images", "tags"]
+LISTED = FIELDS[:3] + LIST_FIELDS
+ALL_LISTED = LISTED + NEW_FIELDS
+#: elements: never "" (P1), but any other text, white space and separators included
+#: a small pool both elements and condition values draw from, so that ANY / NO element differ often
+POOL = ["a", "A", "1,5", "x|y", " b ", "ß", "10", "ab"]
+elements = st.one_of(st.sampled_from(POOL), st.sampled_from(POOL), texts, phrases).filter(bool)
+list_values = st.lists(elements, max_size=4).map(tuple)
+listed_names = st.sampled_from(ALL_LISTED)
+list_templates = st.one_of(
+    templates,
+    st.builds(lambda f, i: f"{{{f}[{i}]}}", st.sampled_from([*LIST_FIELDS, "title"]), st.integers(-3, 3)),
+    st.builds(lambda f: f"{{{f}}}", st.sampled_from(LIST_FIELDS)),
+)
+
+
+@st.composite
+def list_leaves(draw: st.DrawFn, name: str | None = None) -> dict[str, Any]:
+    """Any leaf of the language, on any field (list fields included), plus the count ops."""
+    op = draw(st.sampled_from(["count_gt", "count_lt", "count_eq", "leaf", "leaf", "leaf"]))
+    field = name or draw(listed_names)
+    if op != "leaf":
+        return {"field": field, "op": op, "value": str(draw(st.integers(0, 3)))}
+    leaf = draw(leaves())
+    leaf["field"] = field
+    if leaf["op"] in ("eq", "ne", "contains", "not_contains", "starts_with", "ends_with"):
+        leaf["value"] = draw(st.one_of(st.sampled_from(POOL), list_templates))
+    elif leaf["op"] in ("in", "not_in"):
+        leaf["value"] = draw(st.lists(st.sampled_from(POOL), max_size=3))
+    return leaf
+
+
+list_conditions = st.recursive(
+    list_leaves(),
+    lambda inner: st.one_of(
+        st.builds(lambda xs: {"all": xs}, st.lists(inner, max_size=3)),
+        st.builds(lambda xs: {"any": xs}, st.lists(inner, max_size=2)),
+        st.builds(lambda x: {"not": x}, inner),
+    ),
+    max_leaves=3,
+)
+element_conditions = st.recursive(
+    list_leaves("_"),
+    lambda inner: st.one_of(
+        st.builds(lambda xs: {"any": xs}, st.lists(inner, max_size=2)), st.builds(lambda x: {"not": x}, inner)
+    ),
+    max_leaves=2,
+)
+
+
+@st.composite
+def list_actions(draw: st.DrawFn) -> dict[str, Any]:
+    """Every action, on any field; split, join, take, dedupe and remove besides."""
+    kind = draw(st.sampled_from(["split", "join", "take", "dedupe", "remove", "other", "other", "other"]))
+    target = draw(st.sampled_from(ALL_LISTED))
+    if kind == "split":
+        return {"split": target, "separator": draw(st.sampled_from([",", "|", " ", "a"]))}
+    if kind == "join":
+        return {"join": target, "separator": draw(st.sampled_from([",", "", " / "]))}
+    if kind == "take":
+        return {"take": target, "count": str(draw(st.integers(0, 3)))}
+    if kind == "dedupe":
+        return {"dedupe": target}
+    if kind == "remove":
+        return {"remove": target, "when": draw(element_conditions)}
+    action = draw(actions())
+    if "exclude" not in action:
+        key = next(k for k in action if k not in ("value", "from", "find", "with", "pattern", "length", "op", "round"))
+        key = key if key not in ("values", "default") else "map"
+        action[key] = target
+        if "from" in action:
+            action["from"] = draw(listed_names)
+        if "value" in action and key in ("set", "append", "prepend"):
+            action["value"] = draw(list_templates)
+    return action
+
+
+@st.composite
+def list_rule_lists(draw: st.DrawFn) -> list[dict[str, Any]]:
+    rules = []
+    for _ in range(draw(st.integers(1, 5))):
+        rule: dict[str, Any] = {"then": draw(st.lists(list_actions(), max_size=3))}
+        if draw(st.integers(0, 4)):
+            rule["when"] = draw(list_conditions)
+        if draw(st.integers(0, 3)) == 0:
+            rule["else"] = draw(st.lists(list_actions(), max_size=2))
+        rules.append(rule)
+    return rules
+
+
+listed_items = st.lists(
+    st.fixed_dictionaries({**{f: values for f in FIELDS[:3]}, **{f: list_values for f in LIST_FIELDS}}),
+    max_size=5,
+).map(lambda xs: [{KEY_FIELD: str(i), **x} for i, x in enumerate(xs)])
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(items=listed_items, raw_rules=list_rule_lists())
+def test_sql_route_matches_the_reference_on_random_lists(
+    engine: Engine, items: list[dict[str, Any]], raw_rules: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    """Random list values, conditions on lists and list actions: the same items, elements and counts,
+    and the same json and google-xml exports as the reference's items written by hand."""
+    assert_same(engine, items, [KEY_FIELD, *LISTED], raw_rules, lists=frozenset(LIST_FIELDS))
+    written: dict[str, Any] = {}
+
+    def export(result: RulesResult, lists: ListFields) -> None:
+        for fmt in ("json", "google-xml"):
+            spec = ExportSpec.model_validate({"name": fmt, "format": fmt, "path": f"out.{fmt}"})
+            dest = tmp_path / f"out.{fmt}"
+            write_export(
+                engine, schema=company_schema(COMPANY), table=result.table, fields=result.fields, export=spec,
+                dest=dest, lists=lists,
+            )  # fmt: skip
+            written[fmt] = dest.read_bytes()
+        written["fields"] = result.fields
+
+    _result, _got, want = run_both(
+        engine, items, [KEY_FIELD, *LISTED], raw_rules, lists=frozenset(LIST_FIELDS), exports=export
+    )
+    fields = written["fields"]
+    as_json = [
+        {f: (list(v) or "") if isinstance(v, tuple) else v for f, v in _filled(i, fields).items()} for i in want.items
+    ]
+    assert json.loads(written["json"]) == as_json
+    in_xml = [
+        [(f, e) for f, v in _filled(i, fields).items() for e in (v if isinstance(v, tuple) else (v,)) if e != ""]
+        for i in want.items
+    ]
+    assert _xml_items(written["google-xml"], fields) == in_xml
+
+
+def _filled(item: Mapping[str, Any], fields: Sequence[str]) -> dict[str, Any]:
+    return {f: item.get(f, "") for f in fields}
+
+
+def _xml_items(data: bytes, fields: Sequence[str]) -> list[list[tuple[str, str]]]:
+    """(field, text) of each element of each item, in order (google-xml drops characters XML cannot hold)."""
+    names = dict(zip(element_names(list(fields)), fields, strict=True))
+    channel = etree.fromstring(data).find("channel")
+    assert channel is not None
+    return [[(names[str(e.tag).split("}", 1)[1]], e.text or "") for e in item] for item in channel.iter("item")]

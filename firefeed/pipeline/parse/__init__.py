@@ -17,6 +17,7 @@ the feed is big enough to pay for one (`_child`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from firefeed.errors import ParseError
@@ -38,24 +39,32 @@ def open_reader(
     encoding: str = "auto",
     delimiter: str = "auto",
     item_path: str = "auto",
+    lists: Mapping[str, str] | None = None,
 ) -> FeedReader:
     """The reader for one decompressed, local feed file (it may be opened more than once).
 
-    Settings that do not apply to the format are ignored. A file that cannot
+    Settings that do not apply to the format are ignored. `lists` are the
+    source's list fields (SPEC 9), staged as Postgres array literals. A file that cannot
     be opened, or an unknown encoding, raises ParseError naming the source.
     """
+    reader: CsvReader | JsonReader | JsonlReader | XmlReader
     try:
         if format in ("csv", "tsv"):
-            return CsvReader(path, source=source, encoding=encoding, delimiter=delimiter, fmt=format)
-        if format == "json":
-            return JsonReader(path, source=source, encoding=encoding, item_path=item_path)
-        if format == "jsonl":
-            return JsonlReader(path, source=source, encoding=encoding)
-        if format == "xml":
-            return XmlReader(path, source=source, encoding=encoding, item_path=item_path)
+            reader = CsvReader(path, source=source, encoding=encoding, delimiter=delimiter, fmt=format)
+        elif format == "json":
+            reader = JsonReader(path, source=source, encoding=encoding, item_path=item_path)
+        elif format == "jsonl":
+            reader = JsonlReader(path, source=source, encoding=encoding)
+        elif format == "xml":
+            reader = XmlReader(path, source=source, encoding=encoding, item_path=item_path)
+        else:
+            raise ParseError(source, f"format must be one of {', '.join(FORMATS)}, not {format!r}")
     except OSError as exc:
         raise ParseError(source, f"cannot read the feed file: {exc.strerror or exc}") from exc
-    raise ParseError(source, f"format must be one of {', '.join(FORMATS)}, not {format!r}")
+    if lists:
+        # SPEC 9: the list fields' values are staged as array literals (parse._lists)
+        reader.lists = dict(lists)
+    return reader
 
 
 __all__ = [

@@ -46,6 +46,10 @@ def compact(value: Any) -> str:
 
 def flatten(obj: dict[str, Any], index: FieldIndex, dirty: bool, prefix: str = "") -> list[str]:
     """One item as values aligned with `index.fields` (which grows for names not seen before)."""
+    if index.lists:
+        from firefeed.pipeline.parse._lists import mark_json_lists
+
+        mark_json_lists(obj, index.lists, prefix)
     position = index.position
     row = [""] * len(index.fields)
     _into(obj, row, position, index, dirty, prefix)

@@ -53,9 +53,11 @@ def header_names(raw: list[str], stats: ParseStats) -> list[str]:
 class FieldIndex:
     """Fields discovered while reading (xml, json): a name's position never changes once given."""
 
-    def __init__(self, fields: list[str], stats: ParseStats) -> None:
+    def __init__(self, fields: list[str], stats: ParseStats, lists: frozenset[str] = frozenset()) -> None:
         self.fields = fields
         self.stats = stats
+        #: the source's list fields by their flattened name (SPEC 9)
+        self.lists = lists
         #: name as the feed wrote it -> position in `fields`
         self.position: dict[str, int] = {}
         self._names: set[str] = set()

@@ -24,6 +24,7 @@ from typing import IO
 from firefeed.errors import ParseError
 from firefeed.pipeline.parse._base import ParseStats, RowCounter, restartable
 from firefeed.pipeline.parse._encoding import FeedText
+from firefeed.pipeline.parse._lists import list_positions, split_cell
 from firefeed.pipeline.parse._names import header_names
 
 #: delimiter candidates, in the order that breaks ties
@@ -125,8 +126,24 @@ class CsvReader:
                 break
         return itertools.chain(peeked, text), detect_delimiter("".join(record))
 
+    #: the source's list fields -> separator (SPEC 9); set by open_reader
+    lists: dict[str, str] = {}
+
     def __iter__(self) -> Iterator[tuple[int, list[str]]]:
-        return restartable(self, self._text, self._attempt)
+        rows = restartable(self, self._text, self._attempt)
+        return self._split_lists(rows) if self.lists else rows
+
+    def _split_lists(self, rows: Iterator[tuple[int, list[str]]]) -> Iterator[tuple[int, list[str]]]:
+        """Each list field's cell as its elements (P3): split, trimmed, empty ones dropped."""
+        fields: list[str] | None = None
+        positions: list[tuple[int, str]] = []
+        for line, row in rows:
+            if self.fields is not fields:  # the header is known from the first row on (again after a restart)
+                fields = self.fields
+                positions = list_positions(fields, self.lists)
+            for i, separator in positions:
+                row[i] = split_cell(row[i], separator)
+            yield line, row
 
     def _attempt(self, counter: RowCounter) -> Iterator[tuple[int, list[str]]]:
         text = self._text.text(newline="")

@@ -100,6 +100,9 @@ class _Buffer:
 
 
 class JsonReader:
+    #: the source's list fields -> separator (SPEC 9); set by open_reader
+    lists: dict[str, str] = {}
+
     """Items of a JSON array: top-level, the first array of objects in a top-level object, or a dotted path."""
 
     def __init__(self, path: Path, *, source: str, encoding: str, item_path: str) -> None:
@@ -199,7 +202,7 @@ class JsonReader:
         return restartable(self, self._text, self._attempt)
 
     def _attempt(self, counter: RowCounter) -> Iterator[tuple[int, list[str]]]:
-        index = FieldIndex(self.fields, counter.stats)
+        index = FieldIndex(self.fields, counter.stats, frozenset(self.lists))
         decoder = make_decoder()
         text = self._text.text(newline="")
         buf = _Buffer(text, self.source)
@@ -235,6 +238,8 @@ class JsonReader:
 
 
 class JsonlReader:
+    lists: dict[str, str] = {}
+
     """One JSON object per line; blank lines are ignored and a bad line is a malformed row."""
 
     def __init__(self, path: Path, *, source: str, encoding: str) -> None:
@@ -247,7 +252,7 @@ class JsonlReader:
         return restartable(self, self._text, self._attempt)
 
     def _attempt(self, counter: RowCounter) -> Iterator[tuple[int, list[str]]]:
-        index = FieldIndex(self.fields, counter.stats)
+        index = FieldIndex(self.fields, counter.stats, frozenset(self.lists))
         decode = make_decoder().decode
         # Only "\n" ends a line: U+2028 and friends are data inside JSON strings.
         text = self._text.text(newline="\n")

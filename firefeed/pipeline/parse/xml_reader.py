@@ -19,6 +19,7 @@ from lxml import etree
 from firefeed.errors import ParseError
 from firefeed.pipeline.parse._base import ParseStats, RowCounter, restartable
 from firefeed.pipeline.parse._encoding import FeedText
+from firefeed.pipeline.parse._lists import array_literal
 from firefeed.pipeline.parse._names import FieldIndex, free_name
 
 #: start tags the auto-detection looks at before deciding what the items are
@@ -75,6 +76,9 @@ def _parse(stream: Any, **options: Any) -> Any:
 
 class XmlReader:
     """Items of an XML feed: RSS `item`, Atom `entry`, else the repeated child element, or `item_path`."""
+
+    #: the source's list fields -> separator (SPEC 9); set by open_reader
+    lists: dict[str, str] = {}
 
     def __init__(self, path: Path, *, source: str, encoding: str, item_path: str) -> None:
         self.source = source
@@ -140,6 +144,8 @@ class XmlReader:
         seen: set[str] = set()
         locals_ = self._locals
         position = index.position
+        lists = index.lists
+        listed: dict[str, list[str]] | None = None
         for child in el:
             tag = child.tag
             name = locals_.get(tag)
@@ -147,6 +153,13 @@ class XmlReader:
                 # "" marks an unexpanded entity reference, whose tag is not text.
                 name = locals_[tag] = local_name(tag) if isinstance(tag, str) else ""
             if not name:
+                continue
+            if lists and prefix + name in lists and not any(isinstance(c.tag, str) for c in child):
+                # P5: each such element is one element of the list, in document order (no `_2`)
+                if listed is None:
+                    listed = {}
+                text = (child.text or "") + "".join(c.tail or "" for c in child)
+                listed.setdefault(prefix + name, []).append(text)
                 continue
             if name in seen:
                 name = free_name(name, seen)
@@ -166,13 +179,21 @@ class XmlReader:
                 if pos >= len(row):
                     row.extend([""] * (pos + 1 - len(row)))
             row[pos] = value
+        if listed:
+            for key, elements in listed.items():
+                pos = position.get(key)
+                if pos is None:
+                    pos = index.add(key)
+                    if pos >= len(row):
+                        row.extend([""] * (pos + 1 - len(row)))
+                row[pos] = array_literal(elements)
         return row
 
     def __iter__(self) -> Iterator[tuple[int, list[str]]]:
         return restartable(self, self._text, self._attempt)
 
     def _attempt(self, counter: RowCounter) -> Iterator[tuple[int, list[str]]]:
-        index = FieldIndex(self.fields, counter.stats)
+        index = FieldIndex(self.fields, counter.stats, frozenset(self.lists))
         if self._is_empty():
             return
         stream = None

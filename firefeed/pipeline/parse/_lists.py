@@ -1,0 +1,80 @@
+"""List fields as the readers stage them (SPEC 9, P3-P5): a Postgres array literal in a text column.
+
+MERGE casts a declared list field's staged text to `text[]` (`''` is the
+empty list), so the staging tables and their COPY stay all text. Elements are
+trimmed (Unicode white space, `str.strip`) and empty ones dropped; each is
+quoted, with `\\` and `"` escaped, so any text survives the cast exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from firefeed.pipeline.parse._json_values import Num, compact
+
+
+def array_literal(elements: Iterable[str]) -> str:
+    """`{"a","b"}` for the trimmed, non-empty elements; "" when none is left (P1, P3)."""
+    quoted = []
+    for element in elements:
+        text = element.strip()
+        if text:
+            quoted.append('"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"')
+    return "{" + ",".join(quoted) + "}" if quoted else ""
+
+
+def split_cell(cell: str, separator: str) -> str:
+    """A csv/tsv cell of a list field: split on the separator, taken literally."""
+    return array_literal(cell.split(separator)) if cell else ""
+
+
+def json_list(value: Any) -> str | None:
+    """A JSON value of a list field (P4), or None when it stays text (an object flattens, as before).
+
+    An array of scalars is the list (numbers as written, true/false, nulls
+    dropped); an array holding an array or an object is compact JSON text (a
+    one-element list); any other scalar is a one-element list, never split.
+    """
+    t = type(value)
+    if t is dict:
+        return None
+    if t is list:
+        if any(type(v) in (list, dict) for v in value):
+            return array_literal([compact(value)])
+        return array_literal(_scalar(v) for v in value if v is not None)
+    if value is None:
+        return ""
+    return array_literal([_scalar(value)])
+
+
+def mark_json_lists(obj: dict[str, Any], lists: frozenset[str], prefix: str = "") -> None:
+    """Replace, in place, each list field's JSON value by its staged text, before the item is flattened.
+
+    Done beforehand so flattening itself is the code it was before lists (and keeps the fields'
+    first-seen order): a staged list is a plain str, which flattening stores as it is.
+    """
+    for key, value in obj.items():
+        name = prefix + key
+        if name in lists:
+            listed = json_list(value)
+            if listed is not None:
+                obj[key] = listed
+                continue
+        if type(value) is dict:
+            mark_json_lists(value, lists, name + ".")
+
+
+def _scalar(value: Any) -> str:
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if type(value) is Num:
+        return str.__str__(value)
+    return str(value)
+
+
+def list_positions(fields: list[str], lists: Mapping[str, str]) -> list[tuple[int, str]]:
+    """(position, separator) of each csv column that is a declared list field."""
+    return [(i, lists[name]) for i, name in enumerate(fields) if name in lists]

@@ -1,0 +1,109 @@
+"""List fields in SQL (SPEC 9): a list field's value is a `text[]` whose elements are never "".
+
+Set-based like the rest of the rules: a condition on a list is an EXISTS over
+`unnest()` of the row's own array, a per-element action an `ARRAY(SELECT ...
+FROM unnest(...) WITH ORDINALITY ...)` that keeps the elements' order and
+drops the ones an action left "" (P1). The aliases `_ff_u`, `_ff_e`, `_ff_o`
+can never be a field's column (`column_for_field` moves names starting with
+`_ff` aside), so a field named `e` still means the row's column inside them.
+
+Only fields in the project's `ListFields` reach these helpers; every other
+field compiles exactly as it did before section 9.
+"""
+
+from __future__ import annotations
+
+from firefeed.rules._frag import Frag, fmt, raw, val
+from firefeed.textutil import WHITESPACE
+
+EMPTY_LIST = raw("'{}'::text[]")
+#: the element inside an unnest() of the helpers below
+ELEMENT = raw("_ff_e")
+
+
+def as_text(value: Frag) -> Frag:
+    """A list as text: its elements joined with "," (`{images}`)."""
+    return fmt("array_to_string({0}, ',')", value)
+
+
+def element(value: Frag, index: int) -> Frag:
+    """Element `index` of a list (negative: from the end), "" when out of range (P9)."""
+    if index >= 0:
+        return fmt("coalesce(({0})[{1}], '')", value, val(index + 1, "integer"))
+    return fmt("coalesce(({0})[cardinality({0}) + {1}], '')", value, val(index + 1, "integer"))
+
+
+def text_element(value: Frag, index: int) -> Frag:
+    """Element `index` of a text: a text is a one-element list, "" has none (P2)."""
+    return value if index in (0, -1) else raw("''::text")
+
+
+def from_text(text: Frag) -> Frag:
+    """A text written into a list field: a one-element list, "" none (P1, P12)."""
+    return fmt("array_remove(ARRAY[{0}], '')", text)
+
+
+def count(value: Frag) -> Frag:
+    return fmt("cardinality({0})", value)
+
+
+def any_element(value: Frag, test: Frag, on_empty: Frag) -> Frag:
+    """`test` (over ELEMENT) holds for some element; with no elements, `on_empty` (the test on "", P7)."""
+    return fmt(
+        "(CASE WHEN cardinality({0}) = 0 THEN {2} "
+        "ELSE EXISTS (SELECT 1 FROM unnest({0}) AS _ff_u(_ff_e) WHERE {1}) END)",
+        value,
+        test,
+        on_empty,
+    )
+
+
+def every_element(value: Frag, test: Frag) -> Frag:
+    """`test` (over ELEMENT) holds for every element (true with none)."""
+    return fmt("(NOT EXISTS (SELECT 1 FROM unnest({0}) AS _ff_u(_ff_e) WHERE NOT {1}))", value, test)
+
+
+def each_element(value: Frag, result: Frag) -> Frag:
+    """The list of `result` (over ELEMENT) for each element, in order, without the "" ones (P1)."""
+    return fmt(
+        "ARRAY(SELECT _ff_x FROM (SELECT {1} AS _ff_x, _ff_o FROM unnest({0}) WITH ORDINALITY AS _ff_u(_ff_e, _ff_o)) "
+        "AS _ff_s WHERE _ff_x <> '' ORDER BY _ff_o)",
+        value,
+        result,
+    )
+
+
+def keep_elements(value: Frag, keep: Frag) -> Frag:
+    """The elements for which `keep` (over ELEMENT) holds, in order."""
+    return fmt(
+        "ARRAY(SELECT _ff_e FROM unnest({0}) WITH ORDINALITY AS _ff_u(_ff_e, _ff_o) WHERE {1} ORDER BY _ff_o)",
+        value,
+        keep,
+    )
+
+
+def split(value: Frag, separator: str) -> Frag:
+    """Each element cut at `separator` (literal), the pieces trimmed (Unicode white space), empty ones dropped."""
+    piece = fmt("btrim(_ff_p, {0})", val(WHITESPACE, "text"))
+    return fmt(
+        "ARRAY(SELECT _ff_x FROM (SELECT {1} AS _ff_x, _ff_o, _ff_q "
+        "FROM unnest({0}) WITH ORDINALITY AS _ff_u(_ff_e, _ff_o), "
+        "unnest(string_to_array(_ff_e, {2})) WITH ORDINALITY AS _ff_v(_ff_p, _ff_q)) AS _ff_s "
+        "WHERE _ff_x <> '' ORDER BY _ff_o, _ff_q)",
+        value,
+        piece,
+        val(separator, "text"),
+    )
+
+
+def dedupe(value: Frag) -> Frag:
+    """The elements without later repeats (exact match), in order."""
+    return fmt(
+        "ARRAY(SELECT _ff_e FROM unnest({0}) WITH ORDINALITY AS _ff_u(_ff_e, _ff_o) "
+        "GROUP BY _ff_e ORDER BY min(_ff_o))",
+        value,
+    )
+
+
+def join_elements(value: Frag, separator: str) -> Frag:
+    return fmt("array_to_string({0}, {1})", value, val(separator, "text"))

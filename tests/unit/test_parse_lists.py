@@ -1,0 +1,72 @@
+"""List fields as the readers stage them (SPEC 9, P3-P5): Postgres array literals, "" for no elements."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from firefeed.pipeline.parse import open_reader
+
+
+def rows(path: Path, fmt: str, lists: dict[str, str]) -> list[dict[str, str]]:
+    reader = open_reader(path, source="main", format=fmt, lists=lists)
+    got = [values for _line, values in reader]
+    return [dict(zip(reader.fields, values, strict=False)) for values in got]
+
+
+def test_csv_cells_split_on_the_separator_trimmed_without_empty_elements(tmp_path: Path) -> None:
+    path = tmp_path / "feed.csv"
+    path.write_text('id,images,tags\n1,"a.jpg, b.jpg,,\u00a0c.jpg ",x|y\n2,,|\n3,"q""uo\\te",one\n', encoding="utf-8")
+    got = rows(path, "csv", {"images": ",", "tags": "|"})
+    assert [r["images"] for r in got] == ['{"a.jpg","b.jpg","c.jpg"}', "", '{"q\\"uo\\\\te"}']
+    assert [r["tags"] for r in got] == ['{"x","y"}', "", '{"one"}']
+
+
+def test_a_separator_is_taken_literally(tmp_path: Path) -> None:
+    path = tmp_path / "feed.tsv"
+    path.write_text("id\tsizes\n1\tS.*M.*L\n", encoding="utf-8")
+    assert rows(path, "tsv", {"sizes": ".*"})[0]["sizes"] == '{"S","M","L"}'
+
+
+def test_json_arrays_of_scalars_are_lists_and_others_stay_text(tmp_path: Path) -> None:
+    path = tmp_path / "feed.json"
+    path.write_text(
+        '[{"id": 1, "images": ["a", 1.50, true, null, " "], "nested": [{"x": 1}], "one": "a,b", "none": [],'
+        ' "ship": {"tags": ["p", "q"]}, "other": ["not", "a list"]}]',
+        encoding="utf-8",
+    )
+    (item,) = rows(path, "json", {"images": ",", "nested": ",", "one": ",", "none": ",", "ship.tags": ","})
+    assert item["images"] == '{"a","1.50","true"}'
+    assert item["nested"] == '{"[{\\"x\\":1}]"}'
+    assert item["one"] == '{"a,b"}'  # a scalar is one element, never split (P4)
+    assert item["none"] == ""
+    assert item["ship.tags"] == '{"p","q"}'
+    assert item["other"] == '["not","a list"]'  # not a list field: compact JSON text, as before
+
+
+def test_xml_repeated_elements_are_one_list_in_document_order(tmp_path: Path) -> None:
+    path = tmp_path / "feed.xml"
+    path.write_text(
+        "<rss><channel><item><id>1</id><image> a.jpg </image><title>T</title><image>b.jpg</image>"
+        "<image><url>x</url></image><image><url>y</url></image><image/>"
+        "<images><image>n1</image><image>n2</image></images></item></channel></rss>",
+        encoding="utf-8",
+    )
+    (item,) = rows(path, "xml", {"image": ",", "images.image": ","})
+    assert item["image"] == '{"a.jpg","b.jpg"}'
+    assert item["image.url"] == "x" and item["image_2.url"] == "y"  # with children: flattened, numbered (P5)
+    assert item["images.image"] == '{"n1","n2"}'
+
+
+@pytest.mark.parametrize("child", [False, True])
+def test_lists_survive_the_parser_child_process(tmp_path: Path, child: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    from firefeed.pipeline.parse import _child
+
+    path = tmp_path / "feed.csv"
+    path.write_text("id,images\n" + "".join(f"{i},a{i}|b{i}\n" for i in range(50)), encoding="utf-8")
+    monkeypatch.setattr(_child, "_worth_a_process", lambda reader: child)
+    reader = open_reader(path, source="main", format="csv", lists={"images": "|"})
+    with _child.copy_frames(reader, 1000) as got:
+        data = b"".join(f.data for f in got if hasattr(f, "data"))
+    assert b'{"a49","b49"}' in data

@@ -1,0 +1,124 @@
+"""A spec without section 9 features compiles to exactly the SQL it compiled to before lists existed.
+
+`data/sql_without_lists.json` was written by `snapshot()` run on the code
+before lists (commit 5e422a1): every pass statement of a rule list holding
+every condition op and action kind (the benchmark's 20 rules, and the
+excluding shapes), and each export format's row and filter SQL. Lists must
+not change one character of it, so the no-lists path keeps its speed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from psycopg2 import sql
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).parent / "data" / "sql_without_lists.json"
+FIELDS = ["id", "title", "price", "brand", "availability", "quantity", "description", "color"]
+EXTRA_RULES: list[dict[str, Any]] = [
+    {"name": "cheap", "when": {"field": "price", "op": "lt", "value": "5"}, "then": [{"exclude": True}]},
+    {
+        "name": "sets",
+        "when": {
+            "any": [
+                {"field": "color", "op": "in", "value": ["a", "B"]},
+                {"field": "title", "op": "matches", "value": "^x.y$"},
+            ]
+        },
+        "then": [
+            {"math": "price", "op": "divide", "value": "3", "round": "4"},
+            {"prepend": "title", "value": "{brand}: "},
+        ],
+        "else": [{"regex_replace": "title", "pattern": "([0-9]+)", "with": "#\\1"}, {"capitalize": "brand"}],
+    },
+    {"name": "only excludes", "when": {"field": "brand", "op": "not_in", "value": ["x"]}, "then": [{"exclude": True}]},
+]
+EXPORTS: list[dict[str, Any]] = [
+    {
+        "name": "g",
+        "format": "google-xml",
+        "path": "g.xml",
+        "fields": {"id": "id", "title": "{brand} {title}", "price": "{price} EUR", "link": "link"},
+        "where": {"field": "availability", "op": "ne", "value": "discontinued"},
+    },
+    {"name": "c", "format": "csv", "path": "c.csv"},
+    {"name": "j", "format": "json", "path": "j.json", "fields": {"id": "id", "t": "title"}},
+    {
+        "name": "l",
+        "format": "jsonl",
+        "path": "l.jsonl",
+        "where": {
+            "any": [{"field": "price", "op": "gt", "value": "3"}, {"field": "title", "op": "matches", "value": "^a"}]
+        },
+    },
+    {"name": "t", "format": "tsv", "path": "t.tsv", "fields": {"only": "title"}},
+]
+
+
+def _text(c: sql.Composable) -> str:
+    """A composed statement as text, without a connection."""
+    if isinstance(c, sql.Composed):
+        return "".join(_text(x) for x in c.seq)
+    if isinstance(c, sql.SQL):
+        return c.string
+    if isinstance(c, sql.Identifier):
+        return ".".join('"' + s.replace('"', '""') + '"' for s in c.strings)
+    if isinstance(c, sql.Literal):
+        return repr(c.wrapped)
+    raise TypeError(type(c))
+
+
+def _params(params: Any) -> list[str]:
+    return [repr(bytes(p.adapted)) if hasattr(p, "adapted") else repr(p) for p in params]
+
+
+def snapshot() -> dict[str, Any]:
+    from firefeed.export.delimited import render_delimited
+    from firefeed.export.google_xml import render_google_xml
+    from firefeed.export.jsonish import render_json, render_jsonl
+    from firefeed.export.select import output_columns, where_clause
+    from firefeed.rules._plan import plan_passes
+    from firefeed.rules.model import parse_rules
+    from firefeed.rules.sqlgen import count_select, deletes_only, exclusion_delete, pass_insert
+    from firefeed.spec.model import ProjectSpec
+
+    raw = yaml.safe_load((ROOT / "bench" / "bench_rules.yaml").read_text(encoding="utf-8")) + EXTRA_RULES
+    rules = parse_rules(raw, key_field="id")
+    passes = []
+    for plan in plan_passes(rules, FIELDS):
+        frags = [
+            pass_insert(plan, sql.Identifier("s", "src"), sql.Identifier("s", "dst")),
+            pass_insert(plan, sql.Identifier("s", "src"), sql.Identifier("s", "dst"), 1, 2000),
+            count_select(plan, sql.Identifier("s", "src"), 1, 5),
+        ]
+        if deletes_only(plan):
+            frags.append(exclusion_delete(plan, sql.Identifier("s", "dst")))
+        passes.extend([_text(f.sql), _params(f.params)] for f in frags)
+    spec = ProjectSpec.model_validate(
+        {"company": "c", "project": "p", "sources": [{"name": "m", "url": "m.csv"}], "exports": EXPORTS}
+    )
+    renderers: dict[str, Any] = {
+        "csv": lambda c: render_delimited(c, "csv"),
+        "tsv": lambda c: render_delimited(c, "tsv"),
+        "json": render_json,
+        "jsonl": render_jsonl,
+        "google-xml": lambda c: render_google_xml(c, title="t", link="", description="d"),
+    }
+    exports = []
+    for export in spec.exports:
+        row = renderers[export.format](output_columns(FIELDS, export)).row
+        where = where_clause(FIELDS, export)
+        exports.append([_text(row.text), _params(row.params), _text(where.text), _params(where.params)])
+    return {"passes": passes, "exports": exports}
+
+
+def test_a_spec_without_lists_compiles_to_the_sql_it_compiled_to_before_lists() -> None:
+    assert snapshot() == json.loads(GOLDEN.read_text(encoding="utf-8"))
+
+
+if __name__ == "__main__":  # writes the golden file: run it on the code the SQL must stay equal to
+    print(json.dumps(snapshot(), ensure_ascii=False, indent=1))
