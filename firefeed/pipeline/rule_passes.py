@@ -42,7 +42,7 @@ from firefeed.rules.executor import (
     run_pass_chunk,
     run_pass_in_place,
     run_pass_whole,
-    slice_starts,
+    slice_ranges,
 )
 from firefeed.rules.limits import check_sql_size
 from firefeed.rules.model import Rule
@@ -287,11 +287,9 @@ class ChunkJobPasses:
             dst = seg.table
         else:
             dst = prepare_pass(self.schema, company=self.company, run_id=self.run_id, plan=plan)
-            size = self.slice_rows(seg.rows)
-            bounds = self.bounds(seg.table, size)
             slices = [
                 RulesChunkParams(fields=self.fields, src=seg.table, dst=dst, lo=lo, hi=hi, rows=n)
-                for (lo, hi), n in zip(bounds, self.rows_per_slice(bounds, seg.rows, size), strict=True)
+                for lo, hi, n in self.ranges(seg.table, seg.rows)
             ]
         results = self.run_chunks(plan.number, slices)
         return [(dst, _add([ChunkCounts(r.rows_in, r.rows_out, dict(r.matched)) for r in results]))]
@@ -304,22 +302,13 @@ class ChunkJobPasses:
             self.schema.index_order(self.company, seg.table, analyze=False)
         return seg.table
 
-    @staticmethod
-    def rows_per_slice(bounds: list[tuple[int | None, int | None]], total: int, size: int) -> list[int]:
-        """Items per slice: `size` each, the rest in the last (the bounds cut at every size-th item)."""
-        if len(bounds) == 1:
-            return [total]
-        return [size] * (len(bounds) - 1) + [total - size * (len(bounds) - 1)]
-
-    def bounds(self, table: str, size: int) -> list[tuple[int | None, int | None]]:
-        """Position ranges of `size` items each (one open range for a small table)."""
-        self.schema.index_order(self.company, table)
-        starts = slice_starts(self.engine, self.company, table, size)
-        if len(starts) <= 1:
-            return [(None, None)]
-        return [
-            (None if i == 0 else lo, starts[i + 1] - 1 if i + 1 < len(starts) else None) for i, lo in enumerate(starts)
-        ]
+    def ranges(self, table: str, rows: int) -> list[tuple[int | None, int | None, int]]:
+        """The pass's slices as (lo, hi, items): one open range for items that fit one slice."""
+        slices = -(-rows // self.slice_rows(rows))
+        if slices <= 1:
+            return [(None, None, rows)]
+        self.schema.index_order_ranges(self.company, table)
+        return list(slice_ranges(self.engine, self.company, table, slices))
 
 
 def execute_chunk(conn: Any, plan: PassPlan, chunk: RulesChunkParams, *, company: str) -> ChunkResult:

@@ -40,7 +40,7 @@ __all__ = [
     "run_pass_chunk",
     "run_pass_in_place",
     "run_pass_whole",
-    "slice_starts",
+    "slice_ranges",
 ]
 
 # Rows must be written in _ff_ord order (exports read them back that way): a
@@ -139,6 +139,10 @@ def run_pass_chunk(
     schema = company_schema(company)
     source, target = ident(schema, src_table), ident(schema, dst_table)
     with _pass_cursor(conn) as cur:
+        if lo is not None or hi is not None:
+            # A slice reads its range through the BRIN index of positions (SchemaService.index_order_ranges);
+            # the table has no statistics (no ANALYZE per pass), so the planner is told not to scan it all.
+            cur.execute("SET LOCAL enable_seqscan = off")
         rows_in, when_count = _excluding_counts(cur, plan, source, lo, hi, rows_in)
         if prepare:
             _execute_prepared(cur, plan, source, target, lo, hi)
@@ -285,14 +289,30 @@ def middle_position(engine: Engine, company: str, table: str) -> int | None:
     return None if mid is None else int(mid)
 
 
-def slice_starts(engine: Engine, company: str, table: str, size: int) -> list[int]:
-    """The _ff_ord of every `size`-th item of `table` (the first included), in order: where slices begin."""
+def slice_ranges(engine: Engine, company: str, table: str, slices: int) -> list[tuple[int, int, int]]:
+    """`table` cut into at most `slices` ranges of _ff_ord of equal width: (lo, hi, items) each, in order.
+
+    Two sequential scans and no sort: the positions' span, then how many items fall in each range
+    (integer arithmetic the bounds below repeat exactly). Empty ranges are left out; an empty table
+    gives []. Equal width rather than equal count: positions are the feed's order with the gaps of
+    excluded items, about uniform, and counting every n-th item needs a sort or an index built first.
+    """
+    target = ident(company_schema(company), table)
     with raw_connection(engine) as conn, conn.cursor() as cur:
+        cur.execute(sql.SQL("SELECT min({o}), max({o}) FROM {t}").format(o=ident(ORD), t=target))
+        lo, hi = cur.fetchone()
+        if lo is None:
+            return []
+        lo, hi = int(lo), int(hi)
+        span = hi - lo + 1
+        k = max(1, min(slices, span))
         cur.execute(
-            sql.SQL(
-                "SELECT o FROM (SELECT {ord} AS o, row_number() OVER (ORDER BY {ord}) AS n FROM {t}) s "
-                "WHERE n %% %s = 1 ORDER BY o"
-            ).format(ord=ident(ORD), t=ident(company_schema(company), table)),
-            (size,),
+            sql.SQL("SELECT (({o} - %s) * %s) / %s AS b, count(*) FROM {t} GROUP BY 1").format(o=ident(ORD), t=target),
+            (lo, k, span),
         )
-        return [int(r[0]) for r in cur.fetchall()]
+        counts = {int(b): int(n) for b, n in cur.fetchall()}
+
+    def start(b: int) -> int:  # the least position whose bucket is b: lo + ceil(b * span / k)
+        return lo + -(-(b * span) // k)
+
+    return [(start(b), start(b + 1) - 1, counts[b]) for b in range(k) if counts.get(b)]

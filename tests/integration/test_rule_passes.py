@@ -7,6 +7,7 @@ very function a `rules_chunk` job runs.
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -206,8 +207,11 @@ def test_a_pass_is_cut_into_at_most_max_slices_chunk_jobs_with_the_same_result(e
         runs.append(run_id)
         few, run_id, recorder = _chunked(engine, source, rules, max_slices=4)
         runs.append(run_id)
-        size = -(-ITEMS // 4)  # 58 > CHUNK_ROWS
-        assert [s.rows for s in recorder.slices[1]] == [size, size, size, ITEMS - 3 * size]
+        # Four ranges of positions of equal width (the items' positions are 1..ITEMS here): 57 or 58 items each.
+        sizes = [s.rows for s in recorder.slices[1]]
+        assert len(sizes) == 4 and sum(sizes) == ITEMS and all(abs(n - ITEMS / 4) <= 1 for n in sizes), sizes
+        bounds = [(s.lo, s.hi) for s in recorder.slices[1]]
+        assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(bounds)), bounds  # no gap, no overlap
         assert (few.matched, few.excluded, few.rows_out) == (whole.matched, whole.excluded, whole.rows_out)
         assert _read_sorted(engine, few.table, few.fields) == _read_sorted(engine, whole.table, whole.fields)
     finally:
@@ -253,4 +257,29 @@ def test_list_fields_give_the_same_items_in_process_in_halves_and_as_chunk_jobs(
     finally:
         for run_id in runs:
             service.drop_rules_tmp_for_run(COMPANY, run_id)
+        service.drop_table(COMPANY, table)
+
+
+@pytest.mark.parametrize("slices", [1, 3, 7, 50])
+def test_position_ranges_cover_every_item_once_with_exact_counts(engine: Engine, slices: int) -> None:
+    """Equal-width ranges over positions with gaps (excluded items): every item in exactly one range, counted."""
+    from firefeed.rules.executor import slice_ranges
+
+    service = SchemaService(engine)
+    service.create_company_schema(COMPANY)
+    table = f"ranges_{uuid.uuid4().hex[:8]}"
+    positions = [p for p in range(5, 2000, 3) if p % 11 != 0]  # gaps of all sizes
+    target = ident(company_schema(COMPANY), table)
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        cur.execute(sql.SQL("CREATE TABLE {} ({} bigint NOT NULL)").format(target, ident(ORD)))
+        cur.execute(sql.SQL("INSERT INTO {} SELECT unnest(%s::bigint[])").format(target), (positions,))
+    try:
+        service.index_order_ranges(COMPANY, table)
+        ranges = slice_ranges(engine, COMPANY, table, slices)
+        assert 1 <= len(ranges) <= slices
+        assert ranges[0][0] <= positions[0] and ranges[-1][1] >= positions[-1]
+        assert all(a[1] < b[0] for a, b in itertools.pairwise(ranges))
+        assert [sum(1 for p in positions if lo <= p <= hi) for lo, hi, _ in ranges] == [n for _, _, n in ranges]
+        assert sum(n for _, _, n in ranges) == len(positions)
+    finally:
         service.drop_table(COMPANY, table)
