@@ -30,9 +30,13 @@ def upgrade() -> None:
         CREATE FUNCTION firefeed_notify_run(run uuid) RETURNS void LANGUAGE sql AS $$
             SELECT pg_notify('ff_run_' || replace(run::text, '-', ''), '')
         $$;
-        CREATE FUNCTION firefeed_job_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+        CREATE FUNCTION firefeed_run_changed() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
-            PERFORM firefeed_notify_run(NEW.run_id);
+            IF TG_TABLE_NAME = 'pipeline_jobs' THEN
+                PERFORM firefeed_notify_run(NEW.run_id);
+            ELSE
+                PERFORM firefeed_notify_run(NEW.id);
+            END IF;
             RETURN NULL;
         END
         $$;
@@ -40,18 +44,12 @@ def upgrade() -> None:
             AFTER UPDATE OF status, result ON pipeline_jobs
             FOR EACH ROW
             WHEN (OLD.status IS DISTINCT FROM NEW.status OR OLD.result IS DISTINCT FROM NEW.result)
-            EXECUTE FUNCTION firefeed_job_changed();
-        CREATE FUNCTION firefeed_run_cancelled() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN
-            PERFORM firefeed_notify_run(NEW.id);
-            RETURN NULL;
-        END
-        $$;
+            EXECUTE FUNCTION firefeed_run_changed();
         CREATE TRIGGER pipeline_runs_notify_cancel
             AFTER UPDATE OF cancel_requested ON pipeline_runs
             FOR EACH ROW
             WHEN (NEW.cancel_requested AND NOT OLD.cancel_requested)
-            EXECUTE FUNCTION firefeed_run_cancelled();
+            EXECUTE FUNCTION firefeed_run_changed();
         """
     )
 
@@ -60,9 +58,8 @@ def downgrade() -> None:
     op.execute(
         """
         DROP TRIGGER pipeline_runs_notify_cancel ON pipeline_runs;
-        DROP FUNCTION firefeed_run_cancelled();
         DROP TRIGGER pipeline_jobs_notify ON pipeline_jobs;
-        DROP FUNCTION firefeed_job_changed();
+        DROP FUNCTION firefeed_run_changed();
         DROP FUNCTION firefeed_notify_run(uuid);
         """
     )
