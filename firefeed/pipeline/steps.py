@@ -73,7 +73,7 @@ class ParseOutcome:
 
 def parse_signature(src: SourceSpec) -> str:
     """What the staged rows of a source depend on besides the bytes of the file."""
-    doc = src.model_dump(mode="json", exclude={"headers", "mode", "fields", "name"})
+    doc = src.model_dump(mode="json", exclude={"headers", "mode", "fields", "name", "key_from"})
     doc["_parser"] = PARSER_VERSION
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
@@ -218,7 +218,9 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
 def merge(ctx: RunContext, parsed: Sequence[ParseOutcome]) -> MergeResult:
     """MERGE the staged sources into the project's items table."""
     staged = [
-        StagedSource(name=p.name, table=p.table, fields=p.fields, mode=s.mode, allowed=s.fields)
+        StagedSource(
+            name=p.name, table=p.table, fields=p.fields, mode=s.mode, allowed=s.fields, key_from=s.key_template
+        )
         for p, s in zip(parsed, ctx.spec.sources, strict=True)
     ]
     merged = merge_sources(

@@ -226,7 +226,16 @@ def _sample_sources(
                 malformed=result.stats.malformed,
             )
         )
-        staged.append(StagedSource(name=src.name, table=table, fields=result.fields, mode=src.mode, allowed=src.fields))
+        staged.append(
+            StagedSource(
+                name=src.name,
+                table=table,
+                fields=result.fields,
+                mode=src.mode,
+                allowed=src.fields,
+                key_from=src.key_template,
+            )
+        )
     return reports, staged
 
 

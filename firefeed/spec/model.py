@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from firefeed.rules.model import Condition, Rule, parse_condition, parse_rules
+from firefeed.rules.template import Template
 
 SOURCE_FORMATS = ("csv", "tsv", "json", "jsonl", "xml")
 EXPORT_FORMATS = ("csv", "tsv", "json", "jsonl", "google-xml")
@@ -94,6 +95,8 @@ class SourceSpec(_Strict):
     headers: dict[str, str] = Field(default_factory=dict)
     mode: Literal["enrich", "append"] = "enrich"
     fields: list[str] | None = None
+    # SPEC 9 (P15): a template over this source's own fields that fills the key field before MERGE.
+    key_from: str | None = None
 
     @field_validator("delimiter")
     @classmethod
@@ -126,6 +129,13 @@ class SourceSpec(_Strict):
             except LookupError:
                 raise ValueError(f"unknown encoding {v!r}") from None
         return v
+
+    @property
+    def key_template(self) -> Template | None:
+        """The parsed `key_from` (checked by ProjectSpec), or None."""
+        from firefeed.rules.template import parse_template
+
+        return parse_template(self.key_from, "key_from") if self.key_from is not None else None
 
     @property
     def resolved_format(self) -> str:
@@ -220,6 +230,10 @@ class ProjectSpec(_Strict):
                 raise SpecError(
                     "sources[0].mode", "the first source is the primary: it defines the items and takes no mode"
                 )
+            if s.key_from is not None:
+                from firefeed.rules.template import parse_template
+
+                parse_template(s.key_from, f"sources[{i}].key_from")
             if i == 0 and s.fields is not None:
                 raise SpecError(
                     "sources[0].fields", "the primary source takes every field; `fields` is for later sources"
