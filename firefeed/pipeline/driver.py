@@ -198,7 +198,10 @@ class _Driver:
         params = contract.MergeParams([r.parsed for r in parsed])
         (job,) = self.run_jobs(JobKind.MERGE, [JobSpec(JobKind.MERGE, params=params)])
         merged = contract.MergeResult.from_json(job.result_doc())
-        return merged, _Done(merged.rows_in, merged.rows, {"sources": merged.sources_report(), "fields": merged.fields})
+        detail: dict[str, Any] = {"sources": merged.sources_report(), "fields": merged.fields}
+        if merged.lookups:
+            detail["lookups"] = merged.lookups
+        return merged, _Done(merged.rows_in, merged.rows, detail)
 
     # -- RULES: the one pass loop; fanned out, each pass runs as chunk jobs, else all of it as one job
     def rules(self, merged: contract.MergeResult) -> tuple[contract.RulesResult, _Done]:

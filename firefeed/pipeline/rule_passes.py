@@ -37,6 +37,7 @@ from firefeed.rules._plan import PassPlan, plan_passes
 from firefeed.rules.executor import (
     ChunkCounts,
     count_rows,
+    lookup_counts,
     middle_position,
     prepare_pass,
     run_pass_chunk,
@@ -125,11 +126,15 @@ def apply_passes(
     segments = runner.segments(source_table, rows)
     first_in: int | None = None
     excluded = 0
+    lookups: list[dict[str, Any]] = []
     for plan in plans:
         if check_cancel is not None:
             check_cancel()
         in_place = segments[0].table != source_table and deletes_only(plan)
         outcomes = runner.run_pass(plan, segments, in_place=in_place)
+        if plan.lookups:
+            # Read now: the next pass drops these tables.
+            lookups.extend(lookup_counts(schema.engine, company, plan, [table for table, _ in outcomes]))
         rows_in = rows_out = 0
         for seg, (table, counts) in zip(segments, outcomes, strict=True):
             if seg.table not in (source_table, table):
@@ -143,7 +148,9 @@ def apply_passes(
         excluded += rows_in - rows_out
     assert first_in is not None
     table = runner.finish(segments, source_table)
-    return RulesResult(table, list(plans[-1].fields_out), len(plans), matched, excluded, first_in, first_in - excluded)
+    return RulesResult(
+        table, list(plans[-1].fields_out), len(plans), matched, excluded, first_in, first_in - excluded, lookups
+    )
 
 
 def _add(counts: Sequence[ChunkCounts]) -> ChunkCounts:

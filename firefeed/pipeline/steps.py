@@ -21,8 +21,9 @@ from firefeed.config import Settings
 from firefeed.errors import MergeError, ParseError
 from firefeed.pipeline.context import RunContext
 from firefeed.pipeline.merge import MergeResult, StagedSource, merge_sources
+from firefeed.pipeline.stage import StageResult
 from firefeed.schema.identifiers import staging_table
-from firefeed.spec.model import SourceSpec
+from firefeed.spec.model import FeedSpec, SourceSpec
 from firefeed.storage import export_storage, run_storage
 from firefeed.storage.keys import download_key, partial_key, run_prefix
 
@@ -91,8 +92,7 @@ def fetch_settings(settings: Settings, company: str, spec_dir: Path | None) -> S
 
 def fetch_one(ctx: RunContext, index: int) -> FetchOutcome:
     """FETCH one source; an unchanged source (same validators, same parse settings) is not_modified."""
-    from firefeed.pipeline.fetch import Validators, fetch_source
-    from firefeed.secrets.store import resolver_for
+    from firefeed.pipeline.fetch import Validators
 
     src = ctx.spec.sources[index]
     row = ctx.store.source_rows(ctx.spec.project).get(src.name)
@@ -109,8 +109,20 @@ def fetch_one(ctx: RunContext, index: int) -> FetchOutcome:
         )
         if staged:
             previous = Validators(etag=row.etag, last_modified=row.last_modified, sha256=row.content_sha256)
+    return fetch_feed(ctx, src, previous=previous)
+
+
+def fetch_feed(ctx: RunContext, src: FeedSpec, *, previous: Any = None, scope: str = "") -> FetchOutcome:
+    """FETCH a file of the spec (a source, or a lookup table: the same URL checks, limits and secrets).
+
+    `previous`: the validators of the staged copy (a conditional request); `scope` keeps the
+    download folders of lookups apart from the sources' (their names may be equal).
+    """
+    from firefeed.pipeline.fetch import fetch_source
+    from firefeed.secrets.store import resolver_for
+
     settings = fetch_settings(ctx.settings, ctx.spec.company, ctx.spec_dir)
-    dest = ctx.work_dir / "fetch" / hashlib.sha256(src.name.encode()).hexdigest()[:12]
+    dest = ctx.work_dir / "fetch" / hashlib.sha256((scope + src.name).encode()).hexdigest()[:12]
     result = fetch_source(
         source=src.name,
         url=src.url,
@@ -147,27 +159,12 @@ def fetch_one(ctx: RunContext, index: int) -> FetchOutcome:
     )
 
 
-def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcome:
-    """PARSE one source into its staging table, or reuse the staged rows of an unchanged source."""
+def stage_feed(ctx: RunContext, src: FeedSpec, fetched: FetchOutcome, table: str) -> StageResult:
+    """PARSE a fetched file of the spec into a fresh staging table `table` (sources and lookups alike)."""
     from firefeed.pipeline.parse import open_reader
     from firefeed.pipeline.stage import stage_source
 
-    src = ctx.spec.sources[index]
-    table = staging_table(ctx.spec.project, src.name)
-    if fetched.not_modified:
-        row = ctx.store.source_rows(ctx.spec.project)[src.name]
-        stats = row.staged_stats or {}
-        return ParseOutcome(
-            name=src.name,
-            table=table,
-            fields=list(row.staged_fields or []),
-            rows=int(stats.get("rows", 0)),
-            malformed=int(stats.get("malformed", 0)),
-            not_modified=True,
-        )
     assert fetched.path is not None
-    # Staging is about to change: forget the old validators until this parse succeeds.
-    ctx.store.update_source(ctx.spec.project, src.name, parse_signature=None)
     feed = run_storage(ctx.settings).reading(fetched.key) if fetched.key else nullcontext(Path(fetched.path))
     with feed as feed_path:
         reader = open_reader(
@@ -186,6 +183,30 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
             reader=reader,
             chunk_rows=ctx.settings.chunk_rows,
         )
+    if fetched.key:
+        run_storage(ctx.settings).delete(fetched.key)
+    return staged
+
+
+def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcome:
+    """PARSE one source into its staging table, or reuse the staged rows of an unchanged source."""
+    src = ctx.spec.sources[index]
+    table = staging_table(ctx.spec.project, src.name)
+    if fetched.not_modified:
+        row = ctx.store.source_rows(ctx.spec.project)[src.name]
+        stats = row.staged_stats or {}
+        return ParseOutcome(
+            name=src.name,
+            table=table,
+            fields=list(row.staged_fields or []),
+            rows=int(stats.get("rows", 0)),
+            malformed=int(stats.get("malformed", 0)),
+            not_modified=True,
+        )
+    assert fetched.path is not None
+    # Staging is about to change: forget the old validators until this parse succeeds.
+    ctx.store.update_source(ctx.spec.project, src.name, parse_signature=None)
+    staged = stage_feed(ctx, src, fetched, table)
     st = staged.stats
     if index == 0 and staged.rows == 0:
         what = "the file is empty" if not staged.fields else "the file has a header but no items"
@@ -210,8 +231,6 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
         staged_fields=outcome.fields,
         staged_stats={"rows": outcome.rows, "malformed": outcome.malformed},
     )
-    if fetched.key:
-        run_storage(ctx.settings).delete(fetched.key)
     return outcome
 
 

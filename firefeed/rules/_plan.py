@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from firefeed.rules._growth import Scope
+from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import FieldAction, Rule, action_reads, condition_fields, effective
 from firefeed.schema.identifiers import column_for_field
 
@@ -83,8 +84,28 @@ class PassPlan:
     def columns(self, fields: Sequence[str] | None = None) -> list[str]:
         return [column_for_field(f) for f in (self.fields_out if fields is None else fields)]
 
+    @property
+    def lookups(self) -> tuple[tuple[Rule, LookupSet], ...]:
+        """The lookup actions the pass runs (each by its first part), in rule and action order."""
+        return tuple(
+            (rule, a)
+            for rule in self.rules
+            for a in (*effective(rule.then), *effective(rule.else_))
+            if isinstance(a, LookupSet) and a.first
+        )
+
     def extra(self) -> list[tuple[str, str]]:
-        return [(flag_column(r), "boolean") for r in self.flagged]
+        """The pass table's own columns after the fields: the rules' flags, then each lookup's
+        value and matched columns (what its report counts are read from)."""
+        flags = [(flag_column(r), "boolean") for r in self.flagged]
+        reports = [(c, t) for _, part in self.lookups for c, t in lookup_report_columns(part.tag)]
+        return flags + reports
+
+
+def lookup_report_columns(tag: str) -> list[tuple[str, str]]:
+    """A lookup action's report columns: the trimmed value it matched (NULL: it did not run on the
+    item), and whether a row matched it."""
+    return [(f"_ff_lv{tag}", "text"), (f"_ff_lm{tag}", "boolean")]
 
 
 def flag_column(rule: Rule) -> str:
@@ -99,8 +120,16 @@ def _segments(actions: tuple[FieldAction, ...]) -> list[tuple[FieldAction, ...]]
     written: set[str] = set()
     scope = Scope()
     for action in actions:
+        if isinstance(action, LookupSet) and not action.first:
+            # A lookup's parts read one joined row: they stay in one step, so one level joins it.
+            scope.admit((action,), force=True)
+            current.append(action)
+            written.add(action.field)
+            continue
         repeats = any(times > 1 and name in written for name, times in action_reads(action).items())
-        if current and (repeats or not scope.admit((action,))):
+        # A lookup joins on the value its level starts with: it opens a step of its own.
+        lookup = isinstance(action, LookupSet) and any(action.match == a.field for a in current)
+        if current and (repeats or lookup or not scope.admit((action,))):
             segments.append(tuple(current))
             current, written, scope = [], set(), Scope()
             scope.admit((action,), force=True)

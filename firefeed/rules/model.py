@@ -17,6 +17,7 @@ from firefeed.errors import SpecError
 from firefeed.rules._regex import RegexError, translate
 from firefeed.rules._scalars import _field_name, _kind, _mapping, _number, _text, parse_bool, parse_whole
 from firefeed.rules._text import MAX_ROUND
+from firefeed.rules.lookups import LookupSet, parse_lookup
 from firefeed.rules.template import Template, parse_template
 
 TEMPLATE_OPS = ("eq", "ne", "contains", "not_contains", "starts_with", "ends_with")
@@ -194,6 +195,7 @@ FieldAction = (
     | Truncate
     | Math
     | MapValues
+    | LookupSet
 )
 Action = FieldAction | Exclude
 
@@ -222,6 +224,14 @@ def action_reads(action: Action) -> dict[str, int]:
         add(action.field, 3)
     elif isinstance(action, Math):
         add(action.field, 4 if action.op == "divide" else 3)
+    elif isinstance(action, LookupSet):
+        # The match value is read by the join of the level (never inline): twice, so a level that
+        # wrote it earlier cannot also hold the lookup (_plan), and the target once when it may stay.
+        add(action.match, 2)
+        if action.column is None or action.default is None:
+            add(action.field)
+        for f in action.default.fields if action.default else ():
+            add(f)
     elif isinstance(action, MapValues):
         add(action.field, 2)
         for _, target in action.values:
@@ -365,10 +375,14 @@ def _replacement(text: str, groups: int, path: str) -> tuple[str | int, ...]:
     return tuple(parts)
 
 
-def parse_action(raw: Any, path: str, *, key_field: str) -> Action | None:
-    """One action; None for `{exclude: false}`, which does nothing."""
+def parse_action(
+    raw: Any, path: str, *, key_field: str, lookups: Mapping[str, str] | None = None, tag: str = ""
+) -> Action | tuple[LookupSet, ...] | None:
+    """One action; None for `{exclude: false}`, which does nothing; a lookup's parts (P24) as a tuple."""
     if not isinstance(raw, Mapping):
         raise SpecError(path, f"must be an action mapping, not {_kind(raw)}")
+    if "lookup" in raw:
+        return parse_lookup(raw, path, key_field=key_field, lookups=lookups, tag=tag)
     kinds = [k for k in raw if k in _ACTION_KEYS]
     if not kinds:
         raise SpecError(path, f"must name one action ({', '.join(_ACTION_KEYS)})")
@@ -433,23 +447,36 @@ def parse_action(raw: Any, path: str, *, key_field: str) -> Action | None:
     return simple[kind](target)
 
 
-def _actions(raw: Any, path: str, *, key_field: str) -> tuple[Action, ...]:
+def _actions(
+    raw: Any, path: str, *, key_field: str, lookups: Mapping[str, str] | None = None, tag: str = ""
+) -> tuple[Action, ...]:
     if raw is None:
         return ()
     if isinstance(raw, Mapping):
         raw = [raw]
     if not isinstance(raw, list | tuple):
         raise SpecError(path, f"must be a list of actions, not {_kind(raw)}")
-    out = (parse_action(a, f"{path}[{i}]", key_field=key_field) for i, a in enumerate(raw))
-    return tuple(a for a in out if a is not None)
+    out: list[Action] = []
+    for i, a in enumerate(raw):
+        parsed = parse_action(a, f"{path}[{i}]", key_field=key_field, lookups=lookups, tag=f"{tag}{i}")
+        if isinstance(parsed, tuple):
+            out.extend(parsed)
+        elif parsed is not None:
+            out.append(parsed)
+    return tuple(out)
 
 
 # -- rules -----------------------------------------------------------------
 _RULE_KEYS = ("name", "enabled", "when", "then", "else")
 
 
-def parse_rules(raw: Any, *, key_field: str, path: str = "rules") -> list[Rule]:
-    """The ordered rule list; names default to `rule <n>` (1-based) and must be unique."""
+def parse_rules(
+    raw: Any, *, key_field: str, path: str = "rules", lookups: Mapping[str, str] | None = None
+) -> list[Rule]:
+    """The ordered rule list; names default to `rule <n>` (1-based) and must be unique.
+
+    `lookups`: the spec's lookup names -> their tables, which `lookup` actions may name.
+    """
     if raw is None:
         return []
     if not isinstance(raw, list | tuple):
@@ -471,7 +498,7 @@ def parse_rules(raw: Any, *, key_field: str, path: str = "rules") -> list[Rule]:
         seen[name] = i
         enabled = parse_bool(item["enabled"], f"{rpath}.enabled") if "enabled" in item else True
         when = parse_condition(item["when"], f"{rpath}.when") if item.get("when") is not None else None
-        then = _actions(item.get("then"), f"{rpath}.then", key_field=key_field)
-        else_ = _actions(item.get("else"), f"{rpath}.else", key_field=key_field)
+        then = _actions(item.get("then"), f"{rpath}.then", key_field=key_field, lookups=lookups, tag=f"{index}_t")
+        else_ = _actions(item.get("else"), f"{rpath}.else", key_field=key_field, lookups=lookups, tag=f"{index}_e")
         rules.append(Rule(index, name, enabled, when, then, else_))
     return rules

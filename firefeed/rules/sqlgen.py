@@ -31,10 +31,11 @@ from typing import Any
 
 from psycopg2 import sql
 
-from firefeed.rules._actions_sql import action_frag
+from firefeed.rules._actions_sql import action_frag, lookup_key_column, lookup_value_column
 from firefeed.rules._conditions_sql import condition_frag, number_text_frag
 from firefeed.rules._frag import Frag, fmt, join, of, raw, val
-from firefeed.rules._plan import PassPlan, Step, flag_column
+from firefeed.rules._plan import PassPlan, Step, flag_column, lookup_report_columns
+from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import (
     AllOf,
     AnyOf,
@@ -48,6 +49,7 @@ from firefeed.rules.model import (
     effective,
 )
 from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, ident
+from firefeed.textutil import WHITESPACE
 
 
 def condition_sql(cond: Condition, column: Callable[[str], sql.Composable], params: list[Any]) -> sql.Composable:
@@ -129,6 +131,9 @@ class _Builder:
 
     def __init__(self, plan: PassPlan, source: sql.Composable, where: Frag | None) -> None:
         self.plan = plan
+        # Lookup tables live in the schema of the table the pass reads (a company's, or a scratch area's).
+        self.schema = source.strings[0] if isinstance(source, sql.Identifier) and len(source.strings) == 2 else None
+        self.report_cols = {c for _, part in plan.lookups for c, _ in lookup_report_columns(part.tag)}
         self.fields = list(plan.fields_in)  # fields that are columns of the current relation
         self.carried: list[str] = []  # flag and number columns of the current relation
         self.relation = fmt("{0} AS t", of(source))
@@ -255,6 +260,53 @@ class _Builder:
                     values[name] = fmt("CASE WHEN {0} THEN {1} ELSE {2} END", _col(flag_column(step.rule)), yes, no)
         return values
 
+    def _level_lookups(self, level: tuple[Step, ...]) -> list[tuple[Step, LookupSet, bool]]:
+        """The lookup actions of a level: (step, first part, in the then branch)."""
+        out: list[tuple[Step, LookupSet, bool]] = []
+        for step in level:
+            for branch, then in ((step.then, True), (step.else_, False)):
+                out.extend((step, a, then) for a in branch if isinstance(a, LookupSet) and a.first)
+        return out
+
+    def _join_lookups(self, level: tuple[Step, ...]) -> None:
+        """LEFT JOIN each lookup of the level on the trimmed value its match field starts the level with.
+
+        The joined subquery only has `_ff_lk*` columns, so the items' own column names stay unambiguous;
+        its key is unique (the lookup table keeps a key's first row), so no item is repeated.
+        """
+        for _, part, _ in self._level_lookups(level):
+            assert self.schema is not None, "a lookup needs the schema of the pass's table"
+            key = lookup_key_column(part.tag)
+            picked = [fmt("{0} AS {1}", _col(KEY), _col(key))]
+            picked.extend(
+                _as(_col(column_for_field(c)), lookup_value_column(part.tag, j)) for j, c in enumerate(part.columns)
+            )
+            self.relation = fmt(
+                "{0} LEFT JOIN (SELECT {1} FROM {2}) AS {3} ON {4} = {5}",
+                self.relation,
+                join(picked, ", "),
+                of(ident(self.schema, part.table)),
+                _col(f"_ff_lj{part.tag}"),
+                _col(key),
+                trimmed_frag(self.base(part.match)),
+            )
+
+    def _lookup_reports(self, level: tuple[Step, ...]) -> list[tuple[str, Frag]]:
+        """Each lookup of the level: the trimmed value it matched on the items it ran on, and whether it matched."""
+        out: list[tuple[str, Frag]] = []
+        for step, part, then in self._level_lookups(level):
+            value_col, matched_col = (c for c, _ in lookup_report_columns(part.tag))
+            value = trimmed_frag(self.base(part.match))
+            if step.rule.when is not None:
+                flag = _col(flag_column(step.rule))
+                ran = flag if then else fmt("NOT {0}", flag)
+                value = fmt("CASE WHEN {0} THEN {1} END", ran, value)
+            elif not then:
+                value = raw("NULL::text")
+            out.append((value_col, value))
+            out.append((matched_col, fmt("({0} IS NOT NULL)", _col(lookup_key_column(part.tag)))))
+        return out
+
     def _exclusion(self) -> Frag | None:
         """The WHERE that drops the rows the pass's (first) excluding rule excludes."""
         rule = self.plan.excluding
@@ -275,18 +327,37 @@ class _Builder:
             self._start_numbers(i)
             self._start_flags(level)
             self._flush()  # the values read the level's flags and number texts
+            self._join_lookups(level)
             values = self._values(level)
             where = self._exclusion() if i == 0 else None
+            reports = self._lookup_reports(level)
             if i == last:
                 items = [_col(ORD), _col(KEY), _col(SRC)]
                 for name in self.plan.fields_out:
                     col = column_for_field(name)
                     items.append(_as(values[name], col) if name in values else _col(col))
-                items.extend(_col(c) for c in self.carried if c not in self.number_until)
+                items.extend(_col(c) for c in self.carried if c not in self.number_until and c not in self.report_cols)
+                if self.report_cols:
+                    mine = dict(reports)
+                    items.extend(
+                        _as(mine[c], c) if c in mine else _col(c)
+                        for c, _ in self.plan.extra()[len(self.plan.flagged) :]
+                    )
                 return self._select(items, where, barrier=False)
             layer = self.pending = _Layer(values, [n for n in values if n not in self.fields], where=where)
+            layer.extra.extend(reports)
             self._end_numbers(i, level, layer)
         raise AssertionError("a pass has at least one level")
+
+
+def trimmed_frag(value: Frag) -> Frag:
+    """`value` with Unicode white space trimmed (as a key is, 8.3); btrim only when an end is white."""
+    ws = val(WHITESPACE, "text")
+    return fmt(
+        "(CASE WHEN strpos({1}, left({0}, 1)) > 0 OR strpos({1}, right({0}, 1)) > 0 THEN btrim({0}, {1}) ELSE {0} END)",
+        value,
+        ws,
+    )
 
 
 def pass_select(plan: PassPlan, source: sql.Composable, lo: int | None = None, hi: int | None = None) -> Frag:
@@ -299,7 +370,8 @@ def pass_insert(
     """The pass statement. With flagged rules it returns one row: rows written, then each
     flagged rule's matches among them; without, it returns nothing (use the row count)."""
     flags = [flag_column(r) for r in plan.flagged]
-    columns = join([_col(c) for c in (ORD, KEY, SRC, *plan.columns(), *flags)], ", ")
+    extra = [c for c, _ in plan.extra()]
+    columns = join([_col(c) for c in (ORD, KEY, SRC, *plan.columns(), *extra)], ", ")
     insert = fmt("INSERT INTO {0} ({1}) {2}", of(target), columns, pass_select(plan, source, lo, hi))
     if not flags:
         return insert

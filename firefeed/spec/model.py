@@ -84,7 +84,9 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
 
 
-class SourceSpec(_Strict):
+class FeedSpec(_Strict):
+    """What any fetched and parsed file takes: a source, or a lookup table (SPEC 9)."""
+
     name: str = Field(min_length=1, max_length=200)
     url: str = Field(min_length=1)
     format: Literal["csv", "tsv", "json", "jsonl", "xml"] | None = None
@@ -93,10 +95,6 @@ class SourceSpec(_Strict):
     item_path: str = "auto"
     compression: Literal["auto", "none", "gzip", "zip"] = "auto"
     headers: dict[str, str] = Field(default_factory=dict)
-    mode: Literal["enrich", "append"] = "enrich"
-    fields: list[str] | None = None
-    # SPEC 9 (P15): a template over this source's own fields that fills the key field before MERGE.
-    key_from: str | None = None
 
     @field_validator("delimiter")
     @classmethod
@@ -131,17 +129,30 @@ class SourceSpec(_Strict):
         return v
 
     @property
+    def resolved_format(self) -> str:
+        fmt = self.format or format_from_name(self.url)
+        assert fmt is not None  # checked by ProjectSpec
+        return fmt
+
+
+class SourceSpec(FeedSpec):
+    mode: Literal["enrich", "append"] = "enrich"
+    fields: list[str] | None = None
+    # SPEC 9 (P15): a template over this source's own fields that fills the key field before MERGE.
+    key_from: str | None = None
+
+    @property
     def key_template(self) -> Template | None:
         """The parsed `key_from` (checked by ProjectSpec), or None."""
         from firefeed.rules.template import parse_template
 
         return parse_template(self.key_from, "key_from") if self.key_from is not None else None
 
-    @property
-    def resolved_format(self) -> str:
-        fmt = self.format or format_from_name(self.url)
-        assert fmt is not None  # checked by ProjectSpec
-        return fmt
+
+class LookupSpec(FeedSpec):
+    """A lookup table (SPEC 9, P21): fetched and parsed like a source, never merged into the items."""
+
+    key: str = Field(min_length=1)
 
 
 class ExportSpec(_Strict):
@@ -199,6 +210,7 @@ class ProjectSpec(_Strict):
     sources: list[SourceSpec] = Field(min_length=1)
     rules: list[Any] = Field(default_factory=list)
     exports: list[ExportSpec] = Field(default_factory=list)
+    lookups: list[LookupSpec] = Field(default_factory=list)
 
     _rules: list[Rule] = PrivateAttr(default_factory=list)
 
@@ -238,6 +250,16 @@ class ProjectSpec(_Strict):
                 raise SpecError(
                     "sources[0].fields", "the primary source takes every field; `fields` is for later sources"
                 )
+        tables: set[str] = set()
+        for i, lk in enumerate(self.lookups):
+            if lk.name in tables:
+                raise SpecError(f"lookups[{i}].name", f"repeats the lookup name {lk.name!r}")
+            tables.add(lk.name)
+            if lk.format is None and format_from_name(lk.url) is None:
+                raise SpecError(
+                    f"lookups[{i}].format",
+                    "cannot tell the format from the file name; set one of " + ", ".join(SOURCE_FORMATS),
+                )
         names: set[str] = set()
         paths: set[str] = set()
         for i, e in enumerate(self.exports):
@@ -263,7 +285,7 @@ class ProjectSpec(_Strict):
                 for out, value in e.fields.items():
                     if "{" in value or "}" in value:
                         parse_template(value, join_key(f"exports[{i}].fields", out))
-        self._rules = parse_rules(self.rules, key_field=self.key, path="rules")
+        self._rules = parse_rules(self.rules, key_field=self.key, path="rules", lookups=self.lookup_tables)
         from firefeed.rules.limits import check_sql_size, spec_fields
 
         check_sql_size(self._rules, spec_fields(self._rules, self.key))  # again at RULES, with the feed's columns
@@ -272,6 +294,13 @@ class ProjectSpec(_Strict):
     @property
     def parsed_rules(self) -> list[Rule]:
         return self._rules
+
+    @property
+    def lookup_tables(self) -> dict[str, str]:
+        """Each lookup's name -> the company-schema table its rows are staged in for the rules' joins."""
+        from firefeed.schema.identifiers import lookup_table
+
+        return {lk.name: lookup_table(self.project, lk.name) for lk in self.lookups}
 
     @property
     def primary(self) -> SourceSpec:

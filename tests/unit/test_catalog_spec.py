@@ -31,3 +31,68 @@ def test_key_from_is_a_template_of_the_source() -> None:
 def test_a_key_from_with_a_lone_brace_names_its_source() -> None:
     err = _error(_spec(sources=[{"name": "main", "url": "main.csv"}, {"name": "b", "url": "b.csv", "key_from": "{a"}]))
     assert err.path == "sources[1].key_from"
+
+
+LOOKUP = {"name": "cats", "url": "cats.csv", "key": "code"}
+
+
+def _lookup_rule(**action: Any) -> list[dict[str, Any]]:
+    return [{"name": "r", "then": [{"lookup": "cats", "match": "cat", "set": {"gpc": "gpc"}, **action}]}]
+
+
+def test_a_lookup_action_is_parts_per_field_the_matched_field_last() -> None:
+    from firefeed.rules.lookups import LookupSet
+
+    spec = parse_spec(
+        _spec(
+            lookups=[LOOKUP],
+            rules=[
+                {
+                    "then": [
+                        {
+                            "lookup": "cats",
+                            "match": "cat",
+                            "set": {"cat": "name", "gpc": "gpc"},
+                            "default": {"label": "none {cat}"},
+                        }
+                    ]
+                }
+            ],
+        )
+    )
+    parts = spec.parsed_rules[0].then
+    assert all(isinstance(p, LookupSet) for p in parts)
+    assert [p.field for p in parts] == ["gpc", "label", "cat"]  # type: ignore[union-attr]
+    assert [p.column for p in parts] == ["gpc", None, "name"]  # type: ignore[union-attr]
+    assert parts[0].columns == ("name", "gpc") and parts[0].first  # type: ignore[union-attr]
+    assert spec.lookup_tables["cats"].startswith("lkp_p1_")
+
+
+@pytest.mark.parametrize(
+    ("doc", "path", "words"),
+    [
+        (_spec(rules=_lookup_rule()), "rules[0].then[0].lookup", "names no lookup"),
+        (_spec(lookups=[LOOKUP], rules=_lookup_rule(match="")), "rules[0].then[0].match", ""),
+        (_spec(lookups=[LOOKUP], rules=_lookup_rule(set={"id": "gpc"})), "rules[0].then[0].set", "key field"),
+        (_spec(lookups=[LOOKUP], rules=_lookup_rule(set="gpc")), "rules[0].then[0].set", "mapping"),
+        (_spec(lookups=[LOOKUP], rules=_lookup_rule(set={}, default=None)), "rules[0].then[0].set", "at least one"),
+        (_spec(lookups=[LOOKUP], rules=_lookup_rule(value="x")), "rules[0].then[0].value", "unknown key"),
+        (_spec(lookups=[LOOKUP, LOOKUP]), "lookups[1].name", "repeats"),
+        (_spec(lookups=[{"name": "cats", "url": "cats.csv"}]), "lookups[0].key", "required"),
+        (_spec(lookups=[{"name": "c", "url": "cats", "key": "k"}]), "lookups[0].format", "cannot tell"),
+        (_spec(lookups=[{**LOOKUP, "mode": "append"}]), "lookups[0].mode", "unknown key"),
+    ],
+)
+def test_every_lookup_mistake_is_a_spec_error_naming_its_path(doc: dict[str, Any], path: str, words: str) -> None:
+    err = _error(doc)
+    assert err.path == path
+    assert words in err.message
+
+
+def test_a_remote_spec_may_not_read_the_environment_in_a_lookup_url() -> None:
+    from firefeed.secrets.references import SpecOrigin, check_spec
+
+    spec = parse_spec(_spec(lookups=[{**LOOKUP, "url": "https://x.example/c.csv?k=${HOME}"}]))
+    with pytest.raises(SpecError) as info:
+        check_spec(spec, SpecOrigin.REMOTE, "")
+    assert info.value.path == "lookups[0].url"
