@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from psycopg2 import sql
+from sqlalchemy import Engine
 
 from firefeed.db.engine import raw_connection
 from firefeed.errors import MergeError
@@ -23,6 +24,7 @@ from firefeed.pipeline.merge import trimmed
 from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import Rule
 from firefeed.schema.identifiers import KEY, ORD, column_for_field, company_schema, ident, lookup_staging_table
+from firefeed.schema.service import SchemaService
 from firefeed.spec.model import LookupSpec, ProjectSpec
 from firefeed.textutil import WHITESPACE
 
@@ -72,7 +74,16 @@ def load_lookups(ctx: RunContext) -> list[LookupStats]:
         fetched = steps.fetch_feed(ctx, lk, scope="lookup:")
         staging = lookup_staging_table(ctx.spec.project, lk.name)
         staged = steps.stage_feed(ctx, lk, fetched, staging)
-        stats = build_lookup_table(ctx, lk, staging, tables[lk.name], staged.fields, columns.get(lk.name, []))
+        stats = build_lookup_table(
+            ctx.engine,
+            ctx.schema,
+            company=ctx.spec.company,
+            lookup=lk,
+            staging=staging,
+            table=tables[lk.name],
+            fields=staged.fields,
+            wanted=columns.get(lk.name, []),
+        )
         stats.bytes, stats.rows, stats.malformed = fetched.bytes, staged.rows, staged.stats.malformed
         ctx.schema.drop_table(ctx.spec.company, staging)
         out.append(stats)
@@ -80,13 +91,23 @@ def load_lookups(ctx: RunContext) -> list[LookupStats]:
 
 
 def build_lookup_table(
-    ctx: RunContext, lk: LookupSpec, staging: str, table: str, fields: Sequence[str], wanted: Sequence[str]
+    engine: Engine,
+    schema_service: SchemaService,
+    *,
+    company: str,
+    lookup: LookupSpec,
+    staging: str,
+    table: str,
+    fields: Sequence[str],
+    wanted: Sequence[str],
 ) -> LookupStats:
-    """(Re)create `table` as the first row of each non-blank trimmed key of `staging`; its key counts."""
+    """(Re)create `table` as the first row of each non-blank trimmed key of `staging` with the `wanted`
+    columns; its key counts. `fields`: the staged file's fields."""
+    lk = lookup
     if lk.key not in fields:
         shown = ", ".join(list(fields)[:12]) + (" …" if len(fields) > 12 else "")
         raise MergeError(f"lookup {lk.name!r} has no key column {lk.key!r} (its fields: {shown or 'none'})")
-    schema = company_schema(ctx.spec.company)
+    schema = company_schema(company)
     key = trimmed(sql.SQL("{}").format(ident(column_for_field(lk.key))))
     present = set(fields)
     picked = [
@@ -106,9 +127,9 @@ def build_lookup_table(
         more=sql.SQL("").join(sql.SQL(", ") + ident(column_for_field(c)) for c in wanted), keyed=keyed
     )
     params = [WHITESPACE] * 3
-    with raw_connection(ctx.engine) as conn:
-        keys = ctx.schema.rebuild_lookup_table(
-            ctx.spec.company, table, [KEY, *(column_for_field(c) for c in wanted)], select, params, conn=conn
+    with raw_connection(engine) as conn:
+        keys = schema_service.rebuild_lookup_table(
+            company, table, [KEY, *(column_for_field(c) for c in wanted)], select, params, conn=conn
         )
         with conn.cursor() as cur:
             cur.execute(

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from firefeed.rules import _text
+from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import (
     AllOf,
     AnyOf,
@@ -35,7 +36,12 @@ from firefeed.rules.model import (
     Trim,
     Truncate,
     Uppercase,
+    branch_excludes,
 )
+from firefeed.textutil import strip_ws
+
+#: a lookup's rows as its file has them, in order: name -> rows (field -> value)
+LookupRows = Mapping[str, Sequence[Mapping[str, str]]]
 
 
 @dataclass
@@ -43,6 +49,7 @@ class RulesOutcome:
     items: list[dict[str, str]]  # excluded items removed, order kept
     matched: dict[str, int] = field(default_factory=dict)  # per enabled rule: items whose `when` matched
     excluded: int = 0
+    lookups: list[dict[str, object]] = field(default_factory=list)  # per lookup action run, as rules.lookups
 
 
 @lru_cache(maxsize=1024)
@@ -110,7 +117,7 @@ def _regex_replace(action: RegexReplace, value: str) -> str:
 
 
 def apply_action(action: FieldAction, item: Mapping[str, str]) -> str:
-    """The new value of `action.field`."""
+    """The new value of `action.field` (a lookup part needs its table: apply_rules)."""
     value = item.get(action.field, "")
     if isinstance(action, Set):
         return action.value.render(item)
@@ -136,33 +143,102 @@ def apply_action(action: FieldAction, item: Mapping[str, str]) -> str:
         return _text.truncate(value, action.length)
     if isinstance(action, Math):
         return _text.math(value, action.op, action.value, action.round)
-    assert isinstance(action, MapValues)
+    assert isinstance(action, MapValues), action
     for key, target in action.values:
         if key == value:
             return target.render(item)
     return action.default.render(item) if action.default is not None else value
 
 
-def apply_rules(items: Iterable[Mapping[str, str]], rules: Sequence[Rule]) -> RulesOutcome:
-    """Run the enabled rules in order over `items`; excluded items are dropped and counted."""
+def keyed_rows(rows: Sequence[Mapping[str, str]], key: str) -> dict[str, Mapping[str, str]]:
+    """A lookup's rows by key: the key trimmed, blank keys skipped, a repeated key's first row (P21)."""
+    out: dict[str, Mapping[str, str]] = {}
+    for row in rows:
+        k = strip_ws(row.get(key, ""))
+        if k and k not in out:
+            out[k] = row
+    return out
+
+
+@dataclass
+class _LookupCount:
+    """One lookup action's report (P23): matched items, and each unmatched value's count in first-seen order."""
+
+    rule: str
+    part: LookupSet
+    matched: int = 0
+    unmatched: dict[str, int] = field(default_factory=dict)
+
+    def report(self) -> dict[str, object]:
+        order = {v: i for i, v in enumerate(self.unmatched)}
+        top = sorted(self.unmatched.items(), key=lambda vn: (-vn[1], order[vn[0]]))[:20]
+        return {
+            "rule": self.rule,
+            "action": self.part.path.rsplit(".", 1)[-1],
+            "lookup": self.part.lookup,
+            "matched": self.matched,
+            "unmatched": sum(self.unmatched.values()),
+            "unmatched_values": [{"value": v, "count": n} for v, n in top],
+        }
+
+
+def _lookup(part: LookupSet, item: Mapping[str, str], tables: Mapping[str, Mapping[str, Mapping[str, str]]]) -> str:
+    """A lookup part: the matched row's column ("" when the row lacks it), else the default, else unchanged."""
+    row = tables[part.lookup].get(strip_ws(item.get(part.match, "")))
+    if row is not None:
+        return row.get(part.column, "") if part.column is not None else item.get(part.field, "")
+    return part.default.render(item) if part.default is not None else item.get(part.field, "")
+
+
+def apply_rules(
+    items: Iterable[Mapping[str, str]],
+    rules: Sequence[Rule],
+    *,
+    lookups: LookupRows | None = None,
+    lookup_keys: Mapping[str, str] | None = None,
+) -> RulesOutcome:
+    """Run the enabled rules in order over `items`; excluded items are dropped and counted.
+
+    `lookups` holds each lookup's rows as its file lists them and `lookup_keys` its key column.
+    Rules run one at a time over every live item (what a rule sees is what the earlier ones left).
+    """
+    tables = {name: keyed_rows(rows, (lookup_keys or {})[name]) for name, rows in (lookups or {}).items()}
     active = [r for r in rules if r.enabled]
     outcome = RulesOutcome(items=[], matched={r.name: 0 for r in active})
-    for original in items:
-        item = dict(original)
-        kept = True
-        for rule in active:
+    live = [dict(original) for original in items]
+    for rule in active:
+        counts = [
+            _LookupCount(rule.name, a)
+            for branch in (rule.then, rule.else_)
+            if not branch_excludes(branch)
+            for a in branch
+            if isinstance(a, LookupSet) and a.first
+        ]
+        by_tag = {c.part.tag: c for c in counts}
+        kept: list[dict[str, str]] = []
+        for item in live:
             hit = rule.when is None or matches(rule.when, item)
             if hit:
                 outcome.matched[rule.name] += 1
-            for action in rule.then if hit else rule.else_:
-                if isinstance(action, Exclude):
-                    kept = False
-                    break
-                item[action.field] = apply_action(action, item)
-            if not kept:
-                break
-        if kept:
-            outcome.items.append(item)
-        else:
-            outcome.excluded += 1
+            branch = rule.then if hit else rule.else_
+            if branch_excludes(branch):
+                outcome.excluded += 1
+                continue
+            for action in branch:
+                assert not isinstance(action, Exclude)
+                if isinstance(action, LookupSet):
+                    if action.first:
+                        count = by_tag[action.tag]
+                        value = strip_ws(item.get(action.match, ""))
+                        if value in tables[action.lookup]:
+                            count.matched += 1
+                        else:
+                            count.unmatched[value] = count.unmatched.get(value, 0) + 1
+                    item[action.field] = _lookup(action, item, tables)
+                else:
+                    item[action.field] = apply_action(action, item)
+            kept.append(item)
+        live = kept
+        outcome.lookups.extend(c.report() for c in counts)
+    outcome.items = live
     return outcome
