@@ -87,8 +87,9 @@ class Segment:
 class PassRunner(Protocol):
     """How passes are executed; the loop decides everything else."""
 
-    def segments(self, source_table: str, rows: int | None) -> list[Segment]:
-        """How the items are cut for the passes (each segment keeps its own chain of pass tables)."""
+    def segments(self, source_table: str, rows: int | None, *, whole: bool = False) -> list[Segment]:
+        """How the items are cut for the passes (each segment keeps its own chain of pass tables);
+        `whole`: one segment, because a pass reads groups, which span any cut."""
         ...
 
     def run_pass(self, plan: PassPlan, segments: Sequence[Segment], *, in_place: bool) -> list[tuple[str, ChunkCounts]]:
@@ -123,7 +124,7 @@ def apply_passes(
     if not plans:
         count = rows if rows is not None else count_rows(schema.engine, company, source_table)
         return RulesResult(source_table, list(dict.fromkeys(fields)), 0, matched, 0, count, count)
-    segments = runner.segments(source_table, rows)
+    segments = runner.segments(source_table, rows, whole=any(p.grouped for p in plans))
     first_in: int | None = None
     excluded = 0
     lookups: list[dict[str, Any]] = []
@@ -175,10 +176,10 @@ class InProcessPasses:
         self.split = False
         self.source_table = ""
 
-    def segments(self, source_table: str, rows: int | None) -> list[Segment]:
+    def segments(self, source_table: str, rows: int | None, *, whole: bool = False) -> list[Segment]:
         self.source_table = source_table
         threshold = SPLIT_MIN_ROWS if self.split_min_rows is None else self.split_min_rows
-        big = rows is not None and rows >= threshold
+        big = rows is not None and rows >= threshold and not whole
         mid = middle_position(self.engine, self.company, source_table) if big else None
         if mid is None:
             return [Segment(None, None, source_table, rows)]
@@ -268,7 +269,7 @@ class ChunkJobPasses:
         self.engine, self.schema, self.company, self.run_id = engine, schema, company, run_id
         self.fields, self.chunk_rows, self.run_chunks = list(fields), chunk_rows, run_chunks
 
-    def segments(self, source_table: str, rows: int | None) -> list[Segment]:
+    def segments(self, source_table: str, rows: int | None, *, whole: bool = False) -> list[Segment]:
         if rows is None:
             rows = count_rows(self.engine, self.company, source_table)
         return [Segment(None, None, source_table, rows)]
@@ -282,7 +283,9 @@ class ChunkJobPasses:
             dst = seg.table
         else:
             dst = prepare_pass(self.schema, company=self.company, run_id=self.run_id, plan=plan)
-            bounds = self.bounds(seg.table)
+            # A grouped pass reads every item's group: one slice (each would aggregate the whole table).
+            whole: list[tuple[int | None, int | None]] = [(None, None)]
+            bounds = whole if plan.grouped else self.bounds(seg.table)
             slices = [
                 RulesChunkParams(fields=self.fields, src=seg.table, dst=dst, lo=lo, hi=hi, rows=n)
                 for (lo, hi), n in zip(bounds, self.rows_per_slice(bounds, seg.rows), strict=True)

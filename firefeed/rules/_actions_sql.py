@@ -39,6 +39,7 @@ from collections.abc import Callable
 from firefeed.rules._conditions_sql import NumberText, number_frag, numeric_frag, template_frag
 from firefeed.rules._frag import Frag, fmt, join, of, val
 from firefeed.rules._text import NUMBER_PATTERN
+from firefeed.rules.groups import Aggregate, aggregate_column
 from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import (
     Append,
@@ -173,6 +174,8 @@ def action_frag(action: FieldAction, column: Column, number_text: NumberText | N
         return _math(action, x, number_text(action.field) if number_text is not None else None)
     if isinstance(action, LookupSet):
         return lookup_part_frag(action, x, column)
+    if isinstance(action, Aggregate):
+        return of(ident(aggregate_column(action.tag)))
     assert isinstance(action, MapValues)
     return _map(action, x, column)
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from firefeed.rules._frag import Frag, fmt, join, raw, val
+from firefeed.rules._frag import Frag, fmt, join, of, raw, val
 from firefeed.rules._text import NUMBER_PATTERN, simple_lower
+from firefeed.rules.groups import GROUP_FIRST_COLUMN, GroupFirst
 from firefeed.rules.model import AllOf, AnyOf, Condition, Leaf, Not
 from firefeed.rules.template import FieldRef, Template
+from firefeed.schema.identifiers import ORD, ident
 from firefeed.textutil import WHITESPACE
 
 Column = Callable[[str], Frag]
@@ -122,6 +124,10 @@ def condition_frag(cond: Condition, column: Column, number_text: NumberText | No
     `number_text(field)` (optional) the text of its first number when that is already computed."""
     if isinstance(cond, Leaf):
         return leaf_frag(cond, column, number_text)
+    if isinstance(cond, GroupFirst):
+        # The pass joins its groups' first positions (sqlgen); only a grouped pass compiles this leaf.
+        first = fmt("({0} = {1})", of(ident(ORD)), of(ident(GROUP_FIRST_COLUMN)))
+        return first if cond.value else fmt("(NOT {0})", first)
     if isinstance(cond, Not):
         return fmt("(NOT {0})", condition_frag(cond.item, column, number_text))
     if not cond.items:

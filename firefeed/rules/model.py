@@ -17,6 +17,7 @@ from firefeed.errors import SpecError
 from firefeed.rules._regex import RegexError, translate
 from firefeed.rules._scalars import _field_name, _kind, _mapping, _number, _text, parse_bool, parse_whole
 from firefeed.rules._text import MAX_ROUND
+from firefeed.rules.groups import Aggregate, GroupFirst, parse_aggregate, parse_group_first
 from firefeed.rules.lookups import LookupSet, parse_lookup
 from firefeed.rules.template import Template, parse_template
 
@@ -82,12 +83,12 @@ class Not:
     item: Condition
 
 
-Condition = Leaf | AllOf | AnyOf | Not
+Condition = Leaf | AllOf | AnyOf | Not | GroupFirst
 
 
 def condition_fields(cond: Condition) -> tuple[str, ...]:
-    """Every field a condition reads, in order (with repeats)."""
-    if isinstance(cond, Leaf):
+    """Every field a condition reads, in order (with repeats); group_first reads its pass's groups."""
+    if isinstance(cond, Leaf | GroupFirst):
         return cond.reads
     if isinstance(cond, Not):
         return condition_fields(cond.item)
@@ -196,6 +197,7 @@ FieldAction = (
     | Math
     | MapValues
     | LookupSet
+    | Aggregate
 )
 Action = FieldAction | Exclude
 
@@ -207,8 +209,8 @@ def action_reads(action: Action) -> dict[str, int]:
     def add(name: str, times: int = 1) -> None:
         counts[name] = counts.get(name, 0) + times
 
-    if isinstance(action, Exclude):
-        return counts
+    if isinstance(action, Exclude | Aggregate):
+        return counts  # an aggregate's value is a column of its pass's grouped join
     if isinstance(action, Set):
         for f in action.value.fields:
             add(f)
@@ -258,9 +260,26 @@ class Rule:
         return any(isinstance(a, Exclude) for a in (*self.then, *self.else_))
 
     @property
+    def uses_groups(self) -> bool:
+        """It aggregates or asks group_first: it reads the groups as they are when it starts (P16, P19)."""
+        return any(isinstance(a, Aggregate) for a in (*self.then, *self.else_)) or (
+            self.when is not None and uses_group_first(self.when)
+        )
+
+    @property
     def writes(self) -> tuple[str, ...]:
         """Fields the rule may change on an item it keeps (a branch that excludes changes nothing)."""
         return tuple(dict.fromkeys(a.field for a in (*effective(self.then), *effective(self.else_))))
+
+
+def uses_group_first(cond: Condition) -> bool:
+    if isinstance(cond, GroupFirst):
+        return True
+    if isinstance(cond, Not):
+        return uses_group_first(cond.item)
+    if isinstance(cond, AllOf | AnyOf):
+        return any(uses_group_first(c) for c in cond.items)
+    return False
 
 
 def branch_excludes(branch: tuple[Action, ...]) -> bool:
@@ -281,11 +300,14 @@ _LEAF_KEYS = ("field", "op", "value", "case_sensitive")
 MAX_CONDITION_DEPTH = 32
 
 
-def parse_condition(raw: Any, path: str, *, depth: int = 1) -> Condition:
-    """A leaf `{field, op, value}` or a group `{all: [...]}`, `{any: [...]}`, `{not: ...}`
-    (`depth`: how many groups this one is inside, itself included)."""
+def parse_condition(raw: Any, path: str, *, depth: int = 1, group: str | None = None) -> Condition:
+    """A leaf `{field, op, value}`, `{group_first: true}` or a group `{all: [...]}`, `{any: [...]}`,
+    `{not: ...}` (`depth`: how many groups this one is inside, itself included; `group`: the
+    spec's group field, which group_first needs)."""
     if not isinstance(raw, Mapping):
         raise SpecError(path, f"must be a condition mapping, not {_kind(raw)}")
+    if "group_first" in raw:
+        return parse_group_first(raw, path, group=group)
     groups = [k for k in ("all", "any", "not") if k in raw]
     if groups:
         key = groups[0]
@@ -294,10 +316,12 @@ def parse_condition(raw: Any, path: str, *, depth: int = 1) -> Condition:
             raise SpecError(path, f"nests all/any/not more than {MAX_CONDITION_DEPTH} levels deep")
         inner = raw[key]
         if key == "not":
-            return Not(parse_condition(inner, f"{path}.not", depth=depth + 1))
+            return Not(parse_condition(inner, f"{path}.not", depth=depth + 1, group=group))
         if not isinstance(inner, list | tuple):
             raise SpecError(f"{path}.{key}", f"must be a list of conditions, not {_kind(inner)}")
-        items = tuple(parse_condition(c, f"{path}.{key}[{i}]", depth=depth + 1) for i, c in enumerate(inner))
+        items = tuple(
+            parse_condition(c, f"{path}.{key}[{i}]", depth=depth + 1, group=group) for i, c in enumerate(inner)
+        )
         return AllOf(items) if key == "all" else AnyOf(items)
     _mapping(raw, path, _LEAF_KEYS, ("field", "op"))
     name = _field_name(raw["field"], f"{path}.field")
@@ -376,13 +400,24 @@ def _replacement(text: str, groups: int, path: str) -> tuple[str | int, ...]:
 
 
 def parse_action(
-    raw: Any, path: str, *, key_field: str, lookups: Mapping[str, str] | None = None, tag: str = ""
+    raw: Any,
+    path: str,
+    *,
+    key_field: str,
+    lookups: Mapping[str, str] | None = None,
+    tag: str = "",
+    group: str | None = None,
 ) -> Action | tuple[LookupSet, ...] | None:
     """One action; None for `{exclude: false}`, which does nothing; a lookup's parts (P24) as a tuple."""
     if not isinstance(raw, Mapping):
         raise SpecError(path, f"must be an action mapping, not {_kind(raw)}")
     if "lookup" in raw:
         return parse_lookup(raw, path, key_field=key_field, lookups=lookups, tag=tag)
+    if "aggregate" in raw:
+        target = _field_name(raw["aggregate"], f"{path}.aggregate")
+        if target == key_field:
+            raise SpecError(f"{path}.aggregate", f"may not change the key field {key_field!r}")
+        return parse_aggregate(raw, path, target=target, group=group, tag=tag)
     kinds = [k for k in raw if k in _ACTION_KEYS]
     if not kinds:
         raise SpecError(path, f"must name one action ({', '.join(_ACTION_KEYS)})")
@@ -448,7 +483,13 @@ def parse_action(
 
 
 def _actions(
-    raw: Any, path: str, *, key_field: str, lookups: Mapping[str, str] | None = None, tag: str = ""
+    raw: Any,
+    path: str,
+    *,
+    key_field: str,
+    lookups: Mapping[str, str] | None = None,
+    tag: str = "",
+    group: str | None = None,
 ) -> tuple[Action, ...]:
     if raw is None:
         return ()
@@ -458,7 +499,7 @@ def _actions(
         raise SpecError(path, f"must be a list of actions, not {_kind(raw)}")
     out: list[Action] = []
     for i, a in enumerate(raw):
-        parsed = parse_action(a, f"{path}[{i}]", key_field=key_field, lookups=lookups, tag=f"{tag}{i}")
+        parsed = parse_action(a, f"{path}[{i}]", key_field=key_field, lookups=lookups, tag=f"{tag}{i}", group=group)
         if isinstance(parsed, tuple):
             out.extend(parsed)
         elif parsed is not None:
@@ -471,11 +512,17 @@ _RULE_KEYS = ("name", "enabled", "when", "then", "else")
 
 
 def parse_rules(
-    raw: Any, *, key_field: str, path: str = "rules", lookups: Mapping[str, str] | None = None
+    raw: Any,
+    *,
+    key_field: str,
+    path: str = "rules",
+    lookups: Mapping[str, str] | None = None,
+    group: str | None = None,
 ) -> list[Rule]:
     """The ordered rule list; names default to `rule <n>` (1-based) and must be unique.
 
-    `lookups`: the spec's lookup names -> their tables, which `lookup` actions may name.
+    `lookups`: the spec's lookup names -> their tables, which `lookup` actions may name;
+    `group`: the spec's group field, which `aggregate` and `group_first` need.
     """
     if raw is None:
         return []
@@ -497,8 +544,9 @@ def parse_rules(
             raise SpecError(f"{rpath}.name", f"duplicate rule name {name!r} (also {path}[{seen[name]}])")
         seen[name] = i
         enabled = parse_bool(item["enabled"], f"{rpath}.enabled") if "enabled" in item else True
-        when = parse_condition(item["when"], f"{rpath}.when") if item.get("when") is not None else None
-        then = _actions(item.get("then"), f"{rpath}.then", key_field=key_field, lookups=lookups, tag=f"{index}_t")
-        else_ = _actions(item.get("else"), f"{rpath}.else", key_field=key_field, lookups=lookups, tag=f"{index}_e")
+        when = parse_condition(item["when"], f"{rpath}.when", group=group) if item.get("when") is not None else None
+        common: dict[str, Any] = {"key_field": key_field, "lookups": lookups, "group": group}
+        then = _actions(item.get("then"), f"{rpath}.then", tag=f"{index}_t", **common)
+        else_ = _actions(item.get("else"), f"{rpath}.else", tag=f"{index}_e", **common)
         rules.append(Rule(index, name, enabled, when, then, else_))
     return rules

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from firefeed.rules import _text
+from firefeed.rules.groups import Aggregate, GroupFirst
 from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import (
     AllOf,
@@ -97,16 +98,48 @@ def _leaf(cond: Leaf, item: Mapping[str, str]) -> bool:
     return subject.endswith(wanted)
 
 
-def matches(cond: Condition, item: Mapping[str, str]) -> bool:
-    """Whether `item` satisfies `cond` (a missing field reads as "")."""
+def matches(cond: Condition, item: Mapping[str, str], first: bool | None = None) -> bool:
+    """Whether `item` satisfies `cond` (a missing field reads as ""); `first`: whether the item is the
+    first of its group, for group_first."""
     if isinstance(cond, Leaf):
         return _leaf(cond, item)
+    if isinstance(cond, GroupFirst):
+        assert first is not None, "group_first needs the item's groups"
+        return first == cond.value
     if isinstance(cond, AllOf):
-        return all(matches(c, item) for c in cond.items)
+        return all(matches(c, item, first) for c in cond.items)
     if isinstance(cond, AnyOf):
-        return any(matches(c, item) for c in cond.items)
+        return any(matches(c, item, first) for c in cond.items)
     assert isinstance(cond, Not)
-    return not matches(cond.item, item)
+    return not matches(cond.item, item, first)
+
+
+def group_of(item: Mapping[str, str], group: str, position: int) -> tuple[str, int]:
+    """An item's group: its group field's trimmed text; blank makes a group of one (P18)."""
+    value = strip_ws(item.get(group, ""))
+    return (value, -1) if value else ("", position)
+
+
+def aggregate(action: Aggregate, members: Sequence[Mapping[str, str]]) -> str:
+    """The aggregate of `of` over a group's members, in export order (P16, P17)."""
+    if action.op == "count":
+        return str(len(members))
+    assert action.of is not None
+    values = [action.of.render(m) for m in members]
+    if action.op == "first":
+        return values[0]
+    if action.op == "last":
+        return values[-1]
+    if action.op == "join":
+        return action.separator.join(v for v in values if v != "")
+    numbers = [n for n in map(_text.read_number, values) if n is not None]
+    if not numbers:
+        return ""
+    places = action.round
+    if places is None:
+        places = max(max(0, -int(n.as_tuple().exponent)) for n in numbers)
+    total = {"min": min, "max": max, "sum": sum}[action.op](numbers)  # type: ignore[operator]
+    return _text.format_number(total, places)
 
 
 def _regex_replace(action: RegexReplace, value: str) -> str:
@@ -190,6 +223,25 @@ def _lookup(part: LookupSet, item: Mapping[str, str], tables: Mapping[str, Mappi
     return part.default.render(item) if part.default is not None else item.get(part.field, "")
 
 
+def _groups_of(rule: Rule) -> Iterable[str]:
+    """The group field a rule reads (every aggregate and group_first of a spec names the same)."""
+    for a in (*rule.then, *rule.else_):
+        if isinstance(a, Aggregate):
+            yield a.group
+
+    def walk(cond: Condition) -> Iterable[str]:
+        if isinstance(cond, GroupFirst):
+            yield cond.group
+        elif isinstance(cond, Not):
+            yield from walk(cond.item)
+        elif isinstance(cond, AllOf | AnyOf):
+            for c in cond.items:
+                yield from walk(c)
+
+    if rule.when is not None:
+        yield from walk(rule.when)
+
+
 def apply_rules(
     items: Iterable[Mapping[str, str]],
     rules: Sequence[Rule],
@@ -215,9 +267,24 @@ def apply_rules(
             if isinstance(a, LookupSet) and a.first
         ]
         by_tag = {c.part.tag: c for c in counts}
+        firsts: list[bool | None] = [None] * len(live)
+        totals: list[dict[str, str]] = [{} for _ in live]
+        if rule.uses_groups:
+            # The groups and values as the rule starts (P16); every live member counts.
+            group = next(g for g in _groups_of(rule))
+            members: dict[tuple[str, int], list[int]] = {}
+            for i, item in enumerate(live):
+                members.setdefault(group_of(item, group, i), []).append(i)
+            aggregates = [a for a in (*rule.then, *rule.else_) if isinstance(a, Aggregate)]
+            for indexes in members.values():
+                snapshot = [dict(live[i]) for i in indexes]
+                values = {a.tag: aggregate(a, snapshot) for a in aggregates}
+                for n, i in enumerate(indexes):
+                    firsts[i] = n == 0
+                    totals[i] = values
         kept: list[dict[str, str]] = []
-        for item in live:
-            hit = rule.when is None or matches(rule.when, item)
+        for position, item in enumerate(live):
+            hit = rule.when is None or matches(rule.when, item, firsts[position])
             if hit:
                 outcome.matched[rule.name] += 1
             branch = rule.then if hit else rule.else_
@@ -235,6 +302,8 @@ def apply_rules(
                         else:
                             count.unmatched[value] = count.unmatched.get(value, 0) + 1
                     item[action.field] = _lookup(action, item, tables)
+                elif isinstance(action, Aggregate):
+                    item[action.field] = totals[position][action.tag]
                 else:
                     item[action.field] = apply_action(action, item)
             kept.append(item)

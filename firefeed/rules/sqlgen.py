@@ -32,9 +32,10 @@ from typing import Any
 from psycopg2 import sql
 
 from firefeed.rules._actions_sql import action_frag, lookup_key_column, lookup_value_column
-from firefeed.rules._conditions_sql import condition_frag, number_text_frag
+from firefeed.rules._conditions_sql import condition_frag, number_frag, number_text_frag, template_frag
 from firefeed.rules._frag import Frag, fmt, join, of, raw, val
 from firefeed.rules._plan import PassPlan, Step, flag_column, lookup_report_columns
+from firefeed.rules.groups import GROUP_FIRST_COLUMN, Aggregate, GroupFirst, aggregate_column
 from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import (
     AllOf,
@@ -71,6 +72,8 @@ def _number_leaf_fields(cond: Condition) -> list[str]:
     """The fields whose number the condition reads, once per reading leaf."""
     if isinstance(cond, Leaf):
         return [cond.field] if cond.op in _NUMBER_OPS else []
+    if isinstance(cond, GroupFirst):
+        return []
     if isinstance(cond, Not):
         return _number_leaf_fields(cond.item)
     assert isinstance(cond, AllOf | AnyOf)
@@ -134,6 +137,9 @@ class _Builder:
         # Lookup tables live in the schema of the table the pass reads (a company's, or a scratch area's).
         self.schema = source.strings[0] if isinstance(source, sql.Identifier) and len(source.strings) == 2 else None
         self.report_cols = {c for _, part in plan.lookups for c, _ in lookup_report_columns(part.tag)}
+        # Columns that ride along for the rules but are not the pass table's: lookup reports go last
+        # in their own order, the grouped join's columns not at all.
+        self.hidden = set(self.report_cols)
         self.fields = list(plan.fields_in)  # fields that are columns of the current relation
         self.carried: list[str] = []  # flag and number columns of the current relation
         self.relation = fmt("{0} AS t", of(source))
@@ -141,6 +147,10 @@ class _Builder:
         self.numbers: dict[str, str] = {}  # field -> column holding the text of its current value's first number
         self.pending: _Layer | None = None  # the subquery being built over the current relation
         self._plan_numbers()
+        if plan.grouped:
+            self.relation = self._grouped(source)
+            self.carried = [GROUP_FIRST_COLUMN, *(aggregate_column(a.tag) for a in plan.aggregates)]
+            self.hidden.update(self.carried)
 
     def _plan_numbers(self) -> None:
         """Which level-start values get their number text computed once: at which level, read until which."""
@@ -260,6 +270,39 @@ class _Builder:
                     values[name] = fmt("CASE WHEN {0} THEN {1} ELSE {2} END", _col(flag_column(step.rule)), yes, no)
         return values
 
+    def _grouped(self, source: sql.Composable) -> Frag:
+        """The pass's table joined to one grouped aggregate of itself (P16-P19): per group, the first
+        position and each aggregate. A blank group value makes an item a group of its own (P18)."""
+        group = self.plan.group
+        assert group is not None
+        inner = [_as(trimmed_frag(self.base(group)), "_ff_g"), _as(_col(ORD), "_ff_go")]
+        for a in self.plan.aggregates:
+            if a.of is None:
+                continue
+            value = template_frag(a.of, self.base)
+            inner.append(_as(number_frag(value) if a.op in ("min", "max", "sum") else value, f"_ff_gv{a.tag}"))
+        outer = [
+            raw('"_ff_g" AS "_ff_gk"'),
+            raw('"_ff_g2" AS "_ff_gk2"'),
+            _as(raw('min("_ff_go")'), GROUP_FIRST_COLUMN),
+        ]
+        outer.extend(_as(_aggregate_frag(a), aggregate_column(a.tag)) for a in self.plan.aggregates)
+        members = fmt(
+            'SELECT *, CASE WHEN "_ff_g" = \'\' THEN "_ff_go" ELSE -1 END AS "_ff_g2" FROM (SELECT {0} FROM {1}) AS s0',
+            join(inner, ", "),
+            of(source),
+        )
+        mine = trimmed_frag(self.base(group))
+        return fmt(
+            '{0} AS t LEFT JOIN (SELECT {1} FROM ({2}) AS s1 GROUP BY 1, 2) AS "_ff_gj" '
+            'ON "_ff_gk" = {3} AND "_ff_gk2" = CASE WHEN {3} = \'\' THEN {4} ELSE -1 END',
+            of(source),
+            join(outer, ", "),
+            members,
+            mine,
+            _col(ORD),
+        )
+
     def _level_lookups(self, level: tuple[Step, ...]) -> list[tuple[Step, LookupSet, bool]]:
         """The lookup actions of a level: (step, first part, in the then branch)."""
         out: list[tuple[Step, LookupSet, bool]] = []
@@ -336,7 +379,7 @@ class _Builder:
                 for name in self.plan.fields_out:
                     col = column_for_field(name)
                     items.append(_as(values[name], col) if name in values else _col(col))
-                items.extend(_col(c) for c in self.carried if c not in self.number_until and c not in self.report_cols)
+                items.extend(_col(c) for c in self.carried if c not in self.number_until and c not in self.hidden)
                 if self.report_cols:
                     mine = dict(reports)
                     items.extend(
@@ -348,6 +391,25 @@ class _Builder:
             layer.extra.extend(reports)
             self._end_numbers(i, level, layer)
         raise AssertionError("a pass has at least one level")
+
+
+def _aggregate_frag(a: Aggregate) -> Frag:
+    """An aggregate over the members' `of` values (`_ff_gv<tag>`, numbers for min/max/sum), as text (P16)."""
+    v, o = _col(f"_ff_gv{a.tag}"), raw('"_ff_go"')
+    if a.op == "count":
+        return raw("count(*)::text")
+    if a.op == "first":
+        return fmt("(array_agg({0} ORDER BY {1}))[1]", v, o)
+    if a.op == "last":
+        return fmt("(array_agg({0} ORDER BY {1} DESC))[1]", v, o)
+    if a.op == "join":
+        return fmt(
+            "coalesce(string_agg({0}, {1} ORDER BY {2}) FILTER (WHERE {0} <> ''), '')", v, val(a.separator, "text"), o
+        )
+    # min/max/sum: numbers as the number ops read them; written as math writes them, with `round`
+    # decimals or as many as the most precise input (items without a number are skipped; none: "")
+    places = val(a.round, "integer") if a.round is not None else fmt("max(scale({0}))", v)
+    return fmt("coalesce(round(" + a.op + "({0}), {1})::text, '')", v, places)
 
 
 def trimmed_frag(value: Frag) -> Frag:
@@ -387,7 +449,10 @@ def count_select(plan: PassPlan, source: sql.Composable, lo: int | None = None, 
     matched = raw("count(*)")
     if rule is not None and rule.when is not None:
         matched = fmt("count(*) FILTER (WHERE {0})", condition_frag(rule.when, builder.base))
-    text = fmt("SELECT count(*), {0} FROM {1} AS t", matched, of(source))
+    if plan.grouped:
+        text = fmt("SELECT count(*), {0} FROM {1}", matched, builder.relation)
+    else:
+        text = fmt("SELECT count(*), {0} FROM {1} AS t", matched, of(source))
     where = chunk_filter(lo, hi)
     return fmt("{0} WHERE {1}", text, where) if where is not None else text
 
@@ -397,6 +462,7 @@ def deletes_only(plan: PassPlan) -> bool:
     rule = plan.excluding
     return (
         rule is not None
+        and not plan.grouped  # its DELETE could not see the groups
         and len(plan.rules) == 1
         and plan.fields_out == plan.fields_in
         and not effective(rule.then)

@@ -206,6 +206,8 @@ class ProjectSpec(_Strict):
     project: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
     name: str | None = None
     key: str = Field(default="id", min_length=1)
+    # SPEC 9 (P18): the field whose trimmed text groups variants (aggregate, group_first)
+    group: str | None = Field(default=None, min_length=1)
     schedule: str | None = None
     sources: list[SourceSpec] = Field(min_length=1)
     rules: list[Any] = Field(default_factory=list)
@@ -271,7 +273,7 @@ class ProjectSpec(_Strict):
                 raise SpecError(f"exports[{i}].path", f"repeats the export path {e.path!r}")
             paths.add(norm)
             if e.where is not None:
-                e._where = parse_condition(e.where, f"exports[{i}].where")
+                e._where = parse_condition(e.where, f"exports[{i}].where", group=self.group)
             if e.fail_on != "none" and e.resolved_channel is None:
                 raise SpecError(
                     f"exports[{i}].fail_on", "needs a channel whose rules it can check: set channel: google or meta"
@@ -285,7 +287,9 @@ class ProjectSpec(_Strict):
                 for out, value in e.fields.items():
                     if "{" in value or "}" in value:
                         parse_template(value, join_key(f"exports[{i}].fields", out))
-        self._rules = parse_rules(self.rules, key_field=self.key, path="rules", lookups=self.lookup_tables)
+        self._rules = parse_rules(
+            self.rules, key_field=self.key, path="rules", lookups=self.lookup_tables, group=self.group
+        )
         from firefeed.rules.limits import check_sql_size, spec_fields
 
         check_sql_size(self._rules, spec_fields(self._rules, self.key))  # again at RULES, with the feed's columns
