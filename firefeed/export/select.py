@@ -107,11 +107,13 @@ def output_columns(fields: Sequence[str], export: ExportSpec) -> list[OutputColu
     return columns
 
 
-def where_clause(fields: Sequence[str], export: ExportSpec) -> Piece:
+def where_clause(fields: Sequence[str], export: ExportSpec, table: sql.Composable | None = None) -> Piece:
     """` WHERE <condition>` for the export's filter, or nothing.
 
     Compiled by the rules engine's condition compiler, so an export's `where`
     reads exactly like a rule's `when`, on the items after rules (SPEC 8.17).
+    `table`: the items' table, where a group_first leaf finds the groups after
+    all rules, before `where` filters (P19).
     """
     condition = export.where_condition
     if condition is None:
@@ -120,5 +122,5 @@ def where_clause(fields: Sequence[str], export: ExportSpec) -> Piece:
     from firefeed.rules.sqlgen import condition_sql
 
     params: list[Any] = []
-    text = condition_sql(condition, field_column(fields), params)
+    text = condition_sql(condition, field_column(fields), params, table)
     return Piece(sql.SQL(" WHERE (") + text + sql.SQL(")"), tuple(params))

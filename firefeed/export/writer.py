@@ -24,6 +24,7 @@ from firefeed.export.google_xml import XmlGroups, render_google_xml
 from firefeed.export.jsonish import render_json, render_jsonl
 from firefeed.export.rendering import Rendering
 from firefeed.export.select import OutputColumn, output_columns, where_clause
+from firefeed.schema.identifiers import ident
 
 if TYPE_CHECKING:
     from firefeed.spec.model import ExportSpec
@@ -75,7 +76,7 @@ def write_export(
     """
     columns = output_columns(fields, export)
     rendering = _rendering(export, columns, title, link)
-    where = where_clause(fields, export)
+    where = where_clause(fields, export, ident(schema, table))
     try:
         with atomic_output(dest, compress=export.gzip) as out:
             out.write(rendering.head)

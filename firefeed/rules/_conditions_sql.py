@@ -119,19 +119,30 @@ def leaf_frag(cond: Leaf, column: Column, number_text: NumberText | None = None)
     return _text_leaf(cond, subject, column)
 
 
-def condition_frag(cond: Condition, column: Column, number_text: NumberText | None = None) -> Frag:
+#: the SQL of "the item is the first of its group" for a group_first leaf
+FirstOfGroup = Callable[[GroupFirst], Frag]
+
+
+def joined_first(cond: GroupFirst) -> Frag:
+    """In a grouped rules pass, which joins its groups' first positions (sqlgen)."""
+    return fmt("({0} = {1})", of(ident(ORD)), of(ident(GROUP_FIRST_COLUMN)))
+
+
+def condition_frag(
+    cond: Condition, column: Column, number_text: NumberText | None = None, first: FirstOfGroup = joined_first
+) -> Frag:
     """A boolean SQL expression for `cond`; `column(field)` gives a field's current value,
-    `number_text(field)` (optional) the text of its first number when that is already computed."""
+    `number_text(field)` (optional) the text of its first number when that is already computed,
+    `first` the test of a group_first leaf."""
     if isinstance(cond, Leaf):
         return leaf_frag(cond, column, number_text)
     if isinstance(cond, GroupFirst):
-        # The pass joins its groups' first positions (sqlgen); only a grouped pass compiles this leaf.
-        first = fmt("({0} = {1})", of(ident(ORD)), of(ident(GROUP_FIRST_COLUMN)))
-        return first if cond.value else fmt("(NOT {0})", first)
+        test = first(cond)
+        return test if cond.value else fmt("(NOT {0})", test)
     if isinstance(cond, Not):
-        return fmt("(NOT {0})", condition_frag(cond.item, column, number_text))
+        return fmt("(NOT {0})", condition_frag(cond.item, column, number_text, first))
     if not cond.items:
         return raw("true" if isinstance(cond, AllOf) else "false")
     sep = " AND " if isinstance(cond, AllOf) else " OR "
     assert isinstance(cond, AllOf | AnyOf)
-    return fmt("({0})", join((condition_frag(c, column, number_text) for c in cond.items), sep))
+    return fmt("({0})", join((condition_frag(c, column, number_text, first) for c in cond.items), sep))

@@ -53,14 +53,27 @@ from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, ident
 from firefeed.textutil import WHITESPACE
 
 
-def condition_sql(cond: Condition, column: Callable[[str], sql.Composable], params: list[Any]) -> sql.Composable:
+def condition_sql(
+    cond: Condition,
+    column: Callable[[str], sql.Composable],
+    params: list[Any],
+    table: sql.Composable | None = None,
+) -> sql.Composable:
     """A boolean SQL expression for `cond` that is never NULL.
 
     `column(field)` returns the SQL of a field's current value (a quoted column,
     or ''::text when the table lacks it); literal values are appended to
-    `params`, in the order of their `%s` placeholders.
+    `params`, in the order of their `%s` placeholders. `table`: the table the
+    condition filters, which a group_first leaf reads its groups from (P19).
     """
-    frag = condition_frag(cond, lambda name: of(column(name)))
+    if table is None:
+        frag = condition_frag(cond, lambda name: of(column(name)))
+    else:
+
+        def first(leaf: GroupFirst) -> Frag:
+            return first_of_group_in(table, of(column(leaf.group)))
+
+        frag = condition_frag(cond, lambda name: of(column(name)), first=first)
     params.extend(frag.params)
     return frag.sql
 
@@ -391,6 +404,17 @@ class _Builder:
             layer.extra.extend(reports)
             self._end_numbers(i, level, layer)
         raise AssertionError("a pass has at least one level")
+
+
+def first_of_group_in(table: sql.Composable, group: Frag) -> Frag:
+    """The item is the first of its group among `table`'s items: one grouped scan, hashed (P19)."""
+    g = trimmed_frag(group)
+    return fmt(
+        "({0} IN (SELECT min({0}) FROM {1} GROUP BY {2}, CASE WHEN {2} = '' THEN {0} ELSE -1 END))",
+        _col(ORD),
+        of(table),
+        g,
+    )
 
 
 def _aggregate_frag(a: Aggregate) -> Frag:

@@ -96,3 +96,65 @@ def test_a_remote_spec_may_not_read_the_environment_in_a_lookup_url() -> None:
     with pytest.raises(SpecError) as info:
         check_spec(spec, SpecOrigin.REMOTE, "")
     assert info.value.path == "lookups[0].url"
+
+
+def _rule(action: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"name": "r", "then": [action]}]
+
+
+@pytest.mark.parametrize(
+    ("doc", "path", "words"),
+    [
+        (_spec(rules=_rule({"aggregate": "n", "op": "count"})), "rules[0].then[0].aggregate", "top-level `group`"),
+        (
+            _spec(rules=[{"when": {"not": {"group_first": "true"}}, "then": [{"exclude": "true"}]}]),
+            "rules[0].when.not.group_first",
+            "top-level `group`",
+        ),
+        (
+            _spec(exports=[{"name": "e", "format": "csv", "path": "e.csv", "where": {"group_first": "true"}}]),
+            "exports[0].where.group_first",
+            "top-level `group`",
+        ),
+        (_spec(group="g", rules=_rule({"aggregate": "n", "op": "avg"})), "rules[0].then[0].op", "must be one of"),
+        (_spec(group="g", rules=_rule({"aggregate": "n", "op": "min"})), "rules[0].then[0].of", "required"),
+        (
+            _spec(group="g", rules=_rule({"aggregate": "n", "op": "sum", "of": "p", "round": "-1"})),
+            "rules[0].then[0].round",
+            "whole number",
+        ),
+        (_spec(group="g", rules=_rule({"aggregate": "id", "op": "count"})), "rules[0].then[0].aggregate", "key field"),
+        (
+            _spec(group="g", rules=_rule({"aggregate": "n", "op": "first", "of": "{a"})),
+            "rules[0].then[0].of",
+            "lone",
+        ),
+        (
+            _spec(group="g", rules=_rule({"aggregate": "n", "op": "count", "by": "x"})),
+            "rules[0].then[0].by",
+            "unknown key",
+        ),
+        (_spec(group="g", rules=[{"when": {"group_first": "maybe"}}]), "rules[0].when.group_first", "true or false"),
+    ],
+)
+def test_every_group_mistake_is_a_spec_error_naming_its_path(doc: dict[str, Any], path: str, words: str) -> None:
+    err = _error(doc)
+    assert err.path == path
+    assert words in err.message
+
+
+def test_of_without_a_brace_names_a_field_and_with_one_is_a_template() -> None:
+    from firefeed.rules.groups import Aggregate
+
+    spec = parse_spec(
+        _spec(
+            group="g",
+            rules=_rule({"aggregate": "n", "op": "join", "of": "Variant Price"})
+            + [{"name": "t", "then": [{"aggregate": "m", "op": "join", "of": "{a}-{b}", "separator": ""}]}],
+        )
+    )
+    named, templated = spec.parsed_rules[0].then[0], spec.parsed_rules[1].then[0]
+    assert isinstance(named, Aggregate) and isinstance(templated, Aggregate)
+    assert named.of is not None and named.of.fields == ("Variant Price",) and named.separator == ","
+    assert templated.of is not None and templated.of.fields == ("a", "b") and templated.separator == ""
+    assert spec.parsed_rules[0].uses_groups
