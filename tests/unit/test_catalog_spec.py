@@ -149,8 +149,10 @@ def test_of_without_a_brace_names_a_field_and_with_one_is_a_template() -> None:
     spec = parse_spec(
         _spec(
             group="g",
-            rules=_rule({"aggregate": "n", "op": "join", "of": "Variant Price"})
-            + [{"name": "t", "then": [{"aggregate": "m", "op": "join", "of": "{a}-{b}", "separator": ""}]}],
+            rules=[
+                *_rule({"aggregate": "n", "op": "join", "of": "Variant Price"}),
+                {"name": "t", "then": [{"aggregate": "m", "op": "join", "of": "{a}-{b}", "separator": ""}]},
+            ],
         )
     )
     named, templated = spec.parsed_rules[0].then[0], spec.parsed_rules[1].then[0]
