@@ -52,9 +52,10 @@ class LookupStats:
 
 
 def lookup_columns(spec: ProjectSpec, rules: Sequence[Rule] | None = None) -> dict[str, list[str]]:
-    """Per lookup, the columns any `lookup` action reads from it, in first-use order."""
+    """Per lookup, the columns any `lookup` action reads from it (project and channel rules), in first-use order."""
     out: dict[str, list[str]] = {lk.name: [] for lk in spec.lookups}
-    for rule in spec.parsed_rules if rules is None else rules:
+    every = [*spec.parsed_rules, *(r for e in spec.exports for r in e.parsed_rules)] if rules is None else rules
+    for rule in every:
         for action in (*rule.then, *rule.else_):
             if isinstance(action, LookupSet):
                 cols = out.setdefault(action.lookup, [])

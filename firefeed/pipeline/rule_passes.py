@@ -23,6 +23,7 @@ same rows and counts (tests/integration/test_rule_passes.py).
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -112,14 +113,20 @@ def apply_passes(
     rules: Sequence[Rule],
     rows: int | None = None,
     check_cancel: Callable[[], None] | None = None,
+    first_pass: int = 1,
+    path: str = "rules",
 ) -> RulesResult:
     """Apply the enabled rules to `source_table` (`rows` items, when the caller knows), one pass at a time.
 
     Rules whose SQL would exceed rules_max_sql_bytes over these fields are a
     SpecError before any statement runs. On error or cancellation the pipeline
-    drops what remains with drop_rules_tmp_for_run.
+    drops what remains with drop_rules_tmp_for_run. `first_pass`: the number of
+    the first pass table (an export's channel rules number theirs apart from the
+    project's, whose result they read); `path`: where the rules are in the spec.
     """
-    plans = check_sql_size(rules, fields)
+    plans = check_sql_size(rules, fields, path=path)
+    if first_pass != 1:
+        plans = [dataclasses.replace(p, number=p.number + first_pass - 1) for p in plans]
     matched = {r.name: 0 for r in rules if r.enabled}
     if not plans:
         count = rows if rows is not None else count_rows(schema.engine, company, source_table)
@@ -232,6 +239,8 @@ def run_rules(
     cancel_check: Callable[[], None] | None = None,
     rows: int | None = None,
     split_min_rows: int | None = None,
+    first_pass: int = 1,
+    path: str = "rules",
 ) -> RulesResult:
     """The rules applied in this process (`InProcessPasses` through `apply_passes`)."""
     runner = InProcessPasses(engine, schema_service, company=company, run_id=run_id, split_min_rows=split_min_rows)
@@ -244,6 +253,8 @@ def run_rules(
         rules=rules,
         rows=rows,
         check_cancel=cancel_check,
+        first_pass=first_pass,
+        path=path,
     )
 
 

@@ -22,6 +22,7 @@ from firefeed.errors import MergeError, ParseError
 from firefeed.pipeline.context import RunContext
 from firefeed.pipeline.merge import MergeResult, StagedSource, merge_sources
 from firefeed.pipeline.stage import StageResult
+from firefeed.runs.contract import RulesResult
 from firefeed.schema.identifiers import staging_table
 from firefeed.spec.model import FeedSpec, SourceSpec
 from firefeed.storage import export_storage, run_storage
@@ -262,6 +263,9 @@ def export_one(ctx: RunContext, index: int, table: str, fields: Sequence[str]) -
     from firefeed.export.quality import Target, measuring
 
     exp = ctx.spec.exports[index]
+    own = channel_rules(ctx, index, table, fields) if exp.rules is not None else None
+    if own is not None:
+        table, fields = own.table, own.fields
     storage = export_storage(ctx.settings)
     key = export_key(ctx, index)
     # Diagnostics and diff (#9) are measured on their own connection while the file is written.
@@ -288,7 +292,44 @@ def export_one(ctx: RunContext, index: int, table: str, fields: Sequence[str]) -
         "rows": result.rows,
         "bytes": result.bytes,
         "sha256": result.sha256,
+        **({"rules": channel_report(own)} if own is not None else {}),
     } | quality.result()
+
+
+#: an export's channel-rule pass tables are numbered from (export index + 1) * this, apart from the
+#: project's passes (1, 2, ... and p * 10 + h for a split run's halves), whose result they read
+CHANNEL_PASS_STRIDE = 100_000
+
+
+def channel_rules(ctx: RunContext, index: int, table: str, fields: Sequence[str]) -> RulesResult:
+    """An export's own rules (P29) on its copy of the items: new pass tables read from the project's result,
+    which the other exports read unchanged. In one piece: the export job is already one of several."""
+    from firefeed.pipeline.rule_passes import run_rules
+
+    exp = ctx.spec.exports[index]
+    return run_rules(
+        ctx.engine,
+        ctx.schema,
+        company=ctx.spec.company,
+        run_id=ctx.run_id,
+        source_table=table,
+        fields=fields,
+        rules=exp.parsed_rules,
+        cancel_check=ctx.check_cancel,
+        split_min_rows=2**62,
+        first_pass=(index + 1) * CHANNEL_PASS_STRIDE + 1,
+        path=f"exports[{index}].rules",
+    )
+
+
+def channel_report(result: RulesResult) -> dict[str, Any]:
+    """`exports[i].rules` (P29): the export's own rules' passes, matches, exclusions and lookups."""
+    # Pairs, as RulesResult stores them: JSONB would reorder an object's keys (the report turns them back).
+    matched = [[name, n] for name, n in result.matched.items()]
+    doc: dict[str, Any] = {"passes": result.passes, "matched": matched, "excluded": result.excluded}
+    if result.lookups:
+        doc["lookups"] = result.lookups
+    return doc
 
 
 def export_key(ctx: RunContext, index: int) -> str:

@@ -169,8 +169,11 @@ class ExportSpec(_Strict):
     channel: Literal["google", "meta", "none"] | None = None
     fail_on: Literal["error", "warning", "none"] = "none"
     max_drop: float = 50.0
+    # SPEC 9 (P29): channel rules, run after the project's rules on this export's copy of the items
+    rules: list[Any] | None = None
 
     _where: Condition | None = PrivateAttr(default=None)
+    _rules: list[Rule] = PrivateAttr(default_factory=list)
 
     @field_validator("gzip", mode="before")
     @classmethod
@@ -199,6 +202,11 @@ class ExportSpec(_Strict):
     @property
     def where_condition(self) -> Condition | None:
         return self._where
+
+    @property
+    def parsed_rules(self) -> list[Rule]:
+        """The export's own rules (P29: numbered and named within the export)."""
+        return self._rules
 
 
 class ProjectSpec(_Strict):
@@ -274,6 +282,14 @@ class ProjectSpec(_Strict):
             paths.add(norm)
             if e.where is not None:
                 e._where = parse_condition(e.where, f"exports[{i}].where", group=self.group)
+            if e.rules is not None:
+                e._rules = parse_rules(
+                    e.rules,
+                    key_field=self.key,
+                    path=f"exports[{i}].rules",
+                    lookups=self.lookup_tables,
+                    group=self.group,
+                )
             if e.fail_on != "none" and e.resolved_channel is None:
                 raise SpecError(
                     f"exports[{i}].fail_on", "needs a channel whose rules it can check: set channel: google or meta"
