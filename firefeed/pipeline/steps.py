@@ -260,6 +260,7 @@ def merge(ctx: RunContext, parsed: Sequence[ParseOutcome]) -> MergeResult:
 def export_one(ctx: RunContext, index: int, table: str, fields: Sequence[str]) -> dict[str, Any]:
     """Write one export to the run's partial key beside its final one; `publish` moves it once all are written."""
     from firefeed.export import write_export
+    from firefeed.export.guard import export_definition
     from firefeed.export.quality import Target, measuring
 
     exp = ctx.spec.exports[index]
@@ -293,6 +294,8 @@ def export_one(ctx: RunContext, index: int, table: str, fields: Sequence[str]) -
         "bytes": result.bytes,
         "sha256": result.sha256,
         **({"rules": channel_report(own)} if own is not None else {}),
+        # What the drop guard compares with the previous run's (P31).
+        "definition": export_definition(exp),
     } | quality.result()
 
 

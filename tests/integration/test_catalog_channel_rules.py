@@ -160,3 +160,36 @@ def run_json_error(spec: Path) -> tuple[int, str]:
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         code = main(["run", str(spec)])
     return code, err.getvalue()
+
+
+def test_the_drop_guard_skips_an_export_whose_rules_where_or_fields_changed_and_warns(
+    run_env: Path, tmp_path: Path
+) -> None:
+    _items(tmp_path)
+    spec: dict[str, Any] = {
+        "company": "catalog",
+        "project": "channel_guard",
+        "sources": [{"name": "main", "url": "main.csv"}],
+        "exports": [
+            {"name": "google", "format": "csv", "path": "google.csv", "rules": []},
+            {"name": "plain", "format": "csv", "path": "plain.csv"},
+        ],
+    }
+    assert _run(tmp_path, spec)["status"] == "SUCCEEDED"
+    # the export's own rules now drop 3 of its 4 items (75% > max_drop 50%): asked for, not guarded
+    spec["exports"][0]["rules"] = [{"when": {"field": "id", "op": "ne", "value": "1"}, "then": [{"exclude": True}]}]
+    report = _run(tmp_path, spec)
+    google = report["exports"][0]
+    assert google["rows"] == 1 and google["diff"]["drop"]["status"] == "unguarded"
+    assert any("export 'google': 3 of 4 items dropped" in w and "not guarded" in w for w in report["warnings"])
+    # the same spec again, and the feed loses items: guarded as before, for both exports
+    write_csv(tmp_path / "main.csv", ["id", "title", "cat", "price"], [["1", "Ring", "Rings", "10"]])
+    spec["exports"][1]["where"] = {"field": "id", "op": "ne", "value": "x"}  # plain's where changed: unguarded
+    code, report = run_json(_write(tmp_path, spec))
+    assert code == 0, report
+    assert report["exports"][1]["diff"]["drop"]["status"] == "unguarded"
+    write_csv(tmp_path / "main.csv", ["id", "title", "cat", "price"], [["9", "Other", "", "1"]])
+    code, report = run_json(_write(tmp_path, spec))
+    assert code == 1
+    assert report["error"]["type"] == "DropGuardError"
+    assert report["exports"][1]["diff"]["drop"]["status"] == "blocked"
