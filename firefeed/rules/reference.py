@@ -121,7 +121,10 @@ def group_of(item: Mapping[str, str], group: str, position: int) -> tuple[str, i
 
 
 def aggregate(action: Aggregate, members: Sequence[Mapping[str, str]]) -> str:
-    """The aggregate of `of` over a group's members, in export order (P16, P17)."""
+    """The aggregate of `of` over a group's members, in export order (P16, P17).
+
+    TODO(issue 18, lists): P16's list cases (join/min/max/sum over elements, first/last keep a list).
+    """
     if action.op == "count":
         return str(len(members))
     assert action.of is not None
@@ -216,7 +219,10 @@ class _LookupCount:
 
 
 def _lookup(part: LookupSet, item: Mapping[str, str], tables: Mapping[str, Mapping[str, Mapping[str, str]]]) -> str:
-    """A lookup part: the matched row's column ("" when the row lacks it), else the default, else unchanged."""
+    """A lookup part: the matched row's column ("" when the row lacks it), else the default, else unchanged.
+
+    TODO(issue 18, lists): P22, a list `match` tries its elements in order.
+    """
     row = tables[part.lookup].get(strip_ws(item.get(part.match, "")))
     if row is not None:
         return row.get(part.column, "") if part.column is not None else item.get(part.field, "")

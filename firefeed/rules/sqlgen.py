@@ -327,6 +327,9 @@ class _Builder:
     def _join_lookups(self, level: tuple[Step, ...]) -> None:
         """LEFT JOIN each lookup of the level on the trimmed value its match field starts the level with.
 
+        TODO(issue 18, lists): P22, a `match` field holding a list tries its elements in order, the
+        first with a row matching (a LATERAL over the elements with ordinality, ORDER BY it LIMIT 1).
+
         The joined subquery only has `_ff_lk*` columns, so the items' own column names stay unambiguous;
         its key is unique (the lookup table keeps a key's first row), so no item is repeated.
         """
@@ -418,7 +421,12 @@ def first_of_group_in(table: sql.Composable, group: Frag) -> Frag:
 
 
 def _aggregate_frag(a: Aggregate) -> Frag:
-    """An aggregate over the members' `of` values (`_ff_gv<tag>`, numbers for min/max/sum), as text (P16)."""
+    """An aggregate over the members' `of` values (`_ff_gv<tag>`, numbers for min/max/sum), as text (P16).
+
+    TODO(issue 18, lists): P16 over list fields: `join` takes each list's elements, min/max/sum the
+    number of every element, first/last keep a list a list. Values are one text each until list
+    fields land (unnest the text[] in the members subquery, `_grouped`).
+    """
     v, o = _col(f"_ff_gv{a.tag}"), raw('"_ff_go"')
     if a.op == "count":
         return raw("count(*)::text")
