@@ -73,6 +73,8 @@ def _matches(engine: Engine, area: str, table: str, fields: Sequence[str], rule:
         rule.when,
         lambda name: ident(column_for_field(name)) if name in known else sql.SQL("''::text"),
         params,
+        # group_first: the groups of the rule's input, as its pass reads them (P16)
+        ident(company_schema(area), table),
     )
     statement = sql.SQL("SELECT {}, {} FROM {}").format(ident(ORD), cond, ident(company_schema(area), table))
     with raw_connection(engine) as conn, conn.cursor() as cur:

@@ -118,6 +118,7 @@ def preview_spec(
             merged = merge_sources(
                 work, schema, company=area, table=project_table(spec.project), key_field=spec.key, sources=staged
             )
+            _stage_lookups(spec, spec_dir, settings, work, schema, area, work_dir, deadline)
             effects = rule_effects(
                 work,
                 schema,
@@ -237,6 +238,63 @@ def _sample_sources(
             )
         )
     return reports, staged
+
+
+def _stage_lookups(
+    spec: ProjectSpec,
+    spec_dir: Path | None,
+    settings: Settings,
+    engine: Engine,
+    schema: SchemaService,
+    area: str,
+    work_dir: Path,
+    deadline: Deadline,
+) -> None:
+    """Every lookup table, whole, keyed in the scratch area as a run keys it (the rules join it there)."""
+    from firefeed.pipeline.lookups import build_lookup_table, lookup_columns
+    from firefeed.schema.identifiers import lookup_staging_table
+
+    confined = fetch_settings(settings, spec.company, spec_dir)
+    confined = confined.model_copy(update={"fetch_retries": min(confined.fetch_retries, PREVIEW_FETCH_RETRIES)})
+    columns = lookup_columns(spec)
+    for lk in spec.lookups:
+        deadline.check(f"fetching lookup {lk.name!r}")
+        fetched = fetch_source(
+            source=lk.name,
+            url=lk.url,
+            dest_dir=work_dir / "lookups" / hashlib.sha256(lk.name.encode()).hexdigest()[:12],
+            base_dir=spec_dir,
+            headers=lk.headers,
+            compression=lk.compression,
+            previous=None,
+            settings=confined,
+            deadline=deadline.at,
+            references=resolver_for(spec.company, spec_dir, settings=settings, engine=engine),
+        )
+        assert fetched.path is not None
+        deadline.check(f"parsing lookup {lk.name!r}")
+        reader = open_reader(
+            fetched.path,
+            source=lk.name,
+            format=lk.resolved_format,
+            encoding=lk.encoding,
+            delimiter=lk.delimiter,
+            item_path=lk.item_path,
+        )
+        staging = lookup_staging_table(spec.project, lk.name)
+        result = stage_source(
+            engine, schema, company=area, table=staging, reader=reader, chunk_rows=settings.chunk_rows
+        )
+        build_lookup_table(
+            engine,
+            schema,
+            company=area,
+            lookup=lk,
+            staging=staging,
+            table=spec.lookup_tables[lk.name],
+            fields=result.fields,
+            wanted=columns.get(lk.name, []),
+        )
 
 
 def _summaries(spec: ProjectSpec, effects: Effects) -> list[RuleSummary]:

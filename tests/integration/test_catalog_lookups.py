@@ -166,3 +166,21 @@ def test_a_lookup_url_goes_through_the_sources_address_checks(run_env: Path, tmp
     assert code == 1
     assert report["error"]["type"] == "UnsafeURLError"
     assert "non-public address" in report["error"]["message"]
+
+
+def test_the_preview_joins_lookups_and_reads_groups_like_a_run(run_env: Path, tmp_path: Path) -> None:
+    rules = [
+        {"name": "gpc", "then": [{"lookup": "categories", "match": "category", "set": {"gpc": "gpc"}}]},
+        {"name": "count", "then": [{"aggregate": "n", "op": "count"}]},
+        {"name": "firsts", "when": {"group_first": True}, "then": [{"set": "first", "value": "y"}]},
+    ]
+    spec = _project(tmp_path, "lookup_preview", rules, group="category")
+    code, out = cli("preview", str(spec), "--json")
+    assert code == 0, out
+    preview = json.loads(out)
+    by_rule = {r["rule"]: r for r in preview["rules"]}
+    assert by_rule["gpc"]["changed"] == 3  # Rings, Earrings, Mugs have a row
+    assert by_rule["firsts"]["matched"] == 6  # Rings, Earrings, Hats, Bags, "" (one), Mugs
+    ring = preview["items"][0]
+    after = {c["field"]: c["after"] for r in ring["rules"] for c in r["changes"]}
+    assert after == {"gpc": "Apparel & Accessories > Jewelry > Rings", "n": "1", "first": "y"}
