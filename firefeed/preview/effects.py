@@ -47,6 +47,7 @@ class Effects:
     start: dict[int, Row]  # the merged sample, position -> (key, source index, values)
     rules: list[RuleEffect]
     fields: list[str]  # input fields, then those rules created
+    table: str = ""  # the table holding the state after the last rule
 
 
 def _read(engine: Engine, area: str, table: str, fields: Sequence[str]) -> dict[int, Row]:
@@ -129,4 +130,5 @@ def rule_effects(
         effects.rules.append(effect)
         before, src = after, dst
     effects.fields = current
+    effects.table = src
     return effects

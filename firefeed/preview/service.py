@@ -41,6 +41,7 @@ from firefeed.pipeline.steps import fetch_settings
 from firefeed.preview.deadline import Deadline, bounded_engine
 from firefeed.preview.effects import Effects, rule_effects
 from firefeed.preview.models import (
+    ExportPreview,
     FieldChange,
     ItemRuleEffect,
     Preview,
@@ -50,6 +51,7 @@ from firefeed.preview.models import (
     SourceSample,
 )
 from firefeed.preview.sample import SampleReader
+from firefeed.rules.model import Rule
 from firefeed.schema.identifiers import project_table, scratch_area, staging_table
 from firefeed.schema.service import SchemaService
 from firefeed.secrets.store import resolver_for
@@ -129,6 +131,24 @@ def preview_spec(
                 rules=spec.parsed_rules,
                 deadline=deadline,
             )
+            channels = [
+                (
+                    exp,
+                    rule_effects(
+                        work,
+                        schema,
+                        area=area,
+                        # pass tables are named by rule number: each export's apart from the project's
+                        preview_id=str(uuid.uuid4()),
+                        table=effects.table,
+                        fields=effects.fields,
+                        rules=exp.parsed_rules,
+                        deadline=deadline,
+                    ),
+                )
+                for exp in spec.exports
+                if exp.rules is not None
+            ]
     except Exception as err:
         # Whatever failed once time was up (a shut connection, a cancelled statement) failed for the deadline.
         if deadline.expired() and not isinstance(err, PreviewTimeoutError):
@@ -152,8 +172,12 @@ def preview_spec(
         ),
         fields=effects.fields,
         sources=sources,
-        rules=_summaries(spec, effects),
+        rules=_summaries(spec.parsed_rules, effects),
         items=_items(spec, effects),
+        exports=[
+            ExportPreview(name=exp.name, rules=_summaries(exp.parsed_rules, e), items=_items(spec, e))
+            for exp, e in channels
+        ],
         duration_s=round(time.perf_counter() - started, 3),
     )
 
@@ -297,10 +321,10 @@ def _stage_lookups(
         )
 
 
-def _summaries(spec: ProjectSpec, effects: Effects) -> list[RuleSummary]:
+def _summaries(rules: Sequence[Rule], effects: Effects) -> list[RuleSummary]:
     by_rule = {e.rule.index: e for e in effects.rules}
     out = []
-    for rule in spec.parsed_rules:
+    for rule in rules:
         e = by_rule.get(rule.index)
         if e is None:
             out.append(

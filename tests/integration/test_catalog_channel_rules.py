@@ -193,3 +193,53 @@ def test_the_drop_guard_skips_an_export_whose_rules_where_or_fields_changed_and_
     assert code == 1
     assert report["error"]["type"] == "DropGuardError"
     assert report["exports"][1]["diff"]["drop"]["status"] == "blocked"
+
+
+def test_the_preview_shows_each_exports_own_rules_after_the_projects(run_env: Path, tmp_path: Path) -> None:
+    import json
+
+    from tests.integration.conftest import cli
+
+    _items(tmp_path)
+    spec = {
+        "company": "catalog",
+        "project": "channel_preview",
+        "sources": [{"name": "main", "url": "main.csv"}],
+        "rules": [
+            {
+                "name": "no tests",
+                "when": {"field": "title", "op": "starts_with", "value": "test"},
+                "then": [{"exclude": True}],
+            }
+        ],
+        "exports": [
+            {"name": "plain", "format": "csv", "path": "plain.csv"},
+            {
+                "name": "google",
+                "format": "csv",
+                "path": "google.csv",
+                "rules": [
+                    {"name": "eur", "then": [{"append": "price", "value": " EUR"}]},
+                    {
+                        "name": "no bags",
+                        "when": {"field": "title", "op": "eq", "value": "bag"},
+                        "then": [{"exclude": True}],
+                    },
+                ],
+            },
+        ],
+    }
+    code, out = cli("preview", str(_write(tmp_path, spec)), "--json")
+    assert code == 0, out
+    preview = json.loads(out)
+    (google,) = preview["exports"]
+    assert google["name"] == "google"
+    assert [(r["rule"], r["items_in"], r["changed"], r["excluded"]) for r in google["rules"]] == [
+        ("eur", 3, 3, 0),
+        ("no bags", 3, 0, 1),
+    ]
+    assert [i["key"] for i in google["items"]] == ["1", "3", "4"]  # the project's rule dropped 2
+    assert google["items"][2]["excluded_by"] == "no bags"
+    assert preview["rules"][0]["excluded"] == 1
+    code, text = cli("preview", str(_write(tmp_path, spec)))
+    assert code == 0 and "export 'google': its own rules" in text and "'9' -> '9 EUR'" in text
