@@ -230,10 +230,11 @@ def _sample_sources(
             delimiter=src.delimiter,
             item_path=src.item_path,
         )
+        key_from = src.key_template
         sample = (
-            SampleReader(reader, spec.key, keys=keys, check=deadline.check)
+            SampleReader(reader, spec.key, keys=keys, check=deadline.check, key_from=key_from)
             if keys is not None
-            else SampleReader(reader, spec.key, first=items, check=deadline.check)
+            else SampleReader(reader, spec.key, first=items, check=deadline.check, key_from=key_from)
         )
         table = staging_table(spec.project, src.name)
         result = stage_source(engine, schema, company=area, table=table, reader=sample, chunk_rows=settings.chunk_rows)

@@ -112,3 +112,29 @@ def test_a_later_source_with_key_from_enriches_the_items_its_rendered_key_names(
     assert header == ["id", "title", "parent", "size", "qty"]
     assert body == [["shirt-S", "Shirt S", "", "", ""], ["shirt-M", "Shirt M", "shirt", "M", "4"]]
     assert report["sources"][1]["skipped"]["duplicate_key"] == 1
+
+
+def test_the_preview_samples_items_by_their_rendered_key(run_env: Path, tmp_path: Path) -> None:
+    import json
+
+    from tests.integration.conftest import cli
+
+    shutil.copy(JEWELRY, tmp_path / "jewelery.csv")
+    spec = {
+        "company": "catalog",
+        "project": "keys_preview",
+        "sources": [{"name": "shopify", "url": "jewelery.csv", "key_from": "{Handle}-{Option1 Value}"}],
+        "exports": [{"name": "all", "format": "csv", "path": "all.csv"}],
+    }
+    path = _write_spec(tmp_path, spec)
+    code, out = cli("preview", str(path), "--items", "4", "--json")
+    assert code == 0, out
+    assert [i["key"] for i in json.loads(out)["items"]] == [
+        "chain-bracelet-Blue",
+        "chain-bracelet-Black",
+        "leather-anchor-Gold",
+        "leather-anchor-Silver",
+    ]
+    code, out = cli("preview", str(path), "--item", "leather-anchor-Silver", "--json")
+    assert code == 0, out
+    assert [i["key"] for i in json.loads(out)["items"]] == ["leather-anchor-Silver"]
