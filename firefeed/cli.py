@@ -73,6 +73,14 @@ def format_report(report: dict[str, Any]) -> str:
         lines += ["", f"  {'export':<16}{'rows':>11}{'bytes':>14}  path"]
         for e in report["exports"]:
             lines.append(f"  {e['name'][:15]:<16}{e['rows']:>11,}{e['bytes']:>14,}  {e['path']}")
+        for e in report["exports"]:
+            own = e.get("rules")
+            if not own:
+                continue
+            lines += ["", f"  {e['name']} rules: {own['passes']} pass(es), {own['excluded']:,} excluded"]
+            for name, n in own["matched"].items():
+                lines.append(f"    {n:>10,}  {name}")
+            lines += format_lookups(own.get("lookups") or [], [])
         lines += format_quality(report["exports"])
     for w in report.get("warnings") or []:
         lines.append(f"  warning: {w}")

@@ -100,6 +100,30 @@ def test_an_exports_rules_change_only_that_export_and_count_apart(run_env: Path,
     assert "rules" not in plain
 
 
+def test_the_cli_table_shows_an_exports_own_rules_and_lookups(run_env: Path, tmp_path: Path) -> None:
+    from tests.integration.conftest import cli
+
+    _items(tmp_path)
+    spec = {
+        "company": "catalog",
+        "project": "channel_cli",
+        "sources": [{"name": "main", "url": "main.csv"}],
+        "lookups": [{"name": "cats", "url": "cats.csv", "key": "code"}],
+        "exports": [
+            {
+                "name": "google",
+                "format": "csv",
+                "path": "google.csv",
+                "rules": [{"name": "gpc", "then": [{"lookup": "cats", "match": "cat", "set": {"gpc": "gpc"}}]}],
+            }
+        ],
+    }
+    code, out = cli("run", str(_write(tmp_path, spec)))
+    assert code == 0, out
+    assert "google rules: 1 pass(es), 0 excluded" in out
+    assert "lookup cats in 'gpc' then[0]: 2 matched, 2 unmatched" in out
+
+
 def test_channel_rules_keep_one_shopify_item_per_group_for_one_export(run_env: Path, tmp_path: Path) -> None:
     shutil.copy(JEWELRY, tmp_path / "jewelery.csv")
     spec = {
