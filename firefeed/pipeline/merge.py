@@ -26,6 +26,7 @@ from sqlalchemy import Engine
 
 from firefeed.db.engine import raw_connection
 from firefeed.errors import MergeError
+from firefeed.rules.template import Template
 from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, company_schema, ident
 from firefeed.schema.service import SchemaService
 from firefeed.textutil import WHITESPACE
@@ -44,6 +45,8 @@ class StagedSource:
     allowed: Sequence[str] | None = None
     #: the fields this source declares as lists: staged as array literals (SPEC 9)
     lists: frozenset[str] = frozenset()
+    #: `key_from` (SPEC 9, P15): the key is this template over the source's own fields, not its key column
+    key_from: Template | None = None
 
 
 @dataclass
@@ -92,7 +95,7 @@ def merged_fields(key_field: str, sources: Sequence[StagedSource]) -> tuple[list
 
 def _check_keys(key_field: str, sources: Sequence[StagedSource]) -> None:
     for src in sources:
-        if key_field not in src.fields:
+        if key_field not in src.fields and src.key_from is None:
             shown = ", ".join(list(src.fields)[:12]) + (" …" if len(src.fields) > 12 else "")
             raise MergeError(
                 f"source {src.name!r} has no key field {key_field!r} (its fields: {shown or 'none'}); "
@@ -176,8 +179,26 @@ _COUNTS = (
 )
 
 
-def _trimmed_key(key_field: str) -> sql.Composable:
-    return trimmed(sql.SQL("{}").format(ident(column_for_field(key_field))))
+def _source_key(key_field: str, src: StagedSource, *, aliased: bool = False) -> tuple[sql.Composable, list[Any]]:
+    """A source's trimmed key and its parameters: its key column, or its `key_from` rendered over its row.
+
+    `key_from` (P15) reads the source's own fields only: a field it lacks renders "". The
+    rendered text is always trimmed with btrim (unlike a key column, it is usually built from
+    several cells, so the cheap first/last-character test of `trimmed` would rarely spare it).
+    `aliased`: the staging table is `s` in the query.
+    """
+    prefix = sql.SQL("s.{}" if aliased else "{}")
+
+    def column(name: str) -> sql.Composable:
+        if name not in src.fields:
+            return sql.SQL("''::text")
+        return prefix.format(ident(column_for_field(name)))
+
+    if src.key_from is None:
+        return trimmed(prefix.format(ident(column_for_field(key_field)))), [WHITESPACE] * 3
+    params: list[Any] = []
+    rendered = src.key_from.to_sql(column, params)
+    return sql.SQL("btrim({}, %s)").format(rendered), [*params, WHITESPACE]
 
 
 def _key_stats(engine: Engine, schema: str, key_field: str, sources: Sequence[StagedSource]) -> list[SourceKeyStats]:
@@ -187,10 +208,11 @@ def _key_stats(engine: Engine, schema: str, key_field: str, sources: Sequence[St
         for setting in _MERGE_SETTINGS:
             cur.execute(setting)
         for src in sources:
+            key, params = _source_key(key_field, src)
             keys = sql.SQL("(SELECT {key} AS key, count(*) AS n FROM {stg} GROUP BY 1) k").format(
-                key=_trimmed_key(key_field), stg=ident(schema, src.table)
+                key=key, stg=ident(schema, src.table)
             )
-            cur.execute(sql.SQL(_COUNTS).format(keys=keys), [WHITESPACE] * 3)
+            cur.execute(sql.SQL(_COUNTS).format(keys=keys), params)
             out.append(_counts(cur))
     return out
 
@@ -202,13 +224,14 @@ def _first_rows(
     clean: list[bool] = []
     for j, src in enumerate(sources):
         win = ident(f"ff_win_{j}")
+        key, params = _source_key(key_field, src)
         # Temporary scratch of this transaction (session-local, not company DDL).
         cur.execute(
             sql.SQL(
                 "CREATE TEMP TABLE {win} ON COMMIT DROP AS "
                 "SELECT {key} AS key, min({ord}) AS ord, count(*) AS n FROM {stg} GROUP BY 1"
-            ).format(win=win, key=_trimmed_key(key_field), ord=ident(ORD), stg=ident(schema, src.table)),
-            [WHITESPACE] * 3,
+            ).format(win=win, key=key, ord=ident(ORD), stg=ident(schema, src.table)),
+            params,
         )
         cur.execute(sql.SQL(_COUNTS).format(keys=win))
         stats = result.sources[src.name] = _counts(cur)
@@ -229,7 +252,6 @@ def _items_select(
 ) -> tuple[list[str], sql.Composable, list[Any]]:
     """The items table's columns, and the SELECT of its rows in item order."""
     params: list[Any] = []
-    key_col = ident(column_for_field(key_field))
     appends = [j for j, s in enumerate(sources) if j > 0 and s.mode == "append"]
 
     def derived(j: int) -> sql.Composable:
@@ -237,10 +259,9 @@ def _items_select(
         stg = ident(schema, sources[j].table)
         if clean[j]:
             # No empty or repeated key: every row is its key's first, skip the dedup join.
-            params.extend([WHITESPACE] * 3)
-            return sql.SQL("(SELECT {key} AS {k}, s.* FROM {stg} s)").format(
-                key=trimmed(sql.SQL("s.{}").format(key_col)), k=ident(KEY), stg=stg
-            )
+            key, key_params = _source_key(key_field, sources[j], aliased=True)
+            params.extend(key_params)
+            return sql.SQL("(SELECT {key} AS {k}, s.* FROM {stg} s)").format(key=key, k=ident(KEY), stg=stg)
         return sql.SQL("(SELECT w.key AS {k}, s.* FROM {win} w JOIN {stg} s ON s.{ord} = w.ord)").format(
             k=ident(KEY), win=ident(f"ff_win_{j}"), stg=stg, ord=ident(ORD)
         )

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from firefeed.pipeline.parse import FeedReader, ParseStats
+from firefeed.rules.template import Template
 from firefeed.textutil import strip_ws
 
 #: rows between two calls of `check`
@@ -37,6 +38,7 @@ class SampleReader:
         first: int | None = None,
         keys: frozenset[str] | None = None,
         check: Callable[[], None] | None = None,
+        key_from: Template | None = None,
     ) -> None:
         if (first is None) == (keys is None):
             raise ValueError("a sample is either the first N keys or a set of keys")
@@ -46,6 +48,7 @@ class SampleReader:
         self.first = first
         self.keys = keys
         self.check = check
+        self.key_from = key_from  # the source's `key_from` (SPEC 9): its rows' keys are rendered, as MERGE does
         self.kept: list[str] = []
         self.rows_read = 0
 
@@ -85,7 +88,10 @@ class SampleReader:
                 if len(fields) != width:
                     width = len(fields)
                     at = fields.index(self.key_field) if self.key_field in fields else -1
-                key = strip_ws(values[at]) if 0 <= at < len(values) else ""
+                if self.key_from is not None:
+                    key = strip_ws(self.key_from.render(dict(zip(fields, values, strict=False))))
+                else:
+                    key = strip_ws(values[at]) if 0 <= at < len(values) else ""
                 if not key or key in seen or (self.keys is not None and key not in self.keys):
                     continue
                 seen.add(key)

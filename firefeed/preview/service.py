@@ -41,6 +41,7 @@ from firefeed.pipeline.steps import fetch_settings
 from firefeed.preview.deadline import Deadline, bounded_engine
 from firefeed.preview.effects import Effects, rule_effects
 from firefeed.preview.models import (
+    ExportPreview,
     FieldChange,
     ItemRuleEffect,
     Preview,
@@ -50,6 +51,7 @@ from firefeed.preview.models import (
     SourceSample,
 )
 from firefeed.preview.sample import SampleReader
+from firefeed.rules.model import Rule
 from firefeed.schema.identifiers import project_table, scratch_area, staging_table
 from firefeed.schema.service import SchemaService
 from firefeed.secrets.store import resolver_for
@@ -124,6 +126,7 @@ def preview_spec(
                 sources=staged,
                 list_fields=spec.list_fields.fields,
             )
+            _stage_lookups(spec, spec_dir, settings, work, schema, area, work_dir, deadline)
             effects = rule_effects(
                 work,
                 schema,
@@ -134,6 +137,24 @@ def preview_spec(
                 rules=spec.parsed_rules,
                 deadline=deadline,
             )
+            channels = [
+                (
+                    exp,
+                    rule_effects(
+                        work,
+                        schema,
+                        area=area,
+                        # pass tables are named by rule number: each export's apart from the project's
+                        preview_id=str(uuid.uuid4()),
+                        table=effects.table,
+                        fields=effects.fields,
+                        rules=exp.parsed_rules,
+                        deadline=deadline,
+                    ),
+                )
+                for exp in spec.exports
+                if exp.rules is not None
+            ]
     except Exception as err:
         # Whatever failed once time was up (a shut connection, a cancelled statement) failed for the deadline.
         if deadline.expired() and not isinstance(err, PreviewTimeoutError):
@@ -157,8 +178,12 @@ def preview_spec(
         ),
         fields=effects.fields,
         sources=sources,
-        rules=_summaries(spec, effects),
+        rules=_summaries(spec.parsed_rules, effects),
         items=_items(spec, effects),
+        exports=[
+            ExportPreview(name=exp.name, rules=_summaries(exp.parsed_rules, e), items=_items(spec, e))
+            for exp, e in channels
+        ],
         duration_s=round(time.perf_counter() - started, 3),
     )
 
@@ -212,10 +237,11 @@ def _sample_sources(
             item_path=src.item_path,
             lists=src.lists,
         )
+        key_from = src.key_template
         sample = (
-            SampleReader(reader, spec.key, keys=keys, check=deadline.check)
+            SampleReader(reader, spec.key, keys=keys, check=deadline.check, key_from=key_from)
             if keys is not None
-            else SampleReader(reader, spec.key, first=items, check=deadline.check)
+            else SampleReader(reader, spec.key, first=items, check=deadline.check, key_from=key_from)
         )
         table = staging_table(spec.project, src.name)
         result = stage_source(engine, schema, company=area, table=table, reader=sample, chunk_rows=settings.chunk_rows)
@@ -241,15 +267,73 @@ def _sample_sources(
                 mode=src.mode,
                 allowed=src.fields,
                 lists=src.list_fields,
+                key_from=src.key_template,
             )
         )
     return reports, staged
 
 
-def _summaries(spec: ProjectSpec, effects: Effects) -> list[RuleSummary]:
+def _stage_lookups(
+    spec: ProjectSpec,
+    spec_dir: Path | None,
+    settings: Settings,
+    engine: Engine,
+    schema: SchemaService,
+    area: str,
+    work_dir: Path,
+    deadline: Deadline,
+) -> None:
+    """Every lookup table, whole, keyed in the scratch area as a run keys it (the rules join it there)."""
+    from firefeed.pipeline.lookups import build_lookup_table, lookup_columns
+    from firefeed.schema.identifiers import lookup_staging_table
+
+    confined = fetch_settings(settings, spec.company, spec_dir)
+    confined = confined.model_copy(update={"fetch_retries": min(confined.fetch_retries, PREVIEW_FETCH_RETRIES)})
+    columns = lookup_columns(spec)
+    for lk in spec.lookups:
+        deadline.check(f"fetching lookup {lk.name!r}")
+        fetched = fetch_source(
+            source=lk.name,
+            url=lk.url,
+            dest_dir=work_dir / "lookups" / hashlib.sha256(lk.name.encode()).hexdigest()[:12],
+            base_dir=spec_dir,
+            headers=lk.headers,
+            compression=lk.compression,
+            previous=None,
+            settings=confined,
+            deadline=deadline.at,
+            references=resolver_for(spec.company, spec_dir, settings=settings, engine=engine),
+        )
+        assert fetched.path is not None
+        deadline.check(f"parsing lookup {lk.name!r}")
+        reader = open_reader(
+            fetched.path,
+            source=lk.name,
+            format=lk.resolved_format,
+            encoding=lk.encoding,
+            delimiter=lk.delimiter,
+            item_path=lk.item_path,
+        )
+        staging = lookup_staging_table(spec.project, lk.name)
+        result = stage_source(
+            engine, schema, company=area, table=staging, reader=reader, chunk_rows=settings.chunk_rows
+        )
+        build_lookup_table(
+            engine,
+            schema,
+            company=area,
+            lookup=lk,
+            staging=staging,
+            table=spec.lookup_tables[lk.name],
+            fields=result.fields,
+            wanted=columns.get(lk.name, []),
+        )
+
+
+def _summaries(rules: Sequence[Rule], effects: Effects) -> list[RuleSummary]:
     by_rule = {e.rule.index: e for e in effects.rules}
     out = []
-    for rule in spec.parsed_rules:
+    for rule in rules:
         e = by_rule.get(rule.index)
         if e is None:
             out.append(

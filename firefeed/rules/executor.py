@@ -16,7 +16,7 @@ import hashlib
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +24,7 @@ from psycopg2 import sql
 from sqlalchemy import Engine
 
 from firefeed.db.engine import raw_connection, render_for_binding
-from firefeed.rules._plan import PassPlan, flag_column, plan_passes
+from firefeed.rules._plan import PassPlan, flag_column, lookup_report_columns, plan_passes
 from firefeed.rules.model import Rule, branch_excludes
 from firefeed.rules.sqlgen import count_select, exclusion_delete, pass_insert, pass_select
 from firefeed.schema.identifiers import KEY, ORD, SRC, company_schema, ident
@@ -34,6 +34,7 @@ __all__ = [
     "ChunkCounts",
     "PassPlan",
     "count_rows",
+    "lookup_counts",
     "middle_position",
     "plan_passes",
     "prepare_pass",
@@ -180,7 +181,7 @@ def run_pass_whole(
         rows_in, when_count = _excluding_counts(cur, plan, source, lo, hi, rows_in)
         select = pass_select(plan, source, lo, hi)
         flags = [flag_column(r) for r in plan.flagged]
-        columns = [ORD, KEY, SRC, *plan.columns(), *flags]
+        columns = [ORD, KEY, SRC, *plan.columns(), *(c for c, _ in plan.extra())]
         table, rows_out = schema_service.create_rules_tmp_as(
             company, run_id, plan.number if number is None else number, columns, select.sql, select.params, conn=conn
         )
@@ -264,6 +265,51 @@ def _execute_prepared(cur: Any, plan: PassPlan, source: Any, target: Any, lo: in
         with _CACHE_LOCK:
             _PREPARED[conn].add(name)
     cur.execute(f"EXECUTE {name}(%s, %s)", (-(2**63) if lo is None else lo, 2**63 - 1 if hi is None else hi))
+
+
+#: how many unmatched values a lookup's report lists (P23)
+TOP_UNMATCHED = 20
+
+
+def lookup_counts(engine: Engine, company: str, plan: PassPlan, tables: Sequence[str]) -> list[dict[str, Any]]:
+    """The report of each lookup action of a pass (P23), read from the pass tables it wrote.
+
+    Only items the action ran on have a value; unmatched values are listed most frequent
+    first, ties in feed order (the first item holding each), at most TOP_UNMATCHED.
+    """
+    schema = company_schema(company)
+    out: list[dict[str, Any]] = []
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        for rule, part in plan.lookups:
+            value, matched = (ident(c) for c, _ in lookup_report_columns(part.tag))
+            rows = sql.SQL(" UNION ALL ").join(
+                sql.SQL("SELECT {v} AS v, {m} AS m, {o} AS o FROM {t} WHERE {v} IS NOT NULL").format(
+                    v=value, m=matched, o=ident(ORD), t=ident(schema, t)
+                )
+                for t in tables
+            )
+            cur.execute(
+                sql.SQL("SELECT count(*) FILTER (WHERE m), count(*) FILTER (WHERE NOT m) FROM ({}) r").format(rows)
+            )
+            hits, misses = cur.fetchone()
+            cur.execute(
+                sql.SQL(
+                    "SELECT v, count(*) AS n FROM ({}) r WHERE NOT m GROUP BY v ORDER BY n DESC, min(o) LIMIT %s"
+                ).format(rows),
+                (TOP_UNMATCHED,),
+            )
+            top = [{"value": v, "count": int(n)} for v, n in cur.fetchall()]
+            out.append(
+                {
+                    "rule": rule.name,
+                    "action": part.path.rsplit(".", 1)[-1],
+                    "lookup": part.lookup,
+                    "matched": int(hits),
+                    "unmatched": int(misses),
+                    "unmatched_values": top,
+                }
+            )
+    return out
 
 
 def count_rows(engine: Engine, company: str, table: str) -> int:
