@@ -168,6 +168,11 @@ _FROM_NOTHING = (MapValues, RegexReplace)
 def _list_action(action: FieldAction, column: Column, lists: ListFields) -> Frag:
     """The new value of a list field (a text[]) after `action` (SPEC 9)."""
     x = column(action.field)
+    if isinstance(action, Aggregate):
+        total = of(ident(aggregate_column(action.tag)))
+        return total if action.keeps_list(lists) else _lists.from_text(total)
+    if isinstance(action, LookupSet):
+        return lookup_part_frag(action, x, column, lists, into_list=True)
     if isinstance(action, Set):
         return _lists.from_text(template_frag(action.value, column, lists))
     if isinstance(action, Copy):
@@ -266,10 +271,20 @@ def lookup_value_column(tag: str, j: int) -> str:
     return f"_ff_lk{tag}_{j}"
 
 
-def lookup_part_frag(part: LookupSet, x: Frag, column: Column, lists: ListFields = NO_LISTS) -> Frag:
-    """A matched item takes the row's column (even ""), an unmatched one the default, else its value (P21)."""
-    matched = x if part.column is None else of(ident(lookup_value_column(part.tag, part.columns.index(part.column))))
-    unmatched = template_frag(part.default, column, lists) if part.default is not None else x
+def lookup_part_frag(
+    part: LookupSet, x: Frag, column: Column, lists: ListFields = NO_LISTS, *, into_list: bool = False
+) -> Frag:
+    """A matched item takes the row's column (even ""), an unmatched one the default, else its value (P21).
+
+    `into_list`: the target is a list field (`x` a text[]): a written text is one element, "" none."""
+
+    def written(text: Frag) -> Frag:
+        return _lists.from_text(text) if into_list else text
+
+    matched = (
+        x if part.column is None else written(of(ident(lookup_value_column(part.tag, part.columns.index(part.column)))))
+    )
+    unmatched = written(template_frag(part.default, column, lists)) if part.default is not None else x
     return fmt(
         "CASE WHEN {0} IS NOT NULL THEN {1} ELSE {2} END", of(ident(lookup_key_column(part.tag))), matched, unmatched
     )

@@ -16,6 +16,7 @@ from typing import Any
 from firefeed.errors import SpecError
 from firefeed.rules._scalars import _field_name, _mapping, _text, parse_bool, parse_whole
 from firefeed.rules._text import MAX_ROUND
+from firefeed.rules.lists import ListFields
 from firefeed.rules.template import FieldRef, Template, parse_template
 
 AGGREGATE_OPS = ("count", "min", "max", "sum", "first", "last", "join")
@@ -45,6 +46,24 @@ class Aggregate:
     round: int | None  # min/max/sum only; None: as many decimals as the most precise input
     group: str
     tag: str  # the action's id among the rules (`<rule index>_<t|e><position>`)
+
+    @property
+    def of_field(self) -> str | None:
+        """The field `of` names when it is a bare name, not a template: its value is read as it is,
+        so a list field's elements count one by one and first/last keep the list (P16)."""
+        if self.of is None or "{" in self.of.source:
+            return None
+        (ref,) = self.of.parts
+        assert isinstance(ref, FieldRef)
+        return ref.name
+
+    def over_list(self, lists: ListFields) -> bool:
+        """It reads a list field's elements (join/min/max/sum) or keeps its list (first/last)."""
+        return self.op != "count" and self.of_field is not None and self.of_field in lists
+
+    def keeps_list(self, lists: ListFields) -> bool:
+        """Its value is a list: first/last of a list field (P16), so its target is a list field too."""
+        return self.op in ("first", "last") and self.over_list(lists)
 
 
 def _no_group(path: str, what: str) -> SpecError:

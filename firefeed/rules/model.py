@@ -604,7 +604,8 @@ def _actions(
 
 def derive_lists(declared: frozenset[str], rules: list[Rule], inherited: frozenset[str] = frozenset()) -> ListFields:
     """The declared list fields, the `inherited` ones (lists before these rules start: the project's,
-    for an export's own rules) and those enabled rules make lists (`split`, `copy` from a list field)."""
+    for an export's own rules) and those enabled rules make lists (`split`, `copy` from a list field,
+    an aggregate's `first`/`last` of a list field)."""
     fields = set(declared) | set(inherited)
     changed = True
     while changed:  # a copy may read a field a later rule makes a list
@@ -613,7 +614,17 @@ def derive_lists(declared: frozenset[str], rules: list[Rule], inherited: frozens
             if not rule.enabled:
                 continue
             for action in (*effective(rule.then), *effective(rule.else_)):
-                made = isinstance(action, Split) or (isinstance(action, Copy) and action.source in fields)
+                made = (
+                    isinstance(action, Split)
+                    or (isinstance(action, Copy) and action.source in fields)
+                    # first/last of a list field keep that member's list (P16)
+                    or (
+                        isinstance(action, Aggregate)
+                        and action.op in ("first", "last")
+                        and action.of_field is not None
+                        and action.of_field in fields
+                    )
+                )
                 if made and action.field not in fields:
                     fields.add(action.field)
                     changed = True

@@ -177,22 +177,30 @@ def group_of(item: Mapping[str, Value], group: str, position: int) -> tuple[str,
     return (value, -1) if value else ("", position)
 
 
-def aggregate(action: Aggregate, members: Sequence[Mapping[str, Value]]) -> str:
+def aggregate(action: Aggregate, members: Sequence[Mapping[str, Value]], lists: ListFields = NO_LISTS) -> Value:
     """The aggregate of `of` over a group's members, in export order (P16, P17).
 
-    TODO(issue 18, lists): P16's list cases (join/min/max/sum over elements, first/last keep a list).
+    `of` naming a list field reads each member's elements: `join` joins them all, min/max/sum
+    read the number of every element, first/last give that member's list as it is. A template
+    `of` is one text per member (a list in it joined with ",").
     """
     if action.op == "count":
         return str(len(members))
     assert action.of is not None
-    values = [action.of.render(m) for m in members]
-    if action.op == "first":
-        return values[0]
-    if action.op == "last":
-        return values[-1]
+    texts: list[str]
+    if action.over_list(lists):
+        assert action.of_field is not None
+        each = [elements(m.get(action.of_field, ())) for m in members]
+        if action.op in ("first", "last"):
+            return each[0] if action.op == "first" else each[-1]
+        texts = [e for elems in each for e in elems]
+    else:
+        texts = [action.of.render(m) for m in members]
+        if action.op in ("first", "last"):
+            return texts[0] if action.op == "first" else texts[-1]
     if action.op == "join":
-        return action.separator.join(v for v in values if v != "")
-    numbers = [n for n in map(_text.read_number, values) if n is not None]
+        return action.separator.join(v for v in texts if v != "")
+    numbers = [n for n in map(_text.read_number, texts) if n is not None]
     if not numbers:
         return ""
     places = action.round
@@ -325,15 +333,39 @@ class _LookupCount:
         }
 
 
-def _lookup(part: LookupSet, item: Mapping[str, Value], tables: Mapping[str, Mapping[str, Mapping[str, str]]]) -> Value:
-    """A lookup part: the matched row's column ("" when the row lacks it), else the default, else unchanged.
+def lookup_row(
+    part: LookupSet,
+    item: Mapping[str, Value],
+    tables: Mapping[str, Mapping[str, Mapping[str, str]]],
+    lists: ListFields = NO_LISTS,
+) -> Mapping[str, str] | None:
+    """The row the item's `match` value finds (trimmed, exactly); a list tries its elements in order
+    and the first one with a row matches (P22)."""
+    rows = tables[part.lookup]
+    value = item.get(part.match, "")
+    if part.match in lists:
+        return next((rows[k] for k in map(strip_ws, elements(value)) if k in rows), None)
+    return rows.get(strip_ws(as_text(value)))
 
-    TODO(issue 18, lists): P22, a list `match` tries its elements in order.
-    """
-    row = tables[part.lookup].get(strip_ws(as_text(item.get(part.match, ""))))
+
+def _lookup(
+    part: LookupSet,
+    item: Mapping[str, Value],
+    tables: Mapping[str, Mapping[str, Mapping[str, str]]],
+    lists: ListFields = NO_LISTS,
+) -> Value:
+    """A lookup part: the matched row's column ("" when the row lacks it), else the default, else unchanged
+    (a text written into a list field is one element, "" none)."""
+    row = lookup_row(part, item, tables, lists)
     if row is not None:
-        return row.get(part.column, "") if part.column is not None else item.get(part.field, "")
-    return part.default.render(item) if part.default is not None else item.get(part.field, "")
+        if part.column is None:
+            return item.get(part.field, "")
+        text = row.get(part.column, "")
+    elif part.default is not None:
+        text = part.default.render(item)
+    else:
+        return item.get(part.field, "")
+    return from_text(text) if part.field in lists else text
 
 
 def _groups_of(rule: Rule) -> Iterable[str]:
@@ -397,7 +429,7 @@ def apply_rules(
             aggregates = [a for a in (*rule.then, *rule.else_) if isinstance(a, Aggregate)]
             for indexes in members.values():
                 snapshot = [dict(live[i]) for i in indexes]
-                values: dict[str, Value] = {a.tag: aggregate(a, snapshot) for a in aggregates}
+                values: dict[str, Value] = {a.tag: aggregate(a, snapshot, lists) for a in aggregates}
                 for n, i in enumerate(indexes):
                     firsts[i] = n == 0
                     totals[i] = values
@@ -415,14 +447,16 @@ def apply_rules(
                 if isinstance(action, LookupSet):
                     if action.first:
                         count = by_tag[action.tag]
-                        value = strip_ws(as_text(item.get(action.match, "")))
-                        if value in tables[action.lookup]:
+                        if lookup_row(action, item, tables, lists) is not None:
                             count.matched += 1
                         else:
+                            # a list is listed as its text, the elements joined with "," (P23)
+                            value = strip_ws(as_text(item.get(action.match, "")))
                             count.unmatched[value] = count.unmatched.get(value, 0) + 1
-                    item[action.field] = _lookup(action, item, tables)
+                    item[action.field] = _lookup(action, item, tables, lists)
                 elif isinstance(action, Aggregate):
-                    item[action.field] = totals[position][action.tag]
+                    total = totals[position][action.tag]
+                    item[action.field] = from_text(total) if action.field in lists and isinstance(total, str) else total
                 else:
                     item[action.field] = apply_action(action, item, lists)
             kept.append(item)

@@ -31,6 +31,7 @@ from typing import Any
 
 from psycopg2 import sql
 
+from firefeed.rules import _lists_sql as _lists
 from firefeed.rules._actions_sql import action_frag, lookup_key_column, lookup_value_column
 from firefeed.rules._conditions_sql import condition_frag, number_frag, number_text_frag, template_frag
 from firefeed.rules._frag import Frag, fmt, join, of, raw, val
@@ -74,7 +75,8 @@ def condition_sql(
     else:
 
         def first(leaf: GroupFirst) -> Frag:
-            return first_of_group_in(table, of(column(leaf.group)))
+            group = of(column(leaf.group))
+            return first_of_group_in(table, _lists.as_text(group) if leaf.group in lists else group)
 
         frag = condition_frag(cond, lambda name: of(column(name)), None, lists, first=first)
     params.extend(frag.params)
@@ -299,24 +301,21 @@ class _Builder:
         position and each aggregate. A blank group value makes an item a group of its own (P18)."""
         group = self.plan.group
         assert group is not None
-        inner = [_as(trimmed_frag(self.base(group)), "_ff_g"), _as(_col(ORD), "_ff_go")]
+        inner = [_as(self.group_text(group), "_ff_g"), _as(_col(ORD), "_ff_go")]
         for a in self.plan.aggregates:
-            if a.of is None:
-                continue
-            value = template_frag(a.of, self.base)
-            inner.append(_as(number_frag(value) if a.op in ("min", "max", "sum") else value, f"_ff_gv{a.tag}"))
+            inner.extend(self._member_values(a))
         outer = [
             raw('"_ff_g" AS "_ff_gk"'),
             raw('"_ff_g2" AS "_ff_gk2"'),
             _as(raw('min("_ff_go")'), GROUP_FIRST_COLUMN),
         ]
-        outer.extend(_as(_aggregate_frag(a), aggregate_column(a.tag)) for a in self.plan.aggregates)
+        outer.extend(_as(_aggregate_frag(a, self.plan.lists), aggregate_column(a.tag)) for a in self.plan.aggregates)
         members = fmt(
             'SELECT *, CASE WHEN "_ff_g" = \'\' THEN "_ff_go" ELSE -1 END AS "_ff_g2" FROM (SELECT {0} FROM {1}) AS s0',
             join(inner, ", "),
             of(source),
         )
-        mine = trimmed_frag(self.base(group))
+        mine = self.group_text(group)
         return fmt(
             '{0} AS t LEFT JOIN (SELECT {1} FROM ({2}) AS s1 GROUP BY 1, 2) AS "_ff_gj" '
             'ON "_ff_gk" = {3} AND "_ff_gk2" = CASE WHEN {3} = \'\' THEN {4} ELSE -1 END',
@@ -326,6 +325,35 @@ class _Builder:
             mine,
             _col(ORD),
         )
+
+    def group_text(self, group: str) -> Frag:
+        """An item's group value: the group field's text (a list's elements joined with ","), trimmed (P18)."""
+        value = self.base(group)
+        return trimmed_frag(_lists.as_text(value) if group in self.plan.lists else value)
+
+    def _member_values(self, a: Aggregate) -> list[Frag]:
+        """A member's columns for aggregate `a`: `_ff_gv<tag>`, its value (a number for min/max/sum), and
+        for min/max/sum over a list's elements without `round`, `_ff_gs<tag>`, their largest scale."""
+        if a.of is None:
+            return []
+        column = f"_ff_gv{a.tag}"
+        if not a.over_list(self.plan.lists):
+            value = template_frag(a.of, self.base, self.plan.lists)
+            return [_as(number_frag(value) if a.op in ("min", "max", "sum") else value, column)]
+        assert a.of_field is not None
+        elements = self.base(a.of_field)
+        if a.op in ("first", "last"):
+            # its text form: array_agg cannot hold lists of different lengths; text[] -> text -> text[] is exact
+            return [_as(fmt("({0})::text", elements), column)]
+        if a.op == "join":
+            return [_as(_lists.join_elements(elements, a.separator), column)]  # elements are never ""
+        n = number_frag(_lists.ELEMENT)
+        out = [_as(fmt("(SELECT " + a.op + "({1}) FROM unnest({0}) AS _ff_u(_ff_e))", elements, n), column)]
+        if a.round is None:
+            out.append(
+                _as(fmt("(SELECT max(scale({1})) FROM unnest({0}) AS _ff_u(_ff_e))", elements, n), f"_ff_gs{a.tag}")
+            )
+        return out
 
     def _level_lookups(self, level: tuple[Step, ...]) -> list[tuple[Step, LookupSet, bool]]:
         """The lookup actions of a level: (step, first part, in the then branch)."""
@@ -338,11 +366,10 @@ class _Builder:
     def _join_lookups(self, level: tuple[Step, ...]) -> None:
         """LEFT JOIN each lookup of the level on the trimmed value its match field starts the level with.
 
-        TODO(issue 18, lists): P22, a `match` field holding a list tries its elements in order, the
-        first with a row matching (a LATERAL over the elements with ordinality, ORDER BY it LIMIT 1).
-
         The joined subquery only has `_ff_lk*` columns, so the items' own column names stay unambiguous;
-        its key is unique (the lookup table keeps a key's first row), so no item is repeated.
+        its key is unique (the lookup table keeps a key's first row), so no item is repeated. A list
+        `match` joins LATERAL the row of its first element (in order) that has one (P22): the
+        elements are unnested in the subquery's FROM, where only the items' columns are in scope.
         """
         for _, part, _ in self._level_lookups(level):
             assert self.schema is not None, "a lookup needs the schema of the pass's table"
@@ -351,6 +378,19 @@ class _Builder:
             picked.extend(
                 _as(_col(column_for_field(c)), lookup_value_column(part.tag, j)) for j, c in enumerate(part.columns)
             )
+            if part.match in self.plan.lists:
+                self.relation = fmt(
+                    "{0} LEFT JOIN LATERAL (SELECT {1} FROM unnest({2}) WITH ORDINALITY AS _ff_u(_ff_e, _ff_o) "
+                    "JOIN {3} ON {4} = {5} ORDER BY _ff_o LIMIT 1) AS {6} ON true",
+                    self.relation,
+                    join(picked, ", "),
+                    self.base(part.match),
+                    of(ident(self.schema, part.table)),
+                    _col(KEY),
+                    trimmed_frag(_lists.ELEMENT),
+                    _col(f"_ff_lj{part.tag}"),
+                )
+                continue
             self.relation = fmt(
                 "{0} LEFT JOIN (SELECT {1} FROM {2}) AS {3} ON {4} = {5}",
                 self.relation,
@@ -366,7 +406,9 @@ class _Builder:
         out: list[tuple[str, Frag]] = []
         for step, part, then in self._level_lookups(level):
             value_col, matched_col = (c for c, _ in lookup_report_columns(part.tag))
-            value = trimmed_frag(self.base(part.match))
+            match = self.base(part.match)
+            # a list is reported as its text, the elements joined with "," (P23)
+            value = trimmed_frag(_lists.as_text(match) if part.match in self.plan.lists else match)
             if step.rule.when is not None:
                 flag = _col(flag_column(step.rule))
                 ran = flag if then else fmt("NOT {0}", flag)
@@ -431,27 +473,27 @@ def first_of_group_in(table: sql.Composable, group: Frag) -> Frag:
     )
 
 
-def _aggregate_frag(a: Aggregate) -> Frag:
+def _aggregate_frag(a: Aggregate, lists: ListFields = NO_LISTS) -> Frag:
     """An aggregate over the members' `of` values (`_ff_gv<tag>`, numbers for min/max/sum), as text (P16).
 
-    TODO(issue 18, lists): P16 over list fields: `join` takes each list's elements, min/max/sum the
-    number of every element, first/last keep a list a list. Values are one text each until list
-    fields land (unnest the text[] in the members subquery, `_grouped`).
+    Over a list field's elements (`Aggregate.over_list`) a member's value is already its own
+    part: its elements joined (join), their min/max/sum, or its list's text form (first/last,
+    cast back to the list here).
     """
     v, o = _col(f"_ff_gv{a.tag}"), raw('"_ff_go"')
     if a.op == "count":
         return raw("count(*)::text")
-    if a.op == "first":
-        return fmt("(array_agg({0} ORDER BY {1}))[1]", v, o)
-    if a.op == "last":
-        return fmt("(array_agg({0} ORDER BY {1} DESC))[1]", v, o)
+    if a.op in ("first", "last"):
+        picked = fmt("(array_agg({0} ORDER BY {1}" + (")" if a.op == "first" else " DESC)") + ")[1]", v, o)
+        return fmt("({0})::text[]", picked) if a.keeps_list(lists) else picked
     if a.op == "join":
         return fmt(
             "coalesce(string_agg({0}, {1} ORDER BY {2}) FILTER (WHERE {0} <> ''), '')", v, val(a.separator, "text"), o
         )
     # min/max/sum: numbers as the number ops read them; written as math writes them, with `round`
     # decimals or as many as the most precise input (items without a number are skipped; none: "")
-    places = val(a.round, "integer") if a.round is not None else fmt("max(scale({0}))", v)
+    scale = _col(f"_ff_gs{a.tag}") if a.over_list(lists) else fmt("scale({0})", v)
+    places = val(a.round, "integer") if a.round is not None else fmt("max({0})", scale)
     return fmt("coalesce(round(" + a.op + "({0}), {1})::text, '')", v, places)
 
 

@@ -343,12 +343,14 @@ LOOKUP_COLUMNS = ["v1", "v2", "absent"]
 
 
 @st.composite
-def lookup_actions(draw: st.DrawFn) -> dict[str, Any]:
+def lookup_actions(
+    draw: st.DrawFn, names: st.SearchStrategy[str] = field_names, texts: st.SearchStrategy[str] = templates
+) -> dict[str, Any]:
     """A lookup on `lk`: some targets from its columns (one it lacks too), maybe defaults."""
-    targets = draw(st.lists(field_names, min_size=1, max_size=3, unique=True))
-    out: dict[str, Any] = {"lookup": "lk", "match": draw(field_names)}
+    targets = draw(st.lists(names, min_size=1, max_size=3, unique=True))
+    out: dict[str, Any] = {"lookup": "lk", "match": draw(names)}
     sets = {t: draw(st.sampled_from(LOOKUP_COLUMNS)) for t in targets if draw(st.integers(0, 3))}
-    defaults = {t: draw(templates) for t in targets if t not in sets or draw(st.booleans())}
+    defaults = {t: draw(texts) for t in targets if t not in sets or draw(st.booleans())}
     if sets:
         out["set"] = sets
     if defaults:
@@ -360,12 +362,14 @@ GROUP_FIELD = "grp"
 
 
 @st.composite
-def aggregate_actions(draw: st.DrawFn) -> dict[str, Any]:
+def aggregate_actions(
+    draw: st.DrawFn, names: st.SearchStrategy[str] = field_names, targets: Sequence[str] = (*ALL_FIELDS, GROUP_FIELD)
+) -> dict[str, Any]:
     op = draw(st.sampled_from(["count", "min", "max", "sum", "first", "last", "join"]))
-    out: dict[str, Any] = {"aggregate": draw(st.sampled_from([*ALL_FIELDS, GROUP_FIELD])), "op": op}
+    out: dict[str, Any] = {"aggregate": draw(st.sampled_from(list(targets))), "op": op}
     if op != "count":
         # P17: a field name, or a template (one with a brace: one without names a field)
-        out["of"] = draw(st.one_of(field_names, st.builds(lambda t, f: t + "{" + f + "}", templates, field_names)))
+        out["of"] = draw(st.one_of(names, st.builds(lambda t, f: t + "{" + f + "}", templates, names)))
     if op == "join" and draw(st.booleans()):
         out["separator"] = draw(st.sampled_from(["", "|", ", "]))
     if op in ("min", "max", "sum") and draw(st.booleans()):
@@ -706,6 +710,13 @@ def test_sql_route_matches_the_reference_on_random_lists(
     """Random list values, conditions on lists and list actions: the same items, elements and counts,
     and the same json and google-xml exports as the reference's items written by hand."""
     assert_same(engine, items, [KEY_FIELD, *LISTED], raw_rules, lists=frozenset(LIST_FIELDS))
+    assert_same_exports(engine, items, [KEY_FIELD, *LISTED], raw_rules, tmp_path, lists=frozenset(LIST_FIELDS))
+
+
+def assert_same_exports(
+    engine: Engine, items: Sequence[Mapping[str, Any]], fields: Sequence[str], raw_rules: Any, tmp_path: Path, **kw: Any
+) -> None:
+    """The json and google-xml exports of the SQL route's items are the reference's items written by hand."""
     written: dict[str, Any] = {}
 
     def export(result: RulesResult, lists: ListFields) -> None:
@@ -719,9 +730,7 @@ def test_sql_route_matches_the_reference_on_random_lists(
             written[fmt] = dest.read_bytes()
         written["fields"] = result.fields
 
-    _result, _got, want = run_both(
-        engine, items, [KEY_FIELD, *LISTED], raw_rules, lists=frozenset(LIST_FIELDS), exports=export
-    )
+    _result, _got, want = run_both(engine, items, fields, raw_rules, exports=export, **kw)
     fields = written["fields"]
     as_json = [
         {f: (list(v) or "") if isinstance(v, tuple) else v for f, v in _filled(i, fields).items()} for i in want.items
@@ -744,3 +753,127 @@ def _xml_items(data: bytes, fields: Sequence[str]) -> list[list[tuple[str, str]]
     channel = etree.fromstring(data).find("channel")
     assert channel is not None
     return [[(names[str(e.tag).split("}", 1)[1]], e.text or "") for e in item] for item in channel.iter("item")]
+
+
+# -- lists with groups and lookups (SPEC 9: P16 over elements, P22 list matches) -------------------------------
+CATALOG_NAMES = [*ALL_LISTED, GROUP_FIELD]
+catalog_names = st.sampled_from(CATALOG_NAMES)
+
+
+@st.composite
+def catalog_actions(draw: st.DrawFn) -> dict[str, Any]:
+    """List actions, lookups matching on any field (a list's elements too) and aggregates of any field."""
+    kind = draw(st.integers(0, 3))
+    if kind == 0:
+        return draw(lookup_actions(catalog_names, list_templates))
+    if kind == 1:
+        names = st.one_of(catalog_names, st.sampled_from(LIST_FIELDS))  # more often over a list's elements
+        action = draw(aggregate_actions(names, CATALOG_NAMES))
+        if "of" in action and draw(st.integers(0, 3)) == 0:
+            action["of"] = draw(list_templates.filter(lambda t: "{" in t))  # `{images[0]}`: one text per member
+        return action
+    return draw(list_actions())
+
+
+catalog_conditions = st.one_of(
+    list_conditions,
+    st.builds(lambda b: {"group_first": b}, st.sampled_from(["true", "false"])),
+    st.builds(lambda c: {"all": [c, {"not": {"group_first": "true"}}]}, list_conditions),
+)
+
+
+@st.composite
+def catalog_rule_lists(draw: st.DrawFn) -> list[dict[str, Any]]:
+    rules = []
+    for _ in range(draw(st.integers(1, 5))):
+        rule: dict[str, Any] = {"then": draw(st.lists(catalog_actions(), max_size=3))}
+        if draw(st.integers(0, 4)):
+            rule["when"] = draw(catalog_conditions)
+        if draw(st.integers(0, 3)) == 0:
+            rule["else"] = draw(st.lists(catalog_actions(), max_size=2))
+        rules.append(rule)
+    return rules
+
+
+# Group values that repeat, blank ones and white space apart; list elements drawn from the pool lookup keys use.
+catalog_items = st.lists(
+    st.fixed_dictionaries(
+        {
+            **{f: values for f in FIELDS[:3]},
+            **{f: list_values for f in LIST_FIELDS},
+            GROUP_FIELD: st.sampled_from(["a", "a", "b", " a", "", " ", "ß"]),
+        }
+    ),
+    max_size=6,
+).map(lambda xs: [{KEY_FIELD: str(i), **x} for i, x in enumerate(xs)])
+catalog_lookup_rows = st.lists(
+    st.fixed_dictionaries(
+        {LOOKUP_KEY: st.one_of(st.sampled_from([*POOL, " a", "", "b"]), values), "v1": values, "v2": values}
+    ),
+    max_size=6,
+)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    items=catalog_items,
+    raw_rules=catalog_rule_lists(),
+    rows=catalog_lookup_rows,
+    group=st.sampled_from([GROUP_FIELD, GROUP_FIELD, "tags"]),
+    split=st.booleans(),
+)
+def test_sql_route_matches_the_reference_with_lists_groups_and_lookups(
+    engine: Engine,
+    items: list[dict[str, Any]],
+    raw_rules: list[dict[str, Any]],
+    rows: list[dict[str, str]],
+    group: str,
+    split: bool,
+    tmp_path: Path,
+) -> None:
+    """Random lists, groups (by a text or a list field) and lookup tables together: aggregates over a list's
+    elements, first/last keeping a list, lookups matching a list's first element with a row, and the same
+    json and google-xml exports."""
+    fields = [KEY_FIELD, *LISTED, GROUP_FIELD]
+    kw: dict[str, Any] = {"lists": frozenset(LIST_FIELDS), "lookups": {"lk": rows}, "group": group}
+    assert_same(engine, items, fields, raw_rules, split=split, **kw)
+    assert_same_exports(engine, items, fields, raw_rules, tmp_path, **kw)
+
+
+def test_aggregates_read_list_elements_and_a_list_match_takes_its_first_element_with_a_row(engine: Engine) -> None:
+    """P16 and P22 on fixed items, in SQL: the values themselves, not only agreement with the reference."""
+    items = [
+        {KEY_FIELD: "1", GROUP_FIELD: "A", "images": ("a", "2.5"), "tags": ("x", "b")},
+        {KEY_FIELD: "2", GROUP_FIELD: "A", "images": (), "tags": ()},
+        {KEY_FIELD: "3", GROUP_FIELD: "A", "images": ("10", "c"), "tags": ("b",)},
+        {KEY_FIELD: "4", GROUP_FIELD: "B", "images": ("7",), "tags": ("z", " c ")},
+    ]
+    rules = [
+        {
+            "then": [
+                {"aggregate": "all", "op": "join", "of": "images", "separator": "|"},
+                {"aggregate": "low", "op": "min", "of": "images"},
+                {"aggregate": "total", "op": "sum", "of": "images", "round": "1"},
+                {"aggregate": "head", "op": "last", "of": "images"},
+            ]
+        },
+        {"then": [{"lookup": "lk", "match": "tags", "set": {"hit": "v1"}}]},
+    ]
+    rows = [{LOOKUP_KEY: "b", "v1": "from b"}, {LOOKUP_KEY: "c", "v1": "from c"}]
+    kw: dict[str, Any] = {"lists": frozenset(LIST_FIELDS), "lookups": {"lk": rows}, "group": GROUP_FIELD}
+    fields = [KEY_FIELD, GROUP_FIELD, *LIST_FIELDS]
+    result, got, _want = run_both(engine, items, fields, rules, **kw)
+    assert [(g["all"], g["low"], g["total"], g["head"]) for g in got] == [
+        ("a|2.5|10|c", "2.5", "12.5", ("10", "c")),
+        ("a|2.5|10|c", "2.5", "12.5", ("10", "c")),
+        ("a|2.5|10|c", "2.5", "12.5", ("10", "c")),
+        ("7", "7", "7.0", ("7",)),
+    ]
+    assert [g["hit"] for g in got] == ["from b", "", "from b", "from c"]
+    assert [(r["matched"], r["unmatched_values"]) for r in result.lookups] == [(3, [{"value": "", "count": 1}])]
+    assert_same(engine, items, fields, rules, **kw)
