@@ -26,9 +26,6 @@ from firefeed.runs.service import RunStore
 from firefeed.schema.identifiers import ORD, column_for_field, company_schema, ident, project_table, scratch_area
 from firefeed.schema.service import SchemaService
 
-# TODO(issue 18, lists): a list field adds one count to each distinct element (P33); until list
-# fields exist a value is one text and counts once.
-
 
 @dataclass(frozen=True)
 class FieldValues:
@@ -83,15 +80,31 @@ def field_values(engine: Engine, project: str, field: str, *, company: str | Non
         if field not in result.fields:
             shown = ", ".join(result.fields[:20]) + (" …" if len(result.fields) > 20 else "")
             raise SpecError("FIELD", f"{field!r} is not a field of project {project!r} after its rules ({shown})")
-        counted = sql.SQL("SELECT {v}, count(*) AS n FROM {t} GROUP BY {v} ORDER BY n DESC, min({o})").format(
-            v=ident(column_for_field(field)), t=ident(company_schema(area), result.table), o=ident(ORD)
-        )
+        counted = _counted(ident(company_schema(area), result.table), field, listed=field in spec.list_fields)
         with raw_connection(engine) as conn, conn.cursor() as cur:
             cur.execute(counted)
             values = [(str(v), int(n)) for v, n in cur.fetchall()]
     finally:
         schema.drop_scratch_area(area)
     return FieldValues(project, field, run_id, result.rows_out, values)
+
+
+def _counted(table: sql.Composable, field: str, *, listed: bool) -> sql.Composable:
+    """Each distinct value with its items, most frequent first, ties in feed order (the first item holding it).
+
+    A list field counts each item once for each distinct element it holds, and an item without
+    elements once for "" (P33); ties are in feed order, then in the order of the first item's elements.
+    """
+    column, ord_ = ident(column_for_field(field)), ident(ORD)
+    if not listed:
+        return sql.SQL("SELECT {v}, count(*) AS n FROM {t} GROUP BY {v} ORDER BY n DESC, min({o})").format(
+            v=column, t=table, o=ord_
+        )
+    elements = sql.SQL("CASE WHEN cardinality({v}) = 0 THEN ARRAY['']::text[] ELSE {v} END").format(v=column)
+    return sql.SQL(
+        "SELECT _ff_e, count(DISTINCT {o}) AS n FROM {t}, unnest({e}) WITH ORDINALITY AS _ff_u(_ff_e, _ff_i) "
+        "GROUP BY _ff_e ORDER BY n DESC, min(ARRAY[{o}, _ff_i])"
+    ).format(e=elements, o=ord_, t=table)
 
 
 def _copy(engine: Engine, schema: SchemaService, company: str, area: str, table: str) -> None:
