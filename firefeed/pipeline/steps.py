@@ -321,8 +321,23 @@ def channel_rules(ctx: RunContext, index: int, table: str, fields: Sequence[str]
     """An export's own rules (P29) on its copy of the items: new pass tables read from the project's result,
     which the other exports read unchanged. In one piece: the export job is already one of several."""
     from firefeed.pipeline.rule_passes import run_rules
+    from firefeed.rules.executor import copy_as_lists
 
     exp = ctx.spec.exports[index]
+    first_pass = (index + 1) * CHANNEL_PASS_STRIDE + 1
+    # Fields the export's rules make lists that the project's leave as text: its copy holds them as lists.
+    into_lists = [f for f in fields if f in exp.list_fields and f not in ctx.spec.list_fields]
+    if into_lists:
+        table = copy_as_lists(
+            ctx.engine,
+            ctx.schema,
+            company=ctx.spec.company,
+            run_id=ctx.run_id,
+            number=first_pass - 1,
+            src_table=table,
+            fields=fields,
+            into_lists=into_lists,
+        )
     return run_rules(
         ctx.engine,
         ctx.schema,
@@ -333,7 +348,7 @@ def channel_rules(ctx: RunContext, index: int, table: str, fields: Sequence[str]
         rules=exp.parsed_rules,
         cancel_check=ctx.check_cancel,
         split_min_rows=2**62,
-        first_pass=(index + 1) * CHANNEL_PASS_STRIDE + 1,
+        first_pass=first_pass,
         path=f"exports[{index}].rules",
     )
 

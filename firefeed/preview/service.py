@@ -55,7 +55,7 @@ from firefeed.rules.model import Rule
 from firefeed.schema.identifiers import project_table, scratch_area, staging_table
 from firefeed.schema.service import SchemaService
 from firefeed.secrets.store import resolver_for
-from firefeed.spec.model import ProjectSpec
+from firefeed.spec.model import ExportSpec, ProjectSpec
 from firefeed.textutil import strip_ws
 
 log = logging.getLogger(__name__)
@@ -138,20 +138,7 @@ def preview_spec(
                 deadline=deadline,
             )
             channels = [
-                (
-                    exp,
-                    rule_effects(
-                        work,
-                        schema,
-                        area=area,
-                        # pass tables are named by rule number: each export's apart from the project's
-                        preview_id=str(uuid.uuid4()),
-                        table=effects.table,
-                        fields=effects.fields,
-                        rules=exp.parsed_rules,
-                        deadline=deadline,
-                    ),
-                )
+                (exp, _channel_effects(spec, exp, work, schema, area, effects, deadline))
                 for exp in spec.exports
                 if exp.rules is not None
             ]
@@ -362,6 +349,46 @@ def _summaries(rules: Sequence[Rule], effects: Effects) -> list[RuleSummary]:
             )
         )
     return out
+
+
+def _channel_effects(
+    spec: ProjectSpec,
+    exp: ExportSpec,
+    engine: Engine,
+    schema: SchemaService,
+    area: str,
+    project: Effects,
+    deadline: Deadline,
+) -> Effects:
+    """An export's own rules over its copy of the sample after the project's rules, as a run applies them."""
+    from firefeed.rules.executor import copy_as_lists
+
+    # pass tables are named by rule number: each export's apart from the project's
+    preview_id = str(uuid.uuid4())
+    table = project.table
+    into_lists = [f for f in project.fields if f in exp.list_fields and f not in spec.list_fields]
+    if into_lists:
+        # fields its rules make lists that the project's leave as text are lists in its copy (steps.channel_rules)
+        table = copy_as_lists(
+            engine,
+            schema,
+            company=area,
+            run_id=preview_id,
+            number=0,
+            src_table=table,
+            fields=project.fields,
+            into_lists=into_lists,
+        )
+    return rule_effects(
+        engine,
+        schema,
+        area=area,
+        preview_id=preview_id,
+        table=table,
+        fields=project.fields,
+        rules=exp.parsed_rules,
+        deadline=deadline,
+    )
 
 
 def _items(spec: ProjectSpec, effects: Effects) -> list[PreviewItem]:

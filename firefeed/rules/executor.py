@@ -27,12 +27,13 @@ from firefeed.db.engine import raw_connection, render_for_binding
 from firefeed.rules._plan import PassPlan, flag_column, lookup_report_columns, plan_passes
 from firefeed.rules.model import Rule, branch_excludes
 from firefeed.rules.sqlgen import count_select, exclusion_delete, pass_insert, pass_select
-from firefeed.schema.identifiers import KEY, ORD, SRC, company_schema, ident
+from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, company_schema, ident
 from firefeed.schema.service import SchemaService
 
 __all__ = [
     "ChunkCounts",
     "PassPlan",
+    "copy_as_lists",
     "count_rows",
     "lookup_counts",
     "middle_position",
@@ -191,6 +192,35 @@ def run_pass_whole(
             cur.execute(sql.SQL("SELECT {} FROM {}").format(counts, ident(company_schema(company), table)))
             flagged = {r.name: int(n) for r, n in zip(plan.flagged, cur.fetchone(), strict=True)}
     return table, _chunk_counts(plan, rows_in, rows_out, flagged, when_count)
+
+
+def copy_as_lists(
+    engine: Engine,
+    schema_service: SchemaService,
+    *,
+    company: str,
+    run_id: str,
+    number: int,
+    src_table: str,
+    fields: Sequence[str],
+    into_lists: Sequence[str],
+) -> str:
+    """A pass table copying `src_table` with the text columns of `into_lists` made lists (a text is one
+    element, "" none), in feed order; returns its name.
+
+    An export's own rules may make a list of a field the project's rules leave as text (a `split`);
+    their passes read it as the text[] every pass table holds for a list field (SPEC 9).
+    """
+    names = list(dict.fromkeys(fields))
+    picked = [ident(c) for c in (ORD, KEY, SRC)]
+    for f in names:
+        col = ident(column_for_field(f))
+        picked.append(sql.SQL("array_remove(ARRAY[{0}], '') AS {0}").format(col) if f in into_lists else col)
+    select = sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(picked), ident(company_schema(company), src_table))
+    columns = [ORD, KEY, SRC, *(column_for_field(f) for f in names)]
+    with raw_connection(engine) as conn:
+        table, _ = schema_service.create_rules_tmp_as(company, run_id, number, columns, select, [], conn=conn)
+    return table
 
 
 def run_pass_in_place(conn: Any, plan: PassPlan, table: str, *, company: str, rows_in: int | None) -> ChunkCounts:
