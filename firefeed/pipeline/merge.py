@@ -16,7 +16,7 @@ primary items come first and appended ones follow in their source's order.
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +26,8 @@ from sqlalchemy import Engine
 
 from firefeed.db.engine import raw_connection
 from firefeed.errors import MergeError
-from firefeed.rules.template import Template
+from firefeed.rules._frag import Frag, of
+from firefeed.rules.template import FieldRef, Template
 from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, company_schema, ident
 from firefeed.schema.service import SchemaService
 from firefeed.textutil import WHITESPACE
@@ -197,8 +198,32 @@ def _source_key(key_field: str, src: StagedSource, *, aliased: bool = False) -> 
     if src.key_from is None:
         return trimmed(prefix.format(ident(column_for_field(key_field)))), [WHITESPACE] * 3
     params: list[Any] = []
-    rendered = src.key_from.to_sql(column, params)
+    refs = [p for p in src.key_from.parts if isinstance(p, FieldRef)]
+    if any(r.index is not None or r.name in src.lists for r in refs):
+        frag = _list_key_from(src, column)
+        rendered, params = frag.sql, list(frag.params)
+    else:
+        rendered = src.key_from.to_sql(column, params)
     return sql.SQL("btrim({}, %s)").format(rendered), [*params, WHITESPACE]
+
+
+def _list_key_from(src: StagedSource, column: Callable[[str], sql.Composable]) -> Frag:
+    """`key_from` reading elements (`{images[0]}`) or a list field of its source (`{images}`: the
+    elements joined with ","), rendered as the rules render templates (SPEC 9, P9)."""
+    from firefeed.rules._conditions_sql import template_frag
+    from firefeed.rules.lists import ListFields
+
+    assert src.key_from is not None
+    declared = frozenset(src.lists)
+
+    def value(name: str) -> Frag:
+        col = column(name)
+        if name in declared and name in src.fields:
+            # the staged text of a declared list: an array literal, "" for no elements
+            return of(sql.SQL("(CASE WHEN {0} = '' THEN '{{}}'::text[] ELSE {0}::text[] END)").format(col))
+        return of(sql.SQL("'{}'::text[]")) if name in declared else of(col)
+
+    return template_frag(src.key_from, value, ListFields(declared, declared))
 
 
 def _key_stats(engine: Engine, schema: str, key_field: str, sources: Sequence[StagedSource]) -> list[SourceKeyStats]:

@@ -11,8 +11,10 @@ checked every CHECK_EVERY rows, so a long file read for wanted ids stops in time
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from firefeed.pipeline.parse import FeedReader, ParseStats
+from firefeed.pipeline.parse._lists import literal_elements
 from firefeed.rules.template import Template
 from firefeed.textutil import strip_ws
 
@@ -39,6 +41,7 @@ class SampleReader:
         keys: frozenset[str] | None = None,
         check: Callable[[], None] | None = None,
         key_from: Template | None = None,
+        lists: frozenset[str] = frozenset(),
     ) -> None:
         if (first is None) == (keys is None):
             raise ValueError("a sample is either the first N keys or a set of keys")
@@ -49,6 +52,7 @@ class SampleReader:
         self.keys = keys
         self.check = check
         self.key_from = key_from  # the source's `key_from` (SPEC 9): its rows' keys are rendered, as MERGE does
+        self.lists = lists  # the source's list fields, staged as array literals: key_from reads their elements
         self.kept: list[str] = []
         self.rows_read = 0
 
@@ -89,7 +93,10 @@ class SampleReader:
                     width = len(fields)
                     at = fields.index(self.key_field) if self.key_field in fields else -1
                 if self.key_from is not None:
-                    key = strip_ws(self.key_from.render(dict(zip(fields, values, strict=False))))
+                    row: dict[str, Any] = dict(zip(fields, values, strict=False))
+                    for name in self.lists & row.keys():
+                        row[name] = literal_elements(row[name])
+                    key = strip_ws(self.key_from.render(row))
                 else:
                     key = strip_ws(values[at]) if 0 <= at < len(values) else ""
                 if not key or key in seen or (self.keys is not None and key not in self.keys):

@@ -225,10 +225,11 @@ def _sample_sources(
             lists=src.lists,
         )
         key_from = src.key_template
+        lists = src.list_fields
         sample = (
-            SampleReader(reader, spec.key, keys=keys, check=deadline.check, key_from=key_from)
+            SampleReader(reader, spec.key, keys=keys, check=deadline.check, key_from=key_from, lists=lists)
             if keys is not None
-            else SampleReader(reader, spec.key, first=items, check=deadline.check, key_from=key_from)
+            else SampleReader(reader, spec.key, first=items, check=deadline.check, key_from=key_from, lists=lists)
         )
         table = staging_table(spec.project, src.name)
         result = stage_source(engine, schema, company=area, table=table, reader=sample, chunk_rows=settings.chunk_rows)

@@ -138,3 +138,30 @@ def test_the_preview_samples_items_by_their_rendered_key(run_env: Path, tmp_path
     code, out = cli("preview", str(path), "--item", "leather-anchor-Silver", "--json")
     assert code == 0, out
     assert [i["key"] for i in json.loads(out)["items"]] == ["leather-anchor-Silver"]
+
+
+def test_a_key_from_reads_a_list_fields_elements_in_merge_and_in_the_preview(run_env: Path, tmp_path: Path) -> None:
+    """`{images[0]}` is the first element, `{images}` the elements joined with "," (P9), in both places."""
+    import json
+
+    from tests.integration.conftest import cli
+
+    write_csv(
+        tmp_path / "main.csv",
+        ["sku", "images", "title"],
+        [["A", "a1.jpg, a2.jpg", "x"], ["B", "b1.jpg", "y"], ["C", "", "z"]],
+    )
+    spec = {
+        "company": "catalog",
+        "project": "list_keys",
+        "sources": [{"name": "main", "url": "main.csv", "lists": {"images": ","}, "key_from": "{sku}-{images[0]}"}],
+        "rules": [{"name": "all", "then": [{"set": "all", "value": "{images}"}]}],
+        "exports": [{"name": "e", "format": "csv", "path": "e.csv", "fields": {"id": "id", "all": "all"}}],
+    }
+    path = _write_spec(tmp_path, spec)
+    _run(path)
+    _header, body = read_csv(run_env / "catalog" / "list_keys" / "e.csv")
+    assert body == [["A-a1.jpg", "a1.jpg,a2.jpg"], ["B-b1.jpg", "b1.jpg"], ["C-", ""]]
+    code, out = cli("preview", str(path), "--item", "A-a1.jpg", "--json")
+    assert code == 0, out
+    assert [i["key"] for i in json.loads(out)["items"]] == ["A-a1.jpg"]

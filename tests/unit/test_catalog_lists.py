@@ -144,3 +144,9 @@ def test_group_first_in_a_remove_condition_is_a_spec_error_about_the_element() -
         parse_spec(doc)
     assert info.value.path == "rules[0].then[0].when" and "element" in str(info.value)
 
+
+@pytest.mark.parametrize("elements", [(), ("a",), ('a"b', "c\\d", "x,y", "{}", "é"), ("NULL", " ")])
+def test_a_staged_lists_elements_read_back_as_written(elements: tuple[str, ...]) -> None:
+    from firefeed.pipeline.parse._lists import array_literal, literal_elements
+
+    assert literal_elements(array_literal(elements)) == tuple(e.strip() for e in elements if e.strip())
