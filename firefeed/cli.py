@@ -68,10 +68,19 @@ def format_report(report: dict[str, Any]) -> str:
         lines += ["", f"  rules: {rules['passes']} pass(es), {rules['excluded']:,} excluded"]
         for name, n in rules["matched"].items():
             lines.append(f"    {n:>10,}  {name}")
+    lines += format_lookups(rules.get("lookups") or [], report.get("lookups") or [])
     if report["exports"]:
         lines += ["", f"  {'export':<16}{'rows':>11}{'bytes':>14}  path"]
         for e in report["exports"]:
             lines.append(f"  {e['name'][:15]:<16}{e['rows']:>11,}{e['bytes']:>14,}  {e['path']}")
+        for e in report["exports"]:
+            own = e.get("rules")
+            if not own:
+                continue
+            lines += ["", f"  {e['name']} rules: {own['passes']} pass(es), {own['excluded']:,} excluded"]
+            for name, n in own["matched"].items():
+                lines.append(f"    {n:>10,}  {name}")
+            lines += format_lookups(own.get("lookups") or [], [])
         lines += format_quality(report["exports"])
     for w in report.get("warnings") or []:
         lines.append(f"  warning: {w}")
@@ -79,6 +88,27 @@ def format_report(report: dict[str, Any]) -> str:
         e = report["error"]
         lines += ["", f"  error in {e.get('step')}: {e.get('type')}: {e.get('message')}"]
     return "\n".join(lines)
+
+
+def format_lookups(actions: list[dict[str, Any]], tables: list[dict[str, Any]]) -> list[str]:
+    """The lookup tables' rows and skipped keys, then per lookup action its counts and top unmatched values."""
+    lines: list[str] = []
+    for t in tables:
+        sk = t["skipped"]
+        lines += [
+            "",
+            f"  lookup {t['name']}: {t['rows']:,} rows, {t['keys']:,} keys, {sk['empty_key']:,} empty key, "
+            f"{sk['duplicate_key']:,} dup key, {sk['malformed']:,} malformed",
+        ]
+    for a in actions:
+        lines.append(
+            f"  lookup {a['lookup']} in {a['rule']!r} {a['action']}: {a['matched']:,} matched, "
+            f"{a['unmatched']:,} unmatched"
+        )
+        if a["unmatched_values"]:
+            top = ", ".join(f"{v['value'][:40] or '(empty)'} ({v['count']:,})" for v in a["unmatched_values"][:10])
+            lines.append(f"    unmatched: {top}")
+    return lines
 
 
 def format_quality(exports: list[dict[str, Any]]) -> list[str]:

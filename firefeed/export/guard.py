@@ -13,7 +13,9 @@ published one, which the next run diffs against.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from firefeed import metrics
@@ -30,19 +32,36 @@ def percent(value: float) -> str:
     return f"{value:.1f}".rstrip("0").rstrip(".") + "%"
 
 
-def _drop(export: ExportSpec, entry: dict[str, Any], accept_drop: bool) -> str | None:
-    """Annotate the entry's diff with the guard's reading; the problem when it blocks the publish."""
+def export_definition(export: ExportSpec) -> str:
+    """A digest of what decides an export's rows besides the items: its own rules, `where` and `fields` (P31)."""
+    doc = {"rules": export.rules, "where": export.where, "fields": export.fields}
+    return hashlib.sha256(json.dumps(doc, ensure_ascii=False).encode()).hexdigest()
+
+
+def _drop(
+    export: ExportSpec, entry: dict[str, Any], accept_drop: bool, warnings: list[str], changed: bool = False
+) -> str | None:
+    """Annotate the entry's diff with the guard's reading; the problem when it blocks the publish.
+
+    `changed`: the spec changed the export's rules, where or fields since its previous rows, so a
+    drop is what the user asked for: it is not guarded, only reported as a warning (P31).
+    """
     changes = entry.get("diff")
     if not changes or not changes.get("baseline") or not changes.get("previous"):
         return None  # nothing published before: nothing to lose
     previous, removed = int(changes["previous"]), int(changes["removed"])
     share = 100.0 * removed / previous
     over = share > export.max_drop
-    changes["drop"] = {
-        "share": round(share, 2),
-        "max_drop": export.max_drop,
-        "status": ("accepted" if accept_drop else "blocked") if over else "ok",
-    }
+    status = ("accepted" if accept_drop else "blocked") if over else "ok"
+    if over and changed:
+        status = "unguarded"
+    changes["drop"] = {"share": round(share, 2), "max_drop": export.max_drop, "status": status}
+    if status == "unguarded":
+        warnings.append(
+            f"export {export.name!r}: {removed} of {previous} items dropped ({percent(share)} > max_drop "
+            f"{percent(export.max_drop)}), not guarded: the spec changed the export's rules, where or fields"
+        )
+        return None
     if not over or accept_drop:
         return None
     return (
@@ -67,13 +86,22 @@ def _channel(export: ExportSpec, entry: dict[str, Any]) -> str | None:
     )
 
 
-def check_publish(spec: ProjectSpec, exports: Sequence[dict[str, Any]], *, accept_drop: bool) -> None:
+def check_publish(
+    spec: ProjectSpec,
+    exports: Sequence[dict[str, Any]],
+    *,
+    accept_drop: bool,
+    previous: Mapping[str, str | None] | None = None,
+) -> list[str]:
     """Raise DropGuardError / ChannelRejectError when an export must not be published; count the findings.
 
     Every export is checked, so the one error names every export that failed;
     a drop problem makes it a DropGuardError, the one `accept_drop` answers.
+    `previous`: each export's definition (export_definition) in the last succeeded run, where
+    known; returns the warnings of drops left unguarded because it changed (P31).
     """
     by_name = {e.name: e for e in spec.exports}
+    warnings: list[str] = []
     drops: list[str] = []
     rejects: list[str] = []
     blocked: list[str] = []
@@ -82,13 +110,16 @@ def check_publish(spec: ProjectSpec, exports: Sequence[dict[str, Any]], *, accep
         diagnostics = entry.get("diagnostics") or {}
         for finding in diagnostics.get("findings", []):
             metrics.export_finding(diagnostics["channel"], finding["severity"], finding["check"], finding["count"])
-        for found, problems in ((_drop(export, entry, accept_drop), drops), (_channel(export, entry), rejects)):
+        before = (previous or {}).get(export.name)
+        changed = before is not None and before != entry.get("definition")
+        dropped = _drop(export, entry, accept_drop, warnings, changed)
+        for found, problems in ((dropped, drops), (_channel(export, entry), rejects)):
             if found:
                 problems.append(found)
                 if export.name not in blocked:
                     blocked.append(export.name)
     if not blocked:
-        return
+        return warnings
     error: PublishBlockedError
     if drops:
         metrics.publish_blocked("drop_guard")

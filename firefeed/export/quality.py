@@ -216,7 +216,7 @@ def summary(found: Sequence[dict[str, Any]], ch: Channel | None) -> dict[str, An
 def measure(engine: Engine, schema: SchemaService, target: Target, export: ExportSpec) -> dict[str, Any]:
     """Fill the export's run table and return its `diagnostics` (None without a channel) and `diff`."""
     columns = output_columns(target.fields, export, target.lists)
-    where = where_clause(target.fields, export, target.lists)
+    where = where_clause(target.fields, export, target.lists, ident(company_schema(target.company), target.table))
     projected = [OutputColumn(c.name, Piece(ident(f"c{j}"))) for j, c in enumerate(columns)]
     ch = channel(export.resolved_channel) if export.resolved_channel else None
     checks = channel_checks(ch, projected) if ch else []

@@ -174,11 +174,15 @@ def _template_piece(template: Template, column: Callable[[str], sql.Composable],
     return Piece(frag.sql, frag.params)
 
 
-def where_clause(fields: Sequence[str], export: ExportSpec, lists: ListFields = NO_LISTS) -> Piece:
+def where_clause(
+    fields: Sequence[str], export: ExportSpec, lists: ListFields = NO_LISTS, table: sql.Composable | None = None
+) -> Piece:
     """` WHERE <condition>` for the export's filter, or nothing.
 
     Compiled by the rules engine's condition compiler, so an export's `where`
     reads exactly like a rule's `when`, on the items after rules (SPEC 8.17).
+    `table`: the items' table, where a group_first leaf finds the groups after
+    all rules, before `where` filters (P19).
     """
     condition = export.where_condition
     if condition is None:
@@ -193,5 +197,5 @@ def where_clause(fields: Sequence[str], export: ExportSpec, lists: ListFields = 
         col = column(name)
         return sql.SQL("'{}'::text[]") if name in lists and col is _EMPTY else col
 
-    text = condition_sql(condition, value, params, lists)
+    text = condition_sql(condition, value, params, lists, table)
     return Piece(sql.SQL(" WHERE (") + text + sql.SQL(")"), tuple(params))

@@ -25,6 +25,7 @@ from firefeed.export.jsonish import render_json, render_jsonl
 from firefeed.export.rendering import Rendering
 from firefeed.export.select import OutputColumn, output_columns, where_clause
 from firefeed.rules.lists import NO_LISTS, ListFields
+from firefeed.schema.identifiers import ident
 
 if TYPE_CHECKING:
     from firefeed.spec.model import ExportSpec
@@ -77,7 +78,7 @@ def write_export(
     """
     columns = output_columns(fields, export, lists)
     rendering = _rendering(export, columns, title, link)
-    where = where_clause(fields, export, lists)
+    where = where_clause(fields, export, lists, ident(schema, table))
     try:
         with atomic_output(dest, compress=export.gzip) as out:
             out.write(rendering.head)

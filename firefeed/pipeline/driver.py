@@ -223,7 +223,10 @@ class _Driver:
         params = contract.MergeParams([r.parsed for r in parsed])
         (job,) = self.run_jobs(JobKind.MERGE, [JobSpec(JobKind.MERGE, params=params)])
         merged = contract.MergeResult.from_json(job.result_doc())
-        return merged, _Done(merged.rows_in, merged.rows, {"sources": merged.sources_report(), "fields": merged.fields})
+        detail: dict[str, Any] = {"sources": merged.sources_report(), "fields": merged.fields}
+        if merged.lookups:
+            detail["lookups"] = merged.lookups
+        return merged, _Done(merged.rows_in, merged.rows, detail)
 
     # -- RULES: the one pass loop; fanned out, each pass runs as chunk jobs, else all of it as one job
     def rules(self, merged: contract.MergeResult) -> tuple[contract.RulesResult, _Done]:
@@ -270,20 +273,35 @@ class _Driver:
         exports = [contract.ExportResult.from_json(s.result_doc()) for s in states]
         entries = [e.entry for e in exports]
         self.check_cancel()
-        self.check_publish(entries)
+        warnings = self.check_publish(entries)
         steps.publish(ctx, entries)
         self.promote(entries)
-        return None, _Done(rules.rows_out, sum(e.rows for e in exports), {"exports": entries})
+        detail: dict[str, Any] = {"exports": entries}
+        if warnings:
+            detail["warnings"] = warnings
+        return None, _Done(rules.rows_out, sum(e.rows for e in exports), detail)
 
-    def check_publish(self, exports: list[dict[str, Any]]) -> None:
+    def check_publish(self, exports: list[dict[str, Any]]) -> list[str]:
         """fail_on and the drop guard (#9), before anything is published; a block fails the run."""
         from firefeed.export.guard import check_publish
 
         try:
-            check_publish(self.ctx.spec, exports, accept_drop=self.store.run(self.ctx.run_id).accept_drop)
+            return check_publish(
+                self.ctx.spec,
+                exports,
+                accept_drop=self.store.run(self.ctx.run_id).accept_drop,
+                previous=self.previous_definitions(),
+            )
         except PublishBlockedError as err:
             err.step_detail = {"exports": exports}  # type: ignore[attr-defined]  # the failed run still reports them
             raise
+
+    def previous_definitions(self) -> dict[str, str | None]:
+        """Each export's definition in the project's last succeeded run (P31); none before any."""
+        for run in self.store.runs_of_project(self.ctx.spec.project):
+            if str(run.id) != self.ctx.run_id and run.status == RunStatus.SUCCEEDED and run.report:
+                return {e["name"]: e.get("definition") for e in run.report.get("exports", [])}
+        return {}
 
     def promote(self, exports: list[dict[str, Any]]) -> None:
         """The published exports' diff rows become the next run's baseline."""

@@ -25,6 +25,7 @@ from firefeed.logging import run_context
 from firefeed.pipeline import rule_passes, steps
 from firefeed.pipeline.context import RunContext, load_context
 from firefeed.pipeline.heartbeat import Heartbeat
+from firefeed.pipeline.lookups import load_lookups
 from firefeed.runs import contract
 from firefeed.runs.backends import run_statements
 from firefeed.runs.contract import JobKind, JobState, Step
@@ -173,11 +174,13 @@ def _merge_job(ctx: RunContext, job: JobState, jobs: JobStore) -> contract.Merge
     params = contract.MergeParams.from_json(job.params_doc())
     parsed = [steps.ParseOutcome(name=p.name, table=p.table, fields=p.field_names, rows=p.rows) for p in params.sources]
     merged = steps.merge(ctx, parsed)
+    tables = load_lookups(ctx) if ctx.spec.lookups else []
     return contract.MergeResult(
         fields=list(merged.fields),
         rows=merged.rows,
         rows_in=sum(p.rows for p in parsed),
         skipped={name: contract.SourceSkips(s.empty_key, s.duplicate_key) for name, s in merged.sources.items()},
+        lookups=[t.report() for t in tables],
     )
 
 

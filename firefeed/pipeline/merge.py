@@ -16,7 +16,7 @@ primary items come first and appended ones follow in their source's order.
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +26,8 @@ from sqlalchemy import Engine
 
 from firefeed.db.engine import raw_connection
 from firefeed.errors import MergeError
+from firefeed.rules._frag import Frag, of
+from firefeed.rules.template import FieldRef, Template
 from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, company_schema, ident
 from firefeed.schema.service import SchemaService
 from firefeed.textutil import WHITESPACE
@@ -44,6 +46,8 @@ class StagedSource:
     allowed: Sequence[str] | None = None
     #: the fields this source declares as lists: staged as array literals (SPEC 9)
     lists: frozenset[str] = frozenset()
+    #: `key_from` (SPEC 9, P15): the key is this template over the source's own fields, not its key column
+    key_from: Template | None = None
 
 
 @dataclass
@@ -92,7 +96,7 @@ def merged_fields(key_field: str, sources: Sequence[StagedSource]) -> tuple[list
 
 def _check_keys(key_field: str, sources: Sequence[StagedSource]) -> None:
     for src in sources:
-        if key_field not in src.fields:
+        if key_field not in src.fields and src.key_from is None:
             shown = ", ".join(list(src.fields)[:12]) + (" …" if len(src.fields) > 12 else "")
             raise MergeError(
                 f"source {src.name!r} has no key field {key_field!r} (its fields: {shown or 'none'}); "
@@ -176,8 +180,50 @@ _COUNTS = (
 )
 
 
-def _trimmed_key(key_field: str) -> sql.Composable:
-    return trimmed(sql.SQL("{}").format(ident(column_for_field(key_field))))
+def _source_key(key_field: str, src: StagedSource, *, aliased: bool = False) -> tuple[sql.Composable, list[Any]]:
+    """A source's trimmed key and its parameters: its key column, or its `key_from` rendered over its row.
+
+    `key_from` (P15) reads the source's own fields only: a field it lacks renders "". The
+    rendered text is always trimmed with btrim (unlike a key column, it is usually built from
+    several cells, so the cheap first/last-character test of `trimmed` would rarely spare it).
+    `aliased`: the staging table is `s` in the query.
+    """
+    prefix = sql.SQL("s.{}" if aliased else "{}")
+
+    def column(name: str) -> sql.Composable:
+        if name not in src.fields:
+            return sql.SQL("''::text")
+        return prefix.format(ident(column_for_field(name)))
+
+    if src.key_from is None:
+        return trimmed(prefix.format(ident(column_for_field(key_field)))), [WHITESPACE] * 3
+    params: list[Any] = []
+    refs = [p for p in src.key_from.parts if isinstance(p, FieldRef)]
+    if any(r.index is not None or r.name in src.lists for r in refs):
+        frag = _list_key_from(src, column)
+        rendered, params = frag.sql, list(frag.params)
+    else:
+        rendered = src.key_from.to_sql(column, params)
+    return sql.SQL("btrim({}, %s)").format(rendered), [*params, WHITESPACE]
+
+
+def _list_key_from(src: StagedSource, column: Callable[[str], sql.Composable]) -> Frag:
+    """`key_from` reading elements (`{images[0]}`) or a list field of its source (`{images}`: the
+    elements joined with ","), rendered as the rules render templates (SPEC 9, P9)."""
+    from firefeed.rules._conditions_sql import template_frag
+    from firefeed.rules.lists import ListFields
+
+    assert src.key_from is not None
+    declared = frozenset(src.lists)
+
+    def value(name: str) -> Frag:
+        col = column(name)
+        if name in declared and name in src.fields:
+            # the staged text of a declared list: an array literal, "" for no elements
+            return of(sql.SQL("(CASE WHEN {0} = '' THEN '{{}}'::text[] ELSE {0}::text[] END)").format(col))
+        return of(sql.SQL("'{}'::text[]")) if name in declared else of(col)
+
+    return template_frag(src.key_from, value, ListFields(declared, declared))
 
 
 def _key_stats(engine: Engine, schema: str, key_field: str, sources: Sequence[StagedSource]) -> list[SourceKeyStats]:
@@ -187,10 +233,11 @@ def _key_stats(engine: Engine, schema: str, key_field: str, sources: Sequence[St
         for setting in _MERGE_SETTINGS:
             cur.execute(setting)
         for src in sources:
+            key, params = _source_key(key_field, src)
             keys = sql.SQL("(SELECT {key} AS key, count(*) AS n FROM {stg} GROUP BY 1) k").format(
-                key=_trimmed_key(key_field), stg=ident(schema, src.table)
+                key=key, stg=ident(schema, src.table)
             )
-            cur.execute(sql.SQL(_COUNTS).format(keys=keys), [WHITESPACE] * 3)
+            cur.execute(sql.SQL(_COUNTS).format(keys=keys), params)
             out.append(_counts(cur))
     return out
 
@@ -202,13 +249,14 @@ def _first_rows(
     clean: list[bool] = []
     for j, src in enumerate(sources):
         win = ident(f"ff_win_{j}")
+        key, params = _source_key(key_field, src)
         # Temporary scratch of this transaction (session-local, not company DDL).
         cur.execute(
             sql.SQL(
                 "CREATE TEMP TABLE {win} ON COMMIT DROP AS "
                 "SELECT {key} AS key, min({ord}) AS ord, count(*) AS n FROM {stg} GROUP BY 1"
-            ).format(win=win, key=_trimmed_key(key_field), ord=ident(ORD), stg=ident(schema, src.table)),
-            [WHITESPACE] * 3,
+            ).format(win=win, key=key, ord=ident(ORD), stg=ident(schema, src.table)),
+            params,
         )
         cur.execute(sql.SQL(_COUNTS).format(keys=win))
         stats = result.sources[src.name] = _counts(cur)
@@ -229,7 +277,6 @@ def _items_select(
 ) -> tuple[list[str], sql.Composable, list[Any]]:
     """The items table's columns, and the SELECT of its rows in item order."""
     params: list[Any] = []
-    key_col = ident(column_for_field(key_field))
     appends = [j for j, s in enumerate(sources) if j > 0 and s.mode == "append"]
 
     def derived(j: int) -> sql.Composable:
@@ -237,10 +284,9 @@ def _items_select(
         stg = ident(schema, sources[j].table)
         if clean[j]:
             # No empty or repeated key: every row is its key's first, skip the dedup join.
-            params.extend([WHITESPACE] * 3)
-            return sql.SQL("(SELECT {key} AS {k}, s.* FROM {stg} s)").format(
-                key=trimmed(sql.SQL("s.{}").format(key_col)), k=ident(KEY), stg=stg
-            )
+            key, key_params = _source_key(key_field, sources[j], aliased=True)
+            params.extend(key_params)
+            return sql.SQL("(SELECT {key} AS {k}, s.* FROM {stg} s)").format(key=key, k=ident(KEY), stg=stg)
         return sql.SQL("(SELECT w.key AS {k}, s.* FROM {win} w JOIN {stg} s ON s.{ord} = w.ord)").format(
             k=ident(KEY), win=ident(f"ff_win_{j}"), stg=stg, ord=ident(ORD)
         )

@@ -23,6 +23,7 @@ same rows and counts (tests/integration/test_rule_passes.py).
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -37,6 +38,7 @@ from firefeed.rules._plan import PassPlan, plan_passes
 from firefeed.rules.executor import (
     ChunkCounts,
     count_rows,
+    lookup_counts,
     middle_position,
     prepare_pass,
     run_pass_chunk,
@@ -86,8 +88,9 @@ class Segment:
 class PassRunner(Protocol):
     """How passes are executed; the loop decides everything else."""
 
-    def segments(self, source_table: str, rows: int | None) -> list[Segment]:
-        """How the items are cut for the passes (each segment keeps its own chain of pass tables)."""
+    def segments(self, source_table: str, rows: int | None, *, whole: bool = False) -> list[Segment]:
+        """How the items are cut for the passes (each segment keeps its own chain of pass tables);
+        `whole`: one segment, because a pass reads groups, which span any cut."""
         ...
 
     def run_pass(self, plan: PassPlan, segments: Sequence[Segment], *, in_place: bool) -> list[tuple[str, ChunkCounts]]:
@@ -110,26 +113,36 @@ def apply_passes(
     rules: Sequence[Rule],
     rows: int | None = None,
     check_cancel: Callable[[], None] | None = None,
+    first_pass: int = 1,
+    path: str = "rules",
 ) -> RulesResult:
     """Apply the enabled rules to `source_table` (`rows` items, when the caller knows), one pass at a time.
 
     Rules whose SQL would exceed rules_max_sql_bytes over these fields are a
     SpecError before any statement runs. On error or cancellation the pipeline
-    drops what remains with drop_rules_tmp_for_run.
+    drops what remains with drop_rules_tmp_for_run. `first_pass`: the number of
+    the first pass table (an export's channel rules number theirs apart from the
+    project's, whose result they read); `path`: where the rules are in the spec.
     """
-    plans = check_sql_size(rules, fields)
+    plans = check_sql_size(rules, fields, path=path)
+    if first_pass != 1:
+        plans = [dataclasses.replace(p, number=p.number + first_pass - 1) for p in plans]
     matched = {r.name: 0 for r in rules if r.enabled}
     if not plans:
         count = rows if rows is not None else count_rows(schema.engine, company, source_table)
         return RulesResult(source_table, list(dict.fromkeys(fields)), 0, matched, 0, count, count)
-    segments = runner.segments(source_table, rows)
+    segments = runner.segments(source_table, rows, whole=any(p.grouped for p in plans))
     first_in: int | None = None
     excluded = 0
+    lookups: list[dict[str, Any]] = []
     for plan in plans:
         if check_cancel is not None:
             check_cancel()
         in_place = segments[0].table != source_table and deletes_only(plan)
         outcomes = runner.run_pass(plan, segments, in_place=in_place)
+        if plan.lookups:
+            # Read now: the next pass drops these tables.
+            lookups.extend(lookup_counts(schema.engine, company, plan, [table for table, _ in outcomes]))
         rows_in = rows_out = 0
         for seg, (table, counts) in zip(segments, outcomes, strict=True):
             if seg.table not in (source_table, table):
@@ -143,7 +156,9 @@ def apply_passes(
         excluded += rows_in - rows_out
     assert first_in is not None
     table = runner.finish(segments, source_table)
-    return RulesResult(table, list(plans[-1].fields_out), len(plans), matched, excluded, first_in, first_in - excluded)
+    return RulesResult(
+        table, list(plans[-1].fields_out), len(plans), matched, excluded, first_in, first_in - excluded, lookups
+    )
 
 
 def _add(counts: Sequence[ChunkCounts]) -> ChunkCounts:
@@ -168,10 +183,10 @@ class InProcessPasses:
         self.split = False
         self.source_table = ""
 
-    def segments(self, source_table: str, rows: int | None) -> list[Segment]:
+    def segments(self, source_table: str, rows: int | None, *, whole: bool = False) -> list[Segment]:
         self.source_table = source_table
         threshold = SPLIT_MIN_ROWS if self.split_min_rows is None else self.split_min_rows
-        big = rows is not None and rows >= threshold
+        big = rows is not None and rows >= threshold and not whole
         mid = middle_position(self.engine, self.company, source_table) if big else None
         if mid is None:
             return [Segment(None, None, source_table, rows)]
@@ -224,6 +239,8 @@ def run_rules(
     cancel_check: Callable[[], None] | None = None,
     rows: int | None = None,
     split_min_rows: int | None = None,
+    first_pass: int = 1,
+    path: str = "rules",
 ) -> RulesResult:
     """The rules applied in this process (`InProcessPasses` through `apply_passes`)."""
     runner = InProcessPasses(engine, schema_service, company=company, run_id=run_id, split_min_rows=split_min_rows)
@@ -236,6 +253,8 @@ def run_rules(
         rules=rules,
         rows=rows,
         check_cancel=cancel_check,
+        first_pass=first_pass,
+        path=path,
     )
 
 
@@ -273,7 +292,7 @@ class ChunkJobPasses:
         """Items per slice for a pass over `rows` items."""
         return max(self.chunk_rows, -(-rows // self.max_slices))
 
-    def segments(self, source_table: str, rows: int | None) -> list[Segment]:
+    def segments(self, source_table: str, rows: int | None, *, whole: bool = False) -> list[Segment]:
         if rows is None:
             rows = count_rows(self.engine, self.company, source_table)
         return [Segment(None, None, source_table, rows)]
@@ -287,9 +306,11 @@ class ChunkJobPasses:
             dst = seg.table
         else:
             dst = prepare_pass(self.schema, company=self.company, run_id=self.run_id, plan=plan)
+            # A grouped pass reads every item's group: one slice (each would aggregate the whole table).
+            ranges = [(None, None, seg.rows)] if plan.grouped else self.ranges(seg.table, seg.rows)
             slices = [
                 RulesChunkParams(fields=self.fields, src=seg.table, dst=dst, lo=lo, hi=hi, rows=n)
-                for lo, hi, n in self.ranges(seg.table, seg.rows)
+                for lo, hi, n in ranges
             ]
         results = self.run_chunks(plan.number, slices)
         return [(dst, _add([ChunkCounts(r.rows_in, r.rows_out, dict(r.matched)) for r in results]))]

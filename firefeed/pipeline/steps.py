@@ -21,8 +21,10 @@ from firefeed.config import Settings
 from firefeed.errors import MergeError, ParseError
 from firefeed.pipeline.context import RunContext
 from firefeed.pipeline.merge import MergeResult, StagedSource, merge_sources
+from firefeed.pipeline.stage import StageResult
+from firefeed.runs.contract import RulesResult
 from firefeed.schema.identifiers import staging_table
-from firefeed.spec.model import SourceSpec
+from firefeed.spec.model import FeedSpec, SourceSpec
 from firefeed.storage import export_storage, run_storage
 from firefeed.storage.keys import download_key, partial_key, run_prefix
 
@@ -73,7 +75,7 @@ class ParseOutcome:
 
 def parse_signature(src: SourceSpec) -> str:
     """What the staged rows of a source depend on besides the bytes of the file."""
-    doc = src.model_dump(mode="json", exclude={"headers", "mode", "fields", "name"})
+    doc = src.model_dump(mode="json", exclude={"headers", "mode", "fields", "name", "key_from"})
     if doc.get("lists") is None:
         doc.pop("lists", None)  # a source without lists keeps the signature it always had
     doc["_parser"] = PARSER_VERSION
@@ -93,8 +95,7 @@ def fetch_settings(settings: Settings, company: str, spec_dir: Path | None) -> S
 
 def fetch_one(ctx: RunContext, index: int) -> FetchOutcome:
     """FETCH one source; an unchanged source (same validators, same parse settings) is not_modified."""
-    from firefeed.pipeline.fetch import Validators, fetch_source
-    from firefeed.secrets.store import resolver_for
+    from firefeed.pipeline.fetch import Validators
 
     src = ctx.spec.sources[index]
     row = ctx.store.source_rows(ctx.spec.project).get(src.name)
@@ -111,8 +112,20 @@ def fetch_one(ctx: RunContext, index: int) -> FetchOutcome:
         )
         if staged:
             previous = Validators(etag=row.etag, last_modified=row.last_modified, sha256=row.content_sha256)
+    return fetch_feed(ctx, src, previous=previous)
+
+
+def fetch_feed(ctx: RunContext, src: FeedSpec, *, previous: Any = None, scope: str = "") -> FetchOutcome:
+    """FETCH a file of the spec (a source, or a lookup table: the same URL checks, limits and secrets).
+
+    `previous`: the validators of the staged copy (a conditional request); `scope` keeps the
+    download folders of lookups apart from the sources' (their names may be equal).
+    """
+    from firefeed.pipeline.fetch import fetch_source
+    from firefeed.secrets.store import resolver_for
+
     settings = fetch_settings(ctx.settings, ctx.spec.company, ctx.spec_dir)
-    dest = ctx.work_dir / "fetch" / hashlib.sha256(src.name.encode()).hexdigest()[:12]
+    dest = ctx.work_dir / "fetch" / hashlib.sha256((scope + src.name).encode()).hexdigest()[:12]
     result = fetch_source(
         source=src.name,
         url=src.url,
@@ -149,11 +162,38 @@ def fetch_one(ctx: RunContext, index: int) -> FetchOutcome:
     )
 
 
-def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcome:
-    """PARSE one source into its staging table, or reuse the staged rows of an unchanged source."""
+def stage_feed(ctx: RunContext, src: FeedSpec, fetched: FetchOutcome, table: str) -> StageResult:
+    """PARSE a fetched file of the spec into a fresh staging table `table` (sources and lookups alike)."""
     from firefeed.pipeline.parse import open_reader
     from firefeed.pipeline.stage import stage_source
 
+    assert fetched.path is not None
+    feed = run_storage(ctx.settings).reading(fetched.key) if fetched.key else nullcontext(Path(fetched.path))
+    with feed as feed_path:
+        reader = open_reader(
+            feed_path,
+            source=src.name,
+            format=src.resolved_format,
+            encoding=src.encoding,
+            delimiter=src.delimiter,
+            item_path=src.item_path,
+            lists=src.lists if isinstance(src, SourceSpec) else None,  # a lookup's columns are text
+        )
+        staged = stage_source(
+            ctx.engine,
+            ctx.schema,
+            company=ctx.spec.company,
+            table=table,
+            reader=reader,
+            chunk_rows=ctx.settings.chunk_rows,
+        )
+    if fetched.key:
+        run_storage(ctx.settings).delete(fetched.key)
+    return staged
+
+
+def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcome:
+    """PARSE one source into its staging table, or reuse the staged rows of an unchanged source."""
     src = ctx.spec.sources[index]
     table = staging_table(ctx.spec.project, src.name)
     if fetched.not_modified:
@@ -170,25 +210,7 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
     assert fetched.path is not None
     # Staging is about to change: forget the old validators until this parse succeeds.
     ctx.store.update_source(ctx.spec.project, src.name, parse_signature=None)
-    feed = run_storage(ctx.settings).reading(fetched.key) if fetched.key else nullcontext(Path(fetched.path))
-    with feed as feed_path:
-        reader = open_reader(
-            feed_path,
-            source=src.name,
-            format=src.resolved_format,
-            encoding=src.encoding,
-            delimiter=src.delimiter,
-            item_path=src.item_path,
-            lists=src.lists,
-        )
-        staged = stage_source(
-            ctx.engine,
-            ctx.schema,
-            company=ctx.spec.company,
-            table=table,
-            reader=reader,
-            chunk_rows=ctx.settings.chunk_rows,
-        )
+    staged = stage_feed(ctx, src, fetched, table)
     st = staged.stats
     if index == 0 and staged.rows == 0:
         what = "the file is empty" if not staged.fields else "the file has a header but no items"
@@ -213,15 +235,21 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
         staged_fields=outcome.fields,
         staged_stats={"rows": outcome.rows, "malformed": outcome.malformed},
     )
-    if fetched.key:
-        run_storage(ctx.settings).delete(fetched.key)
     return outcome
 
 
 def merge(ctx: RunContext, parsed: Sequence[ParseOutcome]) -> MergeResult:
     """MERGE the staged sources into the project's items table."""
     staged = [
-        StagedSource(name=p.name, table=p.table, fields=p.fields, mode=s.mode, allowed=s.fields, lists=s.list_fields)
+        StagedSource(
+            name=p.name,
+            table=p.table,
+            fields=p.fields,
+            mode=s.mode,
+            allowed=s.fields,
+            lists=s.list_fields,
+            key_from=s.key_template,
+        )
         for p, s in zip(parsed, ctx.spec.sources, strict=True)
     ]
     merged = merge_sources(
@@ -242,14 +270,18 @@ def merge(ctx: RunContext, parsed: Sequence[ParseOutcome]) -> MergeResult:
 def export_one(ctx: RunContext, index: int, table: str, fields: Sequence[str]) -> dict[str, Any]:
     """Write one export to the run's partial key beside its final one; `publish` moves it once all are written."""
     from firefeed.export import write_export
+    from firefeed.export.guard import export_definition
     from firefeed.export.quality import Target, measuring
 
     exp = ctx.spec.exports[index]
+    own = channel_rules(ctx, index, table, fields) if exp.rules is not None else None
+    if own is not None:
+        table, fields = own.table, own.fields
     storage = export_storage(ctx.settings)
     key = export_key(ctx, index)
     # Diagnostics and diff (#9) are measured on their own connection while the file is written.
     target = Target(
-        ctx.spec.company, ctx.spec.project, ctx.run_id, index, table, list(fields), ctx.spec.key, ctx.spec.list_fields
+        ctx.spec.company, ctx.spec.project, ctx.run_id, index, table, list(fields), ctx.spec.key, exp.list_fields
     )
     # Written on this machine, then stored: the root that publishes it may run anywhere.
     with (
@@ -265,7 +297,7 @@ def export_one(ctx: RunContext, index: int, table: str, fields: Sequence[str]) -
             dest=local,
             title=ctx.spec.name or ctx.spec.project,
             link=exp.channel_link,
-            lists=ctx.spec.list_fields,
+            lists=exp.list_fields,  # the project's, and those the export's own rules make lists
         )
     return {
         "name": exp.name,
@@ -274,7 +306,61 @@ def export_one(ctx: RunContext, index: int, table: str, fields: Sequence[str]) -
         "rows": result.rows,
         "bytes": result.bytes,
         "sha256": result.sha256,
+        **({"rules": channel_report(own)} if own is not None else {}),
+        # What the drop guard compares with the previous run's (P31).
+        "definition": export_definition(exp),
     } | quality.result()
+
+
+#: an export's channel-rule pass tables are numbered from (export index + 1) * this, apart from the
+#: project's passes (1, 2, ... and p * 10 + h for a split run's halves), whose result they read
+CHANNEL_PASS_STRIDE = 100_000
+
+
+def channel_rules(ctx: RunContext, index: int, table: str, fields: Sequence[str]) -> RulesResult:
+    """An export's own rules (P29) on its copy of the items: new pass tables read from the project's result,
+    which the other exports read unchanged. In one piece: the export job is already one of several."""
+    from firefeed.pipeline.rule_passes import run_rules
+    from firefeed.rules.executor import copy_as_lists
+
+    exp = ctx.spec.exports[index]
+    first_pass = (index + 1) * CHANNEL_PASS_STRIDE + 1
+    # Fields the export's rules make lists that the project's leave as text: its copy holds them as lists.
+    into_lists = [f for f in fields if f in exp.list_fields and f not in ctx.spec.list_fields]
+    if into_lists:
+        table = copy_as_lists(
+            ctx.engine,
+            ctx.schema,
+            company=ctx.spec.company,
+            run_id=ctx.run_id,
+            number=first_pass - 1,
+            src_table=table,
+            fields=fields,
+            into_lists=into_lists,
+        )
+    return run_rules(
+        ctx.engine,
+        ctx.schema,
+        company=ctx.spec.company,
+        run_id=ctx.run_id,
+        source_table=table,
+        fields=fields,
+        rules=exp.parsed_rules,
+        cancel_check=ctx.check_cancel,
+        split_min_rows=2**62,
+        first_pass=first_pass,
+        path=f"exports[{index}].rules",
+    )
+
+
+def channel_report(result: RulesResult) -> dict[str, Any]:
+    """`exports[i].rules` (P29): the export's own rules' passes, matches, exclusions and lookups."""
+    # Pairs, as RulesResult stores them: JSONB would reorder an object's keys (the report turns them back).
+    matched = [[name, n] for name, n in result.matched.items()]
+    doc: dict[str, Any] = {"passes": result.passes, "matched": matched, "excluded": result.excluded}
+    if result.lookups:
+        doc["lookups"] = result.lookups
+    return doc
 
 
 def export_key(ctx: RunContext, index: int) -> str:

@@ -48,6 +48,7 @@ class Effects:
     start: dict[int, Row]  # the merged sample, position -> (key, source index, values)
     rules: list[RuleEffect]
     fields: list[str]  # input fields, then those rules created
+    table: str = ""  # the table holding the state after the last rule
 
 
 def _read(engine: Engine, area: str, table: str, fields: Sequence[str]) -> dict[int, Row]:
@@ -76,7 +77,8 @@ def _matches(engine: Engine, area: str, table: str, fields: Sequence[str], rule:
             return ident(column_for_field(name))
         return sql.SQL("'{}'::text[]") if name in rule.lists else sql.SQL("''::text")
 
-    cond = condition_sql(rule.when, column, params, rule.lists)
+    # group_first: the groups of the rule's input, as its pass reads them (P16)
+    cond = condition_sql(rule.when, column, params, rule.lists, ident(company_schema(area), table))
     statement = sql.SQL("SELECT {}, {} FROM {}").format(ident(ORD), cond, ident(company_schema(area), table))
     with raw_connection(engine) as conn, conn.cursor() as cur:
         cur.execute(statement, params)
@@ -133,4 +135,5 @@ def rule_effects(
         effects.rules.append(effect)
         before, src = after, dst
     effects.fields = current
+    effects.table = src
     return effects

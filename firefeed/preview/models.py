@@ -68,6 +68,14 @@ class Sample(BaseModel):
     missing_ids: list[str] = Field(description="requested ids no source has")
 
 
+class ExportPreview(BaseModel):
+    """An export's own rules (SPEC 9, channel rules) over its copy of the sample after the project's rules."""
+
+    name: str
+    rules: list[RuleSummary]
+    items: list[PreviewItem] = Field(description="the sample items the project's rules kept, and the export's rules")
+
+
 class Preview(BaseModel):
     """The effect of a spec's rules on a sample of its items, computed without touching the project."""
 
@@ -78,4 +86,7 @@ class Preview(BaseModel):
     sources: list[SourceSample]
     rules: list[RuleSummary]
     items: list[PreviewItem]
+    exports: list[ExportPreview] = Field(
+        default_factory=list, description="per export with channel rules, what its own rules do (SPEC 9)"
+    )
     duration_s: float

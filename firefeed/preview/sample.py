@@ -11,8 +11,11 @@ checked every CHECK_EVERY rows, so a long file read for wanted ids stops in time
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from firefeed.pipeline.parse import FeedReader, ParseStats
+from firefeed.pipeline.parse._lists import literal_elements
+from firefeed.rules.template import Template
 from firefeed.textutil import strip_ws
 
 #: rows between two calls of `check`
@@ -37,6 +40,8 @@ class SampleReader:
         first: int | None = None,
         keys: frozenset[str] | None = None,
         check: Callable[[], None] | None = None,
+        key_from: Template | None = None,
+        lists: frozenset[str] = frozenset(),
     ) -> None:
         if (first is None) == (keys is None):
             raise ValueError("a sample is either the first N keys or a set of keys")
@@ -46,6 +51,8 @@ class SampleReader:
         self.first = first
         self.keys = keys
         self.check = check
+        self.key_from = key_from  # the source's `key_from` (SPEC 9): its rows' keys are rendered, as MERGE does
+        self.lists = lists  # the source's list fields, staged as array literals: key_from reads their elements
         self.kept: list[str] = []
         self.rows_read = 0
 
@@ -85,7 +92,13 @@ class SampleReader:
                 if len(fields) != width:
                     width = len(fields)
                     at = fields.index(self.key_field) if self.key_field in fields else -1
-                key = strip_ws(values[at]) if 0 <= at < len(values) else ""
+                if self.key_from is not None:
+                    row: dict[str, Any] = dict(zip(fields, values, strict=False))
+                    for name in self.lists & row.keys():
+                        row[name] = literal_elements(row[name])
+                    key = strip_ws(self.key_from.render(row))
+                else:
+                    key = strip_ws(values[at]) if 0 <= at < len(values) else ""
                 if not key or key in seen or (self.keys is not None and key not in self.keys):
                     continue
                 seen.add(key)

@@ -41,6 +41,7 @@ from firefeed.pipeline.steps import fetch_settings
 from firefeed.preview.deadline import Deadline, bounded_engine
 from firefeed.preview.effects import Effects, rule_effects
 from firefeed.preview.models import (
+    ExportPreview,
     FieldChange,
     ItemRuleEffect,
     Preview,
@@ -50,10 +51,11 @@ from firefeed.preview.models import (
     SourceSample,
 )
 from firefeed.preview.sample import SampleReader
+from firefeed.rules.model import Rule
 from firefeed.schema.identifiers import project_table, scratch_area, staging_table
 from firefeed.schema.service import SchemaService
 from firefeed.secrets.store import resolver_for
-from firefeed.spec.model import ProjectSpec
+from firefeed.spec.model import ExportSpec, ProjectSpec
 from firefeed.textutil import strip_ws
 
 log = logging.getLogger(__name__)
@@ -124,6 +126,7 @@ def preview_spec(
                 sources=staged,
                 list_fields=spec.list_fields.fields,
             )
+            _stage_lookups(spec, spec_dir, settings, work, schema, area, work_dir, deadline)
             effects = rule_effects(
                 work,
                 schema,
@@ -134,6 +137,11 @@ def preview_spec(
                 rules=spec.parsed_rules,
                 deadline=deadline,
             )
+            channels = [
+                (exp, _channel_effects(spec, exp, work, schema, area, effects, deadline))
+                for exp in spec.exports
+                if exp.rules is not None
+            ]
     except Exception as err:
         # Whatever failed once time was up (a shut connection, a cancelled statement) failed for the deadline.
         if deadline.expired() and not isinstance(err, PreviewTimeoutError):
@@ -157,8 +165,12 @@ def preview_spec(
         ),
         fields=effects.fields,
         sources=sources,
-        rules=_summaries(spec, effects),
+        rules=_summaries(spec.parsed_rules, effects),
         items=_items(spec, effects),
+        exports=[
+            ExportPreview(name=exp.name, rules=_summaries(exp.parsed_rules, e), items=_items(spec, e))
+            for exp, e in channels
+        ],
         duration_s=round(time.perf_counter() - started, 3),
     )
 
@@ -212,10 +224,12 @@ def _sample_sources(
             item_path=src.item_path,
             lists=src.lists,
         )
+        key_from = src.key_template
+        lists = src.list_fields
         sample = (
-            SampleReader(reader, spec.key, keys=keys, check=deadline.check)
+            SampleReader(reader, spec.key, keys=keys, check=deadline.check, key_from=key_from, lists=lists)
             if keys is not None
-            else SampleReader(reader, spec.key, first=items, check=deadline.check)
+            else SampleReader(reader, spec.key, first=items, check=deadline.check, key_from=key_from, lists=lists)
         )
         table = staging_table(spec.project, src.name)
         result = stage_source(engine, schema, company=area, table=table, reader=sample, chunk_rows=settings.chunk_rows)
@@ -241,15 +255,73 @@ def _sample_sources(
                 mode=src.mode,
                 allowed=src.fields,
                 lists=src.list_fields,
+                key_from=src.key_template,
             )
         )
     return reports, staged
 
 
-def _summaries(spec: ProjectSpec, effects: Effects) -> list[RuleSummary]:
+def _stage_lookups(
+    spec: ProjectSpec,
+    spec_dir: Path | None,
+    settings: Settings,
+    engine: Engine,
+    schema: SchemaService,
+    area: str,
+    work_dir: Path,
+    deadline: Deadline,
+) -> None:
+    """Every lookup table, whole, keyed in the scratch area as a run keys it (the rules join it there)."""
+    from firefeed.pipeline.lookups import build_lookup_table, lookup_columns
+    from firefeed.schema.identifiers import lookup_staging_table
+
+    confined = fetch_settings(settings, spec.company, spec_dir)
+    confined = confined.model_copy(update={"fetch_retries": min(confined.fetch_retries, PREVIEW_FETCH_RETRIES)})
+    columns = lookup_columns(spec)
+    for lk in spec.lookups:
+        deadline.check(f"fetching lookup {lk.name!r}")
+        fetched = fetch_source(
+            source=lk.name,
+            url=lk.url,
+            dest_dir=work_dir / "lookups" / hashlib.sha256(lk.name.encode()).hexdigest()[:12],
+            base_dir=spec_dir,
+            headers=lk.headers,
+            compression=lk.compression,
+            previous=None,
+            settings=confined,
+            deadline=deadline.at,
+            references=resolver_for(spec.company, spec_dir, settings=settings, engine=engine),
+        )
+        assert fetched.path is not None
+        deadline.check(f"parsing lookup {lk.name!r}")
+        reader = open_reader(
+            fetched.path,
+            source=lk.name,
+            format=lk.resolved_format,
+            encoding=lk.encoding,
+            delimiter=lk.delimiter,
+            item_path=lk.item_path,
+        )
+        staging = lookup_staging_table(spec.project, lk.name)
+        result = stage_source(
+            engine, schema, company=area, table=staging, reader=reader, chunk_rows=settings.chunk_rows
+        )
+        build_lookup_table(
+            engine,
+            schema,
+            company=area,
+            lookup=lk,
+            staging=staging,
+            table=spec.lookup_tables[lk.name],
+            fields=result.fields,
+            wanted=columns.get(lk.name, []),
+        )
+
+
+def _summaries(rules: Sequence[Rule], effects: Effects) -> list[RuleSummary]:
     by_rule = {e.rule.index: e for e in effects.rules}
     out = []
-    for rule in spec.parsed_rules:
+    for rule in rules:
         e = by_rule.get(rule.index)
         if e is None:
             out.append(
@@ -278,6 +350,46 @@ def _summaries(spec: ProjectSpec, effects: Effects) -> list[RuleSummary]:
             )
         )
     return out
+
+
+def _channel_effects(
+    spec: ProjectSpec,
+    exp: ExportSpec,
+    engine: Engine,
+    schema: SchemaService,
+    area: str,
+    project: Effects,
+    deadline: Deadline,
+) -> Effects:
+    """An export's own rules over its copy of the sample after the project's rules, as a run applies them."""
+    from firefeed.rules.executor import copy_as_lists
+
+    # pass tables are named by rule number: each export's apart from the project's
+    preview_id = str(uuid.uuid4())
+    table = project.table
+    into_lists = [f for f in project.fields if f in exp.list_fields and f not in spec.list_fields]
+    if into_lists:
+        # fields its rules make lists that the project's leave as text are lists in its copy (steps.channel_rules)
+        table = copy_as_lists(
+            engine,
+            schema,
+            company=area,
+            run_id=preview_id,
+            number=0,
+            src_table=table,
+            fields=project.fields,
+            into_lists=into_lists,
+        )
+    return rule_effects(
+        engine,
+        schema,
+        area=area,
+        preview_id=preview_id,
+        table=table,
+        fields=project.fields,
+        rules=exp.parsed_rules,
+        deadline=deadline,
+    )
 
 
 def _items(spec: ProjectSpec, effects: Effects) -> list[PreviewItem]:

@@ -53,4 +53,21 @@ def format_preview(preview: Preview) -> str:
             lines.append(f"    excluded by {item.excluded_by!r}")
         elif not touched:
             lines.append("    unchanged")
+    for export in preview.exports:
+        lines += ["", f"  export {export.name!r}: its own rules, after the project's"]
+        for r in export.rules:
+            if not r.enabled:
+                lines.append(f"    {r.rule[:28]:<29}  (disabled)")
+                continue
+            lines.append(
+                f"    {r.rule[:28]:<29}{r.items_in:>6}{r.matched:>9}{r.not_matched:>6}{r.changed:>9}{r.excluded:>10}"
+            )
+        for item in export.items:
+            for effect in item.rules:
+                for c in effect.changes:
+                    lines.append(
+                        f"    item {item.key}: {effect.rule}: {c.field} {_shown(c.before)} -> {_shown(c.after)}"
+                    )
+            if item.excluded_by is not None:
+                lines.append(f"    item {item.key}: excluded by {item.excluded_by!r}")
     return "\n".join(lines)

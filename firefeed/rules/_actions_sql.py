@@ -38,9 +38,11 @@ from collections.abc import Callable
 
 from firefeed.rules import _lists_sql as _lists
 from firefeed.rules._conditions_sql import NumberText, condition_frag, number_frag, numeric_frag, template_frag
-from firefeed.rules._frag import Frag, fmt, join, raw, val
+from firefeed.rules._frag import Frag, fmt, join, of, raw, val
 from firefeed.rules._text import NUMBER_PATTERN
+from firefeed.rules.groups import Aggregate, aggregate_column
 from firefeed.rules.lists import NO_LISTS, ListFields
+from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import (
     ELEMENT,
     LIST_ACTIONS,
@@ -64,6 +66,7 @@ from firefeed.rules.model import (
     Truncate,
     Uppercase,
 )
+from firefeed.schema.identifiers import ident
 from firefeed.textutil import WHITESPACE
 
 Column = Callable[[str], Frag]
@@ -165,6 +168,11 @@ _FROM_NOTHING = (MapValues, RegexReplace)
 def _list_action(action: FieldAction, column: Column, lists: ListFields) -> Frag:
     """The new value of a list field (a text[]) after `action` (SPEC 9)."""
     x = column(action.field)
+    if isinstance(action, Aggregate):
+        total = of(ident(aggregate_column(action.tag)))
+        return total if action.keeps_list(lists) else _lists.from_text(total)
+    if isinstance(action, LookupSet):
+        return lookup_part_frag(action, x, column, lists, into_list=True)
     if isinstance(action, Set):
         return _lists.from_text(template_frag(action.value, column, lists))
     if isinstance(action, Copy):
@@ -245,5 +253,38 @@ def action_frag(
         return _truncate(x, action.length)
     if isinstance(action, Math):
         return _math(action, x, number_text(action.field) if number_text is not None else None)
+    if isinstance(action, LookupSet):
+        return lookup_part_frag(action, x, column, lists)
+    if isinstance(action, Aggregate):
+        return of(ident(aggregate_column(action.tag)))
     assert isinstance(action, MapValues)
     return _map(action, x, column, lists)
+
+
+def lookup_key_column(tag: str) -> str:
+    """The column of a joined lookup row's key (NULL: no row matched)."""
+    return f"_ff_lk{tag}"
+
+
+def lookup_value_column(tag: str, j: int) -> str:
+    """The column of the joined row's `j`-th column the action reads."""
+    return f"_ff_lk{tag}_{j}"
+
+
+def lookup_part_frag(
+    part: LookupSet, x: Frag, column: Column, lists: ListFields = NO_LISTS, *, into_list: bool = False
+) -> Frag:
+    """A matched item takes the row's column (even ""), an unmatched one the default, else its value (P21).
+
+    `into_list`: the target is a list field (`x` a text[]): a written text is one element, "" none."""
+
+    def written(text: Frag) -> Frag:
+        return _lists.from_text(text) if into_list else text
+
+    matched = (
+        x if part.column is None else written(of(ident(lookup_value_column(part.tag, part.columns.index(part.column)))))
+    )
+    unmatched = written(template_frag(part.default, column, lists)) if part.default is not None else x
+    return fmt(
+        "CASE WHEN {0} IS NOT NULL THEN {1} ELSE {2} END", of(ident(lookup_key_column(part.tag))), matched, unmatched
+    )

@@ -11,11 +11,13 @@ import dataclasses
 from collections.abc import Callable
 
 from firefeed.rules import _lists_sql as _lists
-from firefeed.rules._frag import Frag, fmt, join, raw, val
+from firefeed.rules._frag import Frag, fmt, join, of, raw, val
 from firefeed.rules._text import NUMBER_PATTERN, simple_lower
+from firefeed.rules.groups import GROUP_FIRST_COLUMN, GroupFirst
 from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.rules.model import COUNT_OPS, AllOf, AnyOf, Condition, Leaf, Not
 from firefeed.rules.template import FieldRef, Template
+from firefeed.schema.identifiers import ORD, ident
 from firefeed.textutil import WHITESPACE
 
 Column = Callable[[str], Frag]
@@ -178,18 +180,34 @@ def leaf_frag(
     return _text_leaf(cond, subject, column, lists)
 
 
+#: the SQL of "the item is the first of its group" for a group_first leaf
+FirstOfGroup = Callable[[GroupFirst], Frag]
+
+
+def joined_first(cond: GroupFirst) -> Frag:
+    """In a grouped rules pass, which joins its groups' first positions (sqlgen)."""
+    return fmt("({0} = {1})", of(ident(ORD)), of(ident(GROUP_FIRST_COLUMN)))
+
+
 def condition_frag(
-    cond: Condition, column: Column, number_text: NumberText | None = None, lists: ListFields = NO_LISTS
+    cond: Condition,
+    column: Column,
+    number_text: NumberText | None = None,
+    lists: ListFields = NO_LISTS,
+    first: FirstOfGroup = joined_first,
 ) -> Frag:
     """A boolean SQL expression for `cond`; `column(field)` gives a field's current value,
     `number_text(field)` (optional) the text of its first number when that is already computed,
-    `lists` the project's list fields (SPEC 9)."""
+    `lists` the project's list fields (SPEC 9), `first` the test of a group_first leaf."""
     if isinstance(cond, Leaf):
         return leaf_frag(cond, column, number_text, lists)
+    if isinstance(cond, GroupFirst):
+        test = first(cond)
+        return test if cond.value else fmt("(NOT {0})", test)
     if isinstance(cond, Not):
-        return fmt("(NOT {0})", condition_frag(cond.item, column, number_text, lists))
+        return fmt("(NOT {0})", condition_frag(cond.item, column, number_text, lists, first))
     if not cond.items:
         return raw("true" if isinstance(cond, AllOf) else "false")
     sep = " AND " if isinstance(cond, AllOf) else " OR "
     assert isinstance(cond, AllOf | AnyOf)
-    return fmt("({0})", join((condition_frag(c, column, number_text, lists) for c in cond.items), sep))
+    return fmt("({0})", join((condition_frag(c, column, number_text, lists, first) for c in cond.items), sep))

@@ -30,8 +30,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from firefeed.rules._growth import Scope
+from firefeed.rules.groups import Aggregate, GroupFirst
 from firefeed.rules.lists import NO_LISTS, ListFields
-from firefeed.rules.model import FieldAction, Rule, action_reads, condition_fields, effective
+from firefeed.rules.lookups import LookupSet
+from firefeed.rules.model import (
+    AllOf,
+    AnyOf,
+    Condition,
+    FieldAction,
+    Not,
+    Rule,
+    action_reads,
+    condition_fields,
+    effective,
+)
 from firefeed.schema.identifiers import column_for_field
 
 #: more levels than this in one pass starts a new pass (keeps statements and plans small)
@@ -85,12 +97,65 @@ class PassPlan:
     def columns(self, fields: Sequence[str] | None = None) -> list[str]:
         return [column_for_field(f) for f in (self.fields_out if fields is None else fields)]
 
+    @property
+    def grouped(self) -> bool:
+        """The pass's first rule reads groups: the pass joins its input's grouped aggregate (sqlgen)."""
+        return self.rules[0].uses_groups
+
+    @property
+    def group(self) -> str | None:
+        """The spec's group field, when the pass is grouped."""
+        if not self.grouped:
+            return None
+        first = self.rules[0]
+        for a in (*first.then, *first.else_):
+            if isinstance(a, Aggregate):
+                return a.group
+        assert first.when is not None
+        return _group_of(first.when)
+
+    @property
+    def aggregates(self) -> tuple[Aggregate, ...]:
+        """The aggregate actions the pass's first rule runs (the only rule of a pass that may)."""
+        first = self.rules[0]
+        return tuple(a for a in (*effective(first.then), *effective(first.else_)) if isinstance(a, Aggregate))
+
+    @property
+    def lookups(self) -> tuple[tuple[Rule, LookupSet], ...]:
+        """The lookup actions the pass runs (each by its first part), in rule and action order."""
+        return tuple(
+            (rule, a)
+            for rule in self.rules
+            for a in (*effective(rule.then), *effective(rule.else_))
+            if isinstance(a, LookupSet) and a.first
+        )
+
     def extra(self) -> list[tuple[str, str]]:
-        return [(flag_column(r), "boolean") for r in self.flagged]
+        """The pass table's own columns after the fields: the rules' flags, then each lookup's
+        value and matched columns (what its report counts are read from)."""
+        flags = [(flag_column(r), "boolean") for r in self.flagged]
+        reports = [(c, t) for _, part in self.lookups for c, t in lookup_report_columns(part.tag)]
+        return flags + reports
 
     def list_columns(self) -> list[str]:
         """The columns of `fields_out` that hold lists (text[])."""
         return [column_for_field(f) for f in self.fields_out if f in self.lists]
+
+
+def _group_of(cond: Condition) -> str | None:
+    if isinstance(cond, GroupFirst):
+        return cond.group
+    if isinstance(cond, Not):
+        return _group_of(cond.item)
+    if isinstance(cond, AllOf | AnyOf):
+        return next((g for g in map(_group_of, cond.items) if g is not None), None)
+    return None
+
+
+def lookup_report_columns(tag: str) -> list[tuple[str, str]]:
+    """A lookup action's report columns: the trimmed value it matched (NULL: it did not run on the
+    item), and whether a row matched it."""
+    return [(f"_ff_lv{tag}", "text"), (f"_ff_lm{tag}", "boolean")]
 
 
 def flag_column(rule: Rule) -> str:
@@ -105,8 +170,16 @@ def _segments(actions: tuple[FieldAction, ...]) -> list[tuple[FieldAction, ...]]
     written: set[str] = set()
     scope = Scope()
     for action in actions:
+        if isinstance(action, LookupSet) and not action.first:
+            # A lookup's parts read one joined row: they stay in one step, so one level joins it.
+            scope.admit((action,), force=True)
+            current.append(action)
+            written.add(action.field)
+            continue
         repeats = any(times > 1 and name in written for name, times in action_reads(action).items())
-        if current and (repeats or not scope.admit((action,))):
+        # A lookup joins on the value its level starts with: it opens a step of its own.
+        lookup = isinstance(action, LookupSet) and any(action.match == a.field for a in current)
+        if current and (repeats or lookup or not scope.admit((action,))):
             segments.append(tuple(current))
             current, written, scope = [], set(), Scope()
             scope.admit((action,), force=True)
@@ -205,7 +278,8 @@ def plan_passes(rules: Sequence[Rule], fields: Sequence[str]) -> list[PassPlan]:
     for rule in (r for r in rules if r.enabled):
         new = [f for f in rule.writes if f not in known]
         too_wide = width + len(new) + len(current) + 1 > MAX_COLUMNS
-        if current and (rule.excludes or too_wide):
+        # A rule reading groups sees them as its pass's input holds them: it starts a pass (P16).
+        if current and (rule.excludes or rule.uses_groups or too_wide):
             groups.append(current)
             current, levels = [], _Levels()
         levels.add(rule)

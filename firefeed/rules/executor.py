@@ -16,7 +16,7 @@ import hashlib
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,16 +24,18 @@ from psycopg2 import sql
 from sqlalchemy import Engine
 
 from firefeed.db.engine import raw_connection, render_for_binding
-from firefeed.rules._plan import PassPlan, flag_column, plan_passes
+from firefeed.rules._plan import PassPlan, flag_column, lookup_report_columns, plan_passes
 from firefeed.rules.model import Rule, branch_excludes
 from firefeed.rules.sqlgen import count_select, exclusion_delete, pass_insert, pass_select
-from firefeed.schema.identifiers import KEY, ORD, SRC, company_schema, ident
+from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, company_schema, ident
 from firefeed.schema.service import SchemaService
 
 __all__ = [
     "ChunkCounts",
     "PassPlan",
+    "copy_as_lists",
     "count_rows",
+    "lookup_counts",
     "middle_position",
     "plan_passes",
     "prepare_pass",
@@ -184,7 +186,7 @@ def run_pass_whole(
         rows_in, when_count = _excluding_counts(cur, plan, source, lo, hi, rows_in)
         select = pass_select(plan, source, lo, hi)
         flags = [flag_column(r) for r in plan.flagged]
-        columns = [ORD, KEY, SRC, *plan.columns(), *flags]
+        columns = [ORD, KEY, SRC, *plan.columns(), *(c for c, _ in plan.extra())]
         table, rows_out = schema_service.create_rules_tmp_as(
             company, run_id, plan.number if number is None else number, columns, select.sql, select.params, conn=conn
         )
@@ -194,6 +196,35 @@ def run_pass_whole(
             cur.execute(sql.SQL("SELECT {} FROM {}").format(counts, ident(company_schema(company), table)))
             flagged = {r.name: int(n) for r, n in zip(plan.flagged, cur.fetchone(), strict=True)}
     return table, _chunk_counts(plan, rows_in, rows_out, flagged, when_count)
+
+
+def copy_as_lists(
+    engine: Engine,
+    schema_service: SchemaService,
+    *,
+    company: str,
+    run_id: str,
+    number: int,
+    src_table: str,
+    fields: Sequence[str],
+    into_lists: Sequence[str],
+) -> str:
+    """A pass table copying `src_table` with the text columns of `into_lists` made lists (a text is one
+    element, "" none), in feed order; returns its name.
+
+    An export's own rules may make a list of a field the project's rules leave as text (a `split`);
+    their passes read it as the text[] every pass table holds for a list field (SPEC 9).
+    """
+    names = list(dict.fromkeys(fields))
+    picked = [ident(c) for c in (ORD, KEY, SRC)]
+    for f in names:
+        col = ident(column_for_field(f))
+        picked.append(sql.SQL("array_remove(ARRAY[{0}], '') AS {0}").format(col) if f in into_lists else col)
+    select = sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(picked), ident(company_schema(company), src_table))
+    columns = [ORD, KEY, SRC, *(column_for_field(f) for f in names)]
+    with raw_connection(engine) as conn:
+        table, _ = schema_service.create_rules_tmp_as(company, run_id, number, columns, select, [], conn=conn)
+    return table
 
 
 def run_pass_in_place(conn: Any, plan: PassPlan, table: str, *, company: str, rows_in: int | None) -> ChunkCounts:
@@ -268,6 +299,51 @@ def _execute_prepared(cur: Any, plan: PassPlan, source: Any, target: Any, lo: in
         with _CACHE_LOCK:
             _PREPARED[conn].add(name)
     cur.execute(f"EXECUTE {name}(%s, %s)", (-(2**63) if lo is None else lo, 2**63 - 1 if hi is None else hi))
+
+
+#: how many unmatched values a lookup's report lists (P23)
+TOP_UNMATCHED = 20
+
+
+def lookup_counts(engine: Engine, company: str, plan: PassPlan, tables: Sequence[str]) -> list[dict[str, Any]]:
+    """The report of each lookup action of a pass (P23), read from the pass tables it wrote.
+
+    Only items the action ran on have a value; unmatched values are listed most frequent
+    first, ties in feed order (the first item holding each), at most TOP_UNMATCHED.
+    """
+    schema = company_schema(company)
+    out: list[dict[str, Any]] = []
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        for rule, part in plan.lookups:
+            value, matched = (ident(c) for c, _ in lookup_report_columns(part.tag))
+            rows = sql.SQL(" UNION ALL ").join(
+                sql.SQL("SELECT {v} AS v, {m} AS m, {o} AS o FROM {t} WHERE {v} IS NOT NULL").format(
+                    v=value, m=matched, o=ident(ORD), t=ident(schema, t)
+                )
+                for t in tables
+            )
+            cur.execute(
+                sql.SQL("SELECT count(*) FILTER (WHERE m), count(*) FILTER (WHERE NOT m) FROM ({}) r").format(rows)
+            )
+            hits, misses = cur.fetchone()
+            cur.execute(
+                sql.SQL(
+                    "SELECT v, count(*) AS n FROM ({}) r WHERE NOT m GROUP BY v ORDER BY n DESC, min(o) LIMIT %s"
+                ).format(rows),
+                (TOP_UNMATCHED,),
+            )
+            top = [{"value": v, "count": int(n)} for v, n in cur.fetchall()]
+            out.append(
+                {
+                    "rule": rule.name,
+                    "action": part.path.rsplit(".", 1)[-1],
+                    "lookup": part.lookup,
+                    "matched": int(hits),
+                    "unmatched": int(misses),
+                    "unmatched_values": top,
+                }
+            )
+    return out
 
 
 def count_rows(engine: Engine, company: str, table: str) -> int:

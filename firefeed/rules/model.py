@@ -18,7 +18,9 @@ from firefeed.errors import SpecError
 from firefeed.rules._regex import RegexError, translate
 from firefeed.rules._scalars import _field_name, _kind, _mapping, _number, _text, parse_bool, parse_whole
 from firefeed.rules._text import MAX_ROUND
+from firefeed.rules.groups import Aggregate, GroupFirst, parse_aggregate, parse_group_first
 from firefeed.rules.lists import NO_LISTS, ListFields
+from firefeed.rules.lookups import LookupSet, parse_lookup
 from firefeed.rules.template import Template, parse_template
 
 TEMPLATE_OPS = ("eq", "ne", "contains", "not_contains", "starts_with", "ends_with")
@@ -86,12 +88,12 @@ class Not:
     item: Condition
 
 
-Condition = Leaf | AllOf | AnyOf | Not
+Condition = Leaf | AllOf | AnyOf | Not | GroupFirst
 
 
 def condition_fields(cond: Condition) -> tuple[str, ...]:
-    """Every field a condition reads, in order (with repeats)."""
-    if isinstance(cond, Leaf):
+    """Every field a condition reads, in order (with repeats); group_first reads its pass's groups."""
+    if isinstance(cond, Leaf | GroupFirst):
         return cond.reads
     if isinstance(cond, Not):
         return condition_fields(cond.item)
@@ -237,6 +239,8 @@ FieldAction = (
     | Take
     | Dedupe
     | Remove
+    | LookupSet
+    | Aggregate
 )
 Action = FieldAction | Exclude
 #: actions that act on a list as a whole (SPEC 9): they make sense only on list fields
@@ -250,8 +254,8 @@ def action_reads(action: Action) -> dict[str, int]:
     def add(name: str, times: int = 1) -> None:
         counts[name] = counts.get(name, 0) + times
 
-    if isinstance(action, Exclude):
-        return counts
+    if isinstance(action, Exclude | Aggregate):
+        return counts  # an aggregate's value is a column of its pass's grouped join
     if isinstance(action, Set):
         for f in action.value.fields:
             add(f)
@@ -272,6 +276,14 @@ def action_reads(action: Action) -> dict[str, int]:
         for f in condition_fields(action.when):
             if f != ELEMENT:
                 add(f)
+    elif isinstance(action, LookupSet):
+        # The match value is read by the join of the level (never inline): twice, so a level that
+        # wrote it earlier cannot also hold the lookup (_plan), and the target once when it may stay.
+        add(action.match, 2)
+        if action.column is None or action.default is None:
+            add(action.field)
+        for f in action.default.fields if action.default else ():
+            add(f)
     elif isinstance(action, MapValues):
         add(action.field, 2)
         for _, target in action.values:
@@ -300,9 +312,26 @@ class Rule:
         return any(isinstance(a, Exclude) for a in (*self.then, *self.else_))
 
     @property
+    def uses_groups(self) -> bool:
+        """It aggregates or asks group_first: it reads the groups as they are when it starts (P16, P19)."""
+        return any(isinstance(a, Aggregate) for a in (*self.then, *self.else_)) or (
+            self.when is not None and uses_group_first(self.when)
+        )
+
+    @property
     def writes(self) -> tuple[str, ...]:
         """Fields the rule may change on an item it keeps (a branch that excludes changes nothing)."""
         return tuple(dict.fromkeys(a.field for a in (*effective(self.then), *effective(self.else_))))
+
+
+def uses_group_first(cond: Condition) -> bool:
+    if isinstance(cond, GroupFirst):
+        return True
+    if isinstance(cond, Not):
+        return uses_group_first(cond.item)
+    if isinstance(cond, AllOf | AnyOf):
+        return any(uses_group_first(c) for c in cond.items)
+    return False
 
 
 def branch_excludes(branch: tuple[Action, ...]) -> bool:
@@ -323,11 +352,14 @@ _LEAF_KEYS = ("field", "op", "value", "case_sensitive")
 MAX_CONDITION_DEPTH = 32
 
 
-def parse_condition(raw: Any, path: str, *, depth: int = 1) -> Condition:
-    """A leaf `{field, op, value}` or a group `{all: [...]}`, `{any: [...]}`, `{not: ...}`
-    (`depth`: how many groups this one is inside, itself included)."""
+def parse_condition(raw: Any, path: str, *, depth: int = 1, group: str | None = None) -> Condition:
+    """A leaf `{field, op, value}`, `{group_first: true}` or a group `{all: [...]}`, `{any: [...]}`,
+    `{not: ...}` (`depth`: how many groups this one is inside, itself included; `group`: the
+    spec's group field, which group_first needs)."""
     if not isinstance(raw, Mapping):
         raise SpecError(path, f"must be a condition mapping, not {_kind(raw)}")
+    if "group_first" in raw:
+        return parse_group_first(raw, path, group=group)
     groups = [k for k in ("all", "any", "not") if k in raw]
     if groups:
         key = groups[0]
@@ -336,10 +368,12 @@ def parse_condition(raw: Any, path: str, *, depth: int = 1) -> Condition:
             raise SpecError(path, f"nests all/any/not more than {MAX_CONDITION_DEPTH} levels deep")
         inner = raw[key]
         if key == "not":
-            return Not(parse_condition(inner, f"{path}.not", depth=depth + 1))
+            return Not(parse_condition(inner, f"{path}.not", depth=depth + 1, group=group))
         if not isinstance(inner, list | tuple):
             raise SpecError(f"{path}.{key}", f"must be a list of conditions, not {_kind(inner)}")
-        items = tuple(parse_condition(c, f"{path}.{key}[{i}]", depth=depth + 1) for i, c in enumerate(inner))
+        items = tuple(
+            parse_condition(c, f"{path}.{key}[{i}]", depth=depth + 1, group=group) for i, c in enumerate(inner)
+        )
         return AllOf(items) if key == "all" else AnyOf(items)
     _mapping(raw, path, _LEAF_KEYS, ("field", "op"))
     name = _field_name(raw["field"], f"{path}.field")
@@ -428,10 +462,25 @@ def _replacement(text: str, groups: int, path: str) -> tuple[str | int, ...]:
     return tuple(parts)
 
 
-def parse_action(raw: Any, path: str, *, key_field: str) -> Action | None:
-    """One action; None for `{exclude: false}`, which does nothing."""
+def parse_action(
+    raw: Any,
+    path: str,
+    *,
+    key_field: str,
+    lookups: Mapping[str, str] | None = None,
+    tag: str = "",
+    group: str | None = None,
+) -> Action | tuple[LookupSet, ...] | None:
+    """One action; None for `{exclude: false}`, which does nothing; a lookup's parts (P24) as a tuple."""
     if not isinstance(raw, Mapping):
         raise SpecError(path, f"must be an action mapping, not {_kind(raw)}")
+    if "lookup" in raw:
+        return parse_lookup(raw, path, key_field=key_field, lookups=lookups, tag=tag)
+    if "aggregate" in raw:
+        target = _field_name(raw["aggregate"], f"{path}.aggregate")
+        if target == key_field:
+            raise SpecError(f"{path}.aggregate", f"may not change the key field {key_field!r}")
+        return parse_aggregate(raw, path, target=target, group=group, tag=tag)
     kinds = [k for k in raw if k in _ACTION_KEYS]
     if not kinds:
         raise SpecError(path, f"must name one action ({', '.join(_ACTION_KEYS)})")
@@ -499,7 +548,7 @@ def parse_action(raw: Any, path: str, *, key_field: str) -> Action | None:
     if kind == "dedupe":
         return Dedupe(target)
     if kind == "remove":
-        when = parse_condition(raw["when"], f"{path}.when")
+        when = parse_condition(raw["when"], f"{path}.when", group=group)
         _element_only(when, f"{path}.when")
         return Remove(target, when)
     simple: dict[str, type[Lowercase | Uppercase | Capitalize | Trim]] = {
@@ -528,20 +577,36 @@ def _element_only(cond: Condition, path: str) -> None:
         _element_only(c, f"{path}.{key}[{i}]")
 
 
-def _actions(raw: Any, path: str, *, key_field: str) -> tuple[Action, ...]:
+def _actions(
+    raw: Any,
+    path: str,
+    *,
+    key_field: str,
+    lookups: Mapping[str, str] | None = None,
+    tag: str = "",
+    group: str | None = None,
+) -> tuple[Action, ...]:
     if raw is None:
         return ()
     if isinstance(raw, Mapping):
         raw = [raw]
     if not isinstance(raw, list | tuple):
         raise SpecError(path, f"must be a list of actions, not {_kind(raw)}")
-    out = (parse_action(a, f"{path}[{i}]", key_field=key_field) for i, a in enumerate(raw))
-    return tuple(a for a in out if a is not None)
+    out: list[Action] = []
+    for i, a in enumerate(raw):
+        parsed = parse_action(a, f"{path}[{i}]", key_field=key_field, lookups=lookups, tag=f"{tag}{i}", group=group)
+        if isinstance(parsed, tuple):
+            out.extend(parsed)
+        elif parsed is not None:
+            out.append(parsed)
+    return tuple(out)
 
 
-def derive_lists(declared: frozenset[str], rules: list[Rule]) -> ListFields:
-    """The declared list fields and those enabled rules make lists (`split`, `copy` from a list field)."""
-    fields = set(declared)
+def derive_lists(declared: frozenset[str], rules: list[Rule], inherited: frozenset[str] = frozenset()) -> ListFields:
+    """The declared list fields, the `inherited` ones (lists before these rules start: the project's,
+    for an export's own rules) and those enabled rules make lists (`split`, `copy` from a list field,
+    an aggregate's `first`/`last` of a list field)."""
+    fields = set(declared) | set(inherited)
     changed = True
     while changed:  # a copy may read a field a later rule makes a list
         changed = False
@@ -549,7 +614,17 @@ def derive_lists(declared: frozenset[str], rules: list[Rule]) -> ListFields:
             if not rule.enabled:
                 continue
             for action in (*effective(rule.then), *effective(rule.else_)):
-                made = isinstance(action, Split) or (isinstance(action, Copy) and action.source in fields)
+                made = (
+                    isinstance(action, Split)
+                    or (isinstance(action, Copy) and action.source in fields)
+                    # first/last of a list field keep that member's list (P16)
+                    or (
+                        isinstance(action, Aggregate)
+                        and action.op in ("first", "last")
+                        and action.of_field is not None
+                        and action.of_field in fields
+                    )
+                )
                 if made and action.field not in fields:
                     fields.add(action.field)
                     changed = True
@@ -561,12 +636,22 @@ _RULE_KEYS = ("name", "enabled", "when", "then", "else")
 
 
 def parse_rules(
-    raw: Any, *, key_field: str, path: str = "rules", declared_lists: frozenset[str] = frozenset()
+    raw: Any,
+    *,
+    key_field: str,
+    path: str = "rules",
+    declared_lists: frozenset[str] = frozenset(),
+    inherited_lists: frozenset[str] = frozenset(),
+    lookups: Mapping[str, str] | None = None,
+    group: str | None = None,
 ) -> list[Rule]:
     """The ordered rule list; names default to `rule <n>` (1-based) and must be unique.
 
     `declared_lists`: the fields the sources declare in `lists`; with the fields
-    the rules make lists (`derive_lists`), every rule carries them.
+    the rules make lists (`derive_lists`), every rule carries them; `inherited_lists`: the
+    fields that are lists before these rules run (an export's own rules start from the project's).
+    `lookups`: the spec's lookup names -> their tables, which `lookup` actions may name;
+    `group`: the spec's group field, which `aggregate` and `group_first` need.
     """
     if raw is None:
         return []
@@ -588,11 +673,12 @@ def parse_rules(
             raise SpecError(f"{rpath}.name", f"duplicate rule name {name!r} (also {path}[{seen[name]}])")
         seen[name] = i
         enabled = parse_bool(item["enabled"], f"{rpath}.enabled") if "enabled" in item else True
-        when = parse_condition(item["when"], f"{rpath}.when") if item.get("when") is not None else None
-        then = _actions(item.get("then"), f"{rpath}.then", key_field=key_field)
-        else_ = _actions(item.get("else"), f"{rpath}.else", key_field=key_field)
+        when = parse_condition(item["when"], f"{rpath}.when", group=group) if item.get("when") is not None else None
+        common: dict[str, Any] = {"key_field": key_field, "lookups": lookups, "group": group}
+        then = _actions(item.get("then"), f"{rpath}.then", tag=f"{index}_t", **common)
+        else_ = _actions(item.get("else"), f"{rpath}.else", tag=f"{index}_e", **common)
         rules.append(Rule(index, name, enabled, when, then, else_))
-    lists = derive_lists(declared_lists, rules)
+    lists = derive_lists(declared_lists, rules, inherited_lists)
     if lists:
         rules = [dataclasses.replace(r, lists=lists) for r in rules]
     return rules

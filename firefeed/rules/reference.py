@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from firefeed.rules import _text
+from firefeed.rules.groups import Aggregate, GroupFirst
 from firefeed.rules.lists import NO_LISTS, ListFields
+from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import (
     COUNT_OPS,
     ELEMENT,
@@ -45,7 +47,13 @@ from firefeed.rules.model import (
     Trim,
     Truncate,
     Uppercase,
+    branch_excludes,
 )
+from firefeed.rules.template import as_text
+from firefeed.textutil import strip_ws
+
+#: a lookup's rows as its file has them, in order: name -> rows (field -> value)
+LookupRows = Mapping[str, Sequence[Mapping[str, str]]]
 
 #: a field's value: a text, or a list field's elements (SPEC 9), none of them ""
 Value = str | tuple[str, ...]
@@ -56,6 +64,7 @@ class RulesOutcome:
     items: list[dict[str, Value]]  # excluded items removed, order kept
     matched: dict[str, int] = field(default_factory=dict)  # per enabled rule: items whose `when` matched
     excluded: int = 0
+    lookups: list[dict[str, object]] = field(default_factory=list)  # per lookup action run, as rules.lookups
 
 
 @lru_cache(maxsize=1024)
@@ -144,16 +153,61 @@ def _leaf(cond: Leaf, item: Mapping[str, Value], lists: ListFields = NO_LISTS, s
     return subject.endswith(wanted)
 
 
-def matches(cond: Condition, item: Mapping[str, Value], lists: ListFields = NO_LISTS) -> bool:
-    """Whether `item` satisfies `cond` (a missing field reads as ""); `lists`: the list fields."""
+def matches(
+    cond: Condition, item: Mapping[str, Value], lists: ListFields = NO_LISTS, first: bool | None = None
+) -> bool:
+    """Whether `item` satisfies `cond` (a missing field reads as ""); `lists`: the list fields;
+    `first`: whether the item is the first of its group, for group_first."""
     if isinstance(cond, Leaf):
         return _leaf(cond, item, lists)
+    if isinstance(cond, GroupFirst):
+        assert first is not None, "group_first needs the item's groups"
+        return first == cond.value
     if isinstance(cond, AllOf):
-        return all(matches(c, item, lists) for c in cond.items)
+        return all(matches(c, item, lists, first) for c in cond.items)
     if isinstance(cond, AnyOf):
-        return any(matches(c, item, lists) for c in cond.items)
+        return any(matches(c, item, lists, first) for c in cond.items)
     assert isinstance(cond, Not)
-    return not matches(cond.item, item, lists)
+    return not matches(cond.item, item, lists, first)
+
+
+def group_of(item: Mapping[str, Value], group: str, position: int) -> tuple[str, int]:
+    """An item's group: its group field's trimmed text; blank makes a group of one (P18)."""
+    value = strip_ws(as_text(item.get(group, "")))
+    return (value, -1) if value else ("", position)
+
+
+def aggregate(action: Aggregate, members: Sequence[Mapping[str, Value]], lists: ListFields = NO_LISTS) -> Value:
+    """The aggregate of `of` over a group's members, in export order (P16, P17).
+
+    `of` naming a list field reads each member's elements: `join` joins them all, min/max/sum
+    read the number of every element, first/last give that member's list as it is. A template
+    `of` is one text per member (a list in it joined with ",").
+    """
+    if action.op == "count":
+        return str(len(members))
+    assert action.of is not None
+    texts: list[str]
+    if action.over_list(lists):
+        assert action.of_field is not None
+        each = [elements(m.get(action.of_field, ())) for m in members]
+        if action.op in ("first", "last"):
+            return each[0] if action.op == "first" else each[-1]
+        texts = [e for elems in each for e in elems]
+    else:
+        texts = [action.of.render(m) for m in members]
+        if action.op in ("first", "last"):
+            return texts[0] if action.op == "first" else texts[-1]
+    if action.op == "join":
+        return action.separator.join(v for v in texts if v != "")
+    numbers = [n for n in map(_text.read_number, texts) if n is not None]
+    if not numbers:
+        return ""
+    places = action.round
+    if places is None:
+        places = max(max(0, -int(n.as_tuple().exponent)) for n in numbers)
+    total = {"min": min, "max": max, "sum": sum}[action.op](numbers)  # type: ignore[operator]
+    return _text.format_number(total, places)
 
 
 def _regex_replace(action: RegexReplace, value: str) -> str:
@@ -240,40 +294,173 @@ def apply_action(
         return _text.truncate(value, action.length)
     if isinstance(action, Math):
         return _text.math(value, action.op, action.value, action.round)
-    assert isinstance(action, MapValues)
+    assert isinstance(action, MapValues), action
     for key, target in action.values:
         if key == value:
             return target.render(item)
     return action.default.render(item) if action.default is not None else value
 
 
-def apply_rules(items: Iterable[Mapping[str, Value]], rules: Sequence[Rule]) -> RulesOutcome:
+def keyed_rows(rows: Sequence[Mapping[str, str]], key: str) -> dict[str, Mapping[str, str]]:
+    """A lookup's rows by key: the key trimmed, blank keys skipped, a repeated key's first row (P21)."""
+    out: dict[str, Mapping[str, str]] = {}
+    for row in rows:
+        k = strip_ws(row.get(key, ""))
+        if k and k not in out:
+            out[k] = row
+    return out
+
+
+@dataclass
+class _LookupCount:
+    """One lookup action's report (P23): matched items, and each unmatched value's count in first-seen order."""
+
+    rule: str
+    part: LookupSet
+    matched: int = 0
+    unmatched: dict[str, int] = field(default_factory=dict)
+
+    def report(self) -> dict[str, object]:
+        order = {v: i for i, v in enumerate(self.unmatched)}
+        top = sorted(self.unmatched.items(), key=lambda vn: (-vn[1], order[vn[0]]))[:20]
+        return {
+            "rule": self.rule,
+            "action": self.part.path.rsplit(".", 1)[-1],
+            "lookup": self.part.lookup,
+            "matched": self.matched,
+            "unmatched": sum(self.unmatched.values()),
+            "unmatched_values": [{"value": v, "count": n} for v, n in top],
+        }
+
+
+def lookup_row(
+    part: LookupSet,
+    item: Mapping[str, Value],
+    tables: Mapping[str, Mapping[str, Mapping[str, str]]],
+    lists: ListFields = NO_LISTS,
+) -> Mapping[str, str] | None:
+    """The row the item's `match` value finds (trimmed, exactly); a list tries its elements in order
+    and the first one with a row matches (P22)."""
+    rows = tables[part.lookup]
+    value = item.get(part.match, "")
+    if part.match in lists:
+        return next((rows[k] for k in map(strip_ws, elements(value)) if k in rows), None)
+    return rows.get(strip_ws(as_text(value)))
+
+
+def _lookup(
+    part: LookupSet,
+    item: Mapping[str, Value],
+    tables: Mapping[str, Mapping[str, Mapping[str, str]]],
+    lists: ListFields = NO_LISTS,
+) -> Value:
+    """A lookup part: the matched row's column ("" when the row lacks it), else the default, else unchanged
+    (a text written into a list field is one element, "" none)."""
+    row = lookup_row(part, item, tables, lists)
+    if row is not None:
+        if part.column is None:
+            return item.get(part.field, "")
+        text = row.get(part.column, "")
+    elif part.default is not None:
+        text = part.default.render(item)
+    else:
+        return item.get(part.field, "")
+    return from_text(text) if part.field in lists else text
+
+
+def _groups_of(rule: Rule) -> Iterable[str]:
+    """The group field a rule reads (every aggregate and group_first of a spec names the same)."""
+    for a in (*rule.then, *rule.else_):
+        if isinstance(a, Aggregate):
+            yield a.group
+
+    def walk(cond: Condition) -> Iterable[str]:
+        if isinstance(cond, GroupFirst):
+            yield cond.group
+        elif isinstance(cond, Not):
+            yield from walk(cond.item)
+        elif isinstance(cond, AllOf | AnyOf):
+            for c in cond.items:
+                yield from walk(c)
+
+    if rule.when is not None:
+        yield from walk(rule.when)
+
+
+def apply_rules(
+    items: Iterable[Mapping[str, Value]],
+    rules: Sequence[Rule],
+    *,
+    lookups: LookupRows | None = None,
+    lookup_keys: Mapping[str, str] | None = None,
+) -> RulesOutcome:
     """Run the enabled rules in order over `items`; excluded items are dropped and counted.
 
+    `lookups` holds each lookup's rows as its file lists them and `lookup_keys` its key column.
+    Rules run one at a time over every live item (what a rule sees is what the earlier ones left).
     A list field's value is a tuple of its elements (every rule carries the
     project's list fields); a list field an item lacks has no elements.
     """
+    tables = {name: keyed_rows(rows, (lookup_keys or {})[name]) for name, rows in (lookups or {}).items()}
     active = [r for r in rules if r.enabled]
     outcome = RulesOutcome(items=[], matched={r.name: 0 for r in active})
-    for original in items:
-        item = dict(original)
-        kept = True
-        for rule in active:
-            lists = rule.lists
+    live = [dict(original) for original in items]
+    for rule in active:
+        lists = rule.lists
+        for item in live:
             for name in lists.fields:
                 item.setdefault(name, ())
-            hit = rule.when is None or matches(rule.when, item, lists)
+        counts = [
+            _LookupCount(rule.name, a)
+            for branch in (rule.then, rule.else_)
+            if not branch_excludes(branch)
+            for a in branch
+            if isinstance(a, LookupSet) and a.first
+        ]
+        by_tag = {c.part.tag: c for c in counts}
+        firsts: list[bool | None] = [None] * len(live)
+        totals: list[dict[str, Value]] = [{} for _ in live]
+        if rule.uses_groups:
+            # The groups and values as the rule starts (P16); every live member counts.
+            group = next(g for g in _groups_of(rule))
+            members: dict[tuple[str, int], list[int]] = {}
+            for i, item in enumerate(live):
+                members.setdefault(group_of(item, group, i), []).append(i)
+            aggregates = [a for a in (*rule.then, *rule.else_) if isinstance(a, Aggregate)]
+            for indexes in members.values():
+                snapshot = [dict(live[i]) for i in indexes]
+                values: dict[str, Value] = {a.tag: aggregate(a, snapshot, lists) for a in aggregates}
+                for n, i in enumerate(indexes):
+                    firsts[i] = n == 0
+                    totals[i] = values
+        kept: list[dict[str, Value]] = []
+        for position, item in enumerate(live):
+            hit = rule.when is None or matches(rule.when, item, lists, firsts[position])
             if hit:
                 outcome.matched[rule.name] += 1
-            for action in rule.then if hit else rule.else_:
-                if isinstance(action, Exclude):
-                    kept = False
-                    break
-                item[action.field] = apply_action(action, item, lists)
-            if not kept:
-                break
-        if kept:
-            outcome.items.append(item)
-        else:
-            outcome.excluded += 1
+            branch = rule.then if hit else rule.else_
+            if branch_excludes(branch):
+                outcome.excluded += 1
+                continue
+            for action in branch:
+                assert not isinstance(action, Exclude)
+                if isinstance(action, LookupSet):
+                    if action.first:
+                        count = by_tag[action.tag]
+                        if lookup_row(action, item, tables, lists) is not None:
+                            count.matched += 1
+                        else:
+                            # a list is listed as its text, the elements joined with "," (P23)
+                            value = strip_ws(as_text(item.get(action.match, "")))
+                            count.unmatched[value] = count.unmatched.get(value, 0) + 1
+                    item[action.field] = _lookup(action, item, tables, lists)
+                elif isinstance(action, Aggregate):
+                    total = totals[position][action.tag]
+                    item[action.field] = from_text(total) if action.field in lists and isinstance(total, str) else total
+                else:
+                    item[action.field] = apply_action(action, item, lists)
+            kept.append(item)
+        live = kept
+        outcome.lookups.extend(c.report() for c in counts)
+    outcome.items = live
     return outcome

@@ -31,12 +31,15 @@ from typing import Any
 
 from psycopg2 import sql
 
-from firefeed.rules._actions_sql import action_frag
-from firefeed.rules._conditions_sql import condition_frag, number_text_frag
+from firefeed.rules import _lists_sql as _lists
+from firefeed.rules._actions_sql import action_frag, lookup_key_column, lookup_value_column
+from firefeed.rules._conditions_sql import condition_frag, number_frag, number_text_frag, template_frag
 from firefeed.rules._frag import Frag, fmt, join, of, raw, val
 from firefeed.rules._lists_sql import EMPTY_LIST
-from firefeed.rules._plan import PassPlan, Step, flag_column
+from firefeed.rules._plan import PassPlan, Step, flag_column, lookup_report_columns
+from firefeed.rules.groups import GROUP_FIRST_COLUMN, Aggregate, GroupFirst, aggregate_column
 from firefeed.rules.lists import NO_LISTS, ListFields
+from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import (
     AllOf,
     AnyOf,
@@ -50,18 +53,32 @@ from firefeed.rules.model import (
     effective,
 )
 from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, ident
+from firefeed.textutil import WHITESPACE
 
 
 def condition_sql(
-    cond: Condition, column: Callable[[str], sql.Composable], params: list[Any], lists: ListFields = NO_LISTS
+    cond: Condition,
+    column: Callable[[str], sql.Composable],
+    params: list[Any],
+    lists: ListFields = NO_LISTS,
+    table: sql.Composable | None = None,
 ) -> sql.Composable:
     """A boolean SQL expression for `cond` that is never NULL.
 
     `column(field)` returns the SQL of a field's current value (a quoted column,
     or ''::text when the table lacks it; `'{}'::text[]` for a list field);
     literal values are appended to `params`, in the order of their `%s` placeholders.
+    `table`: the table the condition filters, which a group_first leaf reads its groups from (P19).
     """
-    frag = condition_frag(cond, lambda name: of(column(name)), None, lists)
+    if table is None:
+        frag = condition_frag(cond, lambda name: of(column(name)), None, lists)
+    else:
+
+        def first(leaf: GroupFirst) -> Frag:
+            group = of(column(leaf.group))
+            return first_of_group_in(table, _lists.as_text(group) if leaf.group in lists else group)
+
+        frag = condition_frag(cond, lambda name: of(column(name)), None, lists, first=first)
     params.extend(frag.params)
     return frag.sql
 
@@ -73,6 +90,8 @@ def _number_leaf_fields(cond: Condition) -> list[str]:
     """The fields whose number the condition reads, once per reading leaf."""
     if isinstance(cond, Leaf):
         return [cond.field] if cond.op in _NUMBER_OPS else []
+    if isinstance(cond, GroupFirst):
+        return []
     if isinstance(cond, Not):
         return _number_leaf_fields(cond.item)
     assert isinstance(cond, AllOf | AnyOf)
@@ -137,6 +156,12 @@ class _Builder:
 
     def __init__(self, plan: PassPlan, source: sql.Composable, where: Frag | None) -> None:
         self.plan = plan
+        # Lookup tables live in the schema of the table the pass reads (a company's, or a scratch area's).
+        self.schema = source.strings[0] if isinstance(source, sql.Identifier) and len(source.strings) == 2 else None
+        self.report_cols = {c for _, part in plan.lookups for c, _ in lookup_report_columns(part.tag)}
+        # Columns that ride along for the rules but are not the pass table's: lookup reports go last
+        # in their own order, the grouped join's columns not at all.
+        self.hidden = set(self.report_cols)
         self.fields = list(plan.fields_in)  # fields that are columns of the current relation
         self.carried: list[str] = []  # flag and number columns of the current relation
         self.relation = fmt("{0} AS t", of(source))
@@ -144,6 +169,10 @@ class _Builder:
         self.numbers: dict[str, str] = {}  # field -> column holding the text of its current value's first number
         self.pending: _Layer | None = None  # the subquery being built over the current relation
         self._plan_numbers()
+        if plan.grouped:
+            self.relation = self._grouped(source)
+            self.carried = [GROUP_FIRST_COLUMN, *(aggregate_column(a.tag) for a in plan.aggregates)]
+            self.hidden.update(self.carried)
 
     def _plan_numbers(self) -> None:
         """Which level-start values get their number text computed once: at which level, read until which."""
@@ -267,6 +296,129 @@ class _Builder:
                     values[name] = fmt("CASE WHEN {0} THEN {1} ELSE {2} END", _col(flag_column(step.rule)), yes, no)
         return values
 
+    def _grouped(self, source: sql.Composable) -> Frag:
+        """The pass's table joined to one grouped aggregate of itself (P16-P19): per group, the first
+        position and each aggregate. A blank group value makes an item a group of its own (P18)."""
+        group = self.plan.group
+        assert group is not None
+        inner = [_as(self.group_text(group), "_ff_g"), _as(_col(ORD), "_ff_go")]
+        for a in self.plan.aggregates:
+            inner.extend(self._member_values(a))
+        outer = [
+            raw('"_ff_g" AS "_ff_gk"'),
+            raw('"_ff_g2" AS "_ff_gk2"'),
+            _as(raw('min("_ff_go")'), GROUP_FIRST_COLUMN),
+        ]
+        outer.extend(_as(_aggregate_frag(a, self.plan.lists), aggregate_column(a.tag)) for a in self.plan.aggregates)
+        members = fmt(
+            'SELECT *, CASE WHEN "_ff_g" = \'\' THEN "_ff_go" ELSE -1 END AS "_ff_g2" FROM (SELECT {0} FROM {1}) AS s0',
+            join(inner, ", "),
+            of(source),
+        )
+        mine = self.group_text(group)
+        return fmt(
+            '{0} AS t LEFT JOIN (SELECT {1} FROM ({2}) AS s1 GROUP BY 1, 2) AS "_ff_gj" '
+            'ON "_ff_gk" = {3} AND "_ff_gk2" = CASE WHEN {3} = \'\' THEN {4} ELSE -1 END',
+            of(source),
+            join(outer, ", "),
+            members,
+            mine,
+            _col(ORD),
+        )
+
+    def group_text(self, group: str) -> Frag:
+        """An item's group value: the group field's text (a list's elements joined with ","), trimmed (P18)."""
+        value = self.base(group)
+        return trimmed_frag(_lists.as_text(value) if group in self.plan.lists else value)
+
+    def _member_values(self, a: Aggregate) -> list[Frag]:
+        """A member's columns for aggregate `a`: `_ff_gv<tag>`, its value (a number for min/max/sum), and
+        for min/max/sum over a list's elements without `round`, `_ff_gs<tag>`, their largest scale."""
+        if a.of is None:
+            return []
+        column = f"_ff_gv{a.tag}"
+        if not a.over_list(self.plan.lists):
+            value = template_frag(a.of, self.base, self.plan.lists)
+            return [_as(number_frag(value) if a.op in ("min", "max", "sum") else value, column)]
+        assert a.of_field is not None
+        elements = self.base(a.of_field)
+        if a.op in ("first", "last"):
+            # its text form: array_agg cannot hold lists of different lengths; text[] -> text -> text[] is exact
+            return [_as(fmt("({0})::text", elements), column)]
+        if a.op == "join":
+            return [_as(_lists.join_elements(elements, a.separator), column)]  # elements are never ""
+        n = number_frag(_lists.ELEMENT)
+        out = [_as(fmt("(SELECT " + a.op + "({1}) FROM unnest({0}) AS _ff_u(_ff_e))", elements, n), column)]
+        if a.round is None:
+            out.append(
+                _as(fmt("(SELECT max(scale({1})) FROM unnest({0}) AS _ff_u(_ff_e))", elements, n), f"_ff_gs{a.tag}")
+            )
+        return out
+
+    def _level_lookups(self, level: tuple[Step, ...]) -> list[tuple[Step, LookupSet, bool]]:
+        """The lookup actions of a level: (step, first part, in the then branch)."""
+        out: list[tuple[Step, LookupSet, bool]] = []
+        for step in level:
+            for branch, then in ((step.then, True), (step.else_, False)):
+                out.extend((step, a, then) for a in branch if isinstance(a, LookupSet) and a.first)
+        return out
+
+    def _join_lookups(self, level: tuple[Step, ...]) -> None:
+        """LEFT JOIN each lookup of the level on the trimmed value its match field starts the level with.
+
+        The joined subquery only has `_ff_lk*` columns, so the items' own column names stay unambiguous;
+        its key is unique (the lookup table keeps a key's first row), so no item is repeated. A list
+        `match` joins LATERAL the row of its first element (in order) that has one (P22): the
+        elements are unnested in the subquery's FROM, where only the items' columns are in scope.
+        """
+        for _, part, _ in self._level_lookups(level):
+            assert self.schema is not None, "a lookup needs the schema of the pass's table"
+            key = lookup_key_column(part.tag)
+            picked = [fmt("{0} AS {1}", _col(KEY), _col(key))]
+            picked.extend(
+                _as(_col(column_for_field(c)), lookup_value_column(part.tag, j)) for j, c in enumerate(part.columns)
+            )
+            if part.match in self.plan.lists:
+                self.relation = fmt(
+                    "{0} LEFT JOIN LATERAL (SELECT {1} FROM unnest({2}) WITH ORDINALITY AS _ff_u(_ff_e, _ff_o) "
+                    "JOIN {3} ON {4} = {5} ORDER BY _ff_o LIMIT 1) AS {6} ON true",
+                    self.relation,
+                    join(picked, ", "),
+                    self.base(part.match),
+                    of(ident(self.schema, part.table)),
+                    _col(KEY),
+                    trimmed_frag(_lists.ELEMENT),
+                    _col(f"_ff_lj{part.tag}"),
+                )
+                continue
+            self.relation = fmt(
+                "{0} LEFT JOIN (SELECT {1} FROM {2}) AS {3} ON {4} = {5}",
+                self.relation,
+                join(picked, ", "),
+                of(ident(self.schema, part.table)),
+                _col(f"_ff_lj{part.tag}"),
+                _col(key),
+                trimmed_frag(self.base(part.match)),
+            )
+
+    def _lookup_reports(self, level: tuple[Step, ...]) -> list[tuple[str, Frag]]:
+        """Each lookup of the level: the trimmed value it matched on the items it ran on, and whether it matched."""
+        out: list[tuple[str, Frag]] = []
+        for step, part, then in self._level_lookups(level):
+            value_col, matched_col = (c for c, _ in lookup_report_columns(part.tag))
+            match = self.base(part.match)
+            # a list is reported as its text, the elements joined with "," (P23)
+            value = trimmed_frag(_lists.as_text(match) if part.match in self.plan.lists else match)
+            if step.rule.when is not None:
+                flag = _col(flag_column(step.rule))
+                ran = flag if then else fmt("NOT {0}", flag)
+                value = fmt("CASE WHEN {0} THEN {1} END", ran, value)
+            elif not then:
+                value = raw("NULL::text")
+            out.append((value_col, value))
+            out.append((matched_col, fmt("({0} IS NOT NULL)", _col(lookup_key_column(part.tag)))))
+        return out
+
     def _exclusion(self) -> Frag | None:
         """The WHERE that drops the rows the pass's (first) excluding rule excludes."""
         rule = self.plan.excluding
@@ -287,18 +439,72 @@ class _Builder:
             self._start_numbers(i)
             self._start_flags(level)
             self._flush()  # the values read the level's flags and number texts
+            self._join_lookups(level)
             values = self._values(level)
             where = self._exclusion() if i == 0 else None
+            reports = self._lookup_reports(level)
             if i == last:
                 items = [_col(ORD), _col(KEY), _col(SRC)]
                 for name in self.plan.fields_out:
                     col = column_for_field(name)
                     items.append(_as(values[name], col) if name in values else _col(col))
-                items.extend(_col(c) for c in self.carried if c not in self.number_until)
+                items.extend(_col(c) for c in self.carried if c not in self.number_until and c not in self.hidden)
+                if self.report_cols:
+                    mine = dict(reports)
+                    items.extend(
+                        _as(mine[c], c) if c in mine else _col(c)
+                        for c, _ in self.plan.extra()[len(self.plan.flagged) :]
+                    )
                 return self._select(items, where, barrier=False)
             layer = self.pending = _Layer(values, [n for n in values if n not in self.fields], where=where)
+            layer.extra.extend(reports)
             self._end_numbers(i, level, layer)
         raise AssertionError("a pass has at least one level")
+
+
+def first_of_group_in(table: sql.Composable, group: Frag) -> Frag:
+    """The item is the first of its group among `table`'s items: one grouped scan, hashed (P19)."""
+    g = trimmed_frag(group)
+    return fmt(
+        "({0} IN (SELECT min({0}) FROM {1} GROUP BY {2}, CASE WHEN {2} = '' THEN {0} ELSE -1 END))",
+        _col(ORD),
+        of(table),
+        g,
+    )
+
+
+def _aggregate_frag(a: Aggregate, lists: ListFields = NO_LISTS) -> Frag:
+    """An aggregate over the members' `of` values (`_ff_gv<tag>`, numbers for min/max/sum), as text (P16).
+
+    Over a list field's elements (`Aggregate.over_list`) a member's value is already its own
+    part: its elements joined (join), their min/max/sum, or its list's text form (first/last,
+    cast back to the list here).
+    """
+    v, o = _col(f"_ff_gv{a.tag}"), raw('"_ff_go"')
+    if a.op == "count":
+        return raw("count(*)::text")
+    if a.op in ("first", "last"):
+        picked = fmt("(array_agg({0} ORDER BY {1}" + (")" if a.op == "first" else " DESC)") + ")[1]", v, o)
+        return fmt("({0})::text[]", picked) if a.keeps_list(lists) else picked
+    if a.op == "join":
+        return fmt(
+            "coalesce(string_agg({0}, {1} ORDER BY {2}) FILTER (WHERE {0} <> ''), '')", v, val(a.separator, "text"), o
+        )
+    # min/max/sum: numbers as the number ops read them; written as math writes them, with `round`
+    # decimals or as many as the most precise input (items without a number are skipped; none: "")
+    scale = _col(f"_ff_gs{a.tag}") if a.over_list(lists) else fmt("scale({0})", v)
+    places = val(a.round, "integer") if a.round is not None else fmt("max({0})", scale)
+    return fmt("coalesce(round(" + a.op + "({0}), {1})::text, '')", v, places)
+
+
+def trimmed_frag(value: Frag) -> Frag:
+    """`value` with Unicode white space trimmed (as a key is, 8.3); btrim only when an end is white."""
+    ws = val(WHITESPACE, "text")
+    return fmt(
+        "(CASE WHEN strpos({1}, left({0}, 1)) > 0 OR strpos({1}, right({0}, 1)) > 0 THEN btrim({0}, {1}) ELSE {0} END)",
+        value,
+        ws,
+    )
 
 
 def pass_select(plan: PassPlan, source: sql.Composable, lo: int | None = None, hi: int | None = None) -> Frag:
@@ -311,7 +517,8 @@ def pass_insert(
     """The pass statement. With flagged rules it returns one row: rows written, then each
     flagged rule's matches among them; without, it returns nothing (use the row count)."""
     flags = [flag_column(r) for r in plan.flagged]
-    columns = join([_col(c) for c in (ORD, KEY, SRC, *plan.columns(), *flags)], ", ")
+    extra = [c for c, _ in plan.extra()]
+    columns = join([_col(c) for c in (ORD, KEY, SRC, *plan.columns(), *extra)], ", ")
     insert = fmt("INSERT INTO {0} ({1}) {2}", of(target), columns, pass_select(plan, source, lo, hi))
     if not flags:
         return insert
@@ -327,7 +534,10 @@ def count_select(plan: PassPlan, source: sql.Composable, lo: int | None = None, 
     matched = raw("count(*)")
     if rule is not None and rule.when is not None:
         matched = fmt("count(*) FILTER (WHERE {0})", condition_frag(rule.when, builder.base, None, plan.lists))
-    text = fmt("SELECT count(*), {0} FROM {1} AS t", matched, of(source))
+    if plan.grouped:
+        text = fmt("SELECT count(*), {0} FROM {1}", matched, builder.relation)
+    else:
+        text = fmt("SELECT count(*), {0} FROM {1} AS t", matched, of(source))
     where = chunk_filter(lo, hi)
     return fmt("{0} WHERE {1}", text, where) if where is not None else text
 
@@ -337,6 +547,7 @@ def deletes_only(plan: PassPlan) -> bool:
     rule = plan.excluding
     return (
         rule is not None
+        and not plan.grouped  # its DELETE could not see the groups
         and len(plan.rules) == 1
         and plan.fields_out == plan.fields_in
         and not effective(rule.then)

@@ -248,9 +248,11 @@ class MergeResult:
     rows: int
     rows_in: int
     skipped: dict[str, SourceSkips]  # per source name, in the spec's order
+    #: the lookup tables' RunReport entries (SPEC 9), loaded by the MERGE job; none without lookups
+    lookups: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc = {
             "fields": self.fields,
             "rows": self.rows,
             "rows_in": self.rows_in,
@@ -259,6 +261,9 @@ class MergeResult:
                 for name, s in self.skipped.items()
             ],
         }
+        if self.lookups:
+            doc["lookups"] = self.lookups
+        return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> MergeResult:
@@ -270,6 +275,7 @@ class MergeResult:
                 s["name"]: SourceSkips(int(s["skipped"]["empty_key"]), int(s["skipped"]["duplicate_key"]))
                 for s in doc["sources"]
             },
+            lookups=list(doc.get("lookups", [])),
         )
 
     def sources_report(self) -> list[dict[str, Any]]:
@@ -288,9 +294,11 @@ class RulesResult:
     excluded: int
     rows_in: int
     rows_out: int
+    #: per lookup action, its counts and top unmatched values (SPEC 9, P23); none without lookups
+    lookups: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc = {
             "table": self.table,
             "fields": self.fields,
             "passes": self.passes,
@@ -300,6 +308,9 @@ class RulesResult:
             "rows_in": self.rows_in,
             "rows_out": self.rows_out,
         }
+        if self.lookups:
+            doc["lookups"] = self.lookups
+        return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> RulesResult:
@@ -311,12 +322,13 @@ class RulesResult:
             excluded=int(doc["excluded"]),
             rows_in=int(doc["rows_in"]),
             rows_out=int(doc["rows_out"]),
+            lookups=list(doc.get("lookups", [])),
         )
 
     def report(self) -> dict[str, Any]:
         """RULES' part of the RunReport."""
         doc = self.to_json()
-        return {k: doc[k] for k in ("passes", "matched", "excluded", "fields")}
+        return {k: doc[k] for k in ("passes", "matched", "excluded", "fields", "lookups") if k in doc}
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,14 @@ def _duration(start: datetime | None, end: datetime | None) -> float | None:
     return round((end - start).total_seconds(), 3)
 
 
+def _export_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """An export's report entry; its channel rules' `matched` pairs (kept in order through JSONB) as a mapping."""
+    rules = entry.get("rules")
+    if not rules:
+        return entry
+    return {**entry, "rules": {**rules, "matched": dict(rules.get("matched") or [])}}
+
+
 def build_report(store: RunStore, run_id: str) -> dict[str, Any]:
     run = store.run(run_id)
     steps = store.steps(run_id)
@@ -74,8 +82,10 @@ def build_report(store: RunStore, run_id: str) -> dict[str, Any]:
             "passes": rules.get("passes", 0),
             "matched": dict(rules.get("matched") or []),
             "excluded": rules.get("excluded", 0),
+            **({"lookups": rules["lookups"]} if rules.get("lookups") else {}),
         },
-        "exports": details.get("EXPORT", {}).get("exports", []),
+        **({"lookups": details["MERGE"]["lookups"]} if details.get("MERGE", {}).get("lookups") else {}),
+        "exports": [_export_entry(e) for e in details.get("EXPORT", {}).get("exports", [])],
         "warnings": [w for st in steps for w in (st.detail or {}).get("warnings", [])],
         "error": run.error,
     }

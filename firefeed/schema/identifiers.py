@@ -116,6 +116,16 @@ def staging_table(project: str, source: str) -> str:
     return _bounded("stg_", f"{check_project_id(project)}_{_digest(source, 8)}")
 
 
+def lookup_table(project: str, lookup: str) -> str:
+    """The table of a lookup's rows, one per key (SPEC 9): the rules join it; rebuilt by each run."""
+    return _bounded("lkp_", f"{check_project_id(project)}_{_digest(lookup, 8)}")
+
+
+def lookup_staging_table(project: str, lookup: str) -> str:
+    """The table a lookup's file is parsed into, as a source's is (`lookup_table` is built from it)."""
+    return _bounded("stg_lkp_", f"{check_project_id(project)}_{_digest(lookup, 8)}")
+
+
 RULES_TMP_PREFIX = "rules_tmp_"
 
 

@@ -152,6 +152,25 @@ class SchemaService:
         target = ident(company_schema(company), table)
         return _create_as(conn, target, columns, select, params)
 
+    def rebuild_lookup_table(
+        self,
+        company: str,
+        table: str,
+        columns: Sequence[str],
+        select: sql.Composable,
+        params: Sequence[Any],
+        *,
+        conn: Any,
+    ) -> int:
+        """Replace a lookup's table (one row per key, SPEC 9) by `select`, with a unique index on the key
+        and fresh statistics: the planner then hashes the small lookup, not the items it is joined to."""
+        target = ident(company_schema(company), table)
+        rows = _create_as(conn, target, columns, select, params)
+        with conn.cursor() as cur:
+            cur.execute(sql.SQL("CREATE UNIQUE INDEX ON {} ({})").format(target, ident(columns[0])))
+            cur.execute(sql.SQL("ANALYZE {}").format(target))
+        return rows
+
     def create_staging_table(self, company: str, table: str, columns: Iterable[str], *, conn: Any = None) -> None:
         """A fresh staging table for one source's rows (dropped and recreated on each parse).
 

@@ -38,7 +38,7 @@ from urllib.parse import quote
 from firefeed.errors import ConfigError, FetchError, SpecError
 
 if TYPE_CHECKING:
-    from firefeed.spec.model import ProjectSpec
+    from firefeed.spec.model import FeedSpec, ProjectSpec
 
 REFERENCE = re.compile(r"\$\{([^}]*)\}")
 SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
@@ -118,9 +118,11 @@ def check_spec(spec: ProjectSpec, origin: SpecOrigin, env_allow: str) -> None:
     """
     from firefeed.spec.paths import join_key
 
-    for i, src in enumerate(spec.sources):
+    feeds: list[tuple[str, FeedSpec]] = [(f"sources[{i}]", s) for i, s in enumerate(spec.sources)]
+    feeds += [(f"lookups[{i}]", lk) for i, lk in enumerate(spec.lookups)]  # fetched like sources (SPEC 9)
+    for where, src in feeds:
         url, headers = src.url, src.headers
-        places = [(f"sources[{i}].url", url)] + [(join_key(f"sources[{i}].headers", k), v) for k, v in headers.items()]
+        places = [(f"{where}.url", url)] + [(join_key(f"{where}.headers", k), v) for k, v in headers.items()]
         for path, text in places:
             try:
                 references = find_references(str(text))

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 
 from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.rules.model import Condition, Rule, parse_condition, parse_rules
+from firefeed.rules.template import Template
 
 SOURCE_FORMATS = ("csv", "tsv", "json", "jsonl", "xml")
 EXPORT_FORMATS = ("csv", "tsv", "json", "jsonl", "google-xml")
@@ -84,7 +85,9 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
 
 
-class SourceSpec(_Strict):
+class FeedSpec(_Strict):
+    """What any fetched and parsed file takes: a source, or a lookup table (SPEC 9)."""
+
     name: str = Field(min_length=1, max_length=200)
     url: str = Field(min_length=1)
     format: Literal["csv", "tsv", "json", "jsonl", "xml"] | None = None
@@ -93,24 +96,6 @@ class SourceSpec(_Strict):
     item_path: str = "auto"
     compression: Literal["auto", "none", "gzip", "zip"] = "auto"
     headers: dict[str, str] = Field(default_factory=dict)
-    mode: Literal["enrich", "append"] = "enrich"
-    fields: list[str] | None = None
-    # SPEC 9: list fields of this source, field -> separator (csv/tsv split on it; json/xml ignore it)
-    lists: dict[str, str] | None = None
-
-    @field_validator("lists")
-    @classmethod
-    def _lists(cls, v: dict[str, str] | None) -> dict[str, str] | None:
-        for name, separator in (v or {}).items():
-            if name == "":
-                raise ValueError("a list field needs a name")
-            if separator == "":
-                raise ValueError(f"the separator of list field {name!r} must be a non-empty text")
-        return v
-
-    @property
-    def list_fields(self) -> frozenset[str]:
-        return frozenset(self.lists or ())
 
     @field_validator("delimiter")
     @classmethod
@@ -151,6 +136,42 @@ class SourceSpec(_Strict):
         return fmt
 
 
+class SourceSpec(FeedSpec):
+    mode: Literal["enrich", "append"] = "enrich"
+    fields: list[str] | None = None
+    # SPEC 9 (P15): a template over this source's own fields that fills the key field before MERGE.
+    key_from: str | None = None
+    # SPEC 9: list fields of this source, field -> separator (csv/tsv split on it; json/xml ignore it)
+    lists: dict[str, str] | None = None
+
+    @field_validator("lists")
+    @classmethod
+    def _lists(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        for name, separator in (v or {}).items():
+            if name == "":
+                raise ValueError("a list field needs a name")
+            if separator == "":
+                raise ValueError(f"the separator of list field {name!r} must be a non-empty text")
+        return v
+
+    @property
+    def list_fields(self) -> frozenset[str]:
+        return frozenset(self.lists or ())
+
+    @property
+    def key_template(self) -> Template | None:
+        """The parsed `key_from` (checked by ProjectSpec), or None."""
+        from firefeed.rules.template import parse_template
+
+        return parse_template(self.key_from, "key_from") if self.key_from is not None else None
+
+
+class LookupSpec(FeedSpec):
+    """A lookup table (SPEC 9, P21): fetched and parsed like a source, never merged into the items."""
+
+    key: str = Field(min_length=1)
+
+
 class ExportSpec(_Strict):
     name: str = Field(min_length=1, max_length=200)
     format: Literal["csv", "tsv", "json", "jsonl", "google-xml"]
@@ -167,8 +188,12 @@ class ExportSpec(_Strict):
     channel: Literal["google", "meta", "none"] | None = None
     fail_on: Literal["error", "warning", "none"] = "none"
     max_drop: float = 50.0
+    # SPEC 9 (P29): channel rules, run after the project's rules on this export's copy of the items
+    rules: list[Any] | None = None
 
     _where: Condition | None = PrivateAttr(default=None)
+    _rules: list[Rule] = PrivateAttr(default_factory=list)
+    _lists: ListFields = PrivateAttr(default=NO_LISTS)
 
     @field_validator("gzip", mode="before")
     @classmethod
@@ -198,16 +223,29 @@ class ExportSpec(_Strict):
     def where_condition(self) -> Condition | None:
         return self._where
 
+    @property
+    def parsed_rules(self) -> list[Rule]:
+        """The export's own rules (P29: numbered and named within the export)."""
+        return self._rules
+
+    @property
+    def list_fields(self) -> ListFields:
+        """The list fields of the export's items: the project's, and those its own rules make lists."""
+        return self._lists
+
 
 class ProjectSpec(_Strict):
     company: str = Field(pattern=r"^[a-z0-9][a-z0-9_]{0,39}$")
     project: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
     name: str | None = None
     key: str = Field(default="id", min_length=1)
+    # SPEC 9 (P18): the field whose trimmed text groups variants (aggregate, group_first)
+    group: str | None = Field(default=None, min_length=1)
     schedule: str | None = None
     sources: list[SourceSpec] = Field(min_length=1)
     rules: list[Any] = Field(default_factory=list)
     exports: list[ExportSpec] = Field(default_factory=list)
+    lookups: list[LookupSpec] = Field(default_factory=list)
 
     _rules: list[Rule] = PrivateAttr(default_factory=list)
     _lists: ListFields = PrivateAttr(default=NO_LISTS)
@@ -240,9 +278,23 @@ class ProjectSpec(_Strict):
                 raise SpecError(
                     "sources[0].mode", "the first source is the primary: it defines the items and takes no mode"
                 )
+            if s.key_from is not None:
+                from firefeed.rules.template import parse_template
+
+                parse_template(s.key_from, f"sources[{i}].key_from")
             if i == 0 and s.fields is not None:
                 raise SpecError(
                     "sources[0].fields", "the primary source takes every field; `fields` is for later sources"
+                )
+        tables: set[str] = set()
+        for i, lk in enumerate(self.lookups):
+            if lk.name in tables:
+                raise SpecError(f"lookups[{i}].name", f"repeats the lookup name {lk.name!r}")
+            tables.add(lk.name)
+            if lk.format is None and format_from_name(lk.url) is None:
+                raise SpecError(
+                    f"lookups[{i}].format",
+                    "cannot tell the format from the file name; set one of " + ", ".join(SOURCE_FORMATS),
                 )
         names: set[str] = set()
         paths: set[str] = set()
@@ -255,7 +307,7 @@ class ProjectSpec(_Strict):
                 raise SpecError(f"exports[{i}].path", f"repeats the export path {e.path!r}")
             paths.add(norm)
             if e.where is not None:
-                e._where = parse_condition(e.where, f"exports[{i}].where")
+                e._where = parse_condition(e.where, f"exports[{i}].where", group=self.group)
             if e.fail_on != "none" and e.resolved_channel is None:
                 raise SpecError(
                     f"exports[{i}].fail_on", "needs a channel whose rules it can check: set channel: google or meta"
@@ -281,8 +333,21 @@ class ProjectSpec(_Strict):
             if self.key in s.list_fields:
                 raise SpecError(f"sources[{i}].lists.{self.key}", "the key field cannot be a list")
             declared |= s.list_fields
-        self._rules = parse_rules(self.rules, key_field=self.key, path="rules", declared_lists=frozenset(declared))
+        common: dict[str, Any] = {
+            "key_field": self.key,
+            "declared_lists": frozenset(declared),
+            "lookups": self.lookup_tables,
+            "group": self.group,
+        }
+        self._rules = parse_rules(self.rules, path="rules", **common)
         self._lists = self._rules[0].lists if self._rules else ListFields(frozenset(declared), frozenset(declared))
+        for i, e in enumerate(self.exports):
+            # Channel rules start from the items the project's rules leave, lists included (P29).
+            if e.rules is not None:
+                e._rules = parse_rules(
+                    e.rules, path=f"exports[{i}].rules", inherited_lists=self._lists.fields, **common
+                )
+            e._lists = e._rules[0].lists if e._rules else self._lists
         from firefeed.rules.limits import check_sql_size, spec_fields
 
         check_sql_size(self._rules, spec_fields(self._rules, self.key))  # again at RULES, with the feed's columns
@@ -296,6 +361,13 @@ class ProjectSpec(_Strict):
     def list_fields(self) -> ListFields:
         """The project's list fields (SPEC 9): declared by a source or made lists by a rule."""
         return self._lists
+
+    @property
+    def lookup_tables(self) -> dict[str, str]:
+        """Each lookup's name -> the company-schema table its rows are staged in for the rules' joins."""
+        from firefeed.schema.identifiers import lookup_table
+
+        return {lk.name: lookup_table(self.project, lk.name) for lk in self.lookups}
 
     @property
     def primary(self) -> SourceSpec:

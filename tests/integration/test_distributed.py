@@ -145,6 +145,34 @@ def test_a_run_through_the_queues_writes_the_same_exports_as_firefeed_run(
     assert report["rules"] == batch["rules"]
 
 
+def test_a_catalog_run_through_the_queues_matches_firefeed_run(client_env: dict[str, str], tmp_path: Path) -> None:
+    """Lookups (loaded by the MERGE job), grouped passes (one chunk job each) and channel rules (in the
+    export jobs) through the fleet give the batch run's files and counts (SPEC 9)."""
+    spec = _spec(tmp_path, "acme", "dist_catalog", items=60)
+    doc = yaml.safe_load(spec.read_text(encoding="utf-8"))
+    write_csv(tmp_path / "brands.csv", ["code", "label"], [["brand0", "first"], ["brand2", "third"]])
+    doc["group"] = "brand"
+    doc["lookups"] = [{"name": "brands", "url": "brands.csv", "key": "code"}]
+    doc["rules"] = [
+        *RULES[:2],
+        {"name": "label", "then": [{"lookup": "brands", "match": "brand", "set": {"label": "label"}}]},
+        {"name": "low", "then": [{"aggregate": "low", "op": "min", "of": "price"}]},
+    ]
+    doc["exports"][0]["rules"] = [
+        {"name": "one per brand", "when": {"not": {"group_first": "true"}}, "then": [{"exclude": "true"}]}
+    ]
+    spec.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    code, batch = run_json(spec)
+    assert code == 0, batch["error"]
+    report = wait_finished(start_run("dist_catalog", "api"), timeout=120)
+    assert report["status"] == "SUCCEEDED", report["error"]
+    assert {e["name"]: e["sha256"] for e in report["exports"]} == {e["name"]: e["sha256"] for e in batch["exports"]}
+    assert report["rules"] == batch["rules"] and report["rules"]["lookups"][0]["matched"] == 40
+    assert report["exports"][0]["rules"] == batch["exports"][0]["rules"]
+    assert report["exports"][0]["rows"] == 3  # one item per brand (the append source's keys are all in main)
+    assert report["lookups"] == batch["lookups"]
+
+
 def test_three_projects_of_two_companies_run_at_once(client_env: dict[str, str], tmp_path: Path) -> None:
     from firefeed.runs.service import RunStore
     from firefeed.spec.loader import load_spec_file

@@ -283,3 +283,35 @@ def test_position_ranges_cover_every_item_once_with_exact_counts(engine: Engine,
         assert sum(n for _, _, n in ranges) == len(positions)
     finally:
         service.drop_table(COMPANY, table)
+
+
+GROUP_RULES: list[dict[str, Any]] = [
+    {"name": "vat", "then": [{"math": "price", "op": "multiply", "value": "1.22", "round": "2"}]},
+    {
+        "name": "count",
+        "then": [{"aggregate": "variants", "op": "count"}, {"aggregate": "low", "op": "min", "of": "price"}],
+    },
+    {"name": "one per brand", "when": {"not": {"group_first": "true"}}, "then": [{"exclude": "true"}]},
+]
+
+
+def test_a_grouped_pass_runs_whole_in_both_strategies_with_the_same_items(engine: Engine, source: str) -> None:
+    """Groups span any cut by position: the halves runner keeps one segment, a grouped pass is one chunk job."""
+    service = SchemaService(engine)
+    rules = parse_rules(GROUP_RULES, key_field=KEY_FIELD, group="brand")
+    runs: list[str] = []
+    try:
+        whole, run_id = _in_process(engine, source, rules, split=True)
+        runs.append(run_id)
+        chunked, run_id, recorder = _chunked(engine, source, rules)
+        runs.append(run_id)
+        assert whole.rows_out == 3 and not whole.table.endswith("_0")  # three brands; no view of two halves
+        assert (chunked.matched, chunked.excluded, chunked.rows_out) == (whole.matched, whole.excluded, 3)
+        rows = _read_sorted(engine, whole.table, whole.fields)
+        assert _read_sorted(engine, chunked.table, chunked.fields) == rows
+        assert [r[-2] for r in rows] == ["77", "77", "76"]  # 230 items over three brands
+        assert len(recorder.slices[1]) == -(-ITEMS // CHUNK_ROWS)  # the plain pass is still cut
+        assert [len(s) for n, s in sorted(recorder.slices.items()) if n > 1] == [1, 1]
+    finally:
+        for run_id in runs:
+            service.drop_rules_tmp_for_run(COMPANY, run_id)

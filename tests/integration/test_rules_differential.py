@@ -26,13 +26,15 @@ from sqlalchemy import Engine
 from firefeed.db.engine import raw_connection
 from firefeed.export import write_export
 from firefeed.export.google_xml import element_names
+from firefeed.pipeline.lookups import build_lookup_table
 from firefeed.pipeline.rule_passes import RulesResult, run_rules
 from firefeed.rules.lists import NO_LISTS, ListFields
+from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import parse_rules
 from firefeed.rules.reference import apply_rules, from_text
 from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, company_schema, ident
 from firefeed.schema.service import SchemaService
-from firefeed.spec.model import ExportSpec
+from firefeed.spec.model import ExportSpec, LookupSpec
 
 pytestmark = pytest.mark.integration
 
@@ -101,6 +103,54 @@ def read_items(engine: Engine, company: str, table: str, fields: Sequence[str]) 
     return [{f: tuple(v) if isinstance(v, list) else v for f, v in zip(fields, r[1:], strict=True)} for r in rows]
 
 
+LOOKUP_KEY = "code"
+
+
+def _stage_lookups(
+    engine: Engine,
+    service: SchemaService,
+    lookups: Mapping[str, Sequence[Mapping[str, str]]],
+    rules: Any,
+    group: str | None,
+    lists: frozenset[str] = frozenset(),
+) -> dict[str, str]:
+    """Each lookup's rows staged as PARSE leaves a file and keyed as MERGE's lookup step does: name -> table."""
+    tables: dict[str, str] = {}
+    for name, rows in lookups.items():
+        tag = uuid.uuid4().hex[:12]
+        staging, table = f"stg_lk{tag}", f"lkp_t{tag}"
+        fields = list(dict.fromkeys(f for row in rows for f in row)) or [LOOKUP_KEY]
+        service.create_company_schema(COMPANY)
+        service.create_staging_table(COMPANY, staging, [column_for_field(f) for f in fields])
+        with raw_connection(engine) as conn, conn.cursor() as cur:
+            columns = [ORD, "_ff_line", *(column_for_field(f) for f in fields)]
+            if rows:
+                statement = sql.SQL("INSERT INTO {} ({}) VALUES %s").format(
+                    ident(company_schema(COMPANY), staging), sql.SQL(", ").join(ident(c) for c in columns)
+                )
+                values = [(i + 1, i + 2, *(row.get(f, "") for f in fields)) for i, row in enumerate(rows)]
+                execute_values(cur, statement.as_string(conn), values)
+        tables[name] = table
+        wanted: list[str] = []
+        for rule in parse_rules(rules, key_field=KEY_FIELD, declared_lists=lists, lookups=tables, group=group):
+            for a in (*rule.then, *rule.else_):
+                if isinstance(a, LookupSet) and a.lookup == name:
+                    wanted.extend(c for c in a.columns if c not in wanted)
+        spec = LookupSpec(name=name, url=f"{name}.csv", key=LOOKUP_KEY)
+        build_lookup_table(
+            engine,
+            service,
+            company=COMPANY,
+            lookup=spec,
+            staging=staging,
+            table=table,
+            fields=fields,
+            wanted=wanted,
+        )
+        service.drop_table(COMPANY, staging)
+    return tables
+
+
 def run_both(
     engine: Engine,
     items: Sequence[Mapping[str, Any]],
@@ -110,19 +160,23 @@ def run_both(
     split: bool = False,
     lists: frozenset[str] = frozenset(),
     exports: Callable[[RulesResult, ListFields], Any] | None = None,
+    lookups: Mapping[str, Sequence[Mapping[str, str]]] | None = None,
+    group: str | None = None,
 ) -> tuple[RulesResult, list[dict[str, Any]], Any]:
     """Run `raw_rules` through SQL and through the reference; returns (sql result, sql items, reference).
 
     `lists`: the fields a source declares as lists; with those the rules make lists, their
     values are tuples on both routes (MERGE makes a source's text in such a field one element).
     `exports(result, lists)` runs while the SQL route's result table still exists.
+    `lookups`: lookup tables' rows as their files hold them (key column `code`); `group`: the group field.
     """
-    rules = parse_rules(raw_rules, key_field=KEY_FIELD, declared_lists=lists)
+    service = SchemaService(engine)
+    tables = _stage_lookups(engine, service, lookups or {}, raw_rules, group, lists)
+    rules = parse_rules(raw_rules, key_field=KEY_FIELD, declared_lists=lists, lookups=tables, group=group)
     project_lists = rules[0].lists if rules else NO_LISTS
     items = [
         {f: from_text(v) if f in project_lists and isinstance(v, str) else v for f, v in item.items()} for item in items
     ]
-    service = SchemaService(engine)
     table = f"items_t{uuid.uuid4().hex[:12]}"
     run_id = str(uuid.uuid4())
     load_items(engine, service, COMPANY, table, fields, items, project_lists)
@@ -144,7 +198,10 @@ def run_both(
     finally:
         service.drop_rules_tmp_for_run(COMPANY, run_id)
         service.drop_table(COMPANY, table)
-    return result, got, apply_rules(items, rules)
+        for lookup in tables.values():
+            service.drop_table(COMPANY, lookup)
+    keys = dict.fromkeys(tables, LOOKUP_KEY)
+    return result, got, apply_rules(items, rules, lookups=lookups, lookup_keys=keys)
 
 
 def assert_same(
@@ -155,10 +212,15 @@ def assert_same(
     *,
     split: bool = False,
     lists: frozenset[str] = frozenset(),
+    lookups: Mapping[str, Sequence[Mapping[str, str]]] | None = None,
+    group: str | None = None,
 ) -> None:
-    result, got, want = run_both(engine, items, fields, raw_rules, split=split, lists=lists)
+    result, got, want = run_both(
+        engine, items, fields, raw_rules, split=split, lists=lists, lookups=lookups, group=group
+    )
     assert set(itertools.chain.from_iterable(want.items)) <= set(result.fields)
-    project_lists = parse_rules(raw_rules, key_field=KEY_FIELD, declared_lists=lists)
+    names = {name: name for name in lookups or {}}
+    project_lists = parse_rules(raw_rules, key_field=KEY_FIELD, declared_lists=lists, lookups=names, group=group)
     listed = project_lists[0].lists if project_lists else NO_LISTS
     expected = [{f: item.get(f, () if f in listed else "") for f in result.fields} for item in want.items]
     assert got == expected
@@ -166,6 +228,7 @@ def assert_same(
     assert result.excluded == want.excluded
     assert result.rows_in == len(items)
     assert result.rows_out == len(want.items)
+    assert result.lookups == want.lookups
 
 
 # -- strategies ----------------------------------------------------------------
@@ -276,8 +339,58 @@ conditions = st.recursive(
 )
 
 
+LOOKUP_COLUMNS = ["v1", "v2", "absent"]
+
+
 @st.composite
-def actions(draw: st.DrawFn) -> dict[str, Any]:
+def lookup_actions(
+    draw: st.DrawFn, names: st.SearchStrategy[str] = field_names, texts: st.SearchStrategy[str] = templates
+) -> dict[str, Any]:
+    """A lookup on `lk`: some targets from its columns (one it lacks too), maybe defaults."""
+    targets = draw(st.lists(names, min_size=1, max_size=3, unique=True))
+    out: dict[str, Any] = {"lookup": "lk", "match": draw(names)}
+    sets = {t: draw(st.sampled_from(LOOKUP_COLUMNS)) for t in targets if draw(st.integers(0, 3))}
+    defaults = {t: draw(texts) for t in targets if t not in sets or draw(st.booleans())}
+    if sets:
+        out["set"] = sets
+    if defaults:
+        out["default"] = defaults
+    return out
+
+
+GROUP_FIELD = "grp"
+
+
+@st.composite
+def aggregate_actions(
+    draw: st.DrawFn, names: st.SearchStrategy[str] = field_names, targets: Sequence[str] = (*ALL_FIELDS, GROUP_FIELD)
+) -> dict[str, Any]:
+    op = draw(st.sampled_from(["count", "min", "max", "sum", "first", "last", "join"]))
+    out: dict[str, Any] = {"aggregate": draw(st.sampled_from(list(targets))), "op": op}
+    if op != "count":
+        # P17: a field name, or a template (one with a brace: one without names a field)
+        out["of"] = draw(st.one_of(names, st.builds(lambda t, f: t + "{" + f + "}", templates, names)))
+    if op == "join" and draw(st.booleans()):
+        out["separator"] = draw(st.sampled_from(["", "|", ", "]))
+    if op in ("min", "max", "sum") and draw(st.booleans()):
+        out["round"] = str(draw(st.integers(0, 3)))
+    return out
+
+
+group_conditions = st.one_of(
+    conditions,
+    st.builds(lambda b: {"group_first": b}, st.sampled_from(["true", "false"])),
+    st.builds(lambda c: {"not": {"group_first": "true"}} if c is None else {"all": [c, {"group_first": "true"}]},
+              st.one_of(st.none(), conditions)),
+)  # fmt: skip
+
+
+@st.composite
+def actions(draw: st.DrawFn, lookups: bool = False, groups: bool = False) -> dict[str, Any]:
+    if lookups and draw(st.integers(0, 2)) == 0:
+        return draw(lookup_actions())
+    if groups and draw(st.integers(0, 2)) == 0:
+        return draw(aggregate_actions())
     target = draw(field_names)
     kind = draw(
         st.sampled_from(
@@ -329,14 +442,14 @@ def actions(draw: st.DrawFn) -> dict[str, Any]:
 
 
 @st.composite
-def rule_lists(draw: st.DrawFn) -> list[dict[str, Any]]:
+def rule_lists(draw: st.DrawFn, lookups: bool = False, groups: bool = False) -> list[dict[str, Any]]:
     rules = []
     for _ in range(draw(st.integers(1, 6))):
-        rule: dict[str, Any] = {"then": draw(st.lists(actions(), max_size=3))}
+        rule: dict[str, Any] = {"then": draw(st.lists(actions(lookups, groups), max_size=3))}
         if draw(st.integers(0, 4)):
-            rule["when"] = draw(conditions)
+            rule["when"] = draw(group_conditions if groups else conditions)
         if draw(st.integers(0, 3)) == 0:
-            rule["else"] = draw(st.lists(actions(), max_size=2))
+            rule["else"] = draw(st.lists(actions(lookups, groups), max_size=2))
         if draw(st.integers(0, 6)) == 0:
             rule["enabled"] = "false"
         rules.append(rule)
@@ -360,6 +473,59 @@ def test_sql_route_matches_the_reference_on_random_rules(
     engine: Engine, items: list[dict[str, str]], raw_rules: list[dict[str, Any]]
 ) -> None:
     assert_same(engine, items, [KEY_FIELD, *FIELDS], raw_rules)
+
+
+# Keys drawn from the items' own values (with white space around some), so lookups match now and then.
+lookup_rows = st.lists(
+    st.fixed_dictionaries({LOOKUP_KEY: values, "v1": values, "v2": values}),
+    max_size=6,
+)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(items=item_lists, raw_rules=rule_lists(lookups=True), rows=lookup_rows, split=st.booleans())
+def test_sql_route_matches_the_reference_with_lookup_tables(
+    engine: Engine,
+    items: list[dict[str, str]],
+    raw_rules: list[dict[str, Any]],
+    rows: list[dict[str, str]],
+    split: bool,
+) -> None:
+    """Lookups joined in SQL give the reference's items and the same rules.lookups counts (P21-P23)."""
+    assert_same(engine, items, [KEY_FIELD, *FIELDS], raw_rules, split=split, lookups={"lk": rows})
+
+
+# Group values that repeat, blank ones (groups of one) and one only white space apart from another.
+grouped_items = st.lists(
+    st.fixed_dictionaries(
+        {**{f: values for f in FIELDS}, GROUP_FIELD: st.sampled_from(["a", "a", "b", " a", "", " ", "ß"])}
+    ),
+    max_size=8,
+).map(lambda xs: [{KEY_FIELD: str(i), **x} for i, x in enumerate(xs)])
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(items=grouped_items, raw_rules=rule_lists(lookups=True, groups=True), rows=lookup_rows, split=st.booleans())
+def test_sql_route_matches_the_reference_with_groups_and_lookups(
+    engine: Engine,
+    items: list[dict[str, str]],
+    raw_rules: list[dict[str, Any]],
+    rows: list[dict[str, str]],
+    split: bool,
+) -> None:
+    """Aggregates and group_first (P16-P19) over random groups, with lookups too, as the reference computes them."""
+    fields = [KEY_FIELD, *FIELDS, GROUP_FIELD]
+    assert_same(engine, items, fields, raw_rules, split=split, lookups={"lk": rows}, group=GROUP_FIELD)
 
 
 EXCLUDE_ONLY_TAILS = [
@@ -544,6 +710,13 @@ def test_sql_route_matches_the_reference_on_random_lists(
     """Random list values, conditions on lists and list actions: the same items, elements and counts,
     and the same json and google-xml exports as the reference's items written by hand."""
     assert_same(engine, items, [KEY_FIELD, *LISTED], raw_rules, lists=frozenset(LIST_FIELDS))
+    assert_same_exports(engine, items, [KEY_FIELD, *LISTED], raw_rules, tmp_path, lists=frozenset(LIST_FIELDS))
+
+
+def assert_same_exports(
+    engine: Engine, items: Sequence[Mapping[str, Any]], fields: Sequence[str], raw_rules: Any, tmp_path: Path, **kw: Any
+) -> None:
+    """The json and google-xml exports of the SQL route's items are the reference's items written by hand."""
     written: dict[str, Any] = {}
 
     def export(result: RulesResult, lists: ListFields) -> None:
@@ -557,9 +730,7 @@ def test_sql_route_matches_the_reference_on_random_lists(
             written[fmt] = dest.read_bytes()
         written["fields"] = result.fields
 
-    _result, _got, want = run_both(
-        engine, items, [KEY_FIELD, *LISTED], raw_rules, lists=frozenset(LIST_FIELDS), exports=export
-    )
+    _result, _got, want = run_both(engine, items, fields, raw_rules, exports=export, **kw)
     fields = written["fields"]
     as_json = [
         {f: (list(v) or "") if isinstance(v, tuple) else v for f, v in _filled(i, fields).items()} for i in want.items
@@ -582,3 +753,127 @@ def _xml_items(data: bytes, fields: Sequence[str]) -> list[list[tuple[str, str]]
     channel = etree.fromstring(data).find("channel")
     assert channel is not None
     return [[(names[str(e.tag).split("}", 1)[1]], e.text or "") for e in item] for item in channel.iter("item")]
+
+
+# -- lists with groups and lookups (SPEC 9: P16 over elements, P22 list matches) -------------------------------
+CATALOG_NAMES = [*ALL_LISTED, GROUP_FIELD]
+catalog_names = st.sampled_from(CATALOG_NAMES)
+
+
+@st.composite
+def catalog_actions(draw: st.DrawFn) -> dict[str, Any]:
+    """List actions, lookups matching on any field (a list's elements too) and aggregates of any field."""
+    kind = draw(st.integers(0, 3))
+    if kind == 0:
+        return draw(lookup_actions(catalog_names, list_templates))
+    if kind == 1:
+        names = st.one_of(catalog_names, st.sampled_from(LIST_FIELDS))  # more often over a list's elements
+        action = draw(aggregate_actions(names, CATALOG_NAMES))
+        if "of" in action and draw(st.integers(0, 3)) == 0:
+            action["of"] = draw(list_templates.filter(lambda t: "{" in t))  # `{images[0]}`: one text per member
+        return action
+    return draw(list_actions())
+
+
+catalog_conditions = st.one_of(
+    list_conditions,
+    st.builds(lambda b: {"group_first": b}, st.sampled_from(["true", "false"])),
+    st.builds(lambda c: {"all": [c, {"not": {"group_first": "true"}}]}, list_conditions),
+)
+
+
+@st.composite
+def catalog_rule_lists(draw: st.DrawFn) -> list[dict[str, Any]]:
+    rules = []
+    for _ in range(draw(st.integers(1, 5))):
+        rule: dict[str, Any] = {"then": draw(st.lists(catalog_actions(), max_size=3))}
+        if draw(st.integers(0, 4)):
+            rule["when"] = draw(catalog_conditions)
+        if draw(st.integers(0, 3)) == 0:
+            rule["else"] = draw(st.lists(catalog_actions(), max_size=2))
+        rules.append(rule)
+    return rules
+
+
+# Group values that repeat, blank ones and white space apart; list elements drawn from the pool lookup keys use.
+catalog_items = st.lists(
+    st.fixed_dictionaries(
+        {
+            **{f: values for f in FIELDS[:3]},
+            **{f: list_values for f in LIST_FIELDS},
+            GROUP_FIELD: st.sampled_from(["a", "a", "b", " a", "", " ", "ß"]),
+        }
+    ),
+    max_size=6,
+).map(lambda xs: [{KEY_FIELD: str(i), **x} for i, x in enumerate(xs)])
+catalog_lookup_rows = st.lists(
+    st.fixed_dictionaries(
+        {LOOKUP_KEY: st.one_of(st.sampled_from([*POOL, " a", "", "b"]), values), "v1": values, "v2": values}
+    ),
+    max_size=6,
+)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    items=catalog_items,
+    raw_rules=catalog_rule_lists(),
+    rows=catalog_lookup_rows,
+    group=st.sampled_from([GROUP_FIELD, GROUP_FIELD, "tags"]),
+    split=st.booleans(),
+)
+def test_sql_route_matches_the_reference_with_lists_groups_and_lookups(
+    engine: Engine,
+    items: list[dict[str, Any]],
+    raw_rules: list[dict[str, Any]],
+    rows: list[dict[str, str]],
+    group: str,
+    split: bool,
+    tmp_path: Path,
+) -> None:
+    """Random lists, groups (by a text or a list field) and lookup tables together: aggregates over a list's
+    elements, first/last keeping a list, lookups matching a list's first element with a row, and the same
+    json and google-xml exports."""
+    fields = [KEY_FIELD, *LISTED, GROUP_FIELD]
+    kw: dict[str, Any] = {"lists": frozenset(LIST_FIELDS), "lookups": {"lk": rows}, "group": group}
+    assert_same(engine, items, fields, raw_rules, split=split, **kw)
+    assert_same_exports(engine, items, fields, raw_rules, tmp_path, **kw)
+
+
+def test_aggregates_read_list_elements_and_a_list_match_takes_its_first_element_with_a_row(engine: Engine) -> None:
+    """P16 and P22 on fixed items, in SQL: the values themselves, not only agreement with the reference."""
+    items = [
+        {KEY_FIELD: "1", GROUP_FIELD: "A", "images": ("a", "2.5"), "tags": ("x", "b")},
+        {KEY_FIELD: "2", GROUP_FIELD: "A", "images": (), "tags": ()},
+        {KEY_FIELD: "3", GROUP_FIELD: "A", "images": ("10", "c"), "tags": ("b",)},
+        {KEY_FIELD: "4", GROUP_FIELD: "B", "images": ("7",), "tags": ("z", " c ")},
+    ]
+    rules = [
+        {
+            "then": [
+                {"aggregate": "all", "op": "join", "of": "images", "separator": "|"},
+                {"aggregate": "low", "op": "min", "of": "images"},
+                {"aggregate": "total", "op": "sum", "of": "images", "round": "1"},
+                {"aggregate": "head", "op": "last", "of": "images"},
+            ]
+        },
+        {"then": [{"lookup": "lk", "match": "tags", "set": {"hit": "v1"}}]},
+    ]
+    rows = [{LOOKUP_KEY: "b", "v1": "from b"}, {LOOKUP_KEY: "c", "v1": "from c"}]
+    kw: dict[str, Any] = {"lists": frozenset(LIST_FIELDS), "lookups": {"lk": rows}, "group": GROUP_FIELD}
+    fields = [KEY_FIELD, GROUP_FIELD, *LIST_FIELDS]
+    result, got, _want = run_both(engine, items, fields, rules, **kw)
+    assert [(g["all"], g["low"], g["total"], g["head"]) for g in got] == [
+        ("a|2.5|10|c", "2.5", "12.5", ("10", "c")),
+        ("a|2.5|10|c", "2.5", "12.5", ("10", "c")),
+        ("a|2.5|10|c", "2.5", "12.5", ("10", "c")),
+        ("7", "7", "7.0", ("7",)),
+    ]
+    assert [g["hit"] for g in got] == ["from b", "", "from b", "from c"]
+    assert [(r["matched"], r["unmatched_values"]) for r in result.lookups] == [(3, [{"value": "", "count": 1}])]
+    assert_same(engine, items, fields, rules, **kw)

@@ -146,3 +146,41 @@ def test_the_page_shows_a_finished_runs_timeline_and_run_now_twice_answers_accep
         page.wait_for_selector("#run-status .status-cancelled", timeout=WAIT_MS)
         assert store.run(new_run).status == "CANCELLED"
         assert console_errors == []
+
+
+def test_the_run_view_lists_each_lookup_with_its_matched_and_unmatched_counts(
+    browser: object, run_env: Path, tmp_path: Path
+) -> None:
+    company, project = "web_" + uuid.uuid4().hex[:8], "shop_" + uuid.uuid4().hex[:8]
+    folder = tmp_path / "feeds"
+    folder.mkdir()
+    write_csv(folder / "main.csv", ["id", "cat"], [["1", "Rings"], ["2", "Hats"], ["3", "Hats"], ["4", "<b>x</b>"]])
+    write_csv(folder / "cats.csv", ["code", "gpc"], [["Rings", "Jewelry > Rings"]])
+    spec = {
+        "company": company,
+        "project": project,
+        "sources": [{"name": "main", "url": "main.csv"}],
+        "lookups": [{"name": "cats", "url": "cats.csv", "key": "code"}],
+        "rules": [{"name": "gpc", "then": [{"lookup": "cats", "match": "cat", "set": {"gpc": "gpc"}}]}],
+        "exports": [{"name": "csv", "format": "csv", "path": "out.csv"}],
+    }
+    store = RunStore()
+    store.apply_spec(parse_spec(spec), spec_dir=folder)
+    report = execute_run(store.request_run(project, "cli"))
+    assert report["status"] == "SUCCEEDED", report["error"]
+    token = TokenStore().create(company)
+    with ServerThread(create_app()) as base_url:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})  # type: ignore[attr-defined]
+        page.goto(base_url + "/")
+        page.fill("#token-input", token)
+        page.click("#login-form button[type=submit]")
+        page.wait_for_selector("#lookups tbody tr", timeout=WAIT_MS)
+        assert page.locator("#lookups tbody tr td").all_text_contents() == [
+            "cats",
+            "gpc",
+            "then[0]",
+            "1",
+            "3",
+            "Hats (2), <b>x</b> (1)",
+        ]
+        assert page.locator("#lookups b").count() == 0

@@ -114,3 +114,20 @@ def list_runs(
 ) -> schemas.RunList:
     """The project's runs, newest first."""
     return service.project_runs(store, company, project_id, limit)
+
+
+@router.get("/{project_id}/values", responses={**_NOT_FOUND, **_BAD_SPEC})
+def field_values(
+    project_id: str,
+    company: CurrentCompany,
+    store: Store,
+    field: Annotated[str, Query(min_length=1, description="the field whose values to list (SPEC 9, P33)")],
+) -> dict[str, Any]:
+    """A field's distinct values after the project's rules (latest succeeded run), most frequent first.
+
+    The same as `firefeed values PROJECT FIELD --json`; 404 for an unknown project or one without a
+    succeeded run, 422 when the field is not one of its fields after its rules.
+    """
+    from firefeed.pipeline.values import field_values as values_of
+
+    return values_of(store.engine, project_id, field, company=company).to_json()

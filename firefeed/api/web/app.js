@@ -254,6 +254,7 @@ function renderReport(report) {
       ),
     ),
   );
+  renderLookups(rules.lookups || []);
   renderQuality(report.exports || []);
   $("accept-drop").hidden = !(err && err.type === "DropGuardError");
   $("warnings").replaceChildren(...(report.warnings || []).map((w) => el("li", {}, "warning: " + w)));
@@ -267,6 +268,26 @@ function diffText(d) {
     `${fmtInt(d.changed)} changed, ${fmtInt(d.unchanged)} unchanged`;
   if (d.drop && d.drop.status !== "ok") text += ` · drop ${d.drop.share}% > max_drop ${d.drop.max_drop}%: ${d.drop.status}`;
   return text;
+}
+
+// Per lookup action (SPEC 9): matched and unmatched items, and the most frequent unmatched values.
+function renderLookups(actions) {
+  $("lookups-box").hidden = actions.length === 0;
+  fill(
+    $("lookups").tBodies[0],
+    actions.map((a) =>
+      el(
+        "tr",
+        {},
+        el("td", {}, a.lookup),
+        el("td", {}, a.rule),
+        el("td", { class: "mono" }, a.action),
+        el("td", { class: "num" }, fmtInt(a.matched)),
+        el("td", { class: "num" }, fmtInt(a.unmatched)),
+        el("td", {}, (a.unmatched_values || []).map((v) => `${v.value === "" ? "(empty)" : v.value} (${fmtInt(v.count)})`).join(", ")),
+      ),
+    ),
+  );
 }
 
 function renderQuality(exports) {

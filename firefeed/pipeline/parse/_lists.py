@@ -24,6 +24,23 @@ def array_literal(elements: Iterable[str]) -> str:
     return "{" + ",".join(quoted) + "}" if quoted else ""
 
 
+def literal_elements(text: str) -> tuple[str, ...]:
+    """The elements of a staged list (what `array_literal` wrote; "" has none)."""
+    out: list[str] = []
+    i, end = 1, len(text) - 1  # inside the braces
+    while i < end:
+        i += 1  # the opening quote
+        buf: list[str] = []
+        while text[i] != '"':
+            if text[i] == "\\":
+                i += 1
+            buf.append(text[i])
+            i += 1
+        out.append("".join(buf))
+        i += 2  # the closing quote and the comma after it
+    return tuple(out)
+
+
 def split_cell(cell: str, separator: str) -> str:
     """A csv/tsv cell of a list field: split on the separator, taken literally."""
     return array_literal(cell.split(separator)) if cell else ""

@@ -1,0 +1,143 @@
+"""Lookup tables (SPEC 9, P21): fetched and parsed like sources, then kept as one row per key.
+
+Each lookup is fetched and staged with the sources' own code (steps.fetch_feed and
+steps.stage_feed: the same URL checks, size limits, formats and options), then
+one CREATE TABLE AS keeps each trimmed, non-blank key's first row with only the
+columns the rules read from it (a column the file lacks is ""). The rules join
+that table (rules/sqlgen.py). It runs in the MERGE job, after the items are
+merged: the table is ready before RULES starts, on whichever machine runs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg2 import sql
+from sqlalchemy import Engine
+
+from firefeed.db.engine import raw_connection
+from firefeed.errors import MergeError
+from firefeed.pipeline.context import RunContext
+from firefeed.pipeline.merge import trimmed
+from firefeed.rules.lookups import LookupSet
+from firefeed.rules.model import Rule
+from firefeed.schema.identifiers import KEY, ORD, column_for_field, company_schema, ident, lookup_staging_table
+from firefeed.schema.service import SchemaService
+from firefeed.spec.model import LookupSpec, ProjectSpec
+from firefeed.textutil import WHITESPACE
+
+
+@dataclass
+class LookupStats:
+    """What the RunReport says of one lookup table: its file, its rows, the keys it skipped."""
+
+    name: str
+    bytes: int
+    rows: int
+    keys: int
+    empty_key: int
+    duplicate_key: int
+    malformed: int
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "bytes": self.bytes,
+            "rows": self.rows,
+            "keys": self.keys,
+            "skipped": {"empty_key": self.empty_key, "duplicate_key": self.duplicate_key, "malformed": self.malformed},
+        }
+
+
+def lookup_columns(spec: ProjectSpec, rules: Sequence[Rule] | None = None) -> dict[str, list[str]]:
+    """Per lookup, the columns any `lookup` action reads from it (project and channel rules), in first-use order."""
+    out: dict[str, list[str]] = {lk.name: [] for lk in spec.lookups}
+    every = [*spec.parsed_rules, *(r for e in spec.exports for r in e.parsed_rules)] if rules is None else rules
+    for rule in every:
+        for action in (*rule.then, *rule.else_):
+            if isinstance(action, LookupSet):
+                cols = out.setdefault(action.lookup, [])
+                cols.extend(c for c in action.columns if c not in cols)
+    return out
+
+
+def load_lookups(ctx: RunContext) -> list[LookupStats]:
+    """Fetch, parse and key every lookup of the spec into the table the rules join."""
+    from firefeed.pipeline import steps
+
+    columns = lookup_columns(ctx.spec)
+    tables = ctx.spec.lookup_tables
+    out = []
+    for lk in ctx.spec.lookups:
+        ctx.check_cancel()
+        fetched = steps.fetch_feed(ctx, lk, scope="lookup:")
+        staging = lookup_staging_table(ctx.spec.project, lk.name)
+        staged = steps.stage_feed(ctx, lk, fetched, staging)
+        stats = build_lookup_table(
+            ctx.engine,
+            ctx.schema,
+            company=ctx.spec.company,
+            lookup=lk,
+            staging=staging,
+            table=tables[lk.name],
+            fields=staged.fields,
+            wanted=columns.get(lk.name, []),
+        )
+        stats.bytes, stats.rows, stats.malformed = fetched.bytes, staged.rows, staged.stats.malformed
+        ctx.schema.drop_table(ctx.spec.company, staging)
+        out.append(stats)
+    return out
+
+
+def build_lookup_table(
+    engine: Engine,
+    schema_service: SchemaService,
+    *,
+    company: str,
+    lookup: LookupSpec,
+    staging: str,
+    table: str,
+    fields: Sequence[str],
+    wanted: Sequence[str],
+) -> LookupStats:
+    """(Re)create `table` as the first row of each non-blank trimmed key of `staging` with the `wanted`
+    columns; its key counts. `fields`: the staged file's fields."""
+    lk = lookup
+    if lk.key not in fields:
+        shown = ", ".join(list(fields)[:12]) + (" …" if len(fields) > 12 else "")
+        raise MergeError(f"lookup {lk.name!r} has no key column {lk.key!r} (its fields: {shown or 'none'})")
+    schema = company_schema(company)
+    key = trimmed(sql.SQL("{}").format(ident(column_for_field(lk.key))))
+    present = set(fields)
+    picked = [
+        sql.SQL("{} AS {}").format(
+            ident(column_for_field(c)) if c in present else sql.SQL("''::text"), ident(column_for_field(c))
+        )
+        for c in wanted
+    ]
+    keyed = sql.SQL("SELECT {key} AS k, {ord} AS o{more} FROM {stg}").format(
+        key=key,
+        ord=ident(ORD),
+        more=sql.SQL("").join(sql.SQL(", ") + p for p in picked),
+        stg=ident(schema, staging),
+    )
+    # The first row (in file order) of each key; DISTINCT ON keeps the row ORDER BY puts first.
+    select = sql.SQL("SELECT DISTINCT ON (k) k{more} FROM ({keyed}) s WHERE k <> '' ORDER BY k, o").format(
+        more=sql.SQL("").join(sql.SQL(", ") + ident(column_for_field(c)) for c in wanted), keyed=keyed
+    )
+    params = [WHITESPACE] * 3
+    with raw_connection(engine) as conn:
+        keys = schema_service.rebuild_lookup_table(
+            company, table, [KEY, *(column_for_field(c) for c in wanted)], select, params, conn=conn
+        )
+        with conn.cursor() as cur:
+            cur.execute(
+                sql.SQL("SELECT count(*), count(*) FILTER (WHERE k = '') FROM (SELECT {key} AS k FROM {stg}) s").format(
+                    key=key, stg=ident(schema, staging)
+                ),
+                params,
+            )
+            rows, empty = cur.fetchone()
+    return LookupStats(lk.name, 0, int(rows), keys, int(empty), int(rows) - int(empty) - keys, 0)

@@ -1,0 +1,269 @@
+"""SPEC 9, channel rules (P29-P31): an export's own rules run after the project's, on its copy only."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.integration.conftest import read_csv, run_json, write_csv
+
+pytestmark = pytest.mark.integration
+
+JEWELRY = Path(__file__).resolve().parents[3] / "shared" / "realfeeds" / "shopify-jewelry" / "jewelery.csv"
+
+
+def _write(tmp: Path, spec: dict[str, Any]) -> Path:
+    path = tmp / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def _run(tmp: Path, spec: dict[str, Any]) -> dict[str, Any]:
+    code, report = run_json(_write(tmp, spec))
+    assert code == 0, report
+    return report
+
+
+def _items(tmp: Path) -> None:
+    write_csv(
+        tmp / "main.csv",
+        ["id", "title", "cat", "price"],
+        [
+            ["1", "Ring", "Rings", "10"],
+            ["2", "Test hat", "Hats", "5"],
+            ["3", "Mug", "Mugs", "7"],
+            ["4", "Bag", "", "9"],
+        ],
+    )
+    write_csv(tmp / "cats.csv", ["code", "gpc"], [["Rings", "Jewelry > Rings"], ["Mugs", "Kitchen > Mugs"]])
+
+
+def test_an_exports_rules_change_only_that_export_and_count_apart(run_env: Path, tmp_path: Path) -> None:
+    _items(tmp_path)
+    spec = {
+        "company": "catalog",
+        "project": "channel_rules",
+        "sources": [{"name": "main", "url": "main.csv"}],
+        "lookups": [{"name": "cats", "url": "cats.csv", "key": "code"}],
+        "rules": [
+            {"name": "label", "then": [{"set": "label", "value": "shop"}]},
+            {
+                "name": "cheap",
+                "when": {"field": "price", "op": "lt", "value": "6"},
+                "then": [{"set": "cheap", "value": "y"}],
+            },
+        ],
+        "exports": [
+            {
+                "name": "google",
+                "format": "csv",
+                "path": "google.csv",
+                "rules": [
+                    # the same name as a project rule: names are per export (P29)
+                    {"name": "label", "then": [{"set": "label", "value": "google"}]},
+                    {"when": {"field": "title", "op": "starts_with", "value": "test"}, "then": [{"exclude": True}]},
+                    {"then": [{"lookup": "cats", "match": "cat", "set": {"google_product_category": "gpc"}}]},
+                    {"name": "price", "then": [{"append": "price", "value": " EUR"}]},
+                ],
+            },
+            {"name": "plain", "format": "csv", "path": "plain.csv"},
+        ],
+    }
+    report = _run(tmp_path, spec)
+    out = run_env / "catalog" / "channel_rules"
+    header, body = read_csv(out / "google.csv")
+    # P30: the project rules' created fields, then the export's own
+    assert header == ["id", "title", "cat", "price", "label", "cheap", "google_product_category"]
+    assert body == [
+        ["1", "Ring", "Rings", "10 EUR", "google", "", "Jewelry > Rings"],
+        ["3", "Mug", "Mugs", "7 EUR", "google", "", "Kitchen > Mugs"],
+        ["4", "Bag", "", "9 EUR", "google", "", ""],
+    ]
+    header, body = read_csv(out / "plain.csv")
+    assert header == ["id", "title", "cat", "price", "label", "cheap"]
+    assert [r[3:] for r in body] == [["10", "shop", ""], ["5", "shop", "y"], ["7", "shop", ""], ["9", "shop", ""]]
+
+    # rules.* counts the project's rules only; the export's own are under its entry
+    assert report["rules"]["matched"] == {"label": 4, "cheap": 1}
+    assert report["rules"]["excluded"] == 0
+    google, plain = report["exports"]
+    assert google["rows"] == 3 and plain["rows"] == 4
+    assert google["rules"]["matched"] == {"label": 4, "rule 2": 1, "rule 3": 3, "price": 3}
+    assert google["rules"]["excluded"] == 1
+    (lookup,) = google["rules"]["lookups"]
+    assert (lookup["rule"], lookup["matched"], lookup["unmatched"]) == ("rule 3", 2, 1)
+    assert lookup["unmatched_values"] == [{"value": "", "count": 1}]
+    assert "rules" not in plain
+
+
+def test_the_cli_table_shows_an_exports_own_rules_and_lookups(run_env: Path, tmp_path: Path) -> None:
+    from tests.integration.conftest import cli
+
+    _items(tmp_path)
+    spec = {
+        "company": "catalog",
+        "project": "channel_cli",
+        "sources": [{"name": "main", "url": "main.csv"}],
+        "lookups": [{"name": "cats", "url": "cats.csv", "key": "code"}],
+        "exports": [
+            {
+                "name": "google",
+                "format": "csv",
+                "path": "google.csv",
+                "rules": [{"name": "gpc", "then": [{"lookup": "cats", "match": "cat", "set": {"gpc": "gpc"}}]}],
+            }
+        ],
+    }
+    code, out = cli("run", str(_write(tmp_path, spec)))
+    assert code == 0, out
+    assert "google rules: 1 pass(es), 0 excluded" in out
+    assert "lookup cats in 'gpc' then[0]: 2 matched, 2 unmatched" in out
+
+
+def test_channel_rules_keep_one_shopify_item_per_group_for_one_export(run_env: Path, tmp_path: Path) -> None:
+    shutil.copy(JEWELRY, tmp_path / "jewelery.csv")
+    spec = {
+        "company": "catalog",
+        "project": "channel_groups",
+        "group": "item_group_id",
+        "sources": [{"name": "shopify", "url": "jewelery.csv", "key_from": "{Handle}-{Option1 Value}"}],
+        "rules": [
+            {"name": "image rows", "when": {"field": "Option1 Value", "op": "empty"}, "then": [{"exclude": True}]},
+            {"name": "group", "then": [{"copy": "item_group_id", "from": "Handle"}]},
+        ],
+        "exports": [
+            {"name": "variants", "format": "csv", "path": "variants.csv", "fields": {"id": "id"}},
+            {
+                "name": "products",
+                "format": "csv",
+                "path": "products.csv",
+                "fields": {"id": "item_group_id", "variants": "variants"},
+                "rules": [
+                    {"name": "count", "then": [{"aggregate": "variants", "op": "count"}]},
+                    {"name": "one per product", "when": {"not": {"group_first": True}}, "then": [{"exclude": True}]},
+                ],
+            },
+        ],
+    }
+    report = _run(tmp_path, spec)
+    out = run_env / "catalog" / "channel_groups"
+    variants = [r[0] for r in read_csv(out / "variants.csv")[1]]
+    products = read_csv(out / "products.csv")[1]
+    handles = list(dict.fromkeys(v.rsplit("-", 1)[0] for v in variants))
+    assert [p[0] for p in products] == handles
+    assert ["leather-anchor", "2"] in products and ["chain-bracelet", "2"] in products
+    assert sum(int(p[1]) for p in products) == len(variants)
+    assert report["exports"][1]["rules"]["excluded"] == len(variants) - len(handles)
+
+
+def test_a_repeated_rule_name_within_an_export_is_a_spec_error_naming_it(run_env: Path, tmp_path: Path) -> None:
+    _items(tmp_path)
+    rules = [{"name": "a", "then": [{"set": "x", "value": "1"}]}, {"name": "a", "then": [{"set": "y", "value": "1"}]}]
+    spec = {
+        "company": "catalog",
+        "project": "channel_dup",
+        "sources": [{"name": "main", "url": "main.csv"}],
+        "exports": [{"name": "e", "format": "csv", "path": "e.csv", "rules": rules}],
+    }
+    code, out = run_json_error(_write(tmp_path, spec))
+    assert code == 2
+    assert "exports[0].rules[1].name" in out
+
+
+def run_json_error(spec: Path) -> tuple[int, str]:
+    import contextlib
+    import io
+
+    from firefeed.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(["run", str(spec)])
+    return code, err.getvalue()
+
+
+def test_the_drop_guard_skips_an_export_whose_rules_where_or_fields_changed_and_warns(
+    run_env: Path, tmp_path: Path
+) -> None:
+    _items(tmp_path)
+    spec: dict[str, Any] = {
+        "company": "catalog",
+        "project": "channel_guard",
+        "sources": [{"name": "main", "url": "main.csv"}],
+        "exports": [
+            {"name": "google", "format": "csv", "path": "google.csv", "rules": []},
+            {"name": "plain", "format": "csv", "path": "plain.csv"},
+        ],
+    }
+    assert _run(tmp_path, spec)["status"] == "SUCCEEDED"
+    # the export's own rules now drop 3 of its 4 items (75% > max_drop 50%): asked for, not guarded
+    spec["exports"][0]["rules"] = [{"when": {"field": "id", "op": "ne", "value": "1"}, "then": [{"exclude": True}]}]
+    report = _run(tmp_path, spec)
+    google = report["exports"][0]
+    assert google["rows"] == 1 and google["diff"]["drop"]["status"] == "unguarded"
+    assert any("export 'google': 3 of 4 items dropped" in w and "not guarded" in w for w in report["warnings"])
+    # the same spec again, and the feed loses items: guarded as before, for both exports
+    write_csv(tmp_path / "main.csv", ["id", "title", "cat", "price"], [["1", "Ring", "Rings", "10"]])
+    spec["exports"][1]["where"] = {"field": "id", "op": "ne", "value": "x"}  # plain's where changed: unguarded
+    code, report = run_json(_write(tmp_path, spec))
+    assert code == 0, report
+    assert report["exports"][1]["diff"]["drop"]["status"] == "unguarded"
+    write_csv(tmp_path / "main.csv", ["id", "title", "cat", "price"], [["9", "Other", "", "1"]])
+    code, report = run_json(_write(tmp_path, spec))
+    assert code == 1
+    assert report["error"]["type"] == "DropGuardError"
+    assert report["exports"][1]["diff"]["drop"]["status"] == "blocked"
+
+
+def test_the_preview_shows_each_exports_own_rules_after_the_projects(run_env: Path, tmp_path: Path) -> None:
+    import json
+
+    from tests.integration.conftest import cli
+
+    _items(tmp_path)
+    spec = {
+        "company": "catalog",
+        "project": "channel_preview",
+        "sources": [{"name": "main", "url": "main.csv"}],
+        "rules": [
+            {
+                "name": "no tests",
+                "when": {"field": "title", "op": "starts_with", "value": "test"},
+                "then": [{"exclude": True}],
+            }
+        ],
+        "exports": [
+            {"name": "plain", "format": "csv", "path": "plain.csv"},
+            {
+                "name": "google",
+                "format": "csv",
+                "path": "google.csv",
+                "rules": [
+                    {"name": "eur", "then": [{"append": "price", "value": " EUR"}]},
+                    {
+                        "name": "no bags",
+                        "when": {"field": "title", "op": "eq", "value": "bag"},
+                        "then": [{"exclude": True}],
+                    },
+                ],
+            },
+        ],
+    }
+    code, out = cli("preview", str(_write(tmp_path, spec)), "--json")
+    assert code == 0, out
+    preview = json.loads(out)
+    (google,) = preview["exports"]
+    assert google["name"] == "google"
+    assert [(r["rule"], r["items_in"], r["changed"], r["excluded"]) for r in google["rules"]] == [
+        ("eur", 3, 3, 0),
+        ("no bags", 3, 0, 1),
+    ]
+    assert [i["key"] for i in google["items"]] == ["1", "3", "4"]  # the project's rule dropped 2
+    assert google["items"][2]["excluded_by"] == "no bags"
+    assert preview["rules"][0]["excluded"] == 1
+    code, text = cli("preview", str(_write(tmp_path, spec)))
+    assert code == 0 and "export 'google': its own rules" in text and "'9' -> '9 EUR'" in text

@@ -1,0 +1,186 @@
+"""SPEC 9, lookup tables (P21-P24): fetched and parsed like a source, joined by the `lookup` action."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.integration.conftest import cli, read_csv, run_json, write_csv
+
+pytestmark = pytest.mark.integration
+
+
+def _write_spec(tmp: Path, spec: dict[str, Any]) -> Path:
+    path = tmp / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def _project(tmp: Path, project: str, rules: list[dict[str, Any]], **top: Any) -> Path:
+    write_csv(
+        tmp / "main.csv",
+        ["id", "title", "category"],
+        [
+            ["1", "Ring", "Rings"],
+            ["2", "Hoop", " Earrings "],
+            ["3", "Cap", "Hats"],
+            ["4", "Bag", "Bags"],
+            ["5", "Hat", "Hats"],
+            ["6", "Cup", ""],
+            ["7", "Tote", "Bags"],
+            ["8", "Mug", "Mugs"],
+        ],
+    )
+    write_csv(
+        tmp / "categories.csv",
+        ["shop_category", "gpc", "label"],
+        [
+            ["Rings", "Apparel & Accessories > Jewelry > Rings", "jewelry"],
+            ["Earrings", "Apparel & Accessories > Jewelry > Earrings", ""],
+            ["Rings", "a repeated key keeps its first row", "no"],
+            ["  ", "a blank key is skipped", "no"],
+            ["Mugs", "Home & Garden > Kitchen > Mugs", "home"],
+        ],
+    )
+    spec = {
+        "company": "catalog",
+        "project": project,
+        "sources": [{"name": "main", "url": "main.csv"}],
+        "lookups": [{"name": "categories", "url": "categories.csv", "key": "shop_category"}],
+        "rules": rules,
+        "exports": [{"name": "all", "format": "csv", "path": "all.csv"}],
+        **top,
+    }
+    return _write_spec(tmp, spec)
+
+
+def _run(spec: Path) -> dict[str, Any]:
+    code, report = run_json(spec)
+    assert code == 0, report
+    return report
+
+
+def test_a_lookup_maps_shop_categories_to_google_categories_and_reports_the_unmatched(
+    run_env: Path, tmp_path: Path
+) -> None:
+    rules = [
+        {
+            "name": "google category",
+            "then": [
+                {
+                    "lookup": "categories",
+                    "match": "category",
+                    "set": {"google_product_category": "gpc", "custom_label_0": "label", "other": "missing"},
+                    "default": {"custom_label_0": "unmapped {category}"},
+                }
+            ],
+        }
+    ]
+    report = _run(_project(tmp_path, "lookup_gpc", rules))
+    header, body = read_csv(run_env / "catalog" / "lookup_gpc" / "all.csv")
+    assert header == ["id", "title", "category", "google_product_category", "custom_label_0", "other"]
+    assert body == [
+        ["1", "Ring", "Rings", "Apparel & Accessories > Jewelry > Rings", "jewelry", ""],
+        # trimmed before matching; a matched row's "" is taken (P21)
+        ["2", "Hoop", " Earrings ", "Apparel & Accessories > Jewelry > Earrings", "", ""],
+        ["3", "Cap", "Hats", "", "unmapped Hats", ""],
+        ["4", "Bag", "Bags", "", "unmapped Bags", ""],
+        ["5", "Hat", "Hats", "", "unmapped Hats", ""],
+        ["6", "Cup", "", "", "unmapped ", ""],
+        ["7", "Tote", "Bags", "", "unmapped Bags", ""],
+        ["8", "Mug", "Mugs", "Home & Garden > Kitchen > Mugs", "home", ""],
+    ]
+    assert report["rules"]["lookups"] == [
+        {
+            "rule": "google category",
+            "action": "then[0]",
+            "lookup": "categories",
+            "matched": 3,
+            "unmatched": 5,
+            # most frequent first, ties in feed order; "" is listed too
+            "unmatched_values": [
+                {"value": "Hats", "count": 2},
+                {"value": "Bags", "count": 2},
+                {"value": "", "count": 1},
+            ],
+        }
+    ]
+    (table,) = report["lookups"]
+    assert table["name"] == "categories" and table["rows"] == 5 and table["keys"] == 3
+    assert table["skipped"] == {"empty_key": 1, "duplicate_key": 1, "malformed": 0}
+
+
+def test_a_lookup_counts_only_the_items_its_branch_runs_on(run_env: Path, tmp_path: Path) -> None:
+    rules = [
+        {"name": "drop cups", "when": {"field": "title", "op": "eq", "value": "Cup"}, "then": [{"exclude": True}]},
+        {
+            "name": "map",
+            "when": {"field": "title", "op": "starts_with", "value": "H"},
+            "then": [{"set": "note", "value": "h"}],
+            "else": [{"lookup": "categories", "match": "category", "set": {"category": "gpc"}}],
+        },
+    ]
+    report = _run(_project(tmp_path, "lookup_else", rules))
+    _, body = read_csv(run_env / "catalog" / "lookup_else" / "all.csv")
+    assert [r[2] for r in body] == [
+        "Apparel & Accessories > Jewelry > Rings",
+        " Earrings ",  # Hoop: the then branch ran, not the lookup
+        "Hats",
+        "Bags",
+        "Hats",
+        "Bags",
+        "Home & Garden > Kitchen > Mugs",
+    ]
+    (entry,) = report["rules"]["lookups"]
+    assert (entry["action"], entry["matched"], entry["unmatched"]) == ("else[0]", 2, 3)
+    assert entry["unmatched_values"] == [{"value": "Bags", "count": 2}, {"value": "Hats", "count": 1}]
+
+
+def test_the_cli_table_shows_a_lookups_counts(run_env: Path, tmp_path: Path) -> None:
+    rules = [{"name": "gpc", "then": [{"lookup": "categories", "match": "category", "set": {"gpc": "gpc"}}]}]
+    code, out = cli("run", str(_project(tmp_path, "lookup_cli", rules)))
+    assert code == 0, out
+    assert "lookup categories" in out and "3 matched, 5 unmatched" in out
+    assert "Hats (2)" in out
+
+
+def test_a_lookup_file_lacking_its_key_column_fails_the_run_naming_it(run_env: Path, tmp_path: Path) -> None:
+    spec = _project(tmp_path, "lookup_nokey", [])
+    doc = yaml.safe_load(spec.read_text())
+    doc["lookups"][0]["key"] = "code"
+    code, report = run_json(_write_spec(tmp_path, doc))
+    assert code == 1
+    assert "lookup 'categories' has no key column 'code'" in report["error"]["message"]
+    assert json.dumps(report)
+
+
+def test_a_lookup_url_goes_through_the_sources_address_checks(run_env: Path, tmp_path: Path) -> None:
+    spec = _project(tmp_path, "lookup_ssrf", [])
+    doc = yaml.safe_load(spec.read_text())
+    doc["lookups"][0]["url"] = "http://169.254.169.254/latest/categories.csv"
+    code, report = run_json(_write_spec(tmp_path, doc))
+    assert code == 1
+    assert report["error"]["type"] == "UnsafeURLError"
+    assert "non-public address" in report["error"]["message"]
+
+
+def test_the_preview_joins_lookups_and_reads_groups_like_a_run(run_env: Path, tmp_path: Path) -> None:
+    rules = [
+        {"name": "gpc", "then": [{"lookup": "categories", "match": "category", "set": {"gpc": "gpc"}}]},
+        {"name": "count", "then": [{"aggregate": "n", "op": "count"}]},
+        {"name": "firsts", "when": {"group_first": True}, "then": [{"set": "first", "value": "y"}]},
+    ]
+    spec = _project(tmp_path, "lookup_preview", rules, group="category")
+    code, out = cli("preview", str(spec), "--json")
+    assert code == 0, out
+    preview = json.loads(out)
+    by_rule = {r["rule"]: r for r in preview["rules"]}
+    assert by_rule["gpc"]["changed"] == 3  # Rings, Earrings, Mugs have a row
+    assert by_rule["firsts"]["matched"] == 6  # Rings, Earrings, Hats, Bags, "" (one), Mugs
+    ring = preview["items"][0]
+    after = {c["field"]: c["after"] for r in ring["rules"] for c in r["changes"]}
+    assert after == {"gpc": "Apparel & Accessories > Jewelry > Rings", "n": "1", "first": "y"}
