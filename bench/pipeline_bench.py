@@ -9,6 +9,9 @@ Measures, on feeds made by ../shared/feedgen/feedgen.py (cached in --data-dir):
     --repeat times, alternating; the google-xml EXPORT step's median against the csv one's (the
     google-xml project's first run, which parses and checks every item, is printed too);
   - a 10,000-item run, for the peak-RSS ratio (memory must stay flat with feed size);
+  - the catalog variant (bench/catalog.py: a 5-element image list, groups of 4 variants, a 2,000-row
+    lookup, an aggregate, channel rules on the export), its first run against the plain first run
+    (target <= 1.3x);
   - the pandas reference script on the same feeds (bench/pandas_reference.py, its own venv), so the
     "no slower than pandas" ratio is measured on the same machine state; --skip-pandas, or a venv
     that cannot be built, falls back to the published figure.
@@ -37,6 +40,7 @@ PANDAS_PUBLISHED_ROWS = 1_000_000
 sys.path.insert(0, str(HERE))
 
 from _benchdb import create_database, drop_database, save_results  # noqa: E402
+from catalog import catalog_files, write_catalog_spec  # noqa: E402
 from floor import run_floor  # noqa: E402
 from pandas_reference import PandasReferenceUnavailable, run_reference  # noqa: E402
 
@@ -122,6 +126,10 @@ def main() -> None:
         default=os.environ.get("FIREFEED_BENCH_ADMIN_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"),
     )
     ap.add_argument("--skip-floor", action="store_true")
+    ap.add_argument("--skip-catalog", action="store_true", help="leave out the catalog variant (SPEC 9)")
+    ap.add_argument(
+        "--catalog-only", action="store_true", help="only the plain 1M run and the catalog variant, and their ratio"
+    )
     ap.add_argument("--repeat", type=int, default=3, help="steady-state google-xml and csv runs (medians)")
     ap.add_argument(
         "--skip-pandas", action="store_true", help=f"compare with the published pandas {PANDAS_PUBLISHED_S} s instead"
@@ -153,6 +161,26 @@ def main() -> None:
         big_rss = big["peak_rss_mib"]
         csv_steps = step_seconds(big["report"])
         print(f"  {big['wall_s']:.2f}s, peak RSS {big_rss:.0f} MiB, steps {csv_steps}", flush=True)
+
+        catalog: dict[str, Any] | None = None
+        if not args.skip_catalog:
+            cat_feed, cat_lookup = catalog_files(args.data_dir, feed)
+            print(f"catalog variant, {args.rows:,} items (lists, groups, a lookup, an aggregate, channel rules) …")
+            cat_spec = write_catalog_spec(
+                args.data_dir / "spec_catalog.yaml", "bench_catalog", cat_feed, stock, cat_lookup
+            )
+            catalog = firefeed_run(cat_spec, env)
+            print(f"  {catalog['wall_s']:.2f}s, steps {step_seconds(catalog['report'])}", flush=True)
+
+        if args.catalog_only:
+            assert catalog is not None, "--catalog-only with --skip-catalog"
+            ratio = catalog["wall_s"] / big["wall_s"]
+            print(
+                f"\ncatalog variant {catalog['wall_s']:.2f} s / plain {big['wall_s']:.2f} s = {ratio:.2f} "
+                "(target <= 1.3)"
+            )
+            save_results("catalog", {"plain_s": big["wall_s"], "catalog_s": catalog["wall_s"], "ratio": ratio})
+            return
 
         # Later runs of a project diff each export against its last published one: compare the two
         # formats in that steady state, both with sources unchanged (only MERGE..EXPORT run again), as
@@ -279,6 +307,17 @@ def main() -> None:
             f"  first google-xml run     {xml_first_steps['EXPORT']:.2f} s (every item checked) = "
             f"{results['xml_first_to_csv_export']:.2f} x the csv EXPORT"
         )
+        if catalog is not None:
+            results["catalog_s"] = catalog["wall_s"]
+            results["catalog_steps_s"] = step_seconds(catalog["report"])
+            results["catalog_ratio"] = catalog["wall_s"] / big["wall_s"]
+            print(
+                f"catalog variant           {catalog['wall_s']:8.2f} s   "
+                f"ratio catalog/plain {results['catalog_ratio']:.2f} "
+                "(target <= 1.3; steps: "
+                + ", ".join(f"{k} {v:.2f}" for k, v in results["catalog_steps_s"].items())
+                + ")"
+            )
         save_results("pipeline", results)
     finally:
         drop_database(admin, db)

@@ -180,7 +180,8 @@ def test_three_projects_of_two_companies_run_at_once(client_env: dict[str, str],
     store = RunStore()
     names = [("acme", "par_a"), ("acme", "par_b"), ("beta", "par_c")]
     for company, project in names:
-        spec_path = _spec(tmp_path / project, company, project, items=400)
+        # Enough items that a run outlasts the others' pickup on a warm fleet (400 took 0.8 s: runs no longer overlapped).
+        spec_path = _spec(tmp_path / project, company, project, items=8000)
         store.apply_spec(load_spec_file(spec_path), spec_dir=spec_path.parent)
     run_ids = [start_run(project, "api") for _, project in names]
     reports = [wait_finished(r, timeout=120) for r in run_ids]
