@@ -173,6 +173,18 @@ def test_a_catalog_run_through_the_queues_matches_firefeed_run(client_env: dict[
     assert report["lookups"] == batch["lookups"]
 
 
+def _wait_fleet_idle(timeout: float = 60) -> None:
+    """Until no worker of the fleet runs a task (or the timeout: the test then says what it saw)."""
+    from firefeed.celery_app import app
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        active = app.control.inspect(timeout=1.0).active() or {}
+        if not any(active.values()):
+            return
+        time.sleep(0.2)
+
+
 def test_three_projects_of_two_companies_run_at_once(client_env: dict[str, str], tmp_path: Path) -> None:
     from firefeed.runs.service import RunStore
     from firefeed.spec.loader import load_spec_file
@@ -180,9 +192,10 @@ def test_three_projects_of_two_companies_run_at_once(client_env: dict[str, str],
     store = RunStore()
     names = [("acme", "par_a"), ("acme", "par_b"), ("beta", "par_c")]
     for company, project in names:
-        # Enough items that a run outlasts the others' pickup on a warm fleet (400 took 0.8 s: runs no longer overlapped).
+        # Enough items that a run outlasts the others' pickup on a warm fleet (400 took 0.8 s: no overlap).
         spec_path = _spec(tmp_path / project, company, project, items=8000)
         store.apply_spec(load_spec_file(spec_path), spec_dir=spec_path.parent)
+    _wait_fleet_idle()  # three free pipeline slots: a slot still busy with an earlier test's run would serialise two
     run_ids = [start_run(project, "api") for _, project in names]
     reports = [wait_finished(r, timeout=120) for r in run_ids]
     assert [r["status"] for r in reports] == ["SUCCEEDED"] * 3, [r["error"] for r in reports]
