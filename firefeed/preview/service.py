@@ -25,7 +25,7 @@ import secrets
 import shutil
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sqlalchemy import Engine
@@ -33,9 +33,9 @@ from sqlalchemy import Engine
 from firefeed.config import Settings, get_settings
 from firefeed.db.engine import get_engine
 from firefeed.errors import ParseError, PreviewTimeoutError
-from firefeed.pipeline.fetch import fetch_source
+from firefeed.pipeline.fetch import FetchResult, fetch_source
 from firefeed.pipeline.merge import StagedSource, merge_sources
-from firefeed.pipeline.parse import open_reader
+from firefeed.pipeline.parse import FeedReader, open_reader
 from firefeed.pipeline.stage import stage_source
 from firefeed.pipeline.steps import fetch_settings
 from firefeed.preview.deadline import Deadline, bounded_engine
@@ -55,7 +55,7 @@ from firefeed.rules.model import Rule
 from firefeed.schema.identifiers import project_table, scratch_area, staging_table
 from firefeed.schema.service import SchemaService
 from firefeed.secrets.store import resolver_for
-from firefeed.spec.model import ExportSpec, ProjectSpec
+from firefeed.spec.model import ExportSpec, FeedSpec, ProjectSpec
 from firefeed.textutil import strip_ws
 
 log = logging.getLogger(__name__)
@@ -193,36 +193,13 @@ def _sample_sources(
     has); later sources contribute only rows of the sample's keys, and an append
     source adds a wanted id the primary lacks, as a run would.
     """
-    confined = fetch_settings(settings, spec.company, spec_dir)
-    # Someone is waiting for the answer: one retry of a failing server, not a run's patient backoff.
-    confined = confined.model_copy(update={"fetch_retries": min(confined.fetch_retries, PREVIEW_FETCH_RETRIES)})
+    confined = _preview_fetch_settings(spec, spec_dir, settings)
     reports: list[SourceSample] = []
     staged: list[StagedSource] = []
     keys: frozenset[str] | None = frozenset(wanted) if wanted else None
     for index, src in enumerate(spec.sources):
-        deadline.check(f"fetching source {src.name!r}")
-        fetched = fetch_source(
-            source=src.name,
-            url=src.url,
-            dest_dir=work_dir / "fetch" / hashlib.sha256(src.name.encode()).hexdigest()[:12],
-            base_dir=spec_dir,
-            headers=src.headers,
-            compression=src.compression,
-            previous=None,
-            settings=confined,
-            deadline=deadline.at,
-            references=resolver_for(spec.company, spec_dir, settings=settings, engine=engine),
-        )
-        assert fetched.path is not None  # without validators a fetch always returns the file
-        deadline.check(f"parsing source {src.name!r}")
-        reader = open_reader(
-            fetched.path,
-            source=src.name,
-            format=src.resolved_format,
-            encoding=src.encoding,
-            delimiter=src.delimiter,
-            item_path=src.item_path,
-            lists=src.lists,
+        fetched, reader = _fetch_and_open(
+            src, "source", work_dir / "fetch", spec, spec_dir, confined, settings, engine, deadline, lists=src.lists
         )
         key_from = src.key_template
         lists = src.list_fields
@@ -261,6 +238,54 @@ def _sample_sources(
     return reports, staged
 
 
+def _preview_fetch_settings(spec: ProjectSpec, spec_dir: Path | None, settings: Settings) -> Settings:
+    """The run's fetch settings for this company, but someone is waiting for the answer: one retry of a
+    failing server, not a run's patient backoff."""
+    confined = fetch_settings(settings, spec.company, spec_dir)
+    return confined.model_copy(update={"fetch_retries": min(confined.fetch_retries, PREVIEW_FETCH_RETRIES)})
+
+
+def _fetch_and_open(
+    feed: FeedSpec,
+    kind: str,
+    folder: Path,
+    spec: ProjectSpec,
+    spec_dir: Path | None,
+    confined: Settings,
+    settings: Settings,
+    engine: Engine,
+    deadline: Deadline,
+    *,
+    lists: Mapping[str, str] | None = None,
+) -> tuple[FetchResult, FeedReader]:
+    """Fetch one source or lookup table of the preview (under the deadline) and open its reader."""
+    deadline.check(f"fetching {kind} {feed.name!r}")
+    fetched = fetch_source(
+        source=feed.name,
+        url=feed.url,
+        dest_dir=folder / hashlib.sha256(feed.name.encode()).hexdigest()[:12],
+        base_dir=spec_dir,
+        headers=feed.headers,
+        compression=feed.compression,
+        previous=None,
+        settings=confined,
+        deadline=deadline.at,
+        references=resolver_for(spec.company, spec_dir, settings=settings, engine=engine),
+    )
+    assert fetched.path is not None  # without validators a fetch always returns the file
+    deadline.check(f"parsing {kind} {feed.name!r}")
+    reader = open_reader(
+        fetched.path,
+        source=feed.name,
+        format=feed.resolved_format,
+        encoding=feed.encoding,
+        delimiter=feed.delimiter,
+        item_path=feed.item_path,
+        lists=lists,
+    )
+    return fetched, reader
+
+
 def _stage_lookups(
     spec: ProjectSpec,
     spec_dir: Path | None,
@@ -275,32 +300,11 @@ def _stage_lookups(
     from firefeed.pipeline.lookups import build_lookup_table, lookup_columns
     from firefeed.schema.identifiers import lookup_staging_table
 
-    confined = fetch_settings(settings, spec.company, spec_dir)
-    confined = confined.model_copy(update={"fetch_retries": min(confined.fetch_retries, PREVIEW_FETCH_RETRIES)})
+    confined = _preview_fetch_settings(spec, spec_dir, settings)
     columns = lookup_columns(spec)
     for lk in spec.lookups:
-        deadline.check(f"fetching lookup {lk.name!r}")
-        fetched = fetch_source(
-            source=lk.name,
-            url=lk.url,
-            dest_dir=work_dir / "lookups" / hashlib.sha256(lk.name.encode()).hexdigest()[:12],
-            base_dir=spec_dir,
-            headers=lk.headers,
-            compression=lk.compression,
-            previous=None,
-            settings=confined,
-            deadline=deadline.at,
-            references=resolver_for(spec.company, spec_dir, settings=settings, engine=engine),
-        )
-        assert fetched.path is not None
-        deadline.check(f"parsing lookup {lk.name!r}")
-        reader = open_reader(
-            fetched.path,
-            source=lk.name,
-            format=lk.resolved_format,
-            encoding=lk.encoding,
-            delimiter=lk.delimiter,
-            item_path=lk.item_path,
+        _, reader = _fetch_and_open(
+            lk, "lookup", work_dir / "lookups", spec, spec_dir, confined, settings, engine, deadline
         )
         staging = lookup_staging_table(spec.project, lk.name)
         result = stage_source(
