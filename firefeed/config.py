@@ -45,8 +45,9 @@ class Settings(BaseSettings):
     storage_url: str | None = None
     storage_endpoint_url: str | None = None
     chunk_rows: int = Field(default=2000, ge=1)
-    # A fanned-out rule pass is cut into at most this many chunk jobs (each of at least chunk_rows items).
-    rules_max_slices: int = Field(default=16, ge=1)
+    # A fanned-out run's items are cut into at most this many parts, one chunk job per part and rule pass
+    # (each of at least chunk_rows items); at most 99 (a part's number is in its pass table's name).
+    rules_max_slices: int = Field(default=16, ge=1, le=99)
     web_pool_size: int = Field(default=5, ge=1)
     worker_type: str = "etl"
     workspace_id: str | None = None

@@ -60,8 +60,8 @@ def in_physical_order(cur: Any, schema: str, table: str) -> bool:
     return bool(cur.fetchone()[0])
 
 
-def _halves_of_view(cur: Any, schema: str, table: str) -> list[str] | None:
-    """The two pass tables, in order, when `table` is the view a split rules run made of them; else None."""
+def _parts_of_view(cur: Any, schema: str, table: str) -> list[str] | None:
+    """The pass tables, in order, when `table` is the view a rules run in parts made of them; else None."""
     cur.execute(
         "SELECT DISTINCT c.relname FROM pg_rewrite r JOIN pg_depend d ON d.objid = r.oid "
         "JOIN pg_class c ON c.oid = d.refobjid "
@@ -70,7 +70,7 @@ def _halves_of_view(cur: Any, schema: str, table: str) -> list[str] | None:
     )
     names = [r[0] for r in cur.fetchall()]
     numbers = [tmp_table_number(n) for n in names]
-    if len(names) != 2 or None in numbers:
+    if len(names) < 2 or None in numbers:
         return None
     return [n for _, n in sorted(zip(numbers, names, strict=True))]
 
@@ -220,13 +220,13 @@ def copy_item_groups(conn: Any, *, schema: str, table: str, line: Piece, where: 
     (the usual case) the groups are runs of heap pages, read with TID range
     scans, no sort; else groups of `_GROUP_ITEMS` items are read through an
     `_ff_ord` index when there is one, or all items are sorted and cut.
-    When the rules left two tables (a view of both), their heaps are read in turn.
+    When the rules left a table per part (a view of them), their heaps are read in turn.
     """
     _ready(conn)
     with conn.cursor() as cur:
         _begin_read(cur)
         if in_physical_order(cur, schema, table):
-            heaps = _halves_of_view(cur, schema, table) or [table]
+            heaps = _parts_of_view(cur, schema, table) or [table]
             parts = [_page_groups(cur, schema, heap, n, line, where) for n, heap in enumerate(heaps)]
         elif _has_order_index(cur, schema, table):
             _read_in_index_order(cur)

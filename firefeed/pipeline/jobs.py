@@ -201,11 +201,11 @@ def _rules_job(ctx: RunContext, job: JobState, jobs: JobStore) -> contract.Rules
 
 
 def _rules_chunk_job(ctx: RunContext, job: JobState, jobs: JobStore) -> None:
-    """One slice of one rules pass; its rows and its job's SUCCEEDED land in one transaction."""
+    """One part of one rules pass; its table and its job's SUCCEEDED land in one transaction."""
     chunk = contract.RulesChunkParams.from_json(job.params_doc())
     plan = rule_passes.pass_plan(ctx.run_id, ctx.spec.parsed_rules, chunk.fields, job.pass_no)
     with raw_connection(ctx.engine) as conn:
-        result = rule_passes.execute_chunk(conn, plan, chunk, company=ctx.spec.company)
+        result = rule_passes.execute_chunk(conn, ctx.schema, plan, chunk, company=ctx.spec.company, run_id=ctx.run_id)
         jobs.succeed(job.id, result.to_json(), conn=conn)
 
 

@@ -3,18 +3,21 @@
 The loop (`apply_passes`) owns everything a pass means for the run: the
 cancel check before it, whether it deletes in place (a pass that only excludes,
 over a pass table of this run: deleting the excluded rows costs less than copying
-every kept one), dropping the table the pass read once the next one is written
-(never the items table), and adding up the matched and excluded counts.
+every kept one), the groups table a grouped pass over several parts joins (made
+once from the whole pass input), dropping the tables the pass read once the next
+ones are written (never the items table), and adding up the matched and excluded
+counts.
 
-How a pass is executed is the runner's business, and nothing else is:
+Both runners cut the items into *parts* by position (`Segment`), and each part keeps
+its own chain of pass tables, written by CREATE TABLE AS in feed order; the rules'
+result is a view of the parts' last tables, one after the other. How a part's pass is
+executed is the runner's business, and nothing else is:
 
 - `InProcessPasses` (the batch run, and a worker that consumes the rules queue
-  itself): each pass in this process, by CREATE TABLE AS or one DELETE, on two
-  halves of the items at once for big runs (a pass is one backend's work: the
-  other core would idle), the result a view of the two last tables.
-- `ChunkJobPasses` (the fleet): each pass cut into slices of FIREFEED_CHUNK_ROWS
-  items by position, one `rules_chunk` job per slice through the queue, or one
-  job for an in-place DELETE; the result indexed by position for EXPORT.
+  itself): two halves at once on two connections for big runs (a pass is one
+  backend's work: the other core would idle), else one part.
+- `ChunkJobPasses` (the fleet): up to FIREFEED_RULES_MAX_SLICES parts of at least
+  FIREFEED_CHUNK_ROWS items, one `rules_chunk` job per part and pass through the queue.
 
 Either way the same SQL runs (firefeed/rules/executor.py), so both give the
 same rows and counts (tests/integration/test_rule_passes.py).
@@ -39,8 +42,8 @@ from firefeed.rules.executor import (
     ChunkCounts,
     count_rows,
     lookup_counts,
+    make_groups,
     middle_position,
-    prepare_pass,
     run_pass_chunk,
     run_pass_in_place,
     run_pass_whole,
@@ -69,9 +72,9 @@ __all__ = [
 #: A batch run over at least this many items runs every pass as two halves at once, on two
 #: connections (a pass is one backend's work: the other core would idle).
 SPLIT_MIN_ROWS = 100_000
-#: the pass tables of half h (1, 2) of pass p are numbered p * SEGMENT_STRIDE + h; the view over the
-#: last ones (the rules' result) is number 0
-SEGMENT_STRIDE = 10
+#: the pass table of part h (1 ..< SEGMENT_STRIDE) of pass p is numbered p * SEGMENT_STRIDE + h (a run
+#: in one part numbers it p); the view over the parts' last tables (the rules' result) is number 0
+SEGMENT_STRIDE = 100
 
 
 @dataclass
@@ -88,14 +91,18 @@ class Segment:
 class PassRunner(Protocol):
     """How passes are executed; the loop decides everything else."""
 
-    def segments(self, source_table: str, rows: int | None, *, whole: bool = False) -> list[Segment]:
-        """How the items are cut for the passes (each segment keeps its own chain of pass tables);
-        `whole`: one segment, because a pass reads groups, which span any cut."""
+    run_id: str
+
+    def segments(self, source_table: str, rows: int | None) -> list[Segment]:
+        """How the items are cut into parts for the passes (each part keeps its own chain of pass tables)."""
         ...
 
-    def run_pass(self, plan: PassPlan, segments: Sequence[Segment], *, in_place: bool) -> list[tuple[str, ChunkCounts]]:
-        """Execute one pass over every segment: per segment, the table that now holds it and its counts.
-        `in_place`: delete the excluded rows from each segment's own table instead of writing a new one."""
+    def run_pass(
+        self, plan: PassPlan, segments: Sequence[Segment], *, in_place: bool, groups: str | None
+    ) -> list[tuple[str, ChunkCounts]]:
+        """Execute one pass over every part: per part, the table that now holds it and its counts.
+        `in_place`: delete the excluded rows from each part's own table instead of writing a new one.
+        `groups`: the groups table a grouped pass over several parts joins."""
         ...
 
     def finish(self, segments: Sequence[Segment], source_table: str) -> str:
@@ -131,7 +138,7 @@ def apply_passes(
     if not plans:
         count = rows if rows is not None else count_rows(schema.engine, company, source_table)
         return RulesResult(source_table, list(dict.fromkeys(fields)), 0, matched, 0, count, count)
-    segments = runner.segments(source_table, rows, whole=any(p.grouped for p in plans))
+    segments = runner.segments(source_table, rows)
     first_in: int | None = None
     excluded = 0
     lookups: list[dict[str, Any]] = []
@@ -139,7 +146,14 @@ def apply_passes(
         if check_cancel is not None:
             check_cancel()
         in_place = segments[0].table != source_table and deletes_only(plan)
-        outcomes = runner.run_pass(plan, segments, in_place=in_place)
+        groups = None
+        if plan.grouped and len(segments) > 1:
+            # A group's members may be in any part: each part joins the groups of the whole input.
+            inputs = list(dict.fromkeys(seg.table for seg in segments))
+            groups = make_groups(schema, company=company, run_id=runner.run_id, plan=plan, tables=inputs)
+        outcomes = runner.run_pass(plan, segments, in_place=in_place, groups=groups)
+        if groups is not None:
+            schema.drop_table(company, groups)
         if plan.lookups:
             # Read now: the next pass drops these tables.
             lookups.extend(lookup_counts(schema.engine, company, plan, [table for table, _ in outcomes]))
@@ -161,6 +175,25 @@ def apply_passes(
     )
 
 
+def _part_number(plan: PassPlan, part: int, parts: int) -> int:
+    """The pass table number of part `part` (1-based) of `parts`."""
+    return plan.number if parts == 1 else plan.number * SEGMENT_STRIDE + part
+
+
+class _Parts:
+    """What both runners share: the rules' result is the view of the parts' last tables, in order."""
+
+    schema: SchemaService
+    company: str
+    run_id: str
+
+    def finish(self, segments: Sequence[Segment], source_table: str) -> str:
+        if len(segments) == 1:
+            return segments[0].table
+        # First part first: the view is in feed order.
+        return self.schema.create_rules_tmp_view(self.company, self.run_id, 0, [seg.table for seg in segments])
+
+
 def _add(counts: Sequence[ChunkCounts]) -> ChunkCounts:
     total = ChunkCounts(0, 0, {})
     for c in counts:
@@ -172,28 +205,28 @@ def _add(counts: Sequence[ChunkCounts]) -> ChunkCounts:
 
 
 # -- in this process ---------------------------------------------------------------------
-class InProcessPasses:
-    """Each pass whole, in this process: CREATE TABLE AS, or one DELETE; two halves at once for big runs."""
+class InProcessPasses(_Parts):
+    """Each pass in this process by CREATE TABLE AS, or one DELETE; two halves at once for big runs."""
 
     def __init__(
         self, engine: Engine, schema: SchemaService, *, company: str, run_id: str, split_min_rows: int | None = None
     ) -> None:
         self.engine, self.schema, self.company, self.run_id = engine, schema, company, run_id
         self.split_min_rows = split_min_rows
-        self.split = False
         self.source_table = ""
 
-    def segments(self, source_table: str, rows: int | None, *, whole: bool = False) -> list[Segment]:
+    def segments(self, source_table: str, rows: int | None) -> list[Segment]:
         self.source_table = source_table
         threshold = SPLIT_MIN_ROWS if self.split_min_rows is None else self.split_min_rows
-        big = rows is not None and rows >= threshold and not whole
+        big = rows is not None and rows >= threshold
         mid = middle_position(self.engine, self.company, source_table) if big else None
         if mid is None:
             return [Segment(None, None, source_table, rows)]
-        self.split = True
         return [Segment(None, mid, source_table), Segment(mid + 1, None, source_table)]
 
-    def run_pass(self, plan: PassPlan, segments: Sequence[Segment], *, in_place: bool) -> list[tuple[str, ChunkCounts]]:
+    def run_pass(
+        self, plan: PassPlan, segments: Sequence[Segment], *, in_place: bool, groups: str | None
+    ) -> list[tuple[str, ChunkCounts]]:
         def one(h: int, seg: Segment) -> tuple[str, ChunkCounts]:
             with raw_connection(self.engine) as conn:
                 if in_place:
@@ -210,7 +243,8 @@ class InProcessPasses:
                     rows_in=seg.rows,
                     lo=seg.lo if first else None,
                     hi=seg.hi if first else None,
-                    number=plan.number * SEGMENT_STRIDE + h if self.split else plan.number,
+                    number=_part_number(plan, h, len(segments)),
+                    groups=groups,
                 )
 
         if len(segments) == 1:
@@ -219,12 +253,6 @@ class InProcessPasses:
             # Each in a copy of this thread's context: the run's connection name (a cancel finds it) and log fields.
             futures = [pool.submit(contextvars.copy_context().run, one, h, seg) for h, seg in enumerate(segments, 1)]
             return [f.result() for f in futures]
-
-    def finish(self, segments: Sequence[Segment], source_table: str) -> str:
-        if len(segments) == 1:
-            return segments[0].table
-        # First half first: the view is still in feed order.
-        return self.schema.create_rules_tmp_view(self.company, self.run_id, 0, [seg.table for seg in segments])
 
 
 def run_rules(
@@ -260,16 +288,19 @@ def run_rules(
 
 # -- as chunk jobs -----------------------------------------------------------------------
 RunChunks = Callable[[int, list[RulesChunkParams]], list[ChunkResult]]
-"""Runs one pass's slices (pass number, slices) somewhere and returns their counts in order."""
+"""Runs one pass's parts (pass number, parts) somewhere and returns their tables and counts in order."""
 
 
-class ChunkJobPasses:
-    """Each pass as slices by position, run by `run_chunks` (the driver: as jobs).
+class ChunkJobPasses(_Parts):
+    """Each pass as one `rules_chunk` job per part, run by `run_chunks` (the driver: as jobs).
 
-    A slice holds at least `chunk_rows` items, and a pass has at most `max_slices` of them: a chunk job
-    costs 10-20 ms of its own (a message, a claim, a transaction, a notification), and a million items
-    in slices of 2,000 made 500 of them per pass, seconds of overhead for parallelism no fleet has. With
-    16 slices a pass still spreads over 16 rules slots, and a lost worker loses a sixteenth of a pass.
+    A part holds at least `chunk_rows` items, and there are at most `max_slices` of them: a job costs
+    10-20 ms of its own (a message, a claim, a transaction, a notification), and a million items in
+    parts of 2,000 would make 500 of them per pass, seconds of overhead for parallelism no fleet has.
+    With 16 parts a pass still spreads over 16 rules slots, and a lost worker loses a sixteenth of a
+    pass. The items table is cut once, by ranges of positions read through a BRIN index; from then on
+    each part's job reads its own pass table whole and writes the next by CREATE TABLE AS, in feed
+    order, so neither a shared table's inserts nor an index for EXPORT's order are needed.
     """
 
     def __init__(
@@ -286,63 +317,78 @@ class ChunkJobPasses:
     ) -> None:
         self.engine, self.schema, self.company, self.run_id = engine, schema, company, run_id
         self.fields, self.chunk_rows, self.run_chunks = list(fields), chunk_rows, run_chunks
-        self.max_slices = max_slices
+        self.max_slices = min(max_slices, SEGMENT_STRIDE - 1)
+        self.source_table = ""
 
     def slice_rows(self, rows: int) -> int:
-        """Items per slice for a pass over `rows` items."""
+        """Items per part for a run of `rows` items."""
         return max(self.chunk_rows, -(-rows // self.max_slices))
 
-    def segments(self, source_table: str, rows: int | None, *, whole: bool = False) -> list[Segment]:
+    def segments(self, source_table: str, rows: int | None) -> list[Segment]:
+        self.source_table = source_table
         if rows is None:
             rows = count_rows(self.engine, self.company, source_table)
-        return [Segment(None, None, source_table, rows)]
-
-    def run_pass(self, plan: PassPlan, segments: Sequence[Segment], *, in_place: bool) -> list[tuple[str, ChunkCounts]]:
-        (seg,) = segments
-        assert seg.rows is not None
-        if in_place:
-            # One DELETE in this run's own pass table costs less than copying every kept row, chunk by chunk.
-            slices = [RulesChunkParams(fields=self.fields, src=seg.table, rows=seg.rows, in_place=True)]
-            dst = seg.table
-        else:
-            dst = prepare_pass(self.schema, company=self.company, run_id=self.run_id, plan=plan)
-            # A grouped pass reads every item's group: one slice (each would aggregate the whole table).
-            ranges = [(None, None, seg.rows)] if plan.grouped else self.ranges(seg.table, seg.rows)
-            slices = [
-                RulesChunkParams(fields=self.fields, src=seg.table, dst=dst, lo=lo, hi=hi, rows=n)
-                for lo, hi, n in ranges
-            ]
-        results = self.run_chunks(plan.number, slices)
-        return [(dst, _add([ChunkCounts(r.rows_in, r.rows_out, dict(r.matched)) for r in results]))]
-
-    def finish(self, segments: Sequence[Segment], source_table: str) -> str:
-        (seg,) = segments
-        if seg.table != source_table:
-            # Chunk jobs running side by side stored the items out of order: exports read them through
-            # this index instead of sorting them all (see export._copy).
-            self.schema.index_order(self.company, seg.table, analyze=False)
-        return seg.table
-
-    def ranges(self, table: str, rows: int) -> list[tuple[int | None, int | None, int]]:
-        """The pass's slices as (lo, hi, items): one open range for items that fit one slice."""
         slices = -(-rows // self.slice_rows(rows))
         if slices <= 1:
-            return [(None, None, rows)]
-        self.schema.index_order_ranges(self.company, table)
-        return list(slice_ranges(self.engine, self.company, table, slices))
+            return [Segment(None, None, source_table, rows)]
+        self.schema.index_order_ranges(self.company, source_table)
+        ranges = slice_ranges(self.engine, self.company, source_table, slices)
+        return [Segment(lo, hi, source_table, n) for lo, hi, n in ranges]
+
+    def run_pass(
+        self, plan: PassPlan, segments: Sequence[Segment], *, in_place: bool, groups: str | None
+    ) -> list[tuple[str, ChunkCounts]]:
+        parts = []
+        for h, seg in enumerate(segments, 1):
+            assert seg.rows is not None
+            if in_place:
+                parts.append(RulesChunkParams(fields=self.fields, src=seg.table, rows=seg.rows, in_place=True))
+                continue
+            first = seg.table == self.source_table and (seg.lo is not None or seg.hi is not None)
+            parts.append(
+                RulesChunkParams(
+                    fields=self.fields,
+                    src=seg.table,
+                    rows=seg.rows,
+                    number=_part_number(plan, h, len(segments)),
+                    lo=seg.lo if first else None,
+                    hi=seg.hi if first else None,
+                    groups=groups,
+                )
+            )
+        results = self.run_chunks(plan.number, parts)
+        return [(r.table, ChunkCounts(r.rows_in, r.rows_out, dict(r.matched))) for r in results]
 
 
-def execute_chunk(conn: Any, plan: PassPlan, chunk: RulesChunkParams, *, company: str) -> ChunkResult:
-    """One slice of one pass on `conn` (the caller's transaction): what a `rules_chunk` job does."""
+def execute_chunk(
+    conn: Any, schema: SchemaService, plan: PassPlan, chunk: RulesChunkParams, *, company: str, run_id: str
+) -> ChunkResult:
+    """One part of one pass on `conn` (the caller's transaction): what a `rules_chunk` job does."""
     if chunk.in_place:
         counts = run_pass_in_place(conn, plan, chunk.src, company=company, rows_in=chunk.rows)
-    else:
-        assert chunk.dst is not None
-        # Prepared: a worker runs hundreds of slices of one pass, planned once.
+        return ChunkResult(chunk.src, counts.rows_in, counts.rows_out, dict(counts.matched))
+    if chunk.dst is not None:
+        # From a driver of the previous release (a deploy in progress): its slice INSERTs into `dst`.
         counts = run_pass_chunk(
-            conn, plan, chunk.src, chunk.dst, chunk.lo, chunk.hi, company=company, rows_in=chunk.rows, prepare=True
+            conn, plan, chunk.src, chunk.dst, chunk.lo, chunk.hi, company=company, rows_in=chunk.rows
         )
-    return ChunkResult(counts.rows_in, counts.rows_out, dict(counts.matched))
+        return ChunkResult(chunk.dst, counts.rows_in, counts.rows_out, dict(counts.matched))
+    assert chunk.number is not None
+    table, counts = run_pass_whole(
+        conn,
+        schema,
+        plan,
+        chunk.src,
+        company=company,
+        run_id=run_id,
+        rows_in=chunk.rows,
+        lo=chunk.lo,
+        hi=chunk.hi,
+        number=chunk.number,
+        groups=chunk.groups,
+        by_range=chunk.lo is not None or chunk.hi is not None,
+    )
+    return ChunkResult(table, counts.rows_in, counts.rows_out, dict(counts.matched))
 
 
 _PLANS: OrderedDict[tuple[str, int, tuple[str, ...]], PassPlan] = OrderedDict()

@@ -313,8 +313,8 @@ def export_one(ctx: RunContext, index: int, table: str, fields: Sequence[str]) -
 
 
 #: an export's channel-rule pass tables are numbered from (export index + 1) * this, apart from the
-#: project's passes (1, 2, ... and p * 10 + h for a split run's halves), whose result they read
-CHANNEL_PASS_STRIDE = 100_000
+#: project's passes (1, 2, ... and p * 100 + h for a run's parts), whose result they read
+CHANNEL_PASS_STRIDE = 10_000_000
 
 
 def channel_rules(ctx: RunContext, index: int, table: str, fields: Sequence[str]) -> RulesResult:

@@ -1,9 +1,11 @@
 """Executing one rule pass in Postgres (see _plan for how passes are cut, sqlgen for their SQL).
 
 A pass over a range of `_ff_ord` positions runs as CREATE TABLE AS (`run_pass_whole`,
-which keeps feed order), as INSERT into a table made by `prepare_pass`
-(`run_pass_chunk`, one slice of a pass, each in the caller's transaction), or, for
-a pass that only excludes, as one DELETE (`run_pass_in_place`). The loop over
+which keeps feed order; a run's part of the items, or a fleet's slice of them, each
+in the caller's transaction), as INSERT into a table made by `prepare_pass`
+(`run_pass_chunk`, the rule preview), or, for a pass that only excludes, as one
+DELETE (`run_pass_in_place`). A grouped pass over parts joins the groups of its whole
+input, made once by `make_groups`. The loop over
 passes, and the choice between these, is firefeed/pipeline/rule_passes.py. All DDL
 (CREATE TABLE AS included) goes through the SchemaService; this module only runs
 the SELECTs, INSERTs and DELETEs of the passes.
@@ -12,10 +14,6 @@ the SELECTs, INSERTs and DELETEs of the passes.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import threading
-import weakref
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,10 +21,10 @@ from typing import Any
 from psycopg2 import sql
 from sqlalchemy import Engine
 
-from firefeed.db.engine import raw_connection, render_for_binding
+from firefeed.db.engine import raw_connection
 from firefeed.rules._plan import PassPlan, flag_column, lookup_report_columns, plan_passes
 from firefeed.rules.model import Rule, branch_excludes
-from firefeed.rules.sqlgen import count_select, exclusion_delete, pass_insert, pass_select
+from firefeed.rules.sqlgen import count_select, exclusion_delete, groups_select, pass_insert, pass_select
 from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, company_schema, ident
 from firefeed.schema.service import SchemaService
 
@@ -36,6 +34,7 @@ __all__ = [
     "copy_as_lists",
     "count_rows",
     "lookup_counts",
+    "make_groups",
     "middle_position",
     "plan_passes",
     "prepare_pass",
@@ -97,13 +96,19 @@ def _pass_cursor(conn: Any) -> Iterator[Any]:
 
 
 def _excluding_counts(
-    cur: Any, plan: PassPlan, source: Any, lo: int | None, hi: int | None, rows_in: int | None
+    cur: Any,
+    plan: PassPlan,
+    source: Any,
+    lo: int | None,
+    hi: int | None,
+    rows_in: int | None,
+    groups: sql.Composable | None = None,
 ) -> tuple[int | None, int | None]:
     """rows_in and the excluding rule's `when` matches, counted first when the pass needs them."""
     rule = plan.excluding
     both = rule is not None and rule.when is not None and branch_excludes(rule.then) and branch_excludes(rule.else_)
     if rule is not None and (rows_in is None or both):
-        counted = count_select(plan, source, lo, hi)
+        counted = count_select(plan, source, lo, hi, groups=groups)
         cur.execute(counted.sql, counted.params)
         found, when_count = cur.fetchone()
         return int(found), when_count
@@ -129,28 +134,19 @@ def run_pass_chunk(
     *,
     company: str,
     rows_in: int | None = None,
-    prepare: bool = False,
 ) -> ChunkCounts:
-    """Write the rows of `src_table` with _ff_ord in [lo, hi] (all when both are None) through the pass.
+    """Insert the rows of `src_table` with _ff_ord in [lo, hi] (all when both are None) through the pass.
 
     `conn` is a psycopg2 connection in a transaction (the caller commits). For a
     pass that excludes, `rows_in` (the chunk's input rows, when the caller knows
-    them) spares a count of the source chunk. `prepare` runs the pass as a prepared
-    statement of the connection: a pass is planned once, not once per chunk.
+    them) spares a count of the source chunk.
     """
     schema = company_schema(company)
     source, target = ident(schema, src_table), ident(schema, dst_table)
     with _pass_cursor(conn) as cur:
-        if lo is not None or hi is not None:
-            # A slice reads its range through the BRIN index of positions (SchemaService.index_order_ranges);
-            # the table has no statistics (no ANALYZE per pass), so the planner is told not to scan it all.
-            cur.execute("SET LOCAL enable_seqscan = off")
         rows_in, when_count = _excluding_counts(cur, plan, source, lo, hi, rows_in)
-        if prepare:
-            _execute_prepared(cur, plan, source, target, lo, hi)
-        else:
-            statement = pass_insert(plan, source, target, lo, hi)
-            cur.execute(statement.sql, statement.params)
+        statement = pass_insert(plan, source, target, lo, hi)
+        cur.execute(statement.sql, statement.params)
         flagged: dict[str, int] = {}
         if plan.flagged:
             row = cur.fetchone()
@@ -173,18 +169,28 @@ def run_pass_whole(
     lo: int | None = None,
     hi: int | None = None,
     number: int | None = None,
+    groups: str | None = None,
+    by_range: bool = False,
 ) -> tuple[str, ChunkCounts]:
     """Run a pass over the rows of `src_table` with _ff_ord in [lo, hi] (all by default) into a new
     pass table made by CREATE TABLE AS (numbered `number`, by default the pass's): its name, the counts.
 
     CREATE TABLE AS keeps the rows in the order the source yields them (INSERT
     may put a row into free space of an earlier page), so a table written in
-    feed order stays in feed order and EXPORT needs no sort.
+    feed order stays in feed order and EXPORT needs no sort. `groups`: a grouped
+    pass's groups table (`make_groups`), when `src_table` holds only part of the
+    pass input. `by_range`: read [lo, hi] through the BRIN index of positions
+    (SchemaService.index_order_ranges) instead of scanning the whole table.
     """
-    source = ident(company_schema(company), src_table)
+    schema = company_schema(company)
+    source = ident(schema, src_table)
+    joined = ident(schema, groups) if groups is not None else None
     with _pass_cursor(conn) as cur:
-        rows_in, when_count = _excluding_counts(cur, plan, source, lo, hi, rows_in)
-        select = pass_select(plan, source, lo, hi)
+        if by_range:
+            # The table has no statistics (no ANALYZE per pass): the planner is told not to scan it all.
+            cur.execute("SET LOCAL enable_seqscan = off")
+        rows_in, when_count = _excluding_counts(cur, plan, source, lo, hi, rows_in, joined)
+        select = pass_select(plan, source, lo, hi, groups=joined)
         flags = [flag_column(r) for r in plan.flagged]
         columns = [ORD, KEY, SRC, *plan.columns(), *(c for c, _ in plan.extra())]
         table, rows_out = schema_service.create_rules_tmp_as(
@@ -243,64 +249,6 @@ def run_pass_in_place(conn: Any, plan: PassPlan, table: str, *, company: str, ro
     return _chunk_counts(plan, rows_in, rows_in - deleted, {}, when_count)
 
 
-# Stand-ins for a chunk's bounds while the statement text is made; a real bound never equals them.
-_LO, _HI = -(2**63) + 1, 2**63 - 2
-
-
-#: (plan, source, target) -> the pass's statement with $1/$2 for the bounds, and its prepared name
-#: (None: a rule value spells a stand-in). A chunk job's worker runs hundreds of chunks of one pass:
-#: building and binding the statement's text each time cost twice the chunk's own EXECUTE.
-_STATEMENTS: OrderedDict[tuple[int, str, str], tuple[PassPlan, tuple[str, str] | None]] = OrderedDict()
-#: the prepared names of each connection (a prepared statement lives as long as its session)
-_PREPARED: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
-_CACHE_LOCK = threading.Lock()
-
-
-def _prepared_text(cur: Any, plan: PassPlan, source: Any, target: Any) -> tuple[str, str] | None:
-    key = (id(plan), source.as_string(cur), target.as_string(cur))
-    with _CACHE_LOCK:
-        cached = _STATEMENTS.get(key)
-        if cached is not None and cached[0] is plan:  # the plan is kept with its entry: its id stays its own
-            return cached[1]
-    statement = pass_insert(plan, source, target, _LO, _HI)
-    text = cur.mogrify(render_for_binding(statement.sql, cur), statement.params).decode()
-    entry: tuple[str, str] | None = None
-    if text.count(str(_LO)) == 1 and text.count(str(_HI)) == 1:
-        text = text.replace(str(_LO), "$1").replace(str(_HI), "$2")
-        entry = ("ff_pass_" + hashlib.sha256(text.encode()).hexdigest()[:24], text)
-    with _CACHE_LOCK:
-        _STATEMENTS[key] = (plan, entry)
-        while len(_STATEMENTS) > 64:
-            _STATEMENTS.popitem(last=False)
-    return entry
-
-
-def _execute_prepared(cur: Any, plan: PassPlan, source: Any, target: Any, lo: int | None, hi: int | None) -> None:
-    """Run the pass for [lo, hi] as `EXECUTE ff_pass_<hash>(lo, hi)`, preparing it on first use.
-
-    Planning the pass's large query costs more than a small chunk's work; with the
-    bounds as the statement's only parameters, Postgres switches to a generic
-    plan after a few executions and each chunk skips planning.
-    """
-    prepared = _prepared_text(cur, plan, source, target)
-    if prepared is None:
-        # A rule value spells a stand-in: plan this chunk the ordinary way.
-        plain = pass_insert(plan, source, target, lo, hi)
-        cur.execute(plain.sql, plain.params)
-        return
-    name, text = prepared
-    conn = cur.connection
-    with _CACHE_LOCK:
-        known = name in _PREPARED.setdefault(conn, set())
-    if not known:
-        cur.execute("SELECT 1 FROM pg_prepared_statements WHERE name = %s", (name,))
-        if cur.fetchone() is None:
-            cur.execute(f"PREPARE {name}(bigint, bigint) AS {text}")
-        with _CACHE_LOCK:
-            _PREPARED[conn].add(name)
-    cur.execute(f"EXECUTE {name}(%s, %s)", (-(2**63) if lo is None else lo, 2**63 - 1 if hi is None else hi))
-
-
 #: how many unmatched values a lookup's report lists (P23)
 TOP_UNMATCHED = 20
 
@@ -344,6 +292,15 @@ def lookup_counts(engine: Engine, company: str, plan: PassPlan, tables: Sequence
                 }
             )
     return out
+
+
+def make_groups(
+    schema_service: SchemaService, *, company: str, run_id: str, plan: PassPlan, tables: Sequence[str]
+) -> str:
+    """The groups table of grouped pass `plan` over its whole input, held by `tables` in order; its name."""
+    schema = company_schema(company)
+    select = groups_select(plan, [ident(schema, t) for t in tables])
+    return schema_service.create_rules_groups_as(company, run_id, plan.number, select.sql, select.params)
 
 
 def count_rows(engine: Engine, company: str, table: str) -> int:

@@ -25,7 +25,7 @@ firefeed.schema.identifiers.ident; every value is a bound parameter.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,7 +154,9 @@ class _Builder:
     they are computed in that same subquery instead of one of their own.
     """
 
-    def __init__(self, plan: PassPlan, source: sql.Composable, where: Frag | None) -> None:
+    def __init__(
+        self, plan: PassPlan, source: sql.Composable, where: Frag | None, groups: sql.Composable | None = None
+    ) -> None:
         self.plan = plan
         # Lookup tables live in the schema of the table the pass reads (a company's, or a scratch area's).
         self.schema = source.strings[0] if isinstance(source, sql.Identifier) and len(source.strings) == 2 else None
@@ -170,7 +172,7 @@ class _Builder:
         self.pending: _Layer | None = None  # the subquery being built over the current relation
         self._plan_numbers()
         if plan.grouped:
-            self.relation = self._grouped(source)
+            self.relation = self._grouped(source, groups)
             self.carried = [GROUP_FIRST_COLUMN, *(aggregate_column(a.tag) for a in plan.aggregates)]
             self.hidden.update(self.carried)
 
@@ -296,9 +298,40 @@ class _Builder:
                     values[name] = fmt("CASE WHEN {0} THEN {1} ELSE {2} END", _col(flag_column(step.rule)), yes, no)
         return values
 
-    def _grouped(self, source: sql.Composable) -> Frag:
-        """The pass's table joined to one grouped aggregate of itself (P16-P19): per group, the first
-        position and each aggregate. A blank group value makes an item a group of its own (P18)."""
+    def _grouped(self, source: sql.Composable, groups: sql.Composable | None) -> Frag:
+        """The pass's table joined to one grouped aggregate (P16-P19): per group, the first position and
+        each aggregate. A blank group value makes an item a group of its own (P18).
+
+        Without `groups` the aggregate is computed here, from the table itself. With it (a table
+        `groups_select` filled from the whole pass input, indexed by its keys), each item reads its
+        group's row LATERAL: a nested loop over the items, so the rows come out in the items' order
+        whatever the tables' sizes (a hash join may hash the items' side, and yield the groups' order).
+        """
+        group = self.plan.group
+        assert group is not None
+        mine = self.group_text(group)
+        if groups is not None:
+            picked = [_col(GROUP_FIRST_COLUMN), *(_col(aggregate_column(a.tag)) for a in self.plan.aggregates)]
+            return fmt(
+                '{0} AS t LEFT JOIN LATERAL (SELECT {1} FROM {2} WHERE "_ff_gk" = {3} '
+                'AND "_ff_gk2" = CASE WHEN {3} = \'\' THEN {4} ELSE -1 END LIMIT 1) AS "_ff_gj" ON true',
+                of(source),
+                join(picked, ", "),
+                of(groups),
+                mine,
+                fmt("t.{0}", _col(ORD)),
+            )
+        return fmt(
+            '{0} AS t LEFT JOIN ({1}) AS "_ff_gj" '
+            'ON "_ff_gk" = {2} AND "_ff_gk2" = CASE WHEN {2} = \'\' THEN {3} ELSE -1 END',
+            of(source),
+            self.group_rows(of(source)),
+            mine,
+            _col(ORD),
+        )
+
+    def group_rows(self, members: Frag) -> Frag:
+        """One row per group of the items of `members` (a relation): its keys, first position and aggregates."""
         group = self.plan.group
         assert group is not None
         inner = [_as(self.group_text(group), "_ff_g"), _as(_col(ORD), "_ff_go")]
@@ -310,21 +343,12 @@ class _Builder:
             _as(raw('min("_ff_go")'), GROUP_FIRST_COLUMN),
         ]
         outer.extend(_as(_aggregate_frag(a, self.plan.lists), aggregate_column(a.tag)) for a in self.plan.aggregates)
-        members = fmt(
+        values = fmt(
             'SELECT *, CASE WHEN "_ff_g" = \'\' THEN "_ff_go" ELSE -1 END AS "_ff_g2" FROM (SELECT {0} FROM {1}) AS s0',
             join(inner, ", "),
-            of(source),
-        )
-        mine = self.group_text(group)
-        return fmt(
-            '{0} AS t LEFT JOIN (SELECT {1} FROM ({2}) AS s1 GROUP BY 1, 2) AS "_ff_gj" '
-            'ON "_ff_gk" = {3} AND "_ff_gk2" = CASE WHEN {3} = \'\' THEN {4} ELSE -1 END',
-            of(source),
-            join(outer, ", "),
             members,
-            mine,
-            _col(ORD),
         )
+        return fmt("SELECT {0} FROM ({1}) AS s1 GROUP BY 1, 2", join(outer, ", "), values)
 
     def group_text(self, group: str) -> Frag:
         """An item's group value: the group field's text (a list's elements joined with ","), trimmed (P18)."""
@@ -507,8 +531,35 @@ def trimmed_frag(value: Frag) -> Frag:
     )
 
 
-def pass_select(plan: PassPlan, source: sql.Composable, lo: int | None = None, hi: int | None = None) -> Frag:
-    return _Builder(plan, source, chunk_filter(lo, hi)).build()
+def pass_select(
+    plan: PassPlan,
+    source: sql.Composable,
+    lo: int | None = None,
+    hi: int | None = None,
+    *,
+    groups: sql.Composable | None = None,
+) -> Frag:
+    """The pass's SELECT over the rows of `source` with _ff_ord in [lo, hi] (all when both are None).
+
+    `groups`: for a grouped pass, the table `groups_select` filled from the whole pass input;
+    without it the pass aggregates `source` itself, which is only right when `source` is all of it.
+    """
+    return _Builder(plan, source, chunk_filter(lo, hi), groups).build()
+
+
+def groups_select(plan: PassPlan, sources: Sequence[sql.Composable]) -> Frag:
+    """A grouped pass's groups (P16-P19) over its whole input, held by `sources` one after the other.
+
+    Made once per pass into a table the pass's parts join (`pass_select(groups=...)`): a
+    group's members may sit in any part, and each part aggregating all of them would repeat
+    the work once per part.
+    """
+    assert plan.grouped and sources
+    builder = _Builder(plan, sources[0], None)
+    if len(sources) == 1:
+        return builder.group_rows(of(sources[0]))
+    parts = join((fmt("SELECT * FROM {0}", of(s)) for s in sources), " UNION ALL ")
+    return builder.group_rows(fmt("({0}) AS s", parts))
 
 
 def pass_insert(
@@ -527,9 +578,16 @@ def pass_insert(
     return fmt("WITH ins AS ({0} RETURNING {1}) SELECT count(*), {2} FROM ins", insert, returning, counts)
 
 
-def count_select(plan: PassPlan, source: sql.Composable, lo: int | None = None, hi: int | None = None) -> Frag:
+def count_select(
+    plan: PassPlan,
+    source: sql.Composable,
+    lo: int | None = None,
+    hi: int | None = None,
+    *,
+    groups: sql.Composable | None = None,
+) -> Frag:
     """Rows of the pass input, and how many match the excluding rule's `when` (its match count)."""
-    builder = _Builder(plan, source, None)
+    builder = _Builder(plan, source, None, groups)
     rule = plan.excluding
     matched = raw("count(*)")
     if rule is not None and rule.when is not None:

@@ -109,28 +109,32 @@ class RulesParams:
 
 @dataclass(frozen=True)
 class RulesChunkParams:
-    """One slice of one pass: the rows of `src` with _ff_ord in [lo, hi] written to `dst`, or, `in_place`,
-    the whole pass as a DELETE in `src` (a pass table of this run). `rows`: the slice's input rows."""
+    """One part of one pass. Written by CREATE TABLE AS into pass table number `number`: the rows of
+    `src`, or, when `lo`/`hi` are set, those with _ff_ord in [lo, hi] read through its BRIN index (the
+    items table, cut by position). `in_place`: a DELETE in `src`, a pass table of this run. `groups`:
+    the groups table a grouped pass joins. `rows`: the part's input rows. `dst`: what a driver of the
+    previous release sends instead of `number`, a table made up front that the part INSERTs into."""
 
     fields: list[str]
     src: str
     rows: int
+    number: int | None = None
     dst: str | None = None
     lo: int | None = None
     hi: int | None = None
     in_place: bool = False
+    groups: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         if self.in_place:
             return {"fields": self.fields, "src": self.src, "in_place": True, "rows": self.rows}
-        return {
-            "fields": self.fields,
-            "src": self.src,
-            "dst": self.dst,
-            "lo": self.lo,
-            "hi": self.hi,
-            "rows": self.rows,
-        }
+        doc: dict[str, Any] = {"fields": self.fields, "src": self.src, "rows": self.rows}
+        doc |= {"dst": self.dst} if self.dst is not None else {"number": self.number}
+        if self.lo is not None or self.hi is not None:
+            doc |= {"lo": self.lo, "hi": self.hi}
+        if self.groups is not None:
+            doc["groups"] = self.groups
+        return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> RulesChunkParams:
@@ -138,10 +142,12 @@ class RulesChunkParams:
             fields=list(doc["fields"]),
             src=doc["src"],
             rows=int(doc["rows"]),
+            number=doc.get("number"),
             dst=doc.get("dst"),
             lo=doc.get("lo"),
             hi=doc.get("hi"),
             in_place=bool(doc.get("in_place")),
+            groups=doc.get("groups"),
         )
 
 
@@ -333,14 +339,16 @@ class RulesResult:
 
 @dataclass(frozen=True)
 class ChunkResult:
-    """One pass slice's counts: its input and kept rows, and the matches of each rule of the pass."""
+    """One pass part's table and counts: its input and kept rows, and the matches of each rule of the pass."""
 
+    table: str
     rows_in: int
     rows_out: int
     matched: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "table": self.table,
             "rows_in": self.rows_in,
             "rows_out": self.rows_out,
             "matched": [[k, v] for k, v in self.matched.items()],
@@ -348,7 +356,8 @@ class ChunkResult:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> ChunkResult:
-        return cls(int(doc["rows_in"]), int(doc["rows_out"]), {str(k): int(v) for k, v in doc["matched"]})
+        matched = {str(k): int(v) for k, v in doc["matched"]}
+        return cls(str(doc["table"]), int(doc["rows_in"]), int(doc["rows_out"]), matched)
 
 
 @dataclass(frozen=True)

@@ -134,6 +134,11 @@ def rules_tmp_table(run_id: str, pass_no: int) -> str:
     return f"{RULES_TMP_PREFIX}{run_id.replace('-', '')}_{pass_no}"
 
 
+def rules_groups_table(run_id: str, pass_no: int) -> str:
+    """The groups a grouped pass joins (one row per group); run-scoped like the pass tables."""
+    return f"{rules_tmp_table(run_id, pass_no)}_g"
+
+
 EXPORT_TMP_PREFIX = "export_tmp_"
 
 
@@ -148,13 +153,15 @@ def published_keys_table(project: str, export: str) -> str:
 
 
 def tmp_table_number(table: str) -> int | None:
-    """The number at the end of a `rules_tmp_*` / `export_tmp_*` name (a pass, a half, an export)."""
-    return int(table.rsplit("_", 1)[1]) if run_id_of_tmp_table(table) is not None else None
+    """The number at the end of a `rules_tmp_*` / `export_tmp_*` name (a pass, a part, an export); None for
+    a groups table and any other name."""
+    last = table.rsplit("_", 1)[-1]
+    return int(last) if last.isdigit() and run_id_of_tmp_table(table) is not None else None
 
 
 def run_id_of_tmp_table(table: str) -> str | None:
     """The run id a `rules_tmp_*` or `export_tmp_*` table belongs to, or None when the name is not ours."""
-    m = re.match(rf"^(?:{RULES_TMP_PREFIX}|{EXPORT_TMP_PREFIX})([0-9a-f]{{32}})_\d+$", table)
+    m = re.match(rf"^(?:{RULES_TMP_PREFIX}|{EXPORT_TMP_PREFIX})([0-9a-f]{{32}})_\d+(?:_g)?$", table)
     if not m:
         return None
     h = m.group(1)

@@ -36,6 +36,7 @@ from firefeed.schema.identifiers import (
     export_tmp_table,
     ident,
     is_scratch_area,
+    rules_groups_table,
     rules_tmp_table,
     run_id_of_tmp_table,
 )
@@ -335,6 +336,21 @@ class SchemaService:
         table = rules_tmp_table(run_id, pass_no)
         target = ident(company_schema(company), table)
         return table, _create_as(conn, target, columns, select, params)
+
+    def create_rules_groups_as(
+        self, company: str, run_id: str, pass_no: int, select: sql.Composable, params: Sequence[Any]
+    ) -> str:
+        """Create and fill the groups table of grouped pass `pass_no` (sqlgen.groups_select); its name.
+
+        Indexed by its keys (`_ff_gk`, `_ff_gk2`): each item of the pass reads its group's row by them.
+        """
+        table = rules_groups_table(run_id, pass_no)
+        target = ident(company_schema(company), table)
+        with raw_connection(self.engine) as conn, conn.cursor() as cur:
+            cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(target))
+            cur.execute(sql.SQL("CREATE UNLOGGED TABLE {} AS ").format(target) + select, list(params) or None)
+            cur.execute(sql.SQL("CREATE INDEX {} ON {} (_ff_gk, _ff_gk2)").format(ident(f"{table}_k"), target))
+        return table
 
     def create_rules_tmp_view(self, company: str, run_id: str, number: int, tables: Sequence[str]) -> str:
         """A view of pass tables of a run, one after the other (UNION ALL keeps their order); returns its name.

@@ -108,7 +108,8 @@ class SliceRecorder:
             with raw_connection(self.engine) as conn:
                 # Through the job's JSON, as a worker on another machine reads it.
                 chunk = RulesChunkParams.from_json(slices[i].to_json())
-                results[i] = ChunkResult.from_json(execute_chunk(conn, plan, chunk, company=COMPANY).to_json())
+                done = execute_chunk(conn, SchemaService(self.engine), plan, chunk, company=COMPANY, run_id=self.run_id)
+                results[i] = ChunkResult.from_json(done.to_json())
         return [results[i] for i in range(len(slices))]
 
 
@@ -174,13 +175,18 @@ def test_in_process_and_chunk_job_passes_give_the_same_items_and_counts(engine: 
         assert _read_sorted(engine, halves.table, halves.fields) == rows
         assert _read_sorted(engine, chunked.table, chunked.fields) == rows
 
-        # The chunked run really was cut: slices of CHUNK_ROWS items, and one in-place DELETE for the pass
-        # that only excludes ("drop brand1", over the previous pass's table).
-        assert len(recorder.slices[1]) == -(-ITEMS // CHUNK_ROWS)
-        assert [[s.in_place for s in slices] for slices in recorder.slices.values()][-1] == [True]
+        # The chunked run really was cut: parts of CHUNK_ROWS items, each with its own chain of pass tables,
+        # and one in-place DELETE per part for the pass that only excludes ("drop brand1").
+        parts = -(-ITEMS // CHUNK_ROWS)
+        assert [len(slices) for slices in recorder.slices.values()] == [parts] * 3
+        assert all(s.in_place for s in recorder.slices[3])
         assert not any(s.in_place for n in (1, 2) for s in recorder.slices[n])
-        # The loop dropped each pass table once the next was written: only the result is left.
-        assert _run_tables(service, runs[2]) == [chunked.table]
+        # Only the first pass reads the items table, by ranges; the next ones read their part's own table.
+        assert all(s.lo is not None or s.hi is not None for s in recorder.slices[1])
+        assert all(s.lo is None and s.hi is None and s.src != source for s in recorder.slices[2])
+        # The loop dropped each pass table once the next was written: only the parts' last tables are left,
+        # which the result (a view) reads.
+        assert chunked.table.endswith("_0") and len(_run_tables(service, runs[2])) == parts
         assert _run_tables(service, runs[0]) == [whole.table]
         assert service.table_exists(COMPANY, source)
     finally:
@@ -295,23 +301,32 @@ GROUP_RULES: list[dict[str, Any]] = [
 ]
 
 
-def test_a_grouped_pass_runs_whole_in_both_strategies_with_the_same_items(engine: Engine, source: str) -> None:
-    """Groups span any cut by position: the halves runner keeps one segment, a grouped pass is one chunk job."""
+def test_a_grouped_pass_over_parts_joins_the_groups_of_all_of_them(engine: Engine, source: str) -> None:
+    """Groups span any cut by position (the brands alternate item by item): every part of a grouped pass
+    joins one groups table made from the whole pass input, in halves and in chunk jobs alike."""
     service = SchemaService(engine)
     rules = parse_rules(GROUP_RULES, key_field=KEY_FIELD, group="brand")
     runs: list[str] = []
     try:
-        whole, run_id = _in_process(engine, source, rules, split=True)
+        whole, run_id = _in_process(engine, source, rules, split=False)
+        runs.append(run_id)
+        halves, run_id = _in_process(engine, source, rules, split=True)
         runs.append(run_id)
         chunked, run_id, recorder = _chunked(engine, source, rules)
         runs.append(run_id)
-        assert whole.rows_out == 3 and not whole.table.endswith("_0")  # three brands; no view of two halves
-        assert (chunked.matched, chunked.excluded, chunked.rows_out) == (whole.matched, whole.excluded, 3)
+        assert whole.rows_out == 3  # three brands
+        assert halves.table.endswith("_0") and chunked.table.endswith("_0")  # views of their parts
         rows = _read_sorted(engine, whole.table, whole.fields)
-        assert _read_sorted(engine, chunked.table, chunked.fields) == rows
         assert [r[-2] for r in rows] == ["77", "77", "76"]  # 230 items over three brands
-        assert len(recorder.slices[1]) == -(-ITEMS // CHUNK_ROWS)  # the plain pass is still cut
-        assert [len(s) for n, s in sorted(recorder.slices.items()) if n > 1] == [1, 1]
+        for other in (halves, chunked):
+            assert (other.matched, other.excluded, other.rows_out) == (whole.matched, whole.excluded, 3)
+            assert _read_sorted(engine, other.table, other.fields) == rows
+        parts = -(-ITEMS // CHUNK_ROWS)
+        assert [len(s) for _, s in sorted(recorder.slices.items())] == [parts] * 3
+        groups = {s.groups for n in (2, 3) for s in recorder.slices[n]}
+        assert len(groups) == 2 and None not in groups and not any(s.groups for s in recorder.slices[1])
+        # Each groups table is dropped once its pass ran.
+        assert not any(t.endswith("_g") for r in runs for t in _run_tables(service, r))
     finally:
         for run_id in runs:
             service.drop_rules_tmp_for_run(COMPANY, run_id)

@@ -40,6 +40,8 @@ def _through_json(doc: dict[str, object]) -> dict[str, object]:
     [
         MergeParams([ParsedSource("main", "staging_p_main", ["id", "title"], 40)]),
         RulesParams(["id", "title"], 40),
+        RulesChunkParams(["id"], "items_p", 10, number=101, lo=None, hi=10),
+        RulesChunkParams(["id"], "rules_tmp_x_101", 9, number=201, groups="rules_tmp_x_2_g"),
         RulesChunkParams(["id"], "items_p", 10, dst="rules_tmp_x_1", lo=None, hi=10),
         RulesChunkParams(["id"], "rules_tmp_x_1", 35, in_place=True),
         ExportParams("rules_tmp_x_2", ["id", "title"]),
@@ -54,7 +56,7 @@ def _through_json(doc: dict[str, object]) -> dict[str, object]:
         ),
         MergeResult(["id", "title"], 38, 40, {"main": SourceSkips(1, 1), "extra": SourceSkips(0, 0)}),
         RulesResult("rules_tmp_x_2", ["id", "title"], 2, {"vat": 38, "drop": 3}, 3, 38, 35),
-        ChunkResult(10, 9, {"drop": 1}),
+        ChunkResult("rules_tmp_x_101", 10, 9, {"drop": 1}),
         ExportResult({"name": "csv", "path": "acme/p/out.csv", "rows": 35, "bytes": 900, "sha256": "ab"}),
     ],
     ids=lambda v: type(v).__name__,
@@ -66,6 +68,15 @@ def test_every_params_and_result_survives_its_json(value: object) -> None:
 
 def test_the_json_keeps_the_keys_workers_of_the_previous_version_read() -> None:
     """A driver and a worker on another machine may be one release apart during a deploy."""
+    assert RulesChunkParams(["id"], "a", 10, number=102, lo=1, hi=10).to_json() == {
+        "fields": ["id"],
+        "src": "a",
+        "number": 102,
+        "lo": 1,
+        "hi": 10,
+        "rows": 10,
+    }
+    # What the previous release's driver sends (a table to INSERT into) is still read, and written back the same.
     assert RulesChunkParams(["id"], "a", 10, dst="b", lo=1, hi=10).to_json() == {
         "fields": ["id"],
         "src": "a",
