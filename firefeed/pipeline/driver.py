@@ -267,7 +267,7 @@ class _Driver:
     # -- EXPORT: every export written beside its published name, checked, then all published at once
     def export(self, rules: contract.RulesResult) -> tuple[None, _Done]:
         ctx = self.ctx
-        params = contract.ExportParams(rules.table, rules.fields)
+        params = contract.ExportParams(rules.table, rules.fields, rules.rows_out)
         specs = [JobSpec(JobKind.EXPORT, idx=i, params=params) for i in range(len(ctx.spec.exports))]
         states = self.run_jobs(JobKind.EXPORT, specs) if specs else []
         exports = [contract.ExportResult.from_json(s.result_doc()) for s in states]

@@ -211,7 +211,7 @@ def _rules_chunk_job(ctx: RunContext, job: JobState, jobs: JobStore) -> None:
 
 def _export_job(ctx: RunContext, job: JobState, jobs: JobStore) -> contract.ExportResult:
     params = contract.ExportParams.from_json(job.params_doc())
-    return contract.ExportResult(steps.export_one(ctx, job.idx, params.table, params.fields))
+    return contract.ExportResult(steps.export_one(ctx, job.idx, params.table, params.fields, params.rows))
 
 
 _JOB_FUNCS: dict[JobKind, JobFunc] = {

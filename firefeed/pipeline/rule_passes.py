@@ -37,6 +37,7 @@ from typing import Any, Protocol
 from sqlalchemy import Engine
 
 from firefeed.db.engine import raw_connection
+from firefeed.errors import RulesError
 from firefeed.rules._plan import PassPlan, plan_passes
 from firefeed.rules.executor import (
     ChunkCounts,
@@ -44,12 +45,12 @@ from firefeed.rules.executor import (
     lookup_counts,
     make_groups,
     middle_position,
-    run_pass_chunk,
     run_pass_in_place,
     run_pass_whole,
     slice_ranges,
 )
 from firefeed.rules.limits import check_sql_size
+from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import Rule
 from firefeed.rules.sqlgen import deletes_only
 from firefeed.runs.contract import ChunkResult, RulesChunkParams, RulesResult
@@ -142,10 +143,12 @@ def apply_passes(
     first_in: int | None = None
     excluded = 0
     lookups: list[dict[str, Any]] = []
+    later: list[tuple[Rule, LookupSet]] = []  # lookups of rules the next pass counts (PassPlan.deferred)
     for plan in plans:
         if check_cancel is not None:
             check_cancel()
         in_place = segments[0].table != source_table and deletes_only(plan)
+        assert in_place or not plan.counts_after, "a pass counting the previous pass's rules deletes in place"
         groups = None
         if plan.grouped and len(segments) > 1:
             # A group's members may be in any part: each part joins the groups of the whole input.
@@ -154,9 +157,16 @@ def apply_passes(
         outcomes = runner.run_pass(plan, segments, in_place=in_place, groups=groups)
         if groups is not None:
             schema.drop_table(company, groups)
-        if plan.lookups:
+        tables = [table for table, _ in outcomes]
+        if later:
+            # The previous pass's deferred lookups, among the rows this DELETE kept.
+            lookups.extend(lookup_counts(schema.engine, company, later, tables))
+        deferred = {id(r) for r in plan.deferred}
+        later = [(rule, part) for rule, part in plan.lookups if id(rule) in deferred]
+        if len(later) < len(plan.lookups):
             # Read now: the next pass drops these tables.
-            lookups.extend(lookup_counts(schema.engine, company, plan, [table for table, _ in outcomes]))
+            now = [(rule, part) for rule, part in plan.lookups if id(rule) not in deferred]
+            lookups.extend(lookup_counts(schema.engine, company, now, tables))
         rows_in = rows_out = 0
         for seg, (table, counts) in zip(segments, outcomes, strict=True):
             if seg.table not in (source_table, table):
@@ -368,11 +378,12 @@ def execute_chunk(
         counts = run_pass_in_place(conn, plan, chunk.src, company=company, rows_in=chunk.rows)
         return ChunkResult(chunk.src, counts.rows_in, counts.rows_out, dict(counts.matched))
     if chunk.dst is not None:
-        # From a driver of the previous release (a deploy in progress): its slice INSERTs into `dst`.
-        counts = run_pass_chunk(
-            conn, plan, chunk.src, chunk.dst, chunk.lo, chunk.hi, company=company, rows_in=chunk.rows
+        # From a driver of the previous release (a deploy in progress), which cut the rules into passes
+        # by its own plan: running its pass number by this release's plan could write other rules.
+        raise RulesError(
+            f"rules_chunk job of pass {plan.number} comes from a driver of an earlier FireFeed release;"
+            " start the run again once every worker and driver runs the same release"
         )
-        return ChunkResult(chunk.dst, counts.rows_in, counts.rows_out, dict(counts.matched))
     assert chunk.number is not None
     table, counts = run_pass_whole(
         conn,

@@ -267,14 +267,16 @@ def merge(ctx: RunContext, parsed: Sequence[ParseOutcome]) -> MergeResult:
     return merged
 
 
-def export_one(ctx: RunContext, index: int, table: str, fields: Sequence[str]) -> dict[str, Any]:
+def export_one(
+    ctx: RunContext, index: int, table: str, fields: Sequence[str], rows: int | None = None
+) -> dict[str, Any]:
     """Write one export to the run's partial key beside its final one; `publish` moves it once all are written."""
     from firefeed.export import write_export
     from firefeed.export.guard import export_definition
     from firefeed.export.quality import Target, measuring
 
     exp = ctx.spec.exports[index]
-    own = channel_rules(ctx, index, table, fields) if exp.rules is not None else None
+    own = channel_rules(ctx, index, table, fields, rows) if exp.rules is not None else None
     if own is not None:
         table, fields = own.table, own.fields
     storage = export_storage(ctx.settings)
@@ -317,9 +319,12 @@ def export_one(ctx: RunContext, index: int, table: str, fields: Sequence[str]) -
 CHANNEL_PASS_STRIDE = 10_000_000
 
 
-def channel_rules(ctx: RunContext, index: int, table: str, fields: Sequence[str]) -> RulesResult:
+def channel_rules(
+    ctx: RunContext, index: int, table: str, fields: Sequence[str], rows: int | None = None
+) -> RulesResult:
     """An export's own rules (P29) on its copy of the items: new pass tables read from the project's result,
-    which the other exports read unchanged. In one piece: the export job is already one of several."""
+    which the other exports read unchanged. In one piece when the spec has several exports (their jobs
+    already run side by side); a lone export's rules run in halves, like the project's, on `rows` items."""
     from firefeed.pipeline.rule_passes import run_rules
     from firefeed.rules.executor import copy_as_lists
 
@@ -347,7 +352,9 @@ def channel_rules(ctx: RunContext, index: int, table: str, fields: Sequence[str]
         fields=fields,
         rules=exp.parsed_rules,
         cancel_check=ctx.check_cancel,
-        split_min_rows=2**62,
+        # With several exports, their jobs already run side by side; a lone export's rules use both halves.
+        split_min_rows=None if len(ctx.spec.exports) == 1 else 2**62,
+        rows=rows,
         first_pass=first_pass,
         path=f"exports[{index}].rules",
     )

@@ -84,6 +84,10 @@ class PassPlan:
     fields_out: tuple[str, ...]
     excluding: Rule | None  # the pass's first rule when it excludes
     lists: ListFields = NO_LISTS  # the project's list fields: their columns are text[]
+    #: rules of this pass moved before the next pass, a DELETE in place (_hoist): that pass counts them
+    deferred: tuple[Rule, ...] = ()
+    #: for that DELETE pass: the previous pass's deferred rules, counted among the rows it keeps
+    counts_after: tuple[Rule, ...] = ()
 
     @property
     def created(self) -> tuple[str, ...]:
@@ -294,6 +298,7 @@ def plan_passes(rules: Sequence[Rule], fields: Sequence[str]) -> list[PassPlan]:
     if current:
         groups.append(current)
 
+    groups, deferred = _hoist(groups, len(known))
     plans: list[PassPlan] = []
     fields_in = tuple(dict.fromkeys(fields))
     for number, group in enumerate(groups, start=1):
@@ -302,6 +307,57 @@ def plan_passes(rules: Sequence[Rule], fields: Sequence[str]) -> list[PassPlan]:
             out.extend(f for f in rule.writes if f not in out)
         excluding = group[0] if group[0].excludes else None
         lists = group[0].lists
-        plans.append(PassPlan(number, tuple(group), tuple(_levels(group)), fields_in, tuple(out), excluding, lists))
+        plans.append(
+            PassPlan(
+                number,
+                tuple(group),
+                tuple(_levels(group)),
+                fields_in,
+                tuple(out),
+                excluding,
+                lists,
+                deferred=deferred.get(number, ()),
+                counts_after=deferred.get(number - 1, ()),
+            )
+        )
         fields_in = tuple(out)
     return plans
+
+
+def _deletes_only(rule: Rule) -> bool:
+    """The rule only excludes (it changes no field and reads no group): alone, its pass is a DELETE."""
+    return rule.excludes and not rule.uses_groups and not rule.writes
+
+
+def _hoist(groups: list[list[Rule]], width: int) -> tuple[list[list[Rule]], dict[int, tuple[Rule, ...]]]:
+    """Move the rules after a rule that only excludes into the pass before it, where that saves a pass.
+
+    A pass of one rule that only excludes runs as a DELETE in the previous pass's table
+    (rule_passes), but with more rules after it in its pass, the pass copies every kept item.
+    When none of those rules writes a field the excluding rule reads (by construction none of
+    them excludes or reads groups: those start a pass), they give every kept item the same values
+    computed before the DELETE as after it: they join the previous pass, and the excluding rule
+    becomes a DELETE pass of its own. Their matches are counted among the kept rows once the
+    DELETE ran (its `counts_after`). Returns the new groups and, per pass number (1-based), the
+    rules it defers.
+    """
+    out: list[list[Rule]] = []
+    deferred: dict[int, tuple[Rule, ...]] = {}
+    for group in groups:
+        rule, rest = group[0], group[1:]
+        reads = set(condition_fields(rule.when)) if rule.when is not None else set()
+        if (
+            out
+            and rest
+            and _deletes_only(rule)
+            and not (len(out[-1]) == 1 and _deletes_only(out[-1][0]))  # never into another DELETE
+            and not {f for r in rest for f in r.writes} & reads
+        ):
+            merged = [*out[-1], *rest]
+            if len(_levels(merged)) <= MAX_LEVELS and width + len(merged) + 1 <= MAX_COLUMNS:
+                out[-1] = merged
+                deferred[len(out)] = tuple(rest)
+                out.append([rule])
+                continue
+        out.append(group)
+    return out, deferred

@@ -23,6 +23,7 @@ from sqlalchemy import Engine
 
 from firefeed.db.engine import raw_connection
 from firefeed.rules._plan import PassPlan, flag_column, lookup_report_columns, plan_passes
+from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import Rule, branch_excludes
 from firefeed.rules.sqlgen import count_select, exclusion_delete, groups_select, pass_insert, pass_select
 from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, company_schema, ident
@@ -120,7 +121,10 @@ def _chunk_counts(
 ) -> ChunkCounts:
     if rows_in is None:
         rows_in = rows_out
-    matched = {r.name: _rule_matches(plan, r, rows_in, rows_out, flagged, when_count) for r in plan.rules}
+    later = {id(r) for r in plan.deferred}  # counted by the next pass, among the rows it keeps
+    matched = {
+        r.name: _rule_matches(plan, r, rows_in, rows_out, flagged, when_count) for r in plan.rules if id(r) not in later
+    }
     return ChunkCounts(rows_in, rows_out, matched)
 
 
@@ -182,6 +186,7 @@ def run_pass_whole(
     pass input. `by_range`: read [lo, hi] through the BRIN index of positions
     (SchemaService.index_order_ranges) instead of scanning the whole table.
     """
+    assert not plan.counts_after, "a pass counting the previous pass's rules runs in place"
     schema = company_schema(company)
     source = ident(schema, src_table)
     joined = ident(schema, groups) if groups is not None else None
@@ -245,16 +250,29 @@ def run_pass_in_place(conn: Any, plan: PassPlan, table: str, *, company: str, ro
         statement = exclusion_delete(plan, target)
         cur.execute(statement.sql, statement.params)
         deleted = int(cur.rowcount)
-    assert rows_in is not None
-    return _chunk_counts(plan, rows_in, rows_in - deleted, {}, when_count)
+        assert rows_in is not None
+        counts = _chunk_counts(plan, rows_in, rows_in - deleted, {}, when_count)
+        if plan.counts_after:
+            # The previous pass's rules that ran before this DELETE: their matches among the kept rows.
+            flagged = [r for r in plan.counts_after if r.when is not None]
+            if flagged:
+                filters = sql.SQL(", ").join(
+                    sql.SQL("count(*) FILTER (WHERE {})").format(ident(flag_column(r))) for r in flagged
+                )
+                cur.execute(sql.SQL("SELECT {} FROM {}").format(filters, target))
+                counts.matched.update((r.name, int(n)) for r, n in zip(flagged, cur.fetchone(), strict=True))
+            counts.matched.update((r.name, counts.rows_out) for r in plan.counts_after if r.when is None)
+    return counts
 
 
 #: how many unmatched values a lookup's report lists (P23)
 TOP_UNMATCHED = 20
 
 
-def lookup_counts(engine: Engine, company: str, plan: PassPlan, tables: Sequence[str]) -> list[dict[str, Any]]:
-    """The report of each lookup action of a pass (P23), read from the pass tables it wrote.
+def lookup_counts(
+    engine: Engine, company: str, actions: Sequence[tuple[Rule, LookupSet]], tables: Sequence[str]
+) -> list[dict[str, Any]]:
+    """The report of each lookup action of a pass (`PassPlan.lookups`, P23), read from the pass tables it wrote.
 
     Only items the action ran on have a value; unmatched values are listed most frequent
     first, ties in feed order (the first item holding each), at most TOP_UNMATCHED.
@@ -262,7 +280,7 @@ def lookup_counts(engine: Engine, company: str, plan: PassPlan, tables: Sequence
     schema = company_schema(company)
     out: list[dict[str, Any]] = []
     with raw_connection(engine) as conn, conn.cursor() as cur:
-        for rule, part in plan.lookups:
+        for rule, part in actions:
             value, matched = (ident(c) for c, _ in lookup_report_columns(part.tag))
             rows = sql.SQL(" UNION ALL ").join(
                 sql.SQL("SELECT {v} AS v, {m} AS m, {o} AS o FROM {t} WHERE {v} IS NOT NULL").format(

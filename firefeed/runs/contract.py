@@ -113,7 +113,8 @@ class RulesChunkParams:
     `src`, or, when `lo`/`hi` are set, those with _ff_ord in [lo, hi] read through its BRIN index (the
     items table, cut by position). `in_place`: a DELETE in `src`, a pass table of this run. `groups`:
     the groups table a grouped pass joins. `rows`: the part's input rows. `dst`: what a driver of the
-    previous release sends instead of `number`, a table made up front that the part INSERTs into."""
+    previous release sent instead of `number` (a table made up front to INSERT into): read, so the
+    worker can refuse it by name (its passes were cut by that release's plan)."""
 
     fields: list[str]
     src: str
@@ -153,17 +154,19 @@ class RulesChunkParams:
 
 @dataclass(frozen=True)
 class ExportParams:
-    """The rules' final table and its fields; the export itself is the job's `idx` in the spec."""
+    """The rules' final table, its fields and items; the export itself is the job's `idx` in the spec."""
 
     table: str
     fields: list[str]
+    rows: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"table": self.table, "fields": self.fields}
+        doc: dict[str, Any] = {"table": self.table, "fields": self.fields}
+        return doc | {"rows": self.rows} if self.rows is not None else doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> ExportParams:
-        return cls(doc["table"], list(doc["fields"]))
+        return cls(doc["table"], list(doc["fields"]), doc.get("rows"))
 
 
 JobParams = MergeParams | RulesParams | RulesChunkParams | ExportParams

@@ -45,6 +45,7 @@ def _through_json(doc: dict[str, object]) -> dict[str, object]:
         RulesChunkParams(["id"], "items_p", 10, dst="rules_tmp_x_1", lo=None, hi=10),
         RulesChunkParams(["id"], "rules_tmp_x_1", 35, in_place=True),
         ExportParams("rules_tmp_x_2", ["id", "title"]),
+        ExportParams("rules_tmp_x_2", ["id", "title"], 35),
         SourceResult(
             fetch={"name": "main", "bytes": 10, "not_modified": False},
             parse={"name": "main", "rows": 40, "fields": 2},
