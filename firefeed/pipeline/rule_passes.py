@@ -74,7 +74,8 @@ __all__ = [
 #: connections (a pass is one backend's work: the other core would idle).
 SPLIT_MIN_ROWS = 100_000
 #: the pass table of part h (1 ..< SEGMENT_STRIDE) of pass p is numbered p * SEGMENT_STRIDE + h (a run
-#: in one part numbers it p); the view over the parts' last tables (the rules' result) is number 0
+#: in one part numbers it p); the view over the parts' last tables (the rules' result) is number 0, or
+#: first_pass * SEGMENT_STRIDE for an export's own rules
 SEGMENT_STRIDE = 100
 
 
@@ -106,8 +107,8 @@ class PassRunner(Protocol):
         `groups`: the groups table a grouped pass over several parts joins."""
         ...
 
-    def finish(self, segments: Sequence[Segment], source_table: str) -> str:
-        """The rules' result table once every pass ran."""
+    def finish(self, segments: Sequence[Segment], source_table: str, view: int) -> str:
+        """The rules' result table once every pass ran; `view`: its number when it is a view of parts."""
         ...
 
 
@@ -179,7 +180,8 @@ def apply_passes(
         first_in = rows_in if first_in is None else first_in
         excluded += rows_in - rows_out
     assert first_in is not None
-    table = runner.finish(segments, source_table)
+    # The project's view of parts is number 0; an export's own (first_pass > 1) one of its own.
+    table = runner.finish(segments, source_table, 0 if first_pass == 1 else first_pass * SEGMENT_STRIDE)
     return RulesResult(
         table, list(plans[-1].fields_out), len(plans), matched, excluded, first_in, first_in - excluded, lookups
     )
@@ -197,11 +199,11 @@ class _Parts:
     company: str
     run_id: str
 
-    def finish(self, segments: Sequence[Segment], source_table: str) -> str:
+    def finish(self, segments: Sequence[Segment], source_table: str, view: int) -> str:
         if len(segments) == 1:
             return segments[0].table
         # First part first: the view is in feed order.
-        return self.schema.create_rules_tmp_view(self.company, self.run_id, 0, [seg.table for seg in segments])
+        return self.schema.create_rules_tmp_view(self.company, self.run_id, view, [seg.table for seg in segments])
 
 
 def _add(counts: Sequence[ChunkCounts]) -> ChunkCounts:
