@@ -44,10 +44,9 @@ from firefeed.rules.executor import (
     count_rows,
     lookup_counts,
     make_groups,
-    middle_position,
+    page_parts,
     run_pass_in_place,
     run_pass_whole,
-    slice_ranges,
 )
 from firefeed.rules.limits import check_sql_size
 from firefeed.rules.lookups import LookupSet
@@ -81,8 +80,8 @@ SEGMENT_STRIDE = 100
 
 @dataclass
 class Segment:
-    """A part of the items (_ff_ord in [lo, hi] of the items table; all when both are None) and the
-    table that holds it so far; `rows` its items when known."""
+    """A part of the items (heap pages [lo, hi) of the items table, stored in feed order; all of it
+    when both are None) and the table that holds it so far; `rows` its items when known."""
 
     lo: int | None
     hi: int | None
@@ -231,10 +230,10 @@ class InProcessPasses(_Parts):
         self.source_table = source_table
         threshold = SPLIT_MIN_ROWS if self.split_min_rows is None else self.split_min_rows
         big = rows is not None and rows >= threshold
-        mid = middle_position(self.engine, self.company, source_table) if big else None
-        if mid is None:
+        halves = page_parts(self.engine, self.company, source_table, 2) if big else []
+        if len(halves) < 2:
             return [Segment(None, None, source_table, rows)]
-        return [Segment(None, mid, source_table), Segment(mid + 1, None, source_table)]
+        return [Segment(lo, hi, source_table) for lo, hi in halves]
 
     def run_pass(
         self, plan: PassPlan, segments: Sequence[Segment], *, in_place: bool, groups: str | None
@@ -257,6 +256,7 @@ class InProcessPasses(_Parts):
                     hi=seg.hi if first else None,
                     number=_part_number(plan, h, len(segments)),
                     groups=groups,
+                    pages=first,
                 )
 
         if len(segments) == 1:
@@ -310,9 +310,9 @@ class ChunkJobPasses(_Parts):
     10-20 ms of its own (a message, a claim, a transaction, a notification), and a million items in
     parts of 2,000 would make 500 of them per pass, seconds of overhead for parallelism no fleet has.
     With 16 parts a pass still spreads over 16 rules slots, and a lost worker loses a sixteenth of a
-    pass. The items table is cut once, by ranges of positions read through a BRIN index; from then on
-    each part's job reads its own pass table whole and writes the next by CREATE TABLE AS, in feed
-    order, so neither a shared table's inserts nor an index for EXPORT's order are needed.
+    pass. The items table is cut once, by runs of heap pages (it is stored in feed order) read by TID
+    range scans; from then on each part's job reads its own pass table whole and writes the next by
+    CREATE TABLE AS, in feed order, so no index, no statistics and no shared table are needed.
     """
 
     def __init__(
@@ -341,18 +341,16 @@ class ChunkJobPasses(_Parts):
         if rows is None:
             rows = count_rows(self.engine, self.company, source_table)
         slices = -(-rows // self.slice_rows(rows))
-        if slices <= 1:
+        parts = page_parts(self.engine, self.company, source_table, slices) if slices > 1 else []
+        if len(parts) < 2:
             return [Segment(None, None, source_table, rows)]
-        self.schema.index_order_ranges(self.company, source_table)
-        ranges = slice_ranges(self.engine, self.company, source_table, slices)
-        return [Segment(lo, hi, source_table, n) for lo, hi, n in ranges]
+        return [Segment(lo, hi, source_table) for lo, hi in parts]
 
     def run_pass(
         self, plan: PassPlan, segments: Sequence[Segment], *, in_place: bool, groups: str | None
     ) -> list[tuple[str, ChunkCounts]]:
         parts = []
         for h, seg in enumerate(segments, 1):
-            assert seg.rows is not None
             if in_place:
                 parts.append(RulesChunkParams(fields=self.fields, src=seg.table, rows=seg.rows, in_place=True))
                 continue
@@ -399,7 +397,7 @@ def execute_chunk(
         hi=chunk.hi,
         number=chunk.number,
         groups=chunk.groups,
-        by_range=chunk.lo is not None or chunk.hi is not None,
+        pages=chunk.lo is not None or chunk.hi is not None,
     )
     return ChunkResult(table, counts.rows_in, counts.rows_out, dict(counts.matched))
 

@@ -14,6 +14,7 @@ the SELECTs, INSERTs and DELETEs of the passes.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,13 +37,12 @@ __all__ = [
     "count_rows",
     "lookup_counts",
     "make_groups",
-    "middle_position",
+    "page_parts",
     "plan_passes",
     "prepare_pass",
     "run_pass_chunk",
     "run_pass_in_place",
     "run_pass_whole",
-    "slice_ranges",
 ]
 
 # Rows must be written in _ff_ord order (exports read them back that way): a
@@ -104,12 +104,13 @@ def _excluding_counts(
     hi: int | None,
     rows_in: int | None,
     groups: sql.Composable | None = None,
+    pages: bool = False,
 ) -> tuple[int | None, int | None]:
     """rows_in and the excluding rule's `when` matches, counted first when the pass needs them."""
     rule = plan.excluding
     both = rule is not None and rule.when is not None and branch_excludes(rule.then) and branch_excludes(rule.else_)
     if rule is not None and (rows_in is None or both):
-        counted = count_select(plan, source, lo, hi, groups=groups)
+        counted = count_select(plan, source, lo, hi, groups=groups, pages=pages)
         cur.execute(counted.sql, counted.params)
         found, when_count = cur.fetchone()
         return int(found), when_count
@@ -174,7 +175,7 @@ def run_pass_whole(
     hi: int | None = None,
     number: int | None = None,
     groups: str | None = None,
-    by_range: bool = False,
+    pages: bool = False,
 ) -> tuple[str, ChunkCounts]:
     """Run a pass over the rows of `src_table` with _ff_ord in [lo, hi] (all by default) into a new
     pass table made by CREATE TABLE AS (numbered `number`, by default the pass's): its name, the counts.
@@ -183,19 +184,16 @@ def run_pass_whole(
     may put a row into free space of an earlier page), so a table written in
     feed order stays in feed order and EXPORT needs no sort. `groups`: a grouped
     pass's groups table (`make_groups`), when `src_table` holds only part of the
-    pass input. `by_range`: read [lo, hi] through the BRIN index of positions
-    (SchemaService.index_order_ranges) instead of scanning the whole table.
+    pass input. `pages`: lo and hi are heap pages, [lo, hi) read by a TID range scan
+    (a part of the items table, which is stored in feed order).
     """
     assert not plan.counts_after, "a pass counting the previous pass's rules runs in place"
     schema = company_schema(company)
     source = ident(schema, src_table)
     joined = ident(schema, groups) if groups is not None else None
     with _pass_cursor(conn) as cur:
-        if by_range:
-            # The table has no statistics (no ANALYZE per pass): the planner is told not to scan it all.
-            cur.execute("SET LOCAL enable_seqscan = off")
-        rows_in, when_count = _excluding_counts(cur, plan, source, lo, hi, rows_in, joined)
-        select = pass_select(plan, source, lo, hi, groups=joined)
+        rows_in, when_count = _excluding_counts(cur, plan, source, lo, hi, rows_in, joined, pages)
+        select = pass_select(plan, source, lo, hi, groups=joined, pages=pages)
         flags = [flag_column(r) for r in plan.flagged]
         columns = [ORD, KEY, SRC, *plan.columns(), *(c for c, _ in plan.extra())]
         table, rows_out = schema_service.create_rules_tmp_as(
@@ -328,42 +326,20 @@ def count_rows(engine: Engine, company: str, table: str) -> int:
         return int(cur.fetchone()[0])
 
 
-def middle_position(engine: Engine, company: str, table: str) -> int | None:
-    """The _ff_ord that splits `table` into two halves of (almost) the same size (None: empty)."""
-    with raw_connection(engine) as conn, conn.cursor() as cur:
-        cur.execute(
-            sql.SQL("SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY {}) FROM {}").format(
-                ident(ORD), ident(company_schema(company), table)
-            )
-        )
-        mid = cur.fetchone()[0]
-    return None if mid is None else int(mid)
+def page_parts(engine: Engine, company: str, table: str, parts: int) -> list[tuple[int | None, int | None]]:
+    """`table` cut into at most `parts` runs of heap pages of the same length: [lo, hi) each, in order,
+    the first open below and the last above (one part when the table has fewer pages).
 
-
-def slice_ranges(engine: Engine, company: str, table: str, slices: int) -> list[tuple[int, int, int]]:
-    """`table` cut into at most `slices` ranges of _ff_ord of equal width: (lo, hi, items) each, in order.
-
-    Two sequential scans and no sort: the positions' span, then how many items fall in each range
-    (integer arithmetic the bounds below repeat exactly). Empty ranges are left out; an empty table
-    gives []. Equal width rather than equal count: positions are the feed's order with the gaps of
-    excluded items, about uniform, and counting every n-th item needs a sort or an index built first.
+    No scan, no index and no statistics: the size of the table is all it reads. A table stored in
+    feed order (MERGE's items table is) gives parts in feed order.
     """
-    target = ident(company_schema(company), table)
     with raw_connection(engine) as conn, conn.cursor() as cur:
-        cur.execute(sql.SQL("SELECT min({o}), max({o}) FROM {t}").format(o=ident(ORD), t=target))
-        lo, hi = cur.fetchone()
-        if lo is None:
-            return []
-        lo, hi = int(lo), int(hi)
-        span = hi - lo + 1
-        k = max(1, min(slices, span))
         cur.execute(
-            sql.SQL("SELECT (({o} - %s) * %s) / %s AS b, count(*) FROM {t} GROUP BY 1").format(o=ident(ORD), t=target),
-            (lo, k, span),
+            "SELECT pg_relation_size(%s::regclass) / current_setting('block_size')::int",
+            (ident(company_schema(company), table).as_string(cur),),
         )
-        counts = {int(b): int(n) for b, n in cur.fetchall()}
-
-    def start(b: int) -> int:  # the least position whose bucket is b: lo + ceil(b * span / k)
-        return lo + -(-(b * span) // k)
-
-    return [(start(b), start(b + 1) - 1, counts[b]) for b in range(k) if counts.get(b)]
+        pages = int(cur.fetchone()[0])
+    n = max(1, min(parts, pages))
+    cuts = [pages * k // n for k in range(1, n)]
+    bounds: list[int | None] = [None, *cuts, None]
+    return list(itertools.pairwise(bounds))

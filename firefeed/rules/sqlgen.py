@@ -135,6 +135,21 @@ def chunk_filter(lo: int | None, hi: int | None) -> Frag | None:
     return join(parts, " AND ") if parts else None
 
 
+def pages_filter(lo: int | None, hi: int | None) -> Frag | None:
+    """The rows on heap pages [lo, hi) of the table aliased t (either end open when None): a TID range
+    scan reads just those pages, with no index and no statistics."""
+    parts = []
+    if lo is not None:
+        parts.append(fmt("t.ctid >= {0}", val(f"({lo},0)", "tid")))
+    if hi is not None:
+        parts.append(fmt("t.ctid < {0}", val(f"({hi},0)", "tid")))
+    return join(parts, " AND ") if parts else None
+
+
+def _cut(lo: int | None, hi: int | None, pages: bool) -> Frag | None:
+    return pages_filter(lo, hi) if pages else chunk_filter(lo, hi)
+
+
 @dataclass
 class _Layer:
     """A subquery not yet nested: new values of some fields, and new columns (flags, number texts)."""
@@ -538,13 +553,15 @@ def pass_select(
     hi: int | None = None,
     *,
     groups: sql.Composable | None = None,
+    pages: bool = False,
 ) -> Frag:
-    """The pass's SELECT over the rows of `source` with _ff_ord in [lo, hi] (all when both are None).
+    """The pass's SELECT over the rows of `source` with _ff_ord in [lo, hi] (all when both are None;
+    with `pages`, the rows on heap pages [lo, hi)).
 
     `groups`: for a grouped pass, the table `groups_select` filled from the whole pass input;
     without it the pass aggregates `source` itself, which is only right when `source` is all of it.
     """
-    return _Builder(plan, source, chunk_filter(lo, hi), groups).build()
+    return _Builder(plan, source, _cut(lo, hi, pages), groups).build()
 
 
 def groups_select(plan: PassPlan, sources: Sequence[sql.Composable]) -> Frag:
@@ -585,6 +602,7 @@ def count_select(
     hi: int | None = None,
     *,
     groups: sql.Composable | None = None,
+    pages: bool = False,
 ) -> Frag:
     """Rows of the pass input, and how many match the excluding rule's `when` (its match count)."""
     builder = _Builder(plan, source, None, groups)
@@ -596,7 +614,7 @@ def count_select(
         text = fmt("SELECT count(*), {0} FROM {1}", matched, builder.relation)
     else:
         text = fmt("SELECT count(*), {0} FROM {1} AS t", matched, of(source))
-    where = chunk_filter(lo, hi)
+    where = _cut(lo, hi, pages)
     return fmt("{0} WHERE {1}", text, where) if where is not None else text
 
 

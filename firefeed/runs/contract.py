@@ -110,15 +110,16 @@ class RulesParams:
 @dataclass(frozen=True)
 class RulesChunkParams:
     """One part of one pass. Written by CREATE TABLE AS into pass table number `number`: the rows of
-    `src`, or, when `lo`/`hi` are set, those with _ff_ord in [lo, hi] read through its BRIN index (the
-    items table, cut by position). `in_place`: a DELETE in `src`, a pass table of this run. `groups`:
-    the groups table a grouped pass joins. `rows`: the part's input rows. `dst`: what a driver of the
-    previous release sent instead of `number` (a table made up front to INSERT into): read, so the
-    worker can refuse it by name (its passes were cut by that release's plan)."""
+    `src`, or, when `lo`/`hi` are set, those on its heap pages [lo, hi) (the items table, cut by pages).
+    `in_place`: a DELETE in `src`, a pass table of this run. `groups`: the groups table a grouped pass
+    joins. `rows`: the part's input rows, when known (a part of the items table is counted as it is
+    read). `dst`: what a driver of the previous release sent instead of `number` (a table made up
+    front to INSERT into): read, so the worker can refuse it by name (its passes were cut by that
+    release's plan)."""
 
     fields: list[str]
     src: str
-    rows: int
+    rows: int | None
     number: int | None = None
     dst: str | None = None
     lo: int | None = None
@@ -142,7 +143,7 @@ class RulesChunkParams:
         return cls(
             fields=list(doc["fields"]),
             src=doc["src"],
-            rows=int(doc["rows"]),
+            rows=None if doc.get("rows") is None else int(doc["rows"]),
             number=doc.get("number"),
             dst=doc.get("dst"),
             lo=doc.get("lo"),

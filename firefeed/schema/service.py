@@ -245,20 +245,6 @@ class SchemaService:
         if analyze:
             self._ddl(sql.SQL("ANALYZE {}").format(ident(schema, table)))
 
-    def index_order_ranges(self, company: str, table: str) -> None:
-        """A BRIN index of item positions, for chunk jobs that each read one range of them.
-
-        Built in one scan (a b-tree sorts the whole table, ~1 s on 1M items, and wanted ANALYZE
-        after it): a table written in position order, as MERGE and the pass tables write theirs,
-        keeps each block range's positions tight, so a range reads about its own blocks.
-        """
-        schema = company_schema(company)
-        self._ddl(
-            sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING brin ({}) WITH (pages_per_range = 8)").format(
-                ident(_range_index_name(table)), ident(schema, table), ident(ORD)
-            )
-        )
-
     # -- scratch areas (rule previews) ------------------------------------
     def create_scratch_area(self, area: str) -> str:
         """Create the schema of a scratch area (see identifiers.scratch_area); returns its name."""
@@ -494,7 +480,3 @@ def sql_qualified(schema: str, table: str) -> str:
 
 def _order_index_name(table: str) -> str:
     return "ix_" + table[: 63 - 7] + "_ord"
-
-
-def _range_index_name(table: str) -> str:
-    return "ix_" + table[: 63 - 7] + "_brn"

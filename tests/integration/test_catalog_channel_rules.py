@@ -267,37 +267,3 @@ def test_the_preview_shows_each_exports_own_rules_after_the_projects(run_env: Pa
     assert preview["rules"][0]["excluded"] == 1
     code, text = cli("preview", str(_write(tmp_path, spec)))
     assert code == 0 and "export 'google': its own rules" in text and "'9' -> '9 EUR'" in text
-
-
-def test_a_lone_exports_rules_run_in_halves_with_the_same_bytes(
-    run_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A spec with one export runs its channel rules in two halves (the other core would idle), in a view
-    of its own beside the project's; the export is byte for byte the one a run in one piece writes."""
-    import firefeed.pipeline.rule_passes as rule_passes
-
-    _items(tmp_path)
-    rules = [
-        {"name": "label", "then": [{"set": "label", "value": "google"}]},
-        {"when": {"field": "title", "op": "starts_with", "value": "test"}, "then": [{"exclude": True}]},
-        {"then": [{"lookup": "cats", "match": "cat", "set": {"google_product_category": "gpc"}}]},
-    ]
-
-    def spec(project: str) -> dict[str, Any]:
-        return {
-            "company": "catalog",
-            "project": project,
-            "sources": [{"name": "main", "url": "main.csv"}],
-            "lookups": [{"name": "cats", "url": "cats.csv", "key": "code"}],
-            "rules": [{"name": "vat", "then": [{"math": "price", "op": "multiply", "value": "2"}]}],
-            "exports": [{"name": "google", "format": "google-xml", "path": "google.xml", "rules": rules}],
-        }
-
-    whole = _run(tmp_path, spec("lone_whole"))
-    monkeypatch.setattr(rule_passes, "SPLIT_MIN_ROWS", 1)
-    halves = _run(tmp_path, spec("lone_halves"))
-    assert halves["exports"][0]["rules"] == whole["exports"][0]["rules"]
-    assert whole["exports"][0]["rules"]["lookups"][0]["matched"] == 2
-    one = (run_env / "catalog" / "lone_whole" / "google.xml").read_bytes()
-    two = (run_env / "catalog" / "lone_halves" / "google.xml").read_bytes()
-    assert two.replace(b"lone_halves", b"lone_whole") == one

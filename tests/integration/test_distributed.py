@@ -321,12 +321,13 @@ def test_rules_chunk_jobs_run_in_parallel_up_to_the_pool_size_and_not_beyond(
         jobs = s.scalars(
             select(PipelineJob).where(PipelineJob.run_id == report["run_id"], PipelineJob.kind == "rules_chunk")
         ).all()
-    # 600 items with FIREFEED_CHUNK_ROWS=10: 16 parts (FIREFEED_RULES_MAX_SLICES), not 60, one job per part
-    # and pass; "drop cheap" only excludes: a DELETE in each part's own table instead of a copy.
+    # 600 items with FIREFEED_CHUNK_ROWS=10: at most 16 parts (FIREFEED_RULES_MAX_SLICES), not 60, and no
+    # more than the items table's heap pages (the fleet cuts it by pages), one job per part and pass;
+    # the rules that only exclude run as a DELETE in each part's own table instead of a copy.
     per_pass = Counter(j.pass_no for j in jobs)
-    assert len(per_pass) == 3 and len(set(per_pass.values())) == 1 and 8 < per_pass[1] <= 16, per_pass
+    assert len(per_pass) == 3 and len(set(per_pass.values())) == 1 and 2 < per_pass[1] <= 16, per_pass
     in_place = {j.pass_no for j in jobs if (j.params or {}).get("in_place")}
-    assert len(in_place) == 1 and all((j.params or {}).get("in_place") for j in jobs if j.pass_no in in_place)
+    assert in_place and all((j.params or {}).get("in_place") for j in jobs if j.pass_no in in_place)
     overlap = _max_overlap([(j.claimed_at, j.finished_at) for j in jobs])
     # A rules worker's pool is PIPELINE_CONCURRENCY x RULES_CONCURRENCY (firefeed/concurrency.py): 3 x 2 here.
     pool = int(client_env["PIPELINE_CONCURRENCY"]) * int(client_env["RULES_CONCURRENCY"])

@@ -42,20 +42,32 @@ RULES = [
 ]
 
 
-def _project(tmp: Path, *, rules: list | None = None, exports: list | None = None, project: str = "shoes_it") -> Path:
-    write_csv(
-        tmp / "main.csv",
-        ["id", "title", "brand", "price", "quantity", "availability"],
-        [
-            ["A1", "Mocassino", "Lux", "19,99 EUR", "3", "in stock"],
-            ["A2", "Lux Sandalo", "Lux", "10.00 EUR", "9", "in stock"],
-            ["A3", "test item", "Mare", "5 EUR", "1", "in stock"],
-            [" A4 ", "Stivale", "Vento", "", "1", "in stock"],
-            ["", "no key", "Vento", "1 EUR", "1", "in stock"],
-            ["A1", "dup of A1", "Lux", "1 EUR", "1", "in stock"],
-            ["A5", "Sneaker", "Sole", "0.125 EUR", "7", "in stock"],
-        ],
-    )
+def _project(
+    tmp: Path,
+    *,
+    rules: list | None = None,
+    exports: list | None = None,
+    project: str = "shoes_it",
+    notes: int = 0,
+) -> Path:
+    """`notes`: a column of that many letters per item (the same in every call), to fill heap pages."""
+    rows = [
+        ["A1", "Mocassino", "Lux", "19,99 EUR", "3", "in stock"],
+        ["A2", "Lux Sandalo", "Lux", "10.00 EUR", "9", "in stock"],
+        ["A3", "test item", "Mare", "5 EUR", "1", "in stock"],
+        [" A4 ", "Stivale", "Vento", "", "1", "in stock"],
+        ["", "no key", "Vento", "1 EUR", "1", "in stock"],
+        ["A1", "dup of A1", "Lux", "1 EUR", "1", "in stock"],
+        ["A5", "Sneaker", "Sole", "0.125 EUR", "7", "in stock"],
+    ]
+    header = ["id", "title", "brand", "price", "quantity", "availability"]
+    if notes:
+        import random
+        import string
+
+        header.append("notes")
+        rows = [[*r, "".join(random.Random(i).choices(string.ascii_letters, k=notes))] for i, r in enumerate(rows)]
+    write_csv(tmp / "main.csv", header, rows)
     write_csv(
         tmp / "stock.csv",
         ["id", "quantity", "availability", "price"],
@@ -332,7 +344,8 @@ def test_a_run_split_in_two_halves_exports_the_same_bytes(
     halves = tmp_path / "halves"
     whole.mkdir()
     halves.mkdir()
-    code, report = run_json(_project(whole, project="in_one_piece"))
+    # Items of ~1.8 KB: more than one heap page, which the halves cut.
+    code, report = run_json(_project(whole, project="in_one_piece", notes=1800))
     assert code == 0, report["error"]
     monkeypatch.setattr(rule_passes, "SPLIT_MIN_ROWS", 1)
     monkeypatch.setattr(copy_module, "_GROUP_PAGES", 1)
@@ -344,7 +357,7 @@ def test_a_run_split_in_two_halves_exports_the_same_bytes(
         return seen[-1]
 
     monkeypatch.setattr(copy_module, "_parts_of_view", spy)
-    code, split_report = run_json(_project(halves, project="in_two_halves"))
+    code, split_report = run_json(_project(halves, project="in_two_halves", notes=1800))
     assert code == 0, split_report["error"]
     assert split_report["rules"] == report["rules"]
     assert [len(h or []) for h in seen] == [2], "google-xml read the two heaps in turn"

@@ -26,6 +26,7 @@ from firefeed.pipeline.rule_passes import (
     pass_plan,
 )
 from firefeed.rules.model import Rule, parse_rules
+from firefeed.rules.sqlgen import pages_filter
 from firefeed.runs.contract import ChunkResult, RulesChunkParams
 from firefeed.schema.identifiers import ORD, column_for_field, company_schema, ident
 from firefeed.schema.service import SchemaService
@@ -34,7 +35,7 @@ from tests.integration.test_rules_differential import KEY_FIELD, load_items
 pytestmark = pytest.mark.integration
 
 COMPANY = "rulepasses"
-FIELDS = [KEY_FIELD, "title", "brand", "price", "quantity"]
+FIELDS = [KEY_FIELD, "title", "brand", "price", "quantity", "pad"]
 ITEMS = 230
 CHUNK_ROWS = 17
 
@@ -65,6 +66,8 @@ def _items() -> list[dict[str, str]]:
             "brand": f"brand{i % 3}",
             "price": f"{i}.50",
             "quantity": str(i % 4),
+            # Spreads the items over more heap pages than there are parts: the fleet cuts the items by pages.
+            "pad": f"{i:04d}" * 150,
         }
         for i in range(ITEMS)
     ]
@@ -216,11 +219,10 @@ def test_a_pass_is_cut_into_at_most_max_slices_chunk_jobs_with_the_same_result(e
         runs.append(run_id)
         few, run_id, recorder = _chunked(engine, source, rules, max_slices=4)
         runs.append(run_id)
-        # Four ranges of positions of equal width (the items' positions are 1..ITEMS here): 57 or 58 items each.
-        sizes = [s.rows for s in recorder.slices[1]]
-        assert len(sizes) == 4 and sum(sizes) == ITEMS and all(abs(n - ITEMS / 4) <= 1 for n in sizes), sizes
+        # Four runs of heap pages, the first open below and the last above, with no gap and no overlap.
         bounds = [(s.lo, s.hi) for s in recorder.slices[1]]
-        assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(bounds)), bounds  # no gap, no overlap
+        assert len(bounds) == 4 and bounds[0][0] is None and bounds[-1][1] is None, bounds
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(bounds)), bounds
         assert (few.matched, few.excluded, few.rows_out) == (whole.matched, whole.excluded, whole.rows_out)
         assert _read_sorted(engine, few.table, few.fields) == _read_sorted(engine, whole.table, whole.fields)
     finally:
@@ -269,27 +271,34 @@ def test_list_fields_give_the_same_items_in_process_in_halves_and_as_chunk_jobs(
         service.drop_table(COMPANY, table)
 
 
-@pytest.mark.parametrize("slices", [1, 3, 7, 50])
-def test_position_ranges_cover_every_item_once_with_exact_counts(engine: Engine, slices: int) -> None:
-    """Equal-width ranges over positions with gaps (excluded items): every item in exactly one range, counted."""
-    from firefeed.rules.executor import slice_ranges
+@pytest.mark.parametrize("parts", [1, 3, 7, 50])
+def test_page_parts_cover_every_page_once_in_order(engine: Engine, parts: int) -> None:
+    """Runs of heap pages of the same length: every row in exactly one part, the parts in feed order."""
+    from firefeed.rules.executor import page_parts
 
     service = SchemaService(engine)
     service.create_company_schema(COMPANY)
-    table = f"ranges_{uuid.uuid4().hex[:8]}"
-    positions = [p for p in range(5, 2000, 3) if p % 11 != 0]  # gaps of all sizes
+    table = f"pages_{uuid.uuid4().hex[:8]}"
     target = ident(company_schema(COMPANY), table)
     with raw_connection(engine) as conn, conn.cursor() as cur:
-        cur.execute(sql.SQL("CREATE TABLE {} ({} bigint NOT NULL)").format(target, ident(ORD)))
-        cur.execute(sql.SQL("INSERT INTO {} SELECT unnest(%s::bigint[])").format(target), (positions,))
+        cur.execute(sql.SQL("CREATE TABLE {} ({} bigint NOT NULL, pad text)").format(target, ident(ORD)))
+        cur.execute(sql.SQL("INSERT INTO {} SELECT g, repeat('x', 200) FROM generate_series(1, 1000) g").format(target))
     try:
-        service.index_order_ranges(COMPANY, table)
-        ranges = slice_ranges(engine, COMPANY, table, slices)
-        assert 1 <= len(ranges) <= slices
-        assert ranges[0][0] <= positions[0] and ranges[-1][1] >= positions[-1]
-        assert all(a[1] < b[0] for a, b in itertools.pairwise(ranges))
-        assert [sum(1 for p in positions if lo <= p <= hi) for lo, hi, _ in ranges] == [n for _, _, n in ranges]
-        assert sum(n for _, _, n in ranges) == len(positions)
+        cut = page_parts(engine, COMPANY, table, parts)
+        assert 1 <= len(cut) <= parts and cut[0][0] is None and cut[-1][1] is None
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(cut))  # no gap, no overlap
+        seen: list[int] = []
+        with raw_connection(engine) as conn, conn.cursor() as cur:
+            for lo, hi in cut:
+                where = pages_filter(lo, hi)
+                query = sql.SQL("SELECT {} FROM {} AS t").format(ident(ORD), target)
+                if where is not None:
+                    query = query + sql.SQL(" WHERE ") + where.sql
+                cur.execute(query, where.params if where is not None else None)
+                got = [r[0] for r in cur.fetchall()]
+                assert got, (lo, hi)
+                seen.extend(got)
+        assert seen == list(range(1, 1001))
     finally:
         service.drop_table(COMPANY, table)
 

@@ -51,11 +51,22 @@ def load_items(
     fields: Sequence[str],
     items: Sequence[Mapping[str, Any]],
     lists: ListFields = NO_LISTS,
+    *,
+    spread: bool = False,
 ) -> None:
     """A source table like MERGE leaves it: ord, trimmed key, source, one column per field
-    (text, or text[] for a list field, whose values are tuples)."""
+    (text, or text[] for a list field, whose values are tuples).
+
+    `spread`: one item per heap page (a padding column no pass copies), so that a run cut into
+    parts by pages cuts even a few items.
+    """
     service.create_company_schema(company)
     service.create_project_table(company, table)
+    if spread:
+        target = ident(company_schema(company), table)
+        with raw_connection(engine) as conn, conn.cursor() as cur:
+            cur.execute(sql.SQL("ALTER TABLE {} SET (fillfactor = 10)").format(target))
+            cur.execute(sql.SQL("ALTER TABLE {} ADD COLUMN _ff_pad text DEFAULT repeat('p', 900)").format(target))
     service.add_columns(company, table, [column_for_field(f) for f in fields if f not in lists])
     if lists:
         _add_list_columns(engine, company, table, [column_for_field(f) for f in fields if f in lists])
@@ -179,7 +190,7 @@ def run_both(
     ]
     table = f"items_t{uuid.uuid4().hex[:12]}"
     run_id = str(uuid.uuid4())
-    load_items(engine, service, COMPANY, table, fields, items, project_lists)
+    load_items(engine, service, COMPANY, table, fields, items, project_lists, spread=split)
     try:
         result = run_rules(
             engine,
