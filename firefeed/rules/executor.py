@@ -286,17 +286,21 @@ def lookup_counts(
                 )
                 for t in tables
             )
-            cur.execute(
-                sql.SQL("SELECT count(*) FILTER (WHERE m), count(*) FILTER (WHERE NOT m) FROM ({}) r").format(rows)
-            )
-            hits, misses = cur.fetchone()
+            # One scan: matched items fold into one group, unmatched ones are grouped by value.
             cur.execute(
                 sql.SQL(
-                    "SELECT v, count(*) AS n FROM ({}) r WHERE NOT m GROUP BY v ORDER BY n DESC, min(o) LIMIT %s"
+                    "WITH g AS (SELECT m, CASE WHEN m THEN NULL ELSE v END AS v, count(*) AS n, min(o) AS f"
+                    " FROM ({}) r GROUP BY 1, 2)"
+                    " SELECT true, NULL, coalesce(sum(n) FILTER (WHERE m), 0),"
+                    " coalesce(sum(n) FILTER (WHERE NOT m), 0), NULL FROM g"
+                    " UNION ALL (SELECT false, v, n, NULL, f FROM g WHERE NOT m ORDER BY n DESC, f LIMIT %s)"
                 ).format(rows),
                 (TOP_UNMATCHED,),
             )
-            top = [{"value": v, "count": int(n)} for v, n in cur.fetchall()]
+            found = cur.fetchall()
+            ((_, _, hits, misses, _),) = [r for r in found if r[0]]
+            values = sorted((r for r in found if not r[0]), key=lambda r: (-r[2], r[4]))
+            top = [{"value": v, "count": int(n)} for _, v, n, _, _ in values]
             out.append(
                 {
                     "rule": rule.name,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from firefeed.errors import SpecError
 from firefeed.rules.model import parse_rules
@@ -150,3 +152,14 @@ def test_a_staged_lists_elements_read_back_as_written(elements: tuple[str, ...])
     from firefeed.pipeline.parse._lists import array_literal, literal_elements
 
     assert literal_elements(array_literal(elements)) == tuple(e.strip() for e in elements if e.strip())
+
+
+@given(
+    cell=st.text(alphabet=st.sampled_from(list('ab ,;|"\\\t\u00a0é{}')), max_size=30),
+    separator=st.sampled_from([",", ";", "|", ", ", "ab"]),
+)
+def test_a_split_cell_is_the_array_literal_of_its_parts(cell: str, separator: str) -> None:
+    """The fast path for cells with nothing to escape writes what array_literal writes."""
+    from firefeed.pipeline.parse._lists import array_literal, split_cell
+
+    assert split_cell(cell, separator) == (array_literal(cell.split(separator)) if cell else "")

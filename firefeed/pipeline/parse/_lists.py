@@ -42,8 +42,17 @@ def literal_elements(text: str) -> tuple[str, ...]:
 
 
 def split_cell(cell: str, separator: str) -> str:
-    """A csv/tsv cell of a list field: split on the separator, taken literally."""
-    return array_literal(cell.split(separator)) if cell else ""
+    """A csv/tsv cell of a list field: split on the separator, taken literally.
+
+    What `array_literal` writes; a cell with nothing to escape (the usual image URLs) skips the
+    per-element escaping, a third of a 1M-item catalog's list splitting.
+    """
+    if not cell:
+        return ""
+    if '"' in cell or "\\" in cell:
+        return array_literal(cell.split(separator))
+    kept = [text for text in map(str.strip, cell.split(separator)) if text]
+    return '{"' + '","'.join(kept) + '"}' if kept else ""
 
 
 def json_list(value: Any) -> str | None:
