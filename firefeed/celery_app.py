@@ -13,7 +13,7 @@ app.config_from_object("celeryconfig")
 
 @worker_process_init.connect
 def _fresh_connections(**_: Any) -> None:
-    """A forked pool process must not reuse its parent's database connections."""
-    from firefeed.db.engine import dispose_engines
+    """A forked pool process must not reuse its parent's database connections, and keeps one while idle."""
+    from firefeed.db.engine import one_idle_connection
 
-    dispose_engines()
+    one_idle_connection()

@@ -131,6 +131,24 @@ def _on_checkin(dbapi_connection: Any, record: Any) -> None:
         record.info["ff_state"] = None
 
 
+#: pooled connections an engine keeps while idle; None: FIREFEED_WEB_POOL_SIZE (see `one_idle_connection`)
+_idle_pool: int | None = None
+
+
+def one_idle_connection() -> None:
+    """From now on this process's engines keep one connection while idle (a worker's pool process).
+
+    A pool process runs one job at a time. Its engine kept up to FIREFEED_WEB_POOL_SIZE idle
+    connections, so every pool process that ever ran a job with two connections (a driver's
+    wakeups beside its statements, RULES in halves) kept both: 56 pool processes at
+    PIPELINE_CONCURRENCY=8 exhausted max_connections=100 while SPEC 1's budget counts one per slot.
+    A job's second connection now closes when it is returned.
+    """
+    global _idle_pool
+    _idle_pool = 1
+    dispose_engines()
+
+
 def get_engine(url: str | None = None) -> Engine:
     """The process's engine for `url` (default: the configured database)."""
     url = normalize_database_url(url) if url else get_settings().sqlalchemy_url
@@ -140,7 +158,7 @@ def get_engine(url: str | None = None) -> Engine:
             settings = get_settings()
             engine = create_engine(
                 url,
-                pool_size=settings.web_pool_size,
+                pool_size=settings.web_pool_size if _idle_pool is None else _idle_pool,
                 max_overflow=10,
                 pool_pre_ping=False,  # the checkout event checks liveness (_on_checkout)
                 # Connections are taken per step: a step that found a dead one retries once, not never.

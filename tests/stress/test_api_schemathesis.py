@@ -108,7 +108,10 @@ def test_no_generated_request_gets_a_server_error(
     with requests.Session() as session:
         for operation in operations:
             fixed = _fixed_ids(operation, seeded) if ids == "seeded" else {}
-            strategy = operation.as_strategy(generation_mode=mode, path_parameters=fixed or None)
+            # A field of the seeded project: a made-up name is a 422 (P33), and the read behind it never runs.
+            seeded_read = fixed and mode is GenerationMode.POSITIVE and operation.path.endswith("/values")
+            query = {"field": "title"} if seeded_read else None
+            strategy = operation.as_strategy(generation_mode=mode, path_parameters=fixed or None, query=query)
             try:
                 answered[operation.label] = statuses = _fuzz(operation, strategy, seeded, session)
             except Unsatisfiable:
