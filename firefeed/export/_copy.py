@@ -35,7 +35,8 @@ from psycopg2 import sql
 from firefeed.db.engine import render_for_binding
 from firefeed.export._atomic import Sink
 from firefeed.export.select import Piece, sql_text
-from firefeed.schema.identifiers import ORD, ident, tmp_table_number
+from firefeed.schema.identifiers import ORD, ident
+from firefeed.schema.service import parts_of_view
 
 _SCAN_SETTINGS = (
     "SET LOCAL synchronize_seqscans = off",
@@ -58,21 +59,6 @@ def in_physical_order(cur: Any, schema: str, table: str) -> bool:
     ).format(ord=ident(ORD), t=ident(schema, table))
     cur.execute(query)
     return bool(cur.fetchone()[0])
-
-
-def _parts_of_view(cur: Any, schema: str, table: str) -> list[str] | None:
-    """The pass tables, in order, when `table` is the view a rules run in parts made of them; else None."""
-    cur.execute(
-        "SELECT DISTINCT c.relname FROM pg_rewrite r JOIN pg_depend d ON d.objid = r.oid "
-        "JOIN pg_class c ON c.oid = d.refobjid "
-        "WHERE r.ev_class = to_regclass(%s) AND c.oid <> r.ev_class AND c.relkind = 'r'",
-        (f'"{schema}"."{table}"',),
-    )
-    names = [r[0] for r in cur.fetchall()]
-    numbers = [tmp_table_number(n) for n in names]
-    if len(names) < 2 or None in numbers:
-        return None
-    return [n for _, n in sorted(zip(numbers, names, strict=True))]
 
 
 def _ready(conn: Any) -> None:
@@ -226,7 +212,7 @@ def copy_item_groups(conn: Any, *, schema: str, table: str, line: Piece, where: 
     with conn.cursor() as cur:
         _begin_read(cur)
         if in_physical_order(cur, schema, table):
-            heaps = _parts_of_view(cur, schema, table) or [table]
+            heaps = parts_of_view(cur, schema, table) or [table]
             parts = [_page_groups(cur, schema, heap, n, line, where) for n, heap in enumerate(heaps)]
         elif _has_order_index(cur, schema, table):
             _read_in_index_order(cur)

@@ -140,6 +140,7 @@ def apply_passes(
         count = rows if rows is not None else count_rows(schema.engine, company, source_table)
         return RulesResult(source_table, list(dict.fromkeys(fields)), 0, matched, 0, count, count)
     segments = runner.segments(source_table, rows)
+    written: set[str] = set()  # this loop's own pass tables: the only ones it deletes from or drops
     first_in: int | None = None
     excluded = 0
     lookups: list[dict[str, Any]] = []
@@ -147,7 +148,7 @@ def apply_passes(
     for plan in plans:
         if check_cancel is not None:
             check_cancel()
-        in_place = segments[0].table != source_table and deletes_only(plan)
+        in_place = deletes_only(plan) and all(seg.table in written for seg in segments)
         assert in_place or not plan.counts_after, "a pass counting the previous pass's rules deletes in place"
         groups = None
         if plan.grouped and len(segments) > 1:
@@ -169,7 +170,8 @@ def apply_passes(
             lookups.extend(lookup_counts(schema.engine, company, now, tables))
         rows_in = rows_out = 0
         for seg, (table, counts) in zip(segments, outcomes, strict=True):
-            if seg.table not in (source_table, table):
+            written.add(table)
+            if seg.table in written and seg.table != table:
                 schema.drop_table(company, seg.table)  # at most two copies of the items exist
             seg.table, seg.rows = table, counts.rows_out
             rows_in += counts.rows_in
@@ -229,8 +231,13 @@ class InProcessPasses(_Parts):
     def segments(self, source_table: str, rows: int | None) -> list[Segment]:
         self.source_table = source_table
         threshold = SPLIT_MIN_ROWS if self.split_min_rows is None else self.split_min_rows
-        big = rows is not None and rows >= threshold
-        halves = page_parts(self.engine, self.company, source_table, 2) if big else []
+        if rows is None or rows < threshold:
+            return [Segment(None, None, source_table, rows)]
+        # An export's own rules read the project's result: when that is a view of two halves, theirs.
+        parts = self.schema.view_parts(self.company, source_table)
+        if parts is not None and len(parts) == 2:
+            return [Segment(None, None, part) for part in parts]
+        halves = page_parts(self.engine, self.company, source_table, 2)
         if len(halves) < 2:
             return [Segment(None, None, source_table, rows)]
         return [Segment(lo, hi, source_table) for lo, hi in halves]
@@ -242,8 +249,8 @@ class InProcessPasses(_Parts):
             with raw_connection(self.engine) as conn:
                 if in_place:
                     return seg.table, run_pass_in_place(conn, plan, seg.table, company=self.company, rows_in=seg.rows)
-                # Only the items table is cut by position; a half's own pass table is read whole.
-                first = seg.table == self.source_table
+                # Only the items table is cut by pages; a half's own pass table is read whole.
+                first = seg.table == self.source_table and (seg.lo is not None or seg.hi is not None)
                 return run_pass_whole(
                     conn,
                     self.schema,

@@ -323,8 +323,9 @@ def channel_rules(
     ctx: RunContext, index: int, table: str, fields: Sequence[str], rows: int | None = None
 ) -> RulesResult:
     """An export's own rules (P29) on its copy of the items: new pass tables read from the project's result,
-    which the other exports read unchanged. In one piece: the export job is already one of several, and
-    the project's result may be a view of parts, which a cut by heap pages cannot split."""
+    which the other exports read unchanged. In one piece when the spec has several exports (their jobs
+    already run side by side); a lone export's rules run in halves like the project's, reading the
+    project's two halves when its result is their view (`InProcessPasses.segments`)."""
     from firefeed.pipeline.rule_passes import run_rules
     from firefeed.rules.executor import copy_as_lists
 
@@ -352,7 +353,8 @@ def channel_rules(
         fields=fields,
         rules=exp.parsed_rules,
         cancel_check=ctx.check_cancel,
-        split_min_rows=2**62,
+        # With several exports, their jobs already run side by side; a lone export's rules use both halves.
+        split_min_rows=None if len(ctx.spec.exports) == 1 else 2**62,
         rows=rows,
         first_pass=first_pass,
         path=f"exports[{index}].rules",

@@ -52,3 +52,13 @@ SELECT 1
  WHERE id = %(run_id)s
    AND status IN ('PENDING', 'RUNNING')
    FOR SHARE;
+
+-- view_tables --
+-- The tables a view reads (a rules run's view of its parts); `qualified` is "schema"."view" quoted as text
+SELECT DISTINCT c.relname
+  FROM pg_rewrite r
+  JOIN pg_depend d ON d.objid = r.oid
+  JOIN pg_class c ON c.oid = d.refobjid
+ WHERE r.ev_class = to_regclass(%(qualified)s)
+   AND c.oid <> r.ev_class
+   AND c.relkind = 'r';

@@ -39,6 +39,7 @@ from firefeed.schema.identifiers import (
     rules_groups_table,
     rules_tmp_table,
     run_id_of_tmp_table,
+    tmp_table_number,
 )
 
 log = logging.getLogger(__name__)
@@ -338,6 +339,11 @@ class SchemaService:
             cur.execute(sql.SQL("CREATE INDEX {} ON {} (_ff_gk, _ff_gk2)").format(ident(f"{table}_k"), target))
         return table
 
+    def view_parts(self, company: str, view: str) -> list[str] | None:
+        """`parts_of_view` of a table of the company schema (None: not a view of parts)."""
+        with raw_connection(self.engine) as conn, conn.cursor() as cur:
+            return parts_of_view(cur, company_schema(company), view)
+
     def create_rules_tmp_view(self, company: str, run_id: str, number: int, tables: Sequence[str]) -> str:
         """A view of pass tables of a run, one after the other (UNION ALL keeps their order); returns its name.
 
@@ -471,6 +477,19 @@ class SchemaService:
                 cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(schema, published)))
                 cur.execute(sql.SQL("ALTER TABLE {} SET LOGGED").format(ident(schema, run_table)))
                 cur.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(ident(schema, run_table), ident(published)))
+
+
+def parts_of_view(cur: Any, schema: str, view: str) -> list[str] | None:
+    """The pass tables, in part order, when `view` is the view a rules run in parts made of them; else None.
+
+    On the caller's cursor: EXPORT asks inside its own read transaction.
+    """
+    cur.execute(_sql("view_tables"), {"qualified": sql_qualified(schema, view)})
+    names = [r[0] for r in cur.fetchall()]
+    numbers = [tmp_table_number(n) for n in names]
+    if len(names) < 2 or None in numbers:
+        return None
+    return [n for _, n in sorted(zip(numbers, names, strict=True))]
 
 
 def sql_qualified(schema: str, table: str) -> str:

@@ -267,3 +267,64 @@ def test_the_preview_shows_each_exports_own_rules_after_the_projects(run_env: Pa
     assert preview["rules"][0]["excluded"] == 1
     code, text = cli("preview", str(_write(tmp_path, spec)))
     assert code == 0 and "export 'google': its own rules" in text and "'9' -> '9 EUR'" in text
+
+
+def test_a_lone_exports_rules_run_in_halves_with_the_same_bytes(
+    run_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spec with one export runs its own rules in the project's two halves (the other core would idle),
+    into a view of its own beside the project's, never writing the project's tables; the export is byte
+    for byte the one a run in one piece writes."""
+    import random
+    import string
+
+    import firefeed.pipeline.rule_passes as rule_passes
+    from firefeed.schema.service import SchemaService
+
+    _items(tmp_path)
+    # Items of ~1.8 KB: more than one heap page, which the halves cut.
+    rows = [
+        ["1", "Ring", "Rings", "10"],
+        ["2", "Test hat", "Hats", "5"],
+        ["3", "Mug", "Mugs", "7"],
+        ["4", "Bag", "", "9"],
+        ["5", "Cup", "Mugs", "3"],
+    ]
+    notes = ["".join(random.Random(i).choices(string.ascii_letters, k=1800)) for i in range(len(rows))]
+    body = [[*r, n] for r, n in zip(rows, notes, strict=True)]
+    write_csv(tmp_path / "main.csv", ["id", "title", "cat", "price", "notes"], body)
+    rules = [
+        {"name": "label", "then": [{"set": "label", "value": "google"}]},
+        # only excludes: in the export's own halves a DELETE, never in the project's
+        {"when": {"field": "title", "op": "starts_with", "value": "test"}, "then": [{"exclude": True}]},
+        {"then": [{"lookup": "cats", "match": "cat", "set": {"google_product_category": "gpc"}}]},
+    ]
+
+    def spec(project: str) -> dict[str, Any]:
+        return {
+            "company": "catalog",
+            "project": project,
+            "sources": [{"name": "main", "url": "main.csv"}],
+            "lookups": [{"name": "cats", "url": "cats.csv", "key": "code"}],
+            "rules": [{"name": "vat", "then": [{"math": "price", "op": "multiply", "value": "2"}]}],
+            "exports": [{"name": "google", "format": "google-xml", "path": "google.xml", "rules": rules}],
+        }
+
+    whole = _run(tmp_path, spec("lone_whole"))
+    monkeypatch.setattr(rule_passes, "SPLIT_MIN_ROWS", 1)
+    views: list[int] = []
+    make_view = SchemaService.create_rules_tmp_view
+
+    def spy(self: SchemaService, company: str, run_id: str, number: int, tables: Any) -> str:
+        views.append(number)
+        return make_view(self, company, run_id, number, tables)
+
+    monkeypatch.setattr(SchemaService, "create_rules_tmp_view", spy)
+    halves = _run(tmp_path, spec("lone_halves"))
+    assert len(views) == 2 and views[0] == 0 and views[1] != 0, views  # the project's, then the export's
+    assert halves["exports"][0]["rules"] == whole["exports"][0]["rules"]
+    assert whole["exports"][0]["rules"]["excluded"] == 1
+    assert whole["exports"][0]["rules"]["lookups"][0]["matched"] == 3
+    one = (run_env / "catalog" / "lone_whole" / "google.xml").read_bytes()
+    two = (run_env / "catalog" / "lone_halves" / "google.xml").read_bytes()
+    assert two.replace(b"lone_halves", b"lone_whole") == one

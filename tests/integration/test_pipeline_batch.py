@@ -350,13 +350,13 @@ def test_a_run_split_in_two_halves_exports_the_same_bytes(
     monkeypatch.setattr(rule_passes, "SPLIT_MIN_ROWS", 1)
     monkeypatch.setattr(copy_module, "_GROUP_PAGES", 1)
     seen: list[list[str] | None] = []
-    find_halves = copy_module._parts_of_view
+    find_halves = copy_module.parts_of_view
 
     def spy(*args: Any) -> list[str] | None:
         seen.append(find_halves(*args))
         return seen[-1]
 
-    monkeypatch.setattr(copy_module, "_parts_of_view", spy)
+    monkeypatch.setattr(copy_module, "parts_of_view", spy)
     code, split_report = run_json(_project(halves, project="in_two_halves", notes=1800))
     assert code == 0, split_report["error"]
     assert split_report["rules"] == report["rules"]
