@@ -58,6 +58,15 @@ def write_csv(path: Path, header: list[str], rows: list[list[str]], delimiter: s
         w.writerows(rows)
 
 
+def filler(seed: int, size: int = 1800) -> str:
+    """`size` letters, the same for a seed in every call, that Postgres does not compress: an item this
+    wide puts a few items on each heap page, so runs cut by pages (RULES halves, fleet parts) cut them."""
+    import random
+    import string
+
+    return "".join(random.Random(seed).choices(string.ascii_letters, k=size))
+
+
 def read_csv(path: Path) -> tuple[list[str], list[list[str]]]:
     with path.open(newline="", encoding="utf-8") as f:
         rows = list(csv.reader(f))

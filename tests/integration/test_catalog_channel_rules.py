@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration.conftest import read_csv, run_json, write_csv
+from tests.integration.conftest import filler, read_csv, run_json, write_csv
 
 pytestmark = pytest.mark.integration
 
@@ -275,9 +275,6 @@ def test_a_lone_exports_rules_run_in_halves_with_the_same_bytes(
     """A spec with one export runs its own rules in the project's two halves (the other core would idle),
     into a view of its own beside the project's, never writing the project's tables; the export is byte
     for byte the one a run in one piece writes."""
-    import random
-    import string
-
     import firefeed.pipeline.rule_passes as rule_passes
     from firefeed.schema.service import SchemaService
 
@@ -290,8 +287,7 @@ def test_a_lone_exports_rules_run_in_halves_with_the_same_bytes(
         ["4", "Bag", "", "9"],
         ["5", "Cup", "Mugs", "3"],
     ]
-    notes = ["".join(random.Random(i).choices(string.ascii_letters, k=1800)) for i in range(len(rows))]
-    body = [[*r, n] for r, n in zip(rows, notes, strict=True)]
+    body = [[*r, filler(i)] for i, r in enumerate(rows)]
     write_csv(tmp_path / "main.csv", ["id", "title", "cat", "price", "notes"], body)
     rules = [
         {"name": "label", "then": [{"set": "label", "value": "google"}]},

@@ -14,7 +14,7 @@ from psycopg2 import sql
 from firefeed.db.engine import raw_connection
 from firefeed.rules.model import parse_rules
 from firefeed.rules.reference import apply_rules
-from tests.integration.conftest import cli, read_csv, run_json, write_csv
+from tests.integration.conftest import cli, filler, read_csv, run_json, write_csv
 
 RULES = [
     {
@@ -62,11 +62,8 @@ def _project(
     ]
     header = ["id", "title", "brand", "price", "quantity", "availability"]
     if notes:
-        import random
-        import string
-
         header.append("notes")
-        rows = [[*r, "".join(random.Random(i).choices(string.ascii_letters, k=notes))] for i, r in enumerate(rows)]
+        rows = [[*r, filler(i, notes)] for i, r in enumerate(rows)]
     write_csv(tmp / "main.csv", header, rows)
     write_csv(
         tmp / "stock.csv",
