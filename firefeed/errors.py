@@ -44,9 +44,15 @@ class SourceError(FireFeedError):
 
     code = "source_error"
 
-    def __init__(self, source: str, message: str) -> None:
-        self.source = source
-        super().__init__(f"source {source!r}: {message}")
+    def __init__(self, source: str, message: str, *, what: str = "source") -> None:
+        self.source, self.reason, self.what = source, message, what
+        super().__init__(f"{what} {source!r}: {message}")
+
+    def as_lookup(self) -> SourceError:
+        """The same error of the same class, naming a lookup table (fetched and parsed as a source is)."""
+        err = type(self)(self.source, self.reason, what="lookup")
+        err.__dict__.update({k: v for k, v in self.__dict__.items() if k != "what"})
+        return err
 
 
 class FetchError(SourceError):

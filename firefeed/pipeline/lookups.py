@@ -18,7 +18,7 @@ from psycopg2 import sql
 from sqlalchemy import Engine
 
 from firefeed.db.engine import raw_connection
-from firefeed.errors import MergeError
+from firefeed.errors import MergeError, SourceError
 from firefeed.pipeline.context import RunContext
 from firefeed.pipeline.merge import trimmed
 from firefeed.rules.lookups import LookupSet
@@ -72,9 +72,13 @@ def load_lookups(ctx: RunContext) -> list[LookupStats]:
     out = []
     for lk in ctx.spec.lookups:
         ctx.check_cancel()
-        fetched = steps.fetch_feed(ctx, lk, scope="lookup:")
         staging = lookup_staging_table(ctx.spec.project, lk.name)
-        staged = steps.stage_feed(ctx, lk, fetched, staging)
+        try:
+            fetched = steps.fetch_feed(ctx, lk, scope="lookup:")
+            staged = steps.stage_feed(ctx, lk, fetched, staging)
+        except SourceError as err:
+            # The sources' own code raised it: the message names the lookup, not a source of that name.
+            raise err.as_lookup() from err
         stats = build_lookup_table(
             ctx.engine,
             ctx.schema,

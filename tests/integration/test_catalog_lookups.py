@@ -166,6 +166,7 @@ def test_a_lookup_url_goes_through_the_sources_address_checks(run_env: Path, tmp
     assert code == 1
     assert report["error"]["type"] == "UnsafeURLError"
     assert "non-public address" in report["error"]["message"]
+    assert report["error"]["message"].startswith("lookup 'categories': "), report["error"]["message"]
 
 
 def test_the_preview_joins_lookups_and_reads_groups_like_a_run(run_env: Path, tmp_path: Path) -> None:
