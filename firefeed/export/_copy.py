@@ -36,7 +36,7 @@ from firefeed.db.engine import render_for_binding
 from firefeed.export._atomic import Sink
 from firefeed.export.select import Piece, sql_text
 from firefeed.schema.identifiers import ORD, ident
-from firefeed.schema.service import parts_of_view
+from firefeed.schema.service import parts_of_view, table_pages
 
 _SCAN_SETTINGS = (
     "SET LOCAL synchronize_seqscans = off",
@@ -135,11 +135,7 @@ def _page_groups(cur: Any, schema: str, heap: str, number: int, line: Piece, whe
     groups in generate_series order, and string_agg takes a group's rows in
     scan (page) order. Positions are `number` * 2^32 + the first page.
     """
-    cur.execute(
-        "SELECT pg_relation_size(%s::regclass) / current_setting('block_size')::int",
-        (sql.Identifier(schema, heap).as_string(cur),),
-    )
-    pages = int(cur.fetchone()[0])
+    pages = table_pages(cur, schema, heap)
     within = sql.SQL(
         " ctid >= ('(' || p.start || ',0)')::tid AND ctid < ('(' || least(p.start + {n}, {max}) || ',0)')::tid"
     ).format(n=sql.Literal(_GROUP_PAGES), max=sql.Literal(_MAX_BLOCK))

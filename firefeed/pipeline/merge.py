@@ -19,7 +19,7 @@ import contextvars
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psycopg2 import sql
 from sqlalchemy import Engine
@@ -31,6 +31,9 @@ from firefeed.rules.template import FieldRef, Template
 from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, company_schema, ident
 from firefeed.schema.service import SchemaService
 from firefeed.textutil import WHITESPACE
+
+if TYPE_CHECKING:
+    from firefeed.spec.model import SourceSpec
 
 SOURCE_STRIDE = 2**40
 
@@ -48,6 +51,11 @@ class StagedSource:
     lists: frozenset[str] = frozenset()
     #: `key_from` (SPEC 9, P15): the key is this template over the source's own fields, not its key column
     key_from: Template | None = None
+
+    @classmethod
+    def of(cls, source: SourceSpec, table: str, fields: Sequence[str]) -> StagedSource:
+        """`source`'s rows staged in `table` with `fields`, merged as its spec says."""
+        return cls(source.name, table, fields, source.mode, source.fields, source.list_fields, source.key_template)
 
 
 @dataclass

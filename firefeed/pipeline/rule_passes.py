@@ -80,8 +80,10 @@ SEGMENT_STRIDE = 100
 
 @dataclass
 class Segment:
-    """A part of the items (heap pages [lo, hi) of the items table, stored in feed order; all of it
-    when both are None) and the table that holds it so far; `rows` its items when known."""
+    """A part of the items and the table that holds it so far; `rows` its items when known. While the
+    part is still in the table the rules started from, `lo`/`hi` are its heap pages [lo, hi) there
+    (that table is stored in feed order; all of it when both are None); once a pass wrote the part a
+    table of its own, both are None."""
 
     lo: int | None
     hi: int | None
@@ -173,7 +175,7 @@ def apply_passes(
             written.add(table)
             if seg.table in written and seg.table != table:
                 schema.drop_table(company, seg.table)  # at most two copies of the items exist
-            seg.table, seg.rows = table, counts.rows_out
+            seg.table, seg.rows, seg.lo, seg.hi = table, counts.rows_out, None, None
             rows_in += counts.rows_in
             rows_out += counts.rows_out
             for name, n in counts.matched.items():
@@ -207,16 +209,6 @@ class _Parts:
         return self.schema.create_rules_tmp_view(self.company, self.run_id, view, [seg.table for seg in segments])
 
 
-def _add(counts: Sequence[ChunkCounts]) -> ChunkCounts:
-    total = ChunkCounts(0, 0, {})
-    for c in counts:
-        total.rows_in += c.rows_in
-        total.rows_out += c.rows_out
-        for name, n in c.matched.items():
-            total.matched[name] = total.matched.get(name, 0) + n
-    return total
-
-
 # -- in this process ---------------------------------------------------------------------
 class InProcessPasses(_Parts):
     """Each pass in this process by CREATE TABLE AS, or one DELETE; two halves at once for big runs."""
@@ -226,10 +218,8 @@ class InProcessPasses(_Parts):
     ) -> None:
         self.engine, self.schema, self.company, self.run_id = engine, schema, company, run_id
         self.split_min_rows = split_min_rows
-        self.source_table = ""
 
     def segments(self, source_table: str, rows: int | None) -> list[Segment]:
-        self.source_table = source_table
         threshold = SPLIT_MIN_ROWS if self.split_min_rows is None else self.split_min_rows
         if rows is None or rows < threshold:
             return [Segment(None, None, source_table, rows)]
@@ -249,8 +239,6 @@ class InProcessPasses(_Parts):
             with raw_connection(self.engine) as conn:
                 if in_place:
                     return seg.table, run_pass_in_place(conn, plan, seg.table, company=self.company, rows_in=seg.rows)
-                # Only the items table is cut by pages; a half's own pass table is read whole.
-                first = seg.table == self.source_table and (seg.lo is not None or seg.hi is not None)
                 return run_pass_whole(
                     conn,
                     self.schema,
@@ -259,11 +247,10 @@ class InProcessPasses(_Parts):
                     company=self.company,
                     run_id=self.run_id,
                     rows_in=seg.rows,
-                    lo=seg.lo if first else None,
-                    hi=seg.hi if first else None,
+                    lo=seg.lo,
+                    hi=seg.hi,
                     number=_part_number(plan, h, len(segments)),
                     groups=groups,
-                    pages=first,
                 )
 
         if len(segments) == 1:
@@ -337,14 +324,12 @@ class ChunkJobPasses(_Parts):
         self.engine, self.schema, self.company, self.run_id = engine, schema, company, run_id
         self.fields, self.chunk_rows, self.run_chunks = list(fields), chunk_rows, run_chunks
         self.max_slices = min(max_slices, SEGMENT_STRIDE - 1)
-        self.source_table = ""
 
     def slice_rows(self, rows: int) -> int:
         """Items per part for a run of `rows` items."""
         return max(self.chunk_rows, -(-rows // self.max_slices))
 
     def segments(self, source_table: str, rows: int | None) -> list[Segment]:
-        self.source_table = source_table
         if rows is None:
             rows = count_rows(self.engine, self.company, source_table)
         slices = -(-rows // self.slice_rows(rows))
@@ -361,15 +346,14 @@ class ChunkJobPasses(_Parts):
             if in_place:
                 parts.append(RulesChunkParams(fields=self.fields, src=seg.table, rows=seg.rows, in_place=True))
                 continue
-            first = seg.table == self.source_table and (seg.lo is not None or seg.hi is not None)
             parts.append(
                 RulesChunkParams(
                     fields=self.fields,
                     src=seg.table,
                     rows=seg.rows,
                     number=_part_number(plan, h, len(segments)),
-                    lo=seg.lo if first else None,
-                    hi=seg.hi if first else None,
+                    lo=seg.lo,
+                    hi=seg.hi,
                     groups=groups,
                 )
             )
@@ -404,7 +388,6 @@ def execute_chunk(
         hi=chunk.hi,
         number=chunk.number,
         groups=chunk.groups,
-        pages=chunk.lo is not None or chunk.hi is not None,
     )
     return ChunkResult(table, counts.rows_in, counts.rows_out, dict(counts.matched))
 

@@ -240,18 +240,7 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
 
 def merge(ctx: RunContext, parsed: Sequence[ParseOutcome]) -> MergeResult:
     """MERGE the staged sources into the project's items table."""
-    staged = [
-        StagedSource(
-            name=p.name,
-            table=p.table,
-            fields=p.fields,
-            mode=s.mode,
-            allowed=s.fields,
-            lists=s.list_fields,
-            key_from=s.key_template,
-        )
-        for p, s in zip(parsed, ctx.spec.sources, strict=True)
-    ]
+    staged = [StagedSource.of(s, p.table, p.fields) for p, s in zip(parsed, ctx.spec.sources, strict=True)]
     merged = merge_sources(
         ctx.engine,
         ctx.schema,

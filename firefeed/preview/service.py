@@ -224,17 +224,7 @@ def _sample_sources(
                 malformed=result.stats.malformed,
             )
         )
-        staged.append(
-            StagedSource(
-                name=src.name,
-                table=table,
-                fields=result.fields,
-                mode=src.mode,
-                allowed=src.fields,
-                lists=src.list_fields,
-                key_from=src.key_template,
-            )
-        )
+        staged.append(StagedSource.of(src, table, result.fields))
     return reports, staged
 
 

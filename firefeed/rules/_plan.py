@@ -324,8 +324,9 @@ def plan_passes(rules: Sequence[Rule], fields: Sequence[str]) -> list[PassPlan]:
     return plans
 
 
-def _deletes_only(rule: Rule) -> bool:
-    """The rule only excludes (it changes no field and reads no group): alone, its pass is a DELETE."""
+def only_excludes(rule: Rule) -> bool:
+    """The rule only excludes (it changes no field and reads no group): alone, its pass is a DELETE
+    (sqlgen.deletes_only)."""
     return rule.excludes and not rule.uses_groups and not rule.writes
 
 
@@ -349,8 +350,8 @@ def _hoist(groups: list[list[Rule]], width: int) -> tuple[list[list[Rule]], dict
         if (
             out
             and rest
-            and _deletes_only(rule)
-            and not (len(out[-1]) == 1 and _deletes_only(out[-1][0]))  # never into another DELETE
+            and only_excludes(rule)
+            and not (len(out[-1]) == 1 and only_excludes(out[-1][0]))  # never into another DELETE
             and not {f for r in rest for f in r.writes} & reads
         ):
             merged = [*out[-1], *rest]

@@ -28,7 +28,7 @@ from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import Rule, branch_excludes
 from firefeed.rules.sqlgen import count_select, exclusion_delete, groups_select, pass_insert, pass_select
 from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, company_schema, ident
-from firefeed.schema.service import SchemaService
+from firefeed.schema.service import SchemaService, table_pages
 
 __all__ = [
     "ChunkCounts",
@@ -175,25 +175,24 @@ def run_pass_whole(
     hi: int | None = None,
     number: int | None = None,
     groups: str | None = None,
-    pages: bool = False,
 ) -> tuple[str, ChunkCounts]:
-    """Run a pass over the rows of `src_table` with _ff_ord in [lo, hi] (all by default) into a new
+    """Run a pass over the rows on heap pages [lo, hi) of `src_table` (all by default) into a new
     pass table made by CREATE TABLE AS (numbered `number`, by default the pass's): its name, the counts.
 
     CREATE TABLE AS keeps the rows in the order the source yields them (INSERT
     may put a row into free space of an earlier page), so a table written in
     feed order stays in feed order and EXPORT needs no sort. `groups`: a grouped
     pass's groups table (`make_groups`), when `src_table` holds only part of the
-    pass input. `pages`: lo and hi are heap pages, [lo, hi) read by a TID range scan
-    (a part of the items table, which is stored in feed order).
+    pass input. The pages are read by a TID range scan (a part of the items table, which
+    is stored in feed order).
     """
     assert not plan.counts_after, "a pass counting the previous pass's rules runs in place"
     schema = company_schema(company)
     source = ident(schema, src_table)
     joined = ident(schema, groups) if groups is not None else None
     with _pass_cursor(conn) as cur:
-        rows_in, when_count = _excluding_counts(cur, plan, source, lo, hi, rows_in, joined, pages)
-        select = pass_select(plan, source, lo, hi, groups=joined, pages=pages)
+        rows_in, when_count = _excluding_counts(cur, plan, source, lo, hi, rows_in, joined, pages=True)
+        select = pass_select(plan, source, lo, hi, groups=joined, pages=True)
         flags = [flag_column(r) for r in plan.flagged]
         columns = [ORD, KEY, SRC, *plan.columns(), *(c for c, _ in plan.extra())]
         table, rows_out = schema_service.create_rules_tmp_as(
@@ -338,11 +337,7 @@ def page_parts(engine: Engine, company: str, table: str, parts: int) -> list[tup
     feed order (MERGE's items table is) gives parts in feed order.
     """
     with raw_connection(engine) as conn, conn.cursor() as cur:
-        cur.execute(
-            "SELECT pg_relation_size(%s::regclass) / current_setting('block_size')::int",
-            (ident(company_schema(company), table).as_string(cur),),
-        )
-        pages = int(cur.fetchone()[0])
+        pages = table_pages(cur, company_schema(company), table)
     n = max(1, min(parts, pages))
     cuts = [pages * k // n for k in range(1, n)]
     bounds: list[int | None] = [None, *cuts, None]

@@ -36,7 +36,7 @@ from firefeed.rules._actions_sql import action_frag, lookup_key_column, lookup_v
 from firefeed.rules._conditions_sql import condition_frag, number_frag, number_text_frag, template_frag
 from firefeed.rules._frag import Frag, fmt, join, of, raw, val
 from firefeed.rules._lists_sql import EMPTY_LIST
-from firefeed.rules._plan import PassPlan, Step, flag_column, lookup_report_columns
+from firefeed.rules._plan import PassPlan, Step, flag_column, lookup_report_columns, only_excludes
 from firefeed.rules.groups import GROUP_FIRST_COLUMN, Aggregate, GroupFirst, aggregate_column
 from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.rules.lookups import LookupSet
@@ -50,7 +50,6 @@ from firefeed.rules.model import (
     Not,
     branch_excludes,
     condition_fields,
-    effective,
 )
 from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, ident
 from firefeed.textutil import WHITESPACE
@@ -619,16 +618,9 @@ def count_select(
 
 
 def deletes_only(plan: PassPlan) -> bool:
-    """A pass of one excluding rule that changes no field: it can drop rows in place instead of copying them."""
-    rule = plan.excluding
-    return (
-        rule is not None
-        and not plan.grouped  # its DELETE could not see the groups
-        and len(plan.rules) == 1
-        and plan.fields_out == plan.fields_in
-        and not effective(rule.then)
-        and not effective(rule.else_)
-    )
+    """A pass of one excluding rule that changes no field and reads no group (its DELETE could not see
+    the groups): it can drop rows in place instead of copying them."""
+    return len(plan.rules) == 1 and only_excludes(plan.rules[0])
 
 
 def exclusion_delete(plan: PassPlan, target: sql.Composable) -> Frag:

@@ -62,3 +62,7 @@ SELECT DISTINCT c.relname
  WHERE r.ev_class = to_regclass(%(qualified)s)
    AND c.oid <> r.ev_class
    AND c.relkind = 'r';
+
+-- table_pages --
+-- How many heap pages a table has (runs of pages are read by TID range scans); `qualified` as above
+SELECT pg_relation_size(%(qualified)s::regclass) / current_setting('block_size')::int;

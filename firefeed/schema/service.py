@@ -479,6 +479,12 @@ class SchemaService:
                 cur.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(ident(schema, run_table), ident(published)))
 
 
+def table_pages(cur: Any, schema: str, table: str) -> int:
+    """The heap pages of `table`, on the caller's cursor (EXPORT asks inside its own read transaction)."""
+    cur.execute(_sql("table_pages"), {"qualified": sql_qualified(schema, table)})
+    return int(cur.fetchone()[0])
+
+
 def parts_of_view(cur: Any, schema: str, view: str) -> list[str] | None:
     """The pass tables, in part order, when `view` is the view a rules run in parts made of them; else None.
 
