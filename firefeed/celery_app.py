@@ -13,7 +13,7 @@ app.config_from_object("celeryconfig")
 
 @worker_process_init.connect
 def _fresh_connections(**_: Any) -> None:
-    """A forked pool process must not reuse its parent's database connections, and keeps one while idle."""
-    from firefeed.db.engine import one_idle_connection
+    """A forked pool process must not reuse its parent's database connections, and keeps few while idle."""
+    from firefeed.db.engine import worker_pool_process
 
-    one_idle_connection()
+    worker_pool_process()

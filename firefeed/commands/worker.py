@@ -38,7 +38,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
         return 2
     if len(queues) == 1:
         from firefeed.celery_app import app
+        from firefeed.db.engine import keep_idle_in_workers
+        from firefeed.tasks.queues import Queue
 
+        # A driver holds its wakeups connection beside the one its statements use (engine.worker_pool_process).
+        keep_idle_in_workers(2 if queues[0] == Queue.PIPELINE.value else 1)
         app.worker_main(worker_argv(queues[0], concurrency.pool_size(queues[0]), args.loglevel))
         return 0
     # One worker process per queue, so each queue's pool bound holds exactly.
