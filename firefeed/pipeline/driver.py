@@ -253,6 +253,7 @@ class _Driver:
                 rules=ctx.spec.parsed_rules,
                 rows=merged.rows,
                 check_cancel=self.check_cancel,
+                read_once=steps.read_once(ctx.spec),
             )
         else:
             params = contract.RulesParams(merged.fields, merged.rows)

@@ -42,9 +42,11 @@ from firefeed.rules._plan import PassPlan, plan_passes
 from firefeed.rules.executor import (
     ChunkCounts,
     count_rows,
+    counts_nothing,
     lookup_counts,
     make_groups,
     page_parts,
+    pass_view,
     run_pass_in_place,
     run_pass_whole,
 )
@@ -125,6 +127,7 @@ def apply_passes(
     check_cancel: Callable[[], None] | None = None,
     first_pass: int = 1,
     path: str = "rules",
+    read_once: bool = False,
 ) -> RulesResult:
     """Apply the enabled rules to `source_table` (`rows` items, when the caller knows), one pass at a time.
 
@@ -133,6 +136,9 @@ def apply_passes(
     drops what remains with drop_rules_tmp_for_run. `first_pass`: the number of
     the first pass table (an export's channel rules number theirs apart from the
     project's, whose result they read); `path`: where the rules are in the spec.
+    `read_once`: the result is read once, by a pass that copies it (a lone export's
+    own rules), so a last pass that counts nothing is a view per part (`pass_view`):
+    that pass computes its rows as it copies them.
     """
     plans = check_sql_size(rules, fields, path=path)
     if first_pass != 1:
@@ -152,13 +158,26 @@ def apply_passes(
             check_cancel()
         in_place = deletes_only(plan) and all(seg.table in written for seg in segments)
         assert in_place or not plan.counts_after, "a pass counting the previous pass's rules deletes in place"
+        # Viewed: its parts' rows (known from the pass before) are all it counts, and its tables stay.
+        viewed = (
+            read_once
+            and plan is plans[-1]
+            and counts_nothing(plan)
+            and all(seg.rows is not None and seg.lo is None and seg.hi is None for seg in segments)
+        )
         groups = None
         if plan.grouped and len(segments) > 1:
             # A group's members may be in any part: each part joins the groups of the whole input.
             inputs = list(dict.fromkeys(seg.table for seg in segments))
             groups = make_groups(schema, company=company, run_id=runner.run_id, plan=plan, tables=inputs)
-        outcomes = runner.run_pass(plan, segments, in_place=in_place, groups=groups)
-        if groups is not None:
+        if viewed:
+            outcomes = [
+                _viewed(schema, plan, seg, h, len(segments), company, runner.run_id, groups)
+                for h, seg in enumerate(segments, 1)
+            ]
+        else:
+            outcomes = runner.run_pass(plan, segments, in_place=in_place, groups=groups)
+        if groups is not None and not viewed:
             schema.drop_table(company, groups)
         tables = [table for table, _ in outcomes]
         if later:
@@ -173,7 +192,7 @@ def apply_passes(
         rows_in = rows_out = 0
         for seg, (table, counts) in zip(segments, outcomes, strict=True):
             written.add(table)
-            if seg.table in written and seg.table != table:
+            if seg.table in written and seg.table != table and not viewed:
                 schema.drop_table(company, seg.table)  # at most two copies of the items exist
             seg.table, seg.rows, seg.lo, seg.hi = table, counts.rows_out, None, None
             rows_in += counts.rows_in
@@ -187,6 +206,23 @@ def apply_passes(
     table = runner.finish(segments, source_table, 0 if first_pass == 1 else first_pass * SEGMENT_STRIDE)
     return RulesResult(
         table, list(plans[-1].fields_out), len(plans), matched, excluded, first_in, first_in - excluded, lookups
+    )
+
+
+def _viewed(
+    schema: SchemaService,
+    plan: PassPlan,
+    seg: Segment,
+    part: int,
+    parts: int,
+    company: str,
+    run_id: str,
+    groups: str | None,
+) -> tuple[str, ChunkCounts]:
+    assert seg.rows is not None
+    number = _part_number(plan, part, parts)
+    return pass_view(
+        schema, plan, seg.table, company=company, run_id=run_id, rows_in=seg.rows, number=number, groups=groups
     )
 
 
@@ -275,6 +311,7 @@ def run_rules(
     split_min_rows: int | None = None,
     first_pass: int = 1,
     path: str = "rules",
+    read_once: bool = False,
 ) -> RulesResult:
     """The rules applied in this process (`InProcessPasses` through `apply_passes`)."""
     runner = InProcessPasses(engine, schema_service, company=company, run_id=run_id, split_min_rows=split_min_rows)
@@ -289,6 +326,7 @@ def run_rules(
         check_cancel=cancel_check,
         first_pass=first_pass,
         path=path,
+        read_once=read_once,
     )
 
 

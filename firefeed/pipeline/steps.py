@@ -24,7 +24,7 @@ from firefeed.pipeline.merge import MergeResult, StagedSource, merge_sources
 from firefeed.pipeline.stage import StageResult
 from firefeed.runs.contract import RulesResult
 from firefeed.schema.identifiers import staging_table
-from firefeed.spec.model import FeedSpec, SourceSpec
+from firefeed.spec.model import FeedSpec, ProjectSpec, SourceSpec
 from firefeed.storage import export_storage, run_storage
 from firefeed.storage.keys import download_key, partial_key, run_prefix
 
@@ -306,6 +306,12 @@ def export_one(
 #: an export's channel-rule pass tables are numbered from (export index + 1) * this, apart from the
 #: project's passes (1, 2, ... and p * 100 + h for a run's parts), whose result they read
 CHANNEL_PASS_STRIDE = 10_000_000
+
+
+def read_once(spec: ProjectSpec) -> bool:
+    """Whether the project's rules' result is read once, by a pass that copies it: the spec's lone export
+    has rules of its own (their first pass copies whatever it reads), so nothing else reads the result."""
+    return len(spec.exports) == 1 and any(r.enabled for r in spec.exports[0].parsed_rules)
 
 
 def channel_rules(

@@ -35,9 +35,11 @@ __all__ = [
     "PassPlan",
     "copy_as_lists",
     "count_rows",
+    "counts_nothing",
     "lookup_counts",
     "make_groups",
     "page_parts",
+    "pass_view",
     "plan_passes",
     "prepare_pass",
     "run_pass_chunk",
@@ -204,6 +206,36 @@ def run_pass_whole(
             cur.execute(sql.SQL("SELECT {} FROM {}").format(counts, ident(company_schema(company), table)))
             flagged = {r.name: int(n) for r, n in zip(plan.flagged, cur.fetchone(), strict=True)}
     return table, _chunk_counts(plan, rows_in, rows_out, flagged, when_count)
+
+
+def counts_nothing(plan: PassPlan) -> bool:
+    """The pass's counts are known without reading its rows: no `when`, no exclusion, no lookup and
+    nothing of an earlier pass to count (every rule matches every row it reads, all of which it keeps)."""
+    return not (plan.flagged or plan.excluding or plan.lookups or plan.counts_after or plan.deferred)
+
+
+def pass_view(
+    schema_service: SchemaService,
+    plan: PassPlan,
+    src_table: str,
+    *,
+    company: str,
+    run_id: str,
+    rows_in: int,
+    number: int,
+    groups: str | None = None,
+) -> tuple[str, ChunkCounts]:
+    """A `counts_nothing` pass over all of `src_table` (`rows_in` rows) as a view, for a result that one
+    pass copying it reads once (`apply_passes(read_once=...)`): its rows are computed as that pass reads
+    them, instead of written and read back (a million wide rows: seconds). The view reads `src_table`
+    and `groups`, which must outlive it."""
+    assert counts_nothing(plan)
+    schema = company_schema(company)
+    joined = ident(schema, groups) if groups is not None else None
+    select = pass_select(plan, ident(schema, src_table), groups=joined)
+    columns = [ORD, KEY, SRC, *plan.columns()]
+    view = schema_service.create_rules_pass_view(company, run_id, number, columns, select.sql, list(select.params))
+    return view, ChunkCounts(rows_in, rows_in, {r.name: rows_in for r in plan.rules})
 
 
 def copy_as_lists(

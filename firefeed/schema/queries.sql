@@ -54,14 +54,15 @@ SELECT 1
    FOR SHARE;
 
 -- view_tables --
--- The tables a view reads (a rules run's view of its parts); `qualified` is "schema"."view" quoted as text
-SELECT DISTINCT c.relname
+-- The tables and views a view reads (a rules run's view of its parts), with their kinds ('r', 'v');
+-- `qualified` is "schema"."view" quoted as text
+SELECT DISTINCT c.relname, c.relkind::text
   FROM pg_rewrite r
   JOIN pg_depend d ON d.objid = r.oid
   JOIN pg_class c ON c.oid = d.refobjid
  WHERE r.ev_class = to_regclass(%(qualified)s)
    AND c.oid <> r.ev_class
-   AND c.relkind = 'r';
+   AND c.relkind IN ('r', 'v');
 
 -- table_pages --
 -- How many heap pages a table has (runs of pages are read by TID range scans); `qualified` as above

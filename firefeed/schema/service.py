@@ -330,19 +330,43 @@ class SchemaService:
         """Create and fill the groups table of grouped pass `pass_no` (sqlgen.groups_select); its name.
 
         Indexed by its keys (`_ff_gk`, `_ff_gk2`): each item of the pass reads its group's row by them.
+        The work_mem of a pass lets the (parallel) aggregate hash its groups instead of sorting every
+        item by group (250k groups of 1M items: 1.7 s -> 1.1 s a half).
         """
         table = rules_groups_table(run_id, pass_no)
         target = ident(company_schema(company), table)
         with raw_connection(self.engine) as conn, conn.cursor() as cur:
+            cur.execute("SET LOCAL work_mem = '64MB'")
             cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(target))
             cur.execute(sql.SQL("CREATE UNLOGGED TABLE {} AS ").format(target) + select, list(params) or None)
             cur.execute(sql.SQL("CREATE INDEX {} ON {} (_ff_gk, _ff_gk2)").format(ident(f"{table}_k"), target))
         return table
 
     def view_parts(self, company: str, view: str) -> list[str] | None:
-        """`parts_of_view` of a table of the company schema (None: not a view of parts)."""
+        """`parts_of_view` of a table of the company schema (None: not a view of parts); a part may be a
+        pass view (`create_rules_pass_view`): the rules read it like a table."""
         with raw_connection(self.engine) as conn, conn.cursor() as cur:
-            return parts_of_view(cur, company_schema(company), view)
+            return parts_of_view(cur, company_schema(company), view, views=True)
+
+    def create_rules_pass_view(
+        self,
+        company: str,
+        run_id: str,
+        number: int,
+        columns: Sequence[str],
+        select: sql.Composable,
+        params: Sequence[Any],
+    ) -> str:
+        """A pass whose rows are read once, by a pass that copies them, as a view (numbered like its table
+        would be) instead of a table written and read back; returns its name.
+
+        Dropped with the tables it reads (CASCADE), like the view of parts.
+        """
+        view = rules_tmp_table(run_id, number)
+        target = ident(company_schema(company), view)
+        head = sql.SQL("CREATE VIEW {} ({}) AS ").format(target, sql.SQL(", ").join(ident(c) for c in columns))
+        self._ddl(head + select, params)
+        return view
 
     def create_rules_tmp_view(self, company: str, run_id: str, number: int, tables: Sequence[str]) -> str:
         """A view of pass tables of a run, one after the other (UNION ALL keeps their order); returns its name.
@@ -485,13 +509,17 @@ def table_pages(cur: Any, schema: str, table: str) -> int:
     return int(cur.fetchone()[0])
 
 
-def parts_of_view(cur: Any, schema: str, view: str) -> list[str] | None:
+def parts_of_view(cur: Any, schema: str, view: str, *, views: bool = False) -> list[str] | None:
     """The pass tables, in part order, when `view` is the view a rules run in parts made of them; else None.
 
-    On the caller's cursor: EXPORT asks inside its own read transaction.
+    On the caller's cursor: EXPORT asks inside its own read transaction, and reads the parts' heaps, so
+    only tables count as parts unless `views` (pass views, which only the rules read).
     """
     cur.execute(_sql("view_tables"), {"qualified": sql_qualified(schema, view)})
-    names = [r[0] for r in cur.fetchall()]
+    found = cur.fetchall()
+    if not views and any(kind != "r" for _, kind in found):
+        return None
+    names = [name for name, _ in found]
     numbers = [tmp_table_number(n) for n in names]
     if len(names) < 2 or None in numbers:
         return None

@@ -324,3 +324,73 @@ def test_a_lone_exports_rules_run_in_halves_with_the_same_bytes(
     one = (run_env / "catalog" / "lone_whole" / "google.xml").read_bytes()
     two = (run_env / "catalog" / "lone_halves" / "google.xml").read_bytes()
     assert two.replace(b"lone_halves", b"lone_whole") == one
+
+
+def test_a_lone_exports_rules_compute_the_projects_last_pass_as_they_copy_it(
+    run_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the lone export's own rules are all that reads the project's result, the project's last pass,
+    when it counts nothing (here a group aggregate over both halves), is a view per half, which the
+    export's first pass computes as it copies it: the files and every count are those of the same run
+    with the pass written as tables."""
+    import firefeed.pipeline.rule_passes as rule_passes
+    from firefeed.pipeline import steps
+    from firefeed.schema.service import SchemaService
+
+    cats = ["Rings", "Hats", "Rings", "Mugs", "", "Mugs", "Rings", "Hats"]
+    body = [
+        [str(i), f"{'Test ' if i == 3 else ''}Item {i}", cat, str(10 + i * 3), filler(i)] for i, cat in enumerate(cats)
+    ]
+    write_csv(tmp_path / "main.csv", ["id", "title", "cat", "price", "notes"], body)
+    monkeypatch.setattr(rule_passes, "SPLIT_MIN_ROWS", 1)
+
+    def spec(project: str) -> dict[str, Any]:
+        return {
+            "company": "catalog",
+            "project": project,
+            "group": "cat",
+            "sources": [{"name": "main", "url": "main.csv"}],
+            "rules": [
+                {"name": "vat", "then": [{"math": "price", "op": "multiply", "value": "2"}]},
+                {
+                    "name": "no tests",
+                    "when": {"field": "title", "op": "starts_with", "value": "test"},
+                    "then": [{"exclude": True}],
+                },
+                {"name": "low", "then": [{"aggregate": "low", "op": "min", "of": "price"}]},
+            ],
+            "exports": [
+                {
+                    "name": "shop",
+                    "format": "csv",
+                    "path": "shop.csv",
+                    "rules": [
+                        {"name": "firsts", "when": {"not": {"group_first": "true"}}, "then": [{"exclude": True}]},
+                        {"name": "mark", "then": [{"set": "mark", "value": "{low}"}]},
+                    ],
+                }
+            ],
+        }
+
+    with monkeypatch.context() as m:
+        m.setattr(steps, "read_once", lambda _spec: False)
+        tables = _run(tmp_path, spec("last_as_tables"))
+    views: list[int] = []
+    make_view = SchemaService.create_rules_pass_view
+
+    def spy(self: SchemaService, company: str, run_id: str, number: int, *args: Any) -> str:
+        views.append(number)
+        return make_view(self, company, run_id, number, *args)
+
+    monkeypatch.setattr(SchemaService, "create_rules_pass_view", spy)
+    viewed = _run(tmp_path, spec("last_as_views"))
+    assert views == [301, 302], views  # pass 3 (after the DELETE of pass 2), one view per half
+    assert viewed["rules"] == tables["rules"] and viewed["rules"]["excluded"] == 1
+    assert viewed["exports"][0]["rules"] == tables["exports"][0]["rules"]
+    one = (run_env / "catalog" / "last_as_tables" / "shop.csv").read_bytes()
+    two = (run_env / "catalog" / "last_as_views" / "shop.csv").read_bytes()
+    assert one == two
+    header, rows = read_csv(run_env / "catalog" / "last_as_views" / "shop.csv")
+    # One item per group (the blank one is a group of its own), each with its group's lowest doubled price.
+    got = [(r[header.index("id")], r[header.index("mark")]) for r in rows]
+    assert got == [("0", "20.00"), ("1", "26.00"), ("4", "44.00"), ("5", "50.00")], got
