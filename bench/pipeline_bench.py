@@ -97,6 +97,9 @@ def firefeed_run(spec: Path, env: dict[str, str]) -> dict[str, Any]:
     import tempfile
 
     exe = Path(sys.executable).with_name("firefeed")
+    # Each run starts with the page cache clean: the gigabytes the run before left dirty would
+    # otherwise be written back during this one, on the time of whichever run comes second.
+    os.sync()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t = time.perf_counter()
         proc = subprocess.Popen([str(exe), "run", str(spec), "--json"], env=env, stdout=out, stderr=err)
