@@ -172,7 +172,16 @@ def apply_passes(
             groups = make_groups(schema, company=company, run_id=runner.run_id, plan=plan, tables=inputs)
         if viewed:
             outcomes = [
-                _viewed(schema, plan, seg, h, len(segments), company, runner.run_id, groups)
+                pass_view(
+                    schema,
+                    plan,
+                    seg.table,
+                    company=company,
+                    run_id=runner.run_id,
+                    rows_in=seg.rows or 0,
+                    number=_part_number(plan, h, len(segments)),
+                    groups=groups,
+                )
                 for h, seg in enumerate(segments, 1)
             ]
         else:
@@ -206,23 +215,6 @@ def apply_passes(
     table = runner.finish(segments, source_table, 0 if first_pass == 1 else first_pass * SEGMENT_STRIDE)
     return RulesResult(
         table, list(plans[-1].fields_out), len(plans), matched, excluded, first_in, first_in - excluded, lookups
-    )
-
-
-def _viewed(
-    schema: SchemaService,
-    plan: PassPlan,
-    seg: Segment,
-    part: int,
-    parts: int,
-    company: str,
-    run_id: str,
-    groups: str | None,
-) -> tuple[str, ChunkCounts]:
-    assert seg.rows is not None
-    number = _part_number(plan, part, parts)
-    return pass_view(
-        schema, plan, seg.table, company=company, run_id=run_id, rows_in=seg.rows, number=number, groups=groups
     )
 
 
