@@ -183,8 +183,10 @@ def main() -> None:
             print(f"  {catalog['wall_s']:.2f}s, steps {step_seconds(catalog['report'])}", flush=True)
 
         pairs: list[tuple[float, float]] = []
+        pair_steps: list[tuple[dict[str, float], dict[str, float]]] = []
         if catalog is not None:
             pairs.append((big["wall_s"], catalog["wall_s"]))
+            pair_steps.append((csv_steps, step_seconds(catalog["report"])))
             # On these shared machines a whole run swings by 20-30% from one minute to the next: more
             # pairs, each a plain run and then a catalog run of new projects (first runs again).
             for n in range(2, (args.pairs or (3 if args.catalog_only else 1)) + 1):
@@ -198,7 +200,9 @@ def main() -> None:
                     env,
                 )
                 pairs.append((plain_n["wall_s"], catalog_n["wall_s"]))
+                pair_steps.append((step_seconds(plain_n["report"]), step_seconds(catalog_n["report"])))
                 print(f"  pair {n}: plain {plain_n['wall_s']:.2f} s, catalog {catalog_n['wall_s']:.2f} s", flush=True)
+                print(f"    plain steps {pair_steps[-1][0]}\n    catalog steps {pair_steps[-1][1]}", flush=True)
 
         if args.catalog_only:
             assert catalog is not None, "--catalog-only with --skip-catalog"
@@ -207,7 +211,7 @@ def main() -> None:
             for p, c in pairs:
                 print(f"catalog variant {c:.2f} s / plain {p:.2f} s = {c / p:.2f}")
             print(f"\nmedian of {len(pairs)} pairs: {ratio:.2f} (target <= 1.3)")
-            save_results("catalog", {"pairs": pairs, "ratios": ratios, "ratio": ratio})
+            save_results("catalog", {"pairs": pairs, "steps": pair_steps, "ratios": ratios, "ratio": ratio})
             return
 
         # Later runs of a project diff each export against its last published one: compare the two
