@@ -219,6 +219,13 @@ class PercentSafeCursor(psycopg2.extensions.cursor):
         return super().execute(query, vars)
 
 
+#: below this many items, a job's side work (MERGE's key counts, EXPORT's diff and checks) runs on
+#: the job's one connection, before its main statement, instead of beside it on a second one: a
+#: step's pool process keeps one idle connection, and opening another (3-7 ms) costs more than the
+#: overlap saves on a few thousand items (10-item trigger -> SUCCEEDED: see docs/decisions.md, #16)
+SIDE_CONNECTION_MIN_ROWS = 10_000
+
+
 @contextmanager
 def raw_connection(engine: Engine | None = None) -> Iterator[Any]:
     """A pooled psycopg2 connection in a transaction: committed on success, rolled back on error."""

@@ -229,7 +229,7 @@ def measure(engine: Engine, schema: SchemaService, target: Target, export: Expor
         baseline = diff.published(cur, company, published_keys_table(target.project, export.name))
         conn.commit()
         run_table = schema.create_export_tmp(
-            target.company, target.run_id, target.index, with_id=id_at is not None, checks=checked
+            target.company, target.run_id, target.index, with_id=id_at is not None, checks=checked, conn=conn
         )
         table = ident(company, run_table)
         reuse = checked is not None and baseline is not None and baseline.checks == checked
@@ -261,12 +261,18 @@ def measure(engine: Engine, schema: SchemaService, target: Target, export: Expor
 
 
 class Measurement:
-    """`measure` running in a thread; `result()` waits for it."""
+    """`measure` running in a thread (or done at once, `first`); `result()` waits for it."""
 
-    def __init__(self, engine: Engine, schema: SchemaService, target: Target, export: ExportSpec) -> None:
+    def __init__(
+        self, engine: Engine, schema: SchemaService, target: Target, export: ExportSpec, *, first: bool = False
+    ) -> None:
         self._export = export
         self._outcome: dict[str, Any] | None = None
         self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        if first:
+            self._run(engine, schema, target, export)
+            return
         context = contextvars.copy_context()  # log lines of the thread keep the run id
         self._thread = threading.Thread(
             target=context.run, args=(self._run, engine, schema, target, export), name="export-quality", daemon=True
@@ -280,10 +286,11 @@ class Measurement:
             self._error = exc
 
     def join(self) -> None:
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
 
     def result(self) -> dict[str, Any]:
-        self._thread.join()
+        self.join()
         if self._error is not None:
             if isinstance(self._error, psycopg2.Error):
                 message = (self._error.pgerror or str(self._error)).strip()
@@ -294,9 +301,15 @@ class Measurement:
 
 
 @contextmanager
-def measuring(engine: Engine, schema: SchemaService, target: Target, export: ExportSpec) -> Iterator[Measurement]:
-    """Measure the export while the caller writes it; the thread is always joined before leaving."""
-    job = Measurement(engine, schema, target, export)
+def measuring(
+    engine: Engine, schema: SchemaService, target: Target, export: ExportSpec, *, first: bool = False
+) -> Iterator[Measurement]:
+    """Measure the export while the caller writes it; the thread is always joined before leaving.
+
+    `first`: measure it now, before the caller writes (a few items: on the one connection the
+    caller then takes from the pool, instead of a second one opened beside it).
+    """
+    job = Measurement(engine, schema, target, export, first=first)
     try:
         yield job
     finally:

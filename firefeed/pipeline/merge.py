@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from psycopg2 import sql
 from sqlalchemy import Engine
 
-from firefeed.db.engine import raw_connection
+from firefeed.db.engine import SIDE_CONNECTION_MIN_ROWS, raw_connection
 from firefeed.errors import MergeError
 from firefeed.rules._frag import Frag, of
 from firefeed.rules.template import FieldRef, Template
@@ -121,12 +121,15 @@ def merge_sources(
     key_field: str,
     sources: Sequence[StagedSource],
     list_fields: frozenset[str] = frozenset(),
+    staged_rows: int | None = None,
 ) -> MergeResult:
     """Rebuild the project's items table from the staged sources, in one transaction.
 
     `list_fields` (SPEC 9) become text[] columns: a declaring source's staged
     array literal is cast, another source's text is a one-element list, and a
-    later source's non-empty value replaces the whole list (P14).
+    later source's non-empty value replaces the whole list (P14). `staged_rows`: the
+    sources' rows, when known; under SIDE_CONNECTION_MIN_ROWS the keys are counted first, on
+    the connection that then writes the items.
     """
     if not sources:
         raise MergeError("a project needs at least one source")
@@ -140,11 +143,13 @@ def merge_sources(
         # Most feeds have unique, non-empty keys: count the keys on a second connection (the other
         # core) while this one writes the items as if every key were clean; redo the write with the
         # first-row-per-key tables only when the counts say otherwise.
-        counted = (
-            None
-            if appends
-            else pool.submit(contextvars.copy_context().run, _key_stats, engine, schema, key_field, sources)
-        )
+        counted: Future[list[SourceKeyStats]] | None = None
+        if not appends:
+            if staged_rows is not None and staged_rows < SIDE_CONNECTION_MIN_ROWS:
+                counted = Future()
+                counted.set_result(_key_stats(engine, schema, key_field, sources))
+            else:
+                counted = pool.submit(contextvars.copy_context().run, _key_stats, engine, schema, key_field, sources)
         with raw_connection(engine) as conn, conn.cursor() as cur:
             for setting in _MERGE_SETTINGS:
                 cur.execute(setting)

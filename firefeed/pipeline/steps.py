@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from firefeed.config import Settings
+from firefeed.db.engine import SIDE_CONNECTION_MIN_ROWS
 from firefeed.errors import MergeError, ParseError
 from firefeed.pipeline.context import RunContext
 from firefeed.pipeline.merge import MergeResult, StagedSource, merge_sources
@@ -249,6 +250,7 @@ def merge(ctx: RunContext, parsed: Sequence[ParseOutcome]) -> MergeResult:
         key_field=ctx.spec.key,
         sources=staged,
         list_fields=ctx.spec.list_fields.fields,
+        staged_rows=sum(p.rows for p in parsed),
     )
     if merged.rows == 0:
         # Whatever the cause (every key empty, or staged rows that vanished), never publish an empty feed.
@@ -270,13 +272,17 @@ def export_one(
         table, fields = own.table, own.fields
     storage = export_storage(ctx.settings)
     key = export_key(ctx, index)
-    # Diagnostics and diff (#9) are measured on their own connection while the file is written.
+    # Diagnostics and diff (#9) are measured on their own connection while the file is written (first,
+    # on the job's one connection, for a few items: SIDE_CONNECTION_MIN_ROWS).
     target = Target(
         ctx.spec.company, ctx.spec.project, ctx.run_id, index, table, list(fields), ctx.spec.key, exp.list_fields
     )
+    items = own.rows_out if own is not None else rows
     # Written on this machine, then stored: the root that publishes it may run anywhere.
     with (
-        measuring(ctx.engine, ctx.schema, target, exp) as quality,
+        measuring(
+            ctx.engine, ctx.schema, target, exp, first=items is not None and items < SIDE_CONNECTION_MIN_ROWS
+        ) as quality,
         storage.writing(partial_key(key, ctx.run_id)) as local,
     ):
         result = write_export(

@@ -439,7 +439,7 @@ class SchemaService:
 
     # -- export diff tables (feed quality, #9) ----------------------------
     def create_export_tmp(
-        self, company: str, run_id: str, index: int, *, with_id: bool, checks: str | None = None
+        self, company: str, run_id: str, index: int, *, with_id: bool, checks: str | None = None, conn: Any = None
     ) -> str:
         """The table one export of a run fills with its diff and check rows (`quality` names the columns).
 
@@ -466,7 +466,7 @@ class SchemaService:
         ]
         if with_id:
             cols.append(sql.SQL("i text NOT NULL"))
-        with raw_connection(self.engine) as conn, conn.cursor() as cur:
+        with _connection(self.engine, conn) as c, c.cursor() as cur:
             cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(schema, table)))
             cur.execute(sql.SQL("CREATE TABLE {} ({})").format(ident(schema, table), sql.SQL(", ").join(cols)))
             if checks is not None:

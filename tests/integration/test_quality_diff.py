@@ -233,3 +233,46 @@ def test_the_published_baseline_is_a_logged_table_that_crash_recovery_keeps(run_
         )
         persistence = dict(cur.fetchall())
     assert sorted(persistence.values()) == ["p", "p"], persistence  # p: permanent (WAL-logged)
+
+
+def test_a_small_runs_merge_and_exports_do_their_side_work_on_the_jobs_one_connection(
+    run_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a step pool process's one idle connection, a 10-item run's key counts and diffs come first on
+    the connection the step then uses: fewer connections opened than with them beside it, same report."""
+    from sqlalchemy import event
+
+    import firefeed.pipeline.merge as merge
+    import firefeed.pipeline.steps as steps
+    from firefeed.db import engine as db
+
+    spec = _write(tmp_path, "side_work", _items(range(10)))
+    assert run_json(spec)[0] == 0  # the first run publishes a baseline: the later ones diff against it
+    db.dispose_engines()
+    monkeypatch.setattr(db, "_idle_pool", 1)  # as in a step worker's pool process (worker_pool_process)
+
+    def opened(side_by_side: bool) -> tuple[int, dict[str, Any]]:
+        with monkeypatch.context() as m:
+            if side_by_side:
+                m.setattr(merge, "SIDE_CONNECTION_MIN_ROWS", 0)
+                m.setattr(steps, "SIDE_CONNECTION_MIN_ROWS", 0)
+            assert run_json(spec)[0] == 0  # warm: the pool holds what it keeps
+            connects: list[int] = []
+            listener = lambda *_: connects.append(1)  # noqa: E731
+            event.listen(db.get_engine(), "connect", listener)
+            try:
+                code, report = run_json(spec)
+            finally:
+                event.remove(db.get_engine(), "connect", listener)
+            assert code == 0, report
+            return len(connects), report
+
+    try:
+        beside, before = opened(side_by_side=True)
+        first, after = opened(side_by_side=False)
+    finally:
+        db.dispose_engines()
+    assert first < beside, (first, beside)
+    for report in (before, after):
+        assert [(e["rows"], _diff(report, e["name"])["unchanged"]) for e in report["exports"]] == [(10, 10)] * 2
+    assert [e["sha256"] for e in after["exports"]] == [e["sha256"] for e in before["exports"]]
