@@ -377,7 +377,11 @@ def test_the_web_page_previews_the_selected_projects_rules(
 ) -> None:
     company, auth = new_company()
     spec_path = make_project(tmp_path / "p", company)
-    RunStore().apply_spec(parse_spec(yaml.safe_load(spec_path.read_text(encoding="utf-8"))), spec_dir=spec_path.parent)
+    doc = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
+    # SPEC 9: an export with rules of its own, which the page shows after the project's
+    label = {"name": "channel <label>", "then": [{"set": "custom_label_0", "value": "web"}]}
+    doc["exports"].append({"name": "shop <feed>", "format": "csv", "path": "shop.csv", "rules": [label]})
+    RunStore().apply_spec(parse_spec(doc), spec_dir=spec_path.parent)
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     console_errors: list[str] = []
     page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
@@ -403,6 +407,23 @@ def test_the_web_page_previews_the_selected_projects_rules(
     ]
     assert "excluded by drop tests" in " ".join(page.locator('#preview-items tr[data-item="A1"]').all_inner_texts())
     assert page.text_content("#preview-summary", timeout=1000).startswith("4 item(s)")
+    channel = page.locator('#preview-exports section[data-export="shop <feed>"]')
+    assert channel.locator("h4").inner_text() == "Export shop <feed>: its own rules, after the project's"
+    assert channel.locator('.preview-export-rules tr[data-rule="channel <label>"] td').all_text_contents() == [
+        "channel <label>",
+        "2",
+        "2",
+        "0",
+        "2",
+        "0",
+    ]
+    rows = channel.locator('.preview-export-items tr[data-item="A2"]').all_inner_texts()
+    assert [row.split("\t")[1:] for row in rows] == [["channel <label>", "custom_label_0", "", "web"]]
+    # what the project's rules kept: A1 and A3 are excluded before the export's rules run
+    assert channel.locator(".preview-export-items tbody tr").evaluate_all("rs => rs.map(r => r.dataset.item)") == [
+        "A2",
+        "A4",
+    ]
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "web-page-preview.png"), full_page=True)
     assert console_errors == []

@@ -398,19 +398,21 @@ async function previewRules() {
   }
 }
 
-function renderPreview(preview) {
-  $("preview-summary").textContent = `${fmtInt(preview.items.length)} item(s), ${fmtSec(preview.duration_s)} s`;
-  fill(
-    $("preview-rules-table").tBodies[0],
-    preview.rules.map((r) => {
-      const counts = r.enabled
-        ? [r.items_in, r.matched, r.not_matched, r.changed, r.excluded].map((n) => el("td", { class: "num" }, fmtInt(n)))
-        : [el("td", { class: "muted", colspan: "5" }, "disabled")];
-      return el("tr", { dataset: { rule: r.rule } }, el("td", {}, r.rule), ...counts);
-    }),
-  );
+const PREVIEW_RULE_HEADS = ["rule", "in", "matched", "not matched", "changed", "excluded"];
+const PREVIEW_ITEM_HEADS = ["item", "rule", "field", "before", "after"];
+
+function previewRuleRows(rules) {
+  return rules.map((r) => {
+    const counts = r.enabled
+      ? [r.items_in, r.matched, r.not_matched, r.changed, r.excluded].map((n) => el("td", { class: "num" }, fmtInt(n)))
+      : [el("td", { class: "muted", colspan: "5" }, "disabled")];
+    return el("tr", { dataset: { rule: r.rule } }, el("td", {}, r.rule), ...counts);
+  });
+}
+
+function previewItemRows(items) {
   const rows = [];
-  for (const item of preview.items) {
+  for (const item of items) {
     const lines = item.rules.flatMap((r) =>
       r.changes.map((c) => [el("td", {}, r.rule), el("td", { class: "mono" }, c.field), el("td", {}, c.before), el("td", {}, c.after)]),
     );
@@ -420,7 +422,34 @@ function renderPreview(preview) {
       rows.push(el("tr", { dataset: { item: item.key } }, el("td", { class: "mono" }, i === 0 ? item.key : ""), ...cells)),
     );
   }
-  fill($("preview-items").tBodies[0], rows);
+  return rows;
+}
+
+function previewTable(cls, heads, rows) {
+  return el(
+    "table",
+    { class: cls },
+    el("thead", {}, el("tr", {}, ...heads.map((h) => el("th", {}, h)))),
+    el("tbody", {}, ...rows),
+  );
+}
+
+// SPEC 9: an export's own rules run after the project's, on that export's copy of the items.
+function previewExport(exp) {
+  return el(
+    "section",
+    { class: "preview-export", dataset: { export: exp.name } },
+    el("h4", {}, "Export ", el("span", { class: "mono" }, exp.name), ": its own rules, after the project's"),
+    previewTable("preview-export-rules", PREVIEW_RULE_HEADS, previewRuleRows(exp.rules)),
+    previewTable("preview-export-items", PREVIEW_ITEM_HEADS, previewItemRows(exp.items)),
+  );
+}
+
+function renderPreview(preview) {
+  $("preview-summary").textContent = `${fmtInt(preview.items.length)} item(s), ${fmtSec(preview.duration_s)} s`;
+  fill($("preview-rules-table").tBodies[0], previewRuleRows(preview.rules));
+  fill($("preview-items").tBodies[0], previewItemRows(preview.items));
+  $("preview-exports").replaceChildren(...(preview.exports || []).map(previewExport));
 }
 
 function selectProject(project, reload = true) {
