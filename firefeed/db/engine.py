@@ -226,6 +226,11 @@ class PercentSafeCursor(psycopg2.extensions.cursor):
 SIDE_CONNECTION_MIN_ROWS = 10_000
 
 
+def side_work_first(rows: int | None) -> bool:
+    """Whether a job of `rows` items (None: not known) does its side work first, on its one connection."""
+    return rows is not None and rows < SIDE_CONNECTION_MIN_ROWS
+
+
 @contextmanager
 def raw_connection(engine: Engine | None = None) -> Iterator[Any]:
     """A pooled psycopg2 connection in a transaction: committed on success, rolled back on error."""

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg2 import sql
 from sqlalchemy import Engine
 
-from firefeed.db.engine import SIDE_CONNECTION_MIN_ROWS, raw_connection
+from firefeed.db.engine import raw_connection, side_work_first
 from firefeed.errors import MergeError
 from firefeed.rules._frag import Frag, of
 from firefeed.rules.template import FieldRef, Template
@@ -128,7 +128,7 @@ def merge_sources(
     `list_fields` (SPEC 9) become text[] columns: a declaring source's staged
     array literal is cast, another source's text is a one-element list, and a
     later source's non-empty value replaces the whole list (P14). `staged_rows`: the
-    sources' rows, when known; under SIDE_CONNECTION_MIN_ROWS the keys are counted first, on
+    sources' rows, when known; for a few (`side_work_first`) the keys are counted first, on
     the connection that then writes the items.
     """
     if not sources:
@@ -145,7 +145,7 @@ def merge_sources(
         # first-row-per-key tables only when the counts say otherwise.
         counted: Future[list[SourceKeyStats]] | None = None
         if not appends:
-            if staged_rows is not None and staged_rows < SIDE_CONNECTION_MIN_ROWS:
+            if side_work_first(staged_rows):
                 counted = Future()
                 counted.set_result(_key_stats(engine, schema, key_field, sources))
             else:

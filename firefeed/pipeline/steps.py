@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from firefeed.config import Settings
-from firefeed.db.engine import SIDE_CONNECTION_MIN_ROWS
+from firefeed.db.engine import side_work_first
 from firefeed.errors import MergeError, ParseError
 from firefeed.pipeline.context import RunContext
 from firefeed.pipeline.merge import MergeResult, StagedSource, merge_sources
@@ -273,15 +273,14 @@ def export_one(
     storage = export_storage(ctx.settings)
     key = export_key(ctx, index)
     # Diagnostics and diff (#9) are measured on their own connection while the file is written (first,
-    # on the job's one connection, for a few items: SIDE_CONNECTION_MIN_ROWS).
+    # on the job's one connection, for a few items: `side_work_first`).
     target = Target(
         ctx.spec.company, ctx.spec.project, ctx.run_id, index, table, list(fields), ctx.spec.key, exp.list_fields
     )
-    items = own.rows_out if own is not None else rows
     # Written on this machine, then stored: the root that publishes it may run anywhere.
     with (
         measuring(
-            ctx.engine, ctx.schema, target, exp, first=items is not None and items < SIDE_CONNECTION_MIN_ROWS
+            ctx.engine, ctx.schema, target, exp, first=side_work_first(own.rows_out if own is not None else rows)
         ) as quality,
         storage.writing(partial_key(key, ctx.run_id)) as local,
     ):

@@ -242,8 +242,6 @@ def test_a_small_runs_merge_and_exports_do_their_side_work_on_the_jobs_one_conne
     the connection the step then uses: fewer connections opened than with them beside it, same report."""
     from sqlalchemy import event
 
-    import firefeed.pipeline.merge as merge
-    import firefeed.pipeline.steps as steps
     from firefeed.db import engine as db
 
     spec = _write(tmp_path, "side_work", _items(range(10)))
@@ -254,8 +252,7 @@ def test_a_small_runs_merge_and_exports_do_their_side_work_on_the_jobs_one_conne
     def opened(side_by_side: bool) -> tuple[int, dict[str, Any]]:
         with monkeypatch.context() as m:
             if side_by_side:
-                m.setattr(merge, "SIDE_CONNECTION_MIN_ROWS", 0)
-                m.setattr(steps, "SIDE_CONNECTION_MIN_ROWS", 0)
+                m.setattr(db, "SIDE_CONNECTION_MIN_ROWS", 0)
             assert run_json(spec)[0] == 0  # warm: the pool holds what it keeps
             connects: list[int] = []
             listener = lambda *_: connects.append(1)  # noqa: E731
