@@ -112,7 +112,8 @@ class SpecVersion(Base):
     """A project's spec as one apply stored it, once: runs refer to it instead of copying the document.
 
     Content-addressed per project: `digest` is SHA-256 of the folder and the document's JSON text,
-    so applying the same spec again reuses its version. Never updated; gone only with its project.
+    so applying the same spec again reuses its version. Never changed; gone with its project, or
+    pruned with the run history once no run and no project refers to it (`prune_spec_versions`).
     """
 
     __tablename__ = "spec_versions"

@@ -21,7 +21,7 @@ from sqlalchemy.engine import Engine
 
 from firefeed import metrics
 from firefeed.db.engine import get_engine, session_factory
-from firefeed.db.models import PipelineRun, PipelineStep, Project
+from firefeed.db.models import PipelineRun, PipelineStep, Project, SpecVersion
 from firefeed.errors import NotFoundError, PipelineBusyError
 from firefeed.logging import run_context
 from firefeed.spec.cron import Cron
@@ -380,7 +380,41 @@ def prune_history(retention_days: int | None = None, engine: Engine | None = Non
     if total:
         metrics.runs_pruned(total)
         log.info("pruned %d runs older than %d days", total, days)
+    versions = prune_spec_versions(engine)
+    if versions:
+        log.info("pruned %d spec versions no run or project refers to", versions)
     return total
+
+
+def prune_spec_versions(engine: Engine | None = None) -> int:
+    """Delete the spec versions nothing refers to: no run (pruned ones included) and no project's current
+    spec; returns how many.
+
+    Every apply of a different document stores a version, so a tenant that applies specs in a loop
+    would otherwise grow the table without bound; a version is only ever read through a run or its
+    project. Rows being applied again right now are locked by that apply's upsert and skipped
+    (`SKIP LOCKED`), so an apply never loses the version it is about to point its project at.
+    """
+    engine = engine or get_engine()
+    victims = (
+        select(SpecVersion.id)
+        .where(
+            ~select(PipelineRun.id).where(PipelineRun.spec_version_id == SpecVersion.id).exists(),
+            ~select(Project.id).where(Project.spec_version_id == SpecVersion.id).exists(),
+        )
+        .limit(_PRUNE_BATCH)
+        .with_for_update(skip_locked=True)
+    )
+    total = 0
+    sessions = session_factory(engine)
+    while True:
+        with sessions() as s, s.begin():
+            ids = list(s.execute(victims).scalars())
+            if ids:
+                s.execute(delete(SpecVersion).where(SpecVersion.id.in_(ids)))
+        total += len(ids)
+        if len(ids) < _PRUNE_BATCH:
+            return total
 
 
 def drop_orphan_tmp_tables(engine: Engine | None = None) -> list[str]:

@@ -52,14 +52,12 @@ def _store_spec_version(s: Session, project_id: str, document: dict[str, Any], s
     """The id of the version holding this document and folder, stored now if it is new."""
     digest = spec_digest(document, spec_dir)
     row = pg_insert(SpecVersion).values(project_id=project_id, digest=digest, spec=document, spec_dir=spec_dir)
-    version_id = s.execute(
-        row.on_conflict_do_nothing(constraint="uq_spec_versions_project_digest").returning(SpecVersion.id)
-    ).scalar()
-    if version_id is None:  # applied before: the same document from the same folder
-        version_id = s.execute(
-            select(SpecVersion.id).where(SpecVersion.project_id == project_id, SpecVersion.digest == digest)
-        ).scalar_one()
-    return int(version_id)
+    # Applied before (the same document from the same folder): the no-op update locks that version
+    # until this apply commits, so the history pruner (`prune_spec_versions`) cannot delete it meanwhile.
+    again = row.on_conflict_do_update(
+        constraint="uq_spec_versions_project_digest", set_={"digest": row.excluded.digest}
+    )
+    return int(s.execute(again.returning(SpecVersion.id)).scalar_one())
 
 
 def _insert_run(db: Db, values: dict[str, Any]) -> str:

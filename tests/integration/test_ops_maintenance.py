@@ -172,3 +172,46 @@ def test_the_reaper_removes_the_dead_runs_unpublished_exports_and_downloads(
         assert not (get_settings().data_dir / "runs" / stale).exists()
     finally:
         reset_settings()
+
+
+def versions_of(engine: Engine, project: str) -> list[int]:
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT id FROM spec_versions WHERE project_id = :p ORDER BY id"), {"p": project})
+        return [int(r[0]) for r in rows]
+
+
+def reapply(project: str, source_url: str) -> None:
+    spec: dict[str, Any] = {
+        "company": COMPANY,
+        "project": project,
+        "sources": [{"name": "main", "url": source_url}],
+        "exports": [{"name": "csv", "format": "csv", "path": "out.csv"}],
+    }
+    RunStore().apply_spec(parse_spec(spec), spec_dir=None)
+
+
+def test_pruning_deletes_the_spec_versions_no_run_or_project_refers_to(engine: Engine) -> None:
+    store = RunStore()
+    project = new_project()
+    first = versions_of(engine, project)
+    ran = running_run(project)  # refers to the first version
+    store.finish_run(ran, "SUCCEEDED", report=None, error=None)
+    # A tenant applying specs in a loop: every document is a version, only the last one is current.
+    for n in range(5):
+        reapply(project, f"https://feeds.example.test/main-{n}.csv")
+    applied = versions_of(engine, project)
+    assert len(applied) == 6
+    with engine.connect() as conn:
+        current = conn.execute(text("SELECT spec_version_id FROM projects WHERE id = :p"), {"p": project}).scalar()
+    assert current == applied[-1]
+
+    prune_history(30, engine)
+
+    assert versions_of(engine, project) == [*first, current]
+    # The runs still read their spec; applying a pruned document again stores it anew.
+    assert store.run(ran).status == "SUCCEEDED"
+    reapply(project, "https://feeds.example.test/main-0.csv")
+    assert len(versions_of(engine, project)) == 3
+    reapply(project, "https://feeds.example.test/main-4.csv")  # the version kept: reused, not stored again
+    assert versions_of(engine, project)[-2] == applied[-1]
+    assert len(versions_of(engine, project)) == 3
