@@ -156,7 +156,7 @@ def _text_action(action: FieldAction, x: Frag, column: Column, lists: ListFields
     if isinstance(action, Take):
         return x if action.count > 0 else raw("''::text")
     if isinstance(action, Remove):
-        hit = condition_frag(action.when, lambda n: x if n == ELEMENT else column(n), None, lists)
+        hit = condition_frag(action.when, lambda n: x if n == ELEMENT else column(n), None, lists.without(ELEMENT))
         return fmt("(CASE WHEN {0} <> '' AND {1} THEN ''::text ELSE {0} END)", x, hit)
     return action_frag(action, column, None, lists, subject=x)
 
@@ -191,7 +191,8 @@ def _list_action(action: FieldAction, column: Column, lists: ListFields) -> Frag
     if isinstance(action, Dedupe):
         return _lists.dedupe(x)
     if isinstance(action, Remove):
-        hit = condition_frag(action.when, lambda n: _lists.ELEMENT if n == ELEMENT else column(n), None, lists)
+        element = lists.without(ELEMENT)  # `_` is the element here, a text, whatever the project's lists
+        hit = condition_frag(action.when, lambda n: _lists.ELEMENT if n == ELEMENT else column(n), None, element)
         return _lists.keep_elements(x, fmt("NOT {0}", hit))
 
     def on(subject: Frag) -> Frag:

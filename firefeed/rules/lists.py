@@ -26,5 +26,12 @@ class ListFields:
     def __bool__(self) -> bool:
         return bool(self.fields)
 
+    def without(self, name: str) -> ListFields:
+        """These list fields but `name`: inside a `remove` condition `_` is the element, one text (P20),
+        even when the project also has a list field called `_`."""
+        if name not in self.fields:
+            return self
+        return ListFields(self.fields - {name}, self.declared - {name})
+
 
 NO_LISTS = ListFields()

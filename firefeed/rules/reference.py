@@ -238,7 +238,8 @@ def _list_action(action: FieldAction, item: Mapping[str, Value], lists: ListFiel
     if isinstance(action, Dedupe):
         return tuple(dict.fromkeys(items))
     if isinstance(action, Remove):
-        return tuple(e for e in items if not matches(action.when, {**item, ELEMENT: e}, lists))
+        element = lists.without(ELEMENT)  # `_` is the element, a text, whatever the project's lists
+        return tuple(e for e in items if not matches(action.when, {**item, ELEMENT: e}, element))
 
     def on(element: str) -> str:
         result = apply_action(action, item, lists, subject=element)
@@ -255,7 +256,7 @@ def _text_list_action(action: FieldAction, value: str, item: Mapping[str, Value]
     if isinstance(action, Take):
         return value if action.count > 0 else ""
     if isinstance(action, Remove):
-        return "" if value and matches(action.when, {**item, ELEMENT: value}, lists) else value
+        return "" if value and matches(action.when, {**item, ELEMENT: value}, lists.without(ELEMENT)) else value
     return value
 
 

@@ -888,3 +888,31 @@ def test_aggregates_read_list_elements_and_a_list_match_takes_its_first_element_
     assert [g["hit"] for g in got] == ["from b", "", "from b", "from c"]
     assert [(r["matched"], r["unmatched_values"]) for r in result.lookups] == [(3, [{"value": "", "count": 1}])]
     assert_same(engine, items, fields, rules, **kw)
+
+
+def test_a_remove_condition_reads_its_element_even_when_the_project_has_a_list_field_named_underscore(
+    engine: Engine,
+) -> None:
+    """P20: `field: _` in a `remove` condition is the element, a text. A list field that is itself
+    called `_` made the SQL route compare a text with a list (a Postgres error that failed the run)."""
+    items = [
+        {KEY_FIELD: "1", "_": ("x", "y"), "images": ("a", "x", "b")},
+        {KEY_FIELD: "2", "_": (), "images": ("x", "c")},
+    ]
+    rules = [
+        {
+            "then": [
+                {"remove": "images", "when": {"field": "_", "op": "eq", "value": "x"}},
+                {"remove": "_", "when": {"any": [{"field": "_", "op": "eq", "value": "y"}]}},
+                {"remove": "images", "when": {"field": "_", "op": "length_gt", "value": "1"}},
+            ]
+        },
+        {"then": [{"remove": "title", "when": {"field": "_", "op": "eq", "value": "Hat"}}]},
+    ]
+    lists = frozenset({"_", "images"})
+    fields = [KEY_FIELD, "_", "images", "title"]
+    items = [{**item, "title": t} for item, t in zip(items, ("Hat", "Cap"), strict=True)]
+    _result, got, _want = run_both(engine, items, fields, rules, lists=lists)
+    assert [(g["_"], g["images"], g["title"]) for g in got] == [(("x",), ("a", "b"), ""), ((), ("c",), "Cap")]
+    assert_same(engine, items, fields, rules, lists=lists)
+    assert_same(engine, items, fields, rules, lists=lists, split=True)
