@@ -210,6 +210,13 @@ class PreviewTimeoutError(FireFeedError):
     code = "preview_timeout"
 
 
+class PreviewFailedError(FireFeedError):
+    """The database refused one of a preview's statements: the caller gets the database's message, not a
+    traceback (a run reports the same failure as its step's error)."""
+
+    code = "preview_failed"
+
+
 class RetryLaterError(FireFeedError):
     """Too busy for this request now: try again in `retry_after` seconds."""
 

@@ -61,7 +61,8 @@ def register(subparsers: Any) -> None:
             "changed and excluded, and per item each field a rule changed (before -> after). The project's "
             "tables, its runs and its exports are left exactly as they were. The whole preview must finish "
             "within FIREFEED_PREVIEW_DEADLINE_S (default 20 s), however slowly a source answers. Exit codes: "
-            "0 ok, 1 a source could not be fetched, parsed or merged, or the preview did not finish in time, "
+            "0 ok, 1 a source could not be fetched, parsed or merged, the preview did not finish in time, or the "
+            "database refused one of its statements (its message is shown), "
             "2 bad spec (the message names the key), 4 unknown project."
         ),
     )

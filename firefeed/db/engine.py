@@ -20,7 +20,7 @@ from typing import Any
 import psycopg2.extensions
 from psycopg2 import sql
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from firefeed.config import get_settings, normalize_database_url
@@ -247,3 +247,11 @@ def raw_connection(engine: Engine | None = None) -> Iterator[Any]:
         raise
     finally:
         pooled.close()
+
+
+def database_message(err: BaseException) -> str:
+    """What the database said about a failed statement, without the statement: SQLAlchemy's text
+    repeats the statement and its bound values (item data), the driver's own message is enough."""
+    driver = err.orig if isinstance(err, DBAPIError) and err.orig is not None else err
+    pgerror = getattr(driver, "pgerror", None)
+    return (pgerror or str(driver) or type(err).__name__).strip()

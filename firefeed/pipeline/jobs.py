@@ -16,10 +16,9 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import DBAPIError
 
 from firefeed.config import Settings, get_settings
-from firefeed.db.engine import get_engine, raw_connection
+from firefeed.db.engine import database_message, get_engine, raw_connection
 from firefeed.errors import FireFeedError, JobLostError, RunCancelledError, StepFailedError
 from firefeed.logging import run_context
 from firefeed.pipeline import rule_passes, steps
@@ -45,13 +44,7 @@ def describe_error(step: str | None, err: BaseException) -> dict[str, Any]:
     if isinstance(err, StepFailedError):
         return err.error
     step = getattr(err, "firefeed_step", step)
-    if isinstance(err, FireFeedError):
-        message = err.message
-    else:
-        # SQLAlchemy's text repeats the statement and its bound values (item data): the driver's own is enough.
-        driver = err.orig if isinstance(err, DBAPIError) and err.orig is not None else err
-        pgerror = getattr(driver, "pgerror", None)
-        message = (pgerror or str(driver) or type(err).__name__).strip()
+    message = err.message if isinstance(err, FireFeedError) else database_message(err)
     return {"step": step, "type": type(err).__name__, "message": message}
 
 

@@ -28,11 +28,13 @@ import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import psycopg2
 from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
 
 from firefeed.config import Settings, get_settings
-from firefeed.db.engine import get_engine
-from firefeed.errors import ParseError, PreviewTimeoutError
+from firefeed.db.engine import database_message, get_engine
+from firefeed.errors import ParseError, PreviewFailedError, PreviewTimeoutError
 from firefeed.pipeline.fetch import FetchResult, fetch_source
 from firefeed.pipeline.merge import StagedSource, merge_sources
 from firefeed.pipeline.parse import FeedReader, open_reader
@@ -146,6 +148,8 @@ def preview_spec(
         # Whatever failed once time was up (a shut connection, a cancelled statement) failed for the deadline.
         if deadline.expired() and not isinstance(err, PreviewTimeoutError):
             raise deadline.error() from err
+        if isinstance(err, psycopg2.Error | DBAPIError):
+            raise PreviewFailedError(f"the database refused the preview: {database_message(err)}") from err
         raise
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)

@@ -459,3 +459,25 @@ def test_an_http_source_is_previewed_and_a_failing_server_is_tried_twice_then_50
     finally:
         server.close()
         reset_settings()
+
+
+def test_a_statement_the_database_refuses_is_a_preview_error_with_its_message(
+    run_env: Path, tmp_path: Path, engine: Engine
+) -> None:
+    """Not a traceback (CLI) or a bare 500 (API): a database on which nothing can be written (here a
+    read-only default, as on a replica an operator pointed FireFeed at) refuses the scratch schema."""
+    from sqlalchemy import create_engine
+
+    from firefeed.errors import PreviewFailedError
+    from firefeed.preview.service import preview_spec
+    from firefeed.spec.loader import load_spec_file
+
+    spec_path = make_project(tmp_path / "p", "pv_" + uuid.uuid4().hex[:8])
+    read_only = create_engine(engine.url.update_query_dict({"options": "-c default_transaction_read_only=on"}))
+    try:
+        with pytest.raises(PreviewFailedError) as err:
+            preview_spec(load_spec_file(spec_path), spec_dir=spec_path.parent, engine=read_only)
+    finally:
+        read_only.dispose()
+    assert err.value.message.startswith("the database refused the preview: ERROR:  cannot execute CREATE SCHEMA")
+    assert "read-only transaction" in err.value.message
