@@ -169,16 +169,7 @@ def leaf_frag(
         number = numeric_frag(known) if known is not None else number_frag(subject)
         return fmt("coalesce({0} " + _CMP[op] + " {1}, false)", number, val(cond.number, "numeric"))
     if op in ("length_gt", "length_lt"):
-        # octet_length reads the value's header only, and a character is 1-4 bytes in UTF-8 (every FireFeed
-        # database): the bytes decide most values, and char_length, which walks the text, runs for the rest
-        # (on 1M feed descriptions, `char_length > 4900` alone cost 0.73 s).
-        assert cond.length is not None
-        n, n4 = val(cond.length, "integer"), val(4 * cond.length, "bigint")
-        if op == "length_gt":
-            return fmt(
-                "(octet_length({0}) > {1} AND (octet_length({0}) > {2} OR char_length({0}) > {1}))", subject, n, n4
-            )
-        return fmt("(octet_length({0}) < {1} OR (octet_length({0}) < {2} AND char_length({0}) < {1}))", subject, n, n4)
+        return fmt("(char_length({0}) " + _CMP[op] + " {1})", subject, val(cond.length, "integer"))
     if op == "matches":
         assert cond.regex is not None
         left = subject if cond.case_sensitive else fmt("lower({0})", subject)

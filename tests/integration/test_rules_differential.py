@@ -916,38 +916,3 @@ def test_a_remove_condition_reads_its_element_even_when_the_project_has_a_list_f
     assert [(g["_"], g["images"], g["title"]) for g in got] == [(("x",), ("a", "b"), ""), ((), ("c",), "Cap")]
     assert_same(engine, items, fields, rules, lists=lists)
     assert_same(engine, items, fields, rules, lists=lists, split=True)
-
-
-def test_length_conditions_count_characters_whatever_their_bytes(engine: Engine) -> None:
-    """length_gt/length_lt read the bytes first (a character is 1-4 of them in UTF-8) and count characters
-    only when the bytes cannot decide: values on each side of those bounds give the reference's answers."""
-    values = [
-        "",
-        "ab",
-        "abc",
-        "abcd",
-        "éé",
-        "ééé",
-        "éééé",
-        "😀😀",
-        "😀😀😀",
-        "😀😀😀😀",
-        "a😀é",
-        "abcdefghijklm",
-        "😀" * 13,
-    ]
-    items = [{KEY_FIELD: str(i), "title": v} for i, v in enumerate(values)]
-    rules = [
-        {
-            "name": f"{op} {n}",
-            "when": {"field": "title", "op": op, "value": str(n)},
-            "then": [{"set": f"{op}{n}", "value": "y"}],
-        }
-        for op in ("length_gt", "length_lt")
-        for n in (0, 1, 3, 4, 12)
-    ]
-    result, got, want = run_both(engine, items, [KEY_FIELD, "title"], rules)
-    assert [g["length_gt3"] for g in got] == ["", "", "", "y", "", "", "y", "", "", "y", "", "y", "y"]
-    assert [g["length_lt4"] for g in got] == ["y", "y", "y", "", "y", "y", "", "y", "y", "", "y", "", ""]
-    assert result.matched == want.matched
-    assert_same(engine, items, [KEY_FIELD, "title"], rules)
