@@ -149,6 +149,12 @@ def _map(action: MapValues, x: Frag, column: Column, lists: ListFields = NO_LIST
     return fmt("(CASE {0} {1} ELSE {2} END)", x, whens, fallback)
 
 
+def _removes(action: Remove, element: Frag, column: Column, lists: ListFields) -> Frag:
+    """Whether `remove` drops `element`: its condition reads `_` as the element, one text, whatever the
+    project's list fields (P20)."""
+    return condition_frag(action.when, lambda n: element if n == ELEMENT else column(n), None, lists.without(ELEMENT))
+
+
 def _text_action(action: FieldAction, x: Frag, column: Column, lists: ListFields) -> Frag:
     """An action on a text field (or on one element); a text is a one-element list for the list actions (P2)."""
     if isinstance(action, Join | Dedupe | Split):
@@ -156,8 +162,7 @@ def _text_action(action: FieldAction, x: Frag, column: Column, lists: ListFields
     if isinstance(action, Take):
         return x if action.count > 0 else raw("''::text")
     if isinstance(action, Remove):
-        hit = condition_frag(action.when, lambda n: x if n == ELEMENT else column(n), None, lists.without(ELEMENT))
-        return fmt("(CASE WHEN {0} <> '' AND {1} THEN ''::text ELSE {0} END)", x, hit)
+        return fmt("(CASE WHEN {0} <> '' AND {1} THEN ''::text ELSE {0} END)", x, _removes(action, x, column, lists))
     return action_frag(action, column, None, lists, subject=x)
 
 
@@ -191,9 +196,7 @@ def _list_action(action: FieldAction, column: Column, lists: ListFields) -> Frag
     if isinstance(action, Dedupe):
         return _lists.dedupe(x)
     if isinstance(action, Remove):
-        element = lists.without(ELEMENT)  # `_` is the element here, a text, whatever the project's lists
-        hit = condition_frag(action.when, lambda n: _lists.ELEMENT if n == ELEMENT else column(n), None, element)
-        return _lists.keep_elements(x, fmt("NOT {0}", hit))
+        return _lists.keep_elements(x, fmt("NOT {0}", _removes(action, _lists.ELEMENT, column, lists)))
 
     def on(subject: Frag) -> Frag:
         return action_frag(action, column, None, lists, subject=subject)

@@ -238,8 +238,7 @@ def _list_action(action: FieldAction, item: Mapping[str, Value], lists: ListFiel
     if isinstance(action, Dedupe):
         return tuple(dict.fromkeys(items))
     if isinstance(action, Remove):
-        element = lists.without(ELEMENT)  # `_` is the element, a text, whatever the project's lists
-        return tuple(e for e in items if not matches(action.when, {**item, ELEMENT: e}, element))
+        return tuple(e for e in items if not _removes(action, item, e, lists))
 
     def on(element: str) -> str:
         result = apply_action(action, item, lists, subject=element)
@@ -251,12 +250,18 @@ def _list_action(action: FieldAction, item: Mapping[str, Value], lists: ListFiel
     return tuple(e for e in map(on, items) if e != "")
 
 
+def _removes(action: Remove, item: Mapping[str, Value], element: str, lists: ListFields) -> bool:
+    """Whether `remove` drops `element`: its condition reads `_` as the element, one text, whatever the
+    project's list fields (P20)."""
+    return matches(action.when, {**item, ELEMENT: element}, lists.without(ELEMENT))
+
+
 def _text_list_action(action: FieldAction, value: str, item: Mapping[str, Value], lists: ListFields) -> str:
     """split/join/take/dedupe/remove on a text: a one-element list, "" none (P2)."""
     if isinstance(action, Take):
         return value if action.count > 0 else ""
     if isinstance(action, Remove):
-        return "" if value and matches(action.when, {**item, ELEMENT: value}, lists.without(ELEMENT)) else value
+        return "" if value and _removes(action, item, value, lists) else value
     return value
 
 

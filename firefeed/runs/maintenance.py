@@ -9,7 +9,6 @@ skewed clocks still agree on which cron slot is due.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -367,16 +366,7 @@ def prune_history(retention_days: int | None = None, engine: Engine | None = Non
         )
         .limit(_PRUNE_BATCH)
     )
-    total = 0
-    sessions = session_factory(engine)
-    while True:
-        with sessions() as s, s.begin():
-            ids: list[uuid.UUID] = list(s.execute(victims, {"days": days}).scalars())
-            if ids:
-                s.execute(delete(PipelineRun).where(PipelineRun.id.in_(ids)))
-        total += len(ids)
-        if len(ids) < _PRUNE_BATCH:
-            break
+    total = _delete_in_batches(engine, victims, PipelineRun, {"days": days})
     if total:
         metrics.runs_pruned(total)
         log.info("pruned %d runs older than %d days", total, days)
@@ -405,13 +395,21 @@ def prune_spec_versions(engine: Engine | None = None) -> int:
         .limit(_PRUNE_BATCH)
         .with_for_update(skip_locked=True)
     )
+    return _delete_in_batches(engine, victims, SpecVersion)
+
+
+def _delete_in_batches(
+    engine: Engine, victims: Any, model: type[PipelineRun] | type[SpecVersion], params: dict[str, Any] | None = None
+) -> int:
+    """Delete the rows of `model` whose ids `victims` selects (at most _PRUNE_BATCH of them), a transaction per
+    batch until a batch comes back short, so a large backlog never holds long locks; returns how many."""
     total = 0
     sessions = session_factory(engine)
     while True:
         with sessions() as s, s.begin():
-            ids = list(s.execute(victims).scalars())
+            ids = list(s.execute(victims, params or {}).scalars())
             if ids:
-                s.execute(delete(SpecVersion).where(SpecVersion.id.in_(ids)))
+                s.execute(delete(model).where(model.id.in_(ids)))
         total += len(ids)
         if len(ids) < _PRUNE_BATCH:
             return total
