@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from firefeed.rules import _lists_sql as _lists
 from firefeed.rules._frag import Frag, fmt, join, of, raw, val
-from firefeed.rules._text import NUMBER_PATTERN, simple_lower
+from firefeed.rules._text import NUMBER_MAX_CHARS, NUMBER_PATTERN, simple_lower
 from firefeed.rules.groups import GROUP_FIRST_COLUMN, GroupFirst
 from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.rules.model import COUNT_OPS, AllOf, AnyOf, Condition, Leaf, Not
@@ -64,8 +64,9 @@ def number_text_frag(value: Frag) -> Frag:
 
 
 def numeric_frag(text: Frag) -> Frag:
-    """A number's matched text as numeric (a comma is the decimal point); NULL stays NULL."""
-    return fmt("replace({0}, ',', '.')::numeric", text)
+    """A number's matched text as numeric (a comma is the decimal point), read from its first
+    NUMBER_MAX_CHARS characters (a longer one would fail the statement); NULL stays NULL."""
+    return fmt("replace(left({0}, {1}), ',', '.')::numeric", text, raw(str(NUMBER_MAX_CHARS)))
 
 
 def number_frag(value: Frag) -> Frag:

@@ -19,6 +19,11 @@ from firefeed.textutil import WHITESPACE
 #: Non-capturing on purpose: Postgres' substring(x FROM re) returns group 1 when there is one.
 NUMBER_PATTERN = r"-?[0-9]+(?:[.,][0-9]+)?"
 NUMBER_RE = re.compile(NUMBER_PATTERN)
+#: A matched number is read from its first this many characters: Postgres' numeric holds any text
+#: this long (it refuses more than 16,383 decimals or 131,072 digits), so no item's value can fail a
+#: run with "value overflows numeric format". A longer match is garbage in any feed; read this way,
+#: the run goes on and both routes agree on it.
+NUMBER_MAX_CHARS = 16_383
 
 #: Highest `round` a math action accepts; the SQL route's exact division relies on it.
 MAX_ROUND = 30
@@ -88,7 +93,11 @@ def truncate(text: str, length: int) -> str:
 def read_number(text: str) -> Decimal | None:
     """The first number in `text` (comma as decimal point), or None."""
     m = NUMBER_RE.search(text)
-    return Decimal(m.group().replace(",", ".")) if m else None
+    return _decimal(m.group()) if m else None
+
+
+def _decimal(matched: str) -> Decimal:
+    return Decimal(matched[:NUMBER_MAX_CHARS].replace(",", "."))
 
 
 def format_number(value: Decimal, places: int) -> str:
@@ -117,7 +126,7 @@ def math(text: str, op: str, operand: Decimal, places: int) -> str:
     m = NUMBER_RE.search(text)
     if not m:
         return text
-    result = compute(op, Decimal(m.group().replace(",", ".")), operand)
+    result = compute(op, _decimal(m.group()), operand)
     if result is None:
         return text
     return text[: m.start()] + format_number(result, places) + text[m.end() :]

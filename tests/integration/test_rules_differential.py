@@ -28,6 +28,7 @@ from firefeed.export import write_export
 from firefeed.export.google_xml import element_names
 from firefeed.pipeline.lookups import build_lookup_table
 from firefeed.pipeline.rule_passes import RulesResult, run_rules
+from firefeed.rules._text import NUMBER_MAX_CHARS
 from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import parse_rules
@@ -916,3 +917,31 @@ def test_a_remove_condition_reads_its_element_even_when_the_project_has_a_list_f
     assert [(g["_"], g["images"], g["title"]) for g in got] == [(("x",), ("a", "b"), ""), ((), ("c",), "Cap")]
     assert_same(engine, items, fields, rules, lists=lists)
     assert_same(engine, items, fields, rules, lists=lists, split=True)
+
+
+def test_a_number_longer_than_postgres_numeric_holds_is_read_from_its_first_characters(engine: Engine) -> None:
+    """One item whose price holds 20,000 decimals (or 140,000 digits) failed the whole run with
+    Postgres' "value overflows numeric format". Both routes read a matched number from its first
+    16,383 characters (NUMBER_MAX_CHARS), which numeric always holds; an ordinary number is unchanged."""
+    long_decimals = "1." + "2" * 20_000 + " EUR"
+    long_digits = "9" * 140_000
+    items = [
+        {KEY_FIELD: "1", "title": "a", "price": long_decimals, "grp": "g"},
+        {KEY_FIELD: "2", "title": "b", "price": long_digits, "grp": "g"},
+        {KEY_FIELD: "3", "title": "c", "price": "5,5", "grp": "h"},
+    ]
+    rules = [
+        {"when": {"field": "price", "op": "gt", "value": "100"}, "then": [{"set": "title", "value": "big"}]},
+        {"then": [{"copy": "p2", "from": "price"}, {"math": "p2", "op": "multiply", "value": "1.5", "round": "2"}]},
+        {"then": [{"aggregate": "low", "op": "min", "of": "price"}]},
+        {"then": [{"math": "price", "op": "divide", "value": "3", "round": "1"}]},
+    ]
+    fields = [KEY_FIELD, "title", "price", "grp"]
+    _result, got, _want = run_both(engine, items, fields, rules, group="grp")
+    by_key = {g[KEY_FIELD]: g for g in got}
+    assert [by_key[k]["title"] for k in "123"] == ["a", "big", "c"]
+    assert [by_key[k]["p2"] for k in "13"] == ["1.83 EUR", "8.25"]
+    assert by_key["3"]["price"] == "1.8"
+    assert by_key["1"]["low"] == "1." + "2" * (NUMBER_MAX_CHARS - 2)
+    assert_same(engine, items, fields, rules, group="grp")
+    assert_same(engine, items, fields, rules, group="grp", split=True)

@@ -3,7 +3,8 @@
 `data/rules_sql_before_section9.txt` was written by the compiler as it was before section 9
 (commit 5e422a1) for the benchmark's 20 rules plus an excluding rule and a later math rule:
 every pass's INSERT (whole and chunked), its count and, for a pass that only excludes, its
-DELETE, as the psycopg2 composition and the bound values. Same text, same plans, same speed.
+DELETE, as the psycopg2 composition and the bound values. Same text, same plans, same speed,
+but for the fixes made since (`LATER_FIXES`, undone before comparing, each with its cost).
 """
 
 from __future__ import annotations
@@ -52,5 +53,18 @@ def _statements() -> str:
     return "\n;\n".join(out) + "\n"
 
 
+#: (today's text, the text before) of each fix made after the golden file:
+#: - a number is read from its first 16,383 characters (`NUMBER_MAX_CHARS`: a longer one failed
+#:   the run); `left()` adds 0.03 s per million number reads, which take 1.5 s.
+LATER_FIXES = [
+    ("SQL('replace(left('), ", "SQL('replace('), "),
+    ("""SQL(', '), SQL('16383'), SQL("), ','""", """SQL(", ','"""),
+]
+
+
 def test_rules_without_section_9_features_compile_to_the_statements_of_before() -> None:
-    assert _statements() == GOLDEN.read_text(encoding="utf-8")
+    text = _statements()
+    for now, before in LATER_FIXES:
+        assert now in text, f"{now!r} is gone: drop it from LATER_FIXES"
+        text = text.replace(now, before)
+    assert text == GOLDEN.read_text(encoding="utf-8")

@@ -5,11 +5,15 @@ before lists (commit 5e422a1): every pass statement of a rule list holding
 every condition op and action kind (the benchmark's 20 rules, and the
 excluding shapes), and each export format's row and filter SQL. Lists must
 not change one character of it, so the no-lists path keeps its speed.
+
+A fix made since is undone before comparing (`LATER_FIXES`), each with its measured
+cost, so everything else is still held to the old text character for character.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -116,8 +120,28 @@ def snapshot() -> dict[str, Any]:
     return {"passes": passes, "exports": exports}
 
 
+#: (pattern, replacement) undoing, in the SQL text of today, a fix made after the golden file:
+#: - a number is read from its first 16,383 characters (`NUMBER_MAX_CHARS`: a longer one failed
+#:   the run); `left()` adds 0.03 s per million number reads, which take 1.5 s.
+LATER_FIXES = [(re.compile(r"replace\(left\((.*?), 16383\), ','"), r"replace(\1, ','")]
+
+
+def _without_later_fixes(doc: Any) -> Any:
+    if isinstance(doc, str):
+        for pattern, replacement in LATER_FIXES:
+            doc = pattern.sub(replacement, doc)
+        return doc
+    if isinstance(doc, list):
+        return [_without_later_fixes(d) for d in doc]
+    if isinstance(doc, dict):
+        return {k: _without_later_fixes(v) for k, v in doc.items()}
+    return doc
+
+
 def test_a_spec_without_lists_compiles_to_the_sql_it_compiled_to_before_lists() -> None:
-    assert snapshot() == json.loads(GOLDEN.read_text(encoding="utf-8"))
+    now = snapshot()
+    assert "16383" in json.dumps(now), "the number bound is gone: drop it from LATER_FIXES"
+    assert _without_later_fixes(now) == json.loads(GOLDEN.read_text(encoding="utf-8"))
 
 
 if __name__ == "__main__":  # writes the golden file: run it on the code the SQL must stay equal to
