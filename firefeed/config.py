@@ -77,6 +77,8 @@ class Settings(BaseSettings):
     # Tenant bounds: every data-plane statement's timeout; a rules plan's largest compiled SQL.
     statement_timeout_s: float = Field(default=1800.0, gt=0)
     rules_max_sql_bytes: int = Field(default=4 * 1024**2, ge=1024)
+    # how many times as long as the values they read the rules may make one (rules/value_growth.py)
+    rules_max_growth: float = Field(default=64.0, ge=1)
     # Previews: a total deadline each, their own worker pool, and how many one company runs at once.
     preview_deadline_s: float = Field(default=20.0, gt=0)
     preview_pool_size: int = Field(default=8, ge=1)

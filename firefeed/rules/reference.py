@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from firefeed.rules import _text
-from firefeed.rules.groups import Aggregate, GroupFirst
+from firefeed.rules.groups import JOIN_MAX_CHARS, Aggregate, GroupFirst
 from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import (
@@ -199,7 +199,7 @@ def aggregate(action: Aggregate, members: Sequence[Mapping[str, Value]], lists: 
         if action.op in ("first", "last"):
             return texts[0] if action.op == "first" else texts[-1]
     if action.op == "join":
-        return action.separator.join(v for v in texts if v != "")
+        return action.separator.join(v for v in texts if v != "")[:JOIN_MAX_CHARS]
     numbers = [n for n in map(_text.read_number, texts) if n is not None]
     if not numbers:
         return ""

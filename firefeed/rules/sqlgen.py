@@ -37,7 +37,7 @@ from firefeed.rules._conditions_sql import condition_frag, number_frag, number_t
 from firefeed.rules._frag import Frag, fmt, join, of, raw, val
 from firefeed.rules._lists_sql import EMPTY_LIST
 from firefeed.rules._plan import PassPlan, Step, flag_column, lookup_report_columns, only_excludes
-from firefeed.rules.groups import GROUP_FIRST_COLUMN, Aggregate, GroupFirst, aggregate_column
+from firefeed.rules.groups import GROUP_FIRST_COLUMN, JOIN_MAX_CHARS, Aggregate, GroupFirst, aggregate_column
 from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import (
@@ -526,8 +526,9 @@ def _aggregate_frag(a: Aggregate, lists: ListFields = NO_LISTS) -> Frag:
         return fmt("({0})::text[]", picked) if a.keeps_list(lists) else picked
     if a.op == "join":
         return fmt(
-            "coalesce(string_agg({0}, {1} ORDER BY {2}) FILTER (WHERE {0} <> ''), '')", v, val(a.separator, "text"), o
-        )
+            "left(coalesce(string_agg({0}, {1} ORDER BY {2}) FILTER (WHERE {0} <> ''), ''), {3})",
+            v, val(a.separator, "text"), o, raw(str(JOIN_MAX_CHARS)),
+        )  # fmt: skip
     # min/max/sum: numbers as the number ops read them; written as math writes them, with `round`
     # decimals or as many as the most precise input (items without a number are skipped; none: "")
     scale = _col(f"_ff_gs{a.tag}") if a.over_list(lists) else fmt("scale({0})", v)

@@ -349,8 +349,18 @@ class ProjectSpec(_Strict):
                 )
             e._lists = e._rules[0].lists if e._rules else self._lists
         from firefeed.rules.limits import check_sql_size, spec_fields
+        from firefeed.rules.template import parse_template
+        from firefeed.rules.value_growth import check_template_growth, check_value_growth
+        from firefeed.spec.paths import join_key
 
         check_sql_size(self._rules, spec_fields(self._rules, self.key))  # again at RULES, with the feed's columns
+        grown = check_value_growth(self._rules)
+        for i, e in enumerate(self.exports):
+            final = check_value_growth(e._rules, path=f"exports[{i}].rules", start=grown) if e.rules else grown
+            for out, value in (e.fields or {}).items():
+                if "{" in value:
+                    path = join_key(f"exports[{i}].fields", out)
+                    check_template_growth(parse_template(value, path), final, path=path)
         return self
 
     @property

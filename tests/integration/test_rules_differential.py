@@ -29,6 +29,7 @@ from firefeed.export.google_xml import element_names
 from firefeed.pipeline.lookups import build_lookup_table
 from firefeed.pipeline.rule_passes import RulesResult, run_rules
 from firefeed.rules._text import NUMBER_MAX_CHARS
+from firefeed.rules.groups import JOIN_MAX_CHARS
 from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import parse_rules
@@ -943,5 +944,21 @@ def test_a_number_longer_than_postgres_numeric_holds_is_read_from_its_first_char
     assert [by_key[k]["p2"] for k in "13"] == ["1.83 EUR", "8.25"]
     assert by_key["3"]["price"] == "1.8"
     assert by_key["1"]["low"] == "1." + "2" * (NUMBER_MAX_CHARS - 2)
+    assert_same(engine, items, fields, rules, group="grp")
+    assert_same(engine, items, fields, rules, group="grp", split=True)
+
+
+def test_an_aggregate_join_keeps_the_first_characters_of_a_large_group_on_both_routes(engine: Engine) -> None:
+    """Every member holds its group's join, so an unbounded one grows with the square of the group
+    (2,000 items of 100 bytes made a 404 MB export): both routes keep its first JOIN_MAX_CHARS."""
+    items = [{KEY_FIELD: str(i), "title": f"{i:03d}" + "é" * 47, "grp": "one"} for i in range(300)]
+    items.append({KEY_FIELD: "small", "title": "alone", "grp": "other"})
+    rules = [{"then": [{"aggregate": "all", "op": "join", "of": "title", "separator": "|"}]}]
+    fields = [KEY_FIELD, "title", "grp"]
+    _result, got, _want = run_both(engine, items, fields, rules, group="grp")
+    joined = "|".join(item["title"] for item in items[:300])
+    assert {g["all"] for g in got[:300]} == {joined[:JOIN_MAX_CHARS]}
+    assert len(got[0]["all"]) == JOIN_MAX_CHARS < len(joined)
+    assert got[300]["all"] == "alone"
     assert_same(engine, items, fields, rules, group="grp")
     assert_same(engine, items, fields, rules, group="grp", split=True)

@@ -1,0 +1,186 @@
+"""How large the rules can make a value: a spec whose rules could grow one without bound is refused.
+
+A rule's value may hold the values it reads, so a few rules grow values
+exponentially: `set: d, value: "{d}{d}"` sixteen times turns 100 items of
+100 bytes into a 655 MB table (measured), twenty-four times into 168 GB, which
+fills the database's disk for every company before any statement timeout ends
+it. The SQL cap (`limits.py`) cannot see this: the statements stay small.
+
+So each field gets an upper bound, in bytes, of what the rules can make of it,
+taking every value the run reads (a source's, a lookup's) as `REFERENCE_BYTES`
+long: a template adds its parts, `replace` multiplies by how much longer its
+`with` is than its `find`, and so on, for each branch of each rule in order; a
+rule with `when` leaves the larger of its branches' bounds. The bound is
+conservative (a list is counted as its text joined with ",", with as many
+elements as that text could hold). When a field's bound passes
+`rules_max_growth` times `REFERENCE_BYTES`, the spec is refused, naming the
+first rule that takes it there. Channel rules continue from the bounds the
+project's rules leave.
+
+An aggregate `join` holds a whole group, whatever its size: its value is
+bounded where it is computed instead (`groups.JOIN_MAX_CHARS`).
+
+Not bounded: a `map` over a list whose target reads a field may copy that
+field into every element, so a list of n elements can become n times the
+field. The bound counts the field once (a target's literal text counts per
+element), which keeps P11's `default: "{sizes[0]}?"` usable; only a feed with
+long lists and long values can make that grow, not the rules alone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+from firefeed.errors import SpecError
+from firefeed.rules import model as m
+from firefeed.rules._text import MAX_ROUND, NUMBER_MAX_CHARS
+from firefeed.rules.groups import JOIN_MAX_CHARS, Aggregate
+from firefeed.rules.lookups import LookupSet
+from firefeed.rules.template import FieldRef, Template
+
+#: what every value the run reads counts as, in bytes (a long product description; the csv reader's
+#: own cap on a cell is 128 KiB)
+REFERENCE_BYTES = 64 * 1024
+#: a case mapping makes a character at most this much longer in UTF-8 (two bytes to three: ɐ -> Ɐ)
+_CASE_GROWTH = 1.5
+#: an aggregate's number: its decimals, a sum's more digits, a sign and a point
+_NUMBER_EXTRA = MAX_ROUND + 25
+
+Bounds = dict[str, float]
+
+
+def _bytes(text: str) -> int:
+    return len(text.encode())
+
+
+def _template(t: Template, bounds: Mapping[str, float], unknown: float = REFERENCE_BYTES) -> float:
+    """A rendered template: its literal bytes and each reference's value (an element is at most its list)."""
+    return sum(bounds.get(p.name, unknown) if isinstance(p, FieldRef) else _bytes(p) for p in t.parts)
+
+
+def _elements(size: float) -> float:
+    """How many elements a list of this many bytes (joined with ",") can hold: one byte and a comma each."""
+    return size / 2 + 1
+
+
+def _min_match(pattern: str) -> int:
+    """The fewest characters a match of `pattern` (Python syntax) covers; 0 when unknown."""
+    parser = getattr(re, "_parser", None)
+    try:
+        return int(parser.parse(pattern).getwidth()[0]) if parser is not None else 0
+    except Exception:
+        return 0
+
+
+def _regex_replace(action: m.RegexReplace, size: float) -> float:
+    literal = sum(_bytes(p) for p in action.with_ if isinstance(p, str))
+    groups = sum(1 for p in action.with_ if isinstance(p, int))
+    shortest = _min_match(action.pattern.py)
+    if shortest > 0:
+        # Each match of k >= shortest characters becomes the literal and at most `groups` copies of it.
+        return size * max(1.0, literal / shortest + groups)
+    # Empty matches: the literal may land between any two characters (and a group holds at most its match).
+    return size * (max(1, literal + groups) + literal) + literal
+
+
+def _action(action: m.FieldAction, bounds: Mapping[str, float], lists: m.ListFields) -> float:
+    """The bound of `action.field` after `action`, from `bounds` before it."""
+    size = bounds.get(action.field, REFERENCE_BYTES)
+    if isinstance(action, m.Set):
+        return _template(action.value, bounds)
+    if isinstance(action, m.Copy):
+        return bounds.get(action.source, REFERENCE_BYTES)
+    if isinstance(action, m.Append | m.Prepend):
+        return size + 1 + _template(action.value, bounds)  # the text, or one more element and its comma
+    if isinstance(action, m.Replace):
+        return size * max(1.0, _bytes(action.with_) / _bytes(action.find))
+    if isinstance(action, m.RegexReplace):
+        return _regex_replace(action, size)
+    if isinstance(action, m.Lowercase | m.Uppercase | m.Capitalize):
+        return size * _CASE_GROWTH
+    if isinstance(action, m.Math):
+        extra = _bytes(format(action.value, "f")) + action.round + 3
+        return size + extra * (_elements(size) if action.field in lists else 1)
+    if isinstance(action, m.MapValues):
+        targets = [t for _, t in action.values] + ([action.default] if action.default is not None else [])
+        if action.field not in lists:
+            return max([size, *(_template(t, bounds) for t in targets)])
+        # Each element may become a target: its literal text counts once per element, the values it
+        # reads once (see the module's docstring).
+        literal = max((_template(t, {}, 0.0) for t in targets), default=0.0)
+        read = max((_template(t, bounds) - _template(t, {}, 0.0) for t in targets), default=0.0)
+        return max(size, _elements(size) * (literal + 1) + read)
+    if isinstance(action, m.Join):
+        return size * max(1, _bytes(action.separator))
+    if isinstance(action, LookupSet):
+        found = REFERENCE_BYTES if action.column is not None else size
+        return max(found, _template(action.default, bounds) if action.default is not None else size)
+    if isinstance(action, Aggregate):
+        if action.op == "join":
+            return 4.0 * JOIN_MAX_CHARS
+        of = _template(action.of, bounds) if action.of is not None else 0.0
+        return of if action.op in ("first", "last") else min(of, NUMBER_MAX_CHARS) + _NUMBER_EXTRA
+    # trim, truncate, split, take, dedupe, remove: never longer than before
+    return size
+
+
+def _branch(actions: tuple[m.Action, ...], bounds: Bounds, lists: m.ListFields) -> Bounds:
+    out = dict(bounds)
+    for action in m.effective(actions):
+        out[action.field] = _action(action, out, lists)
+    return out
+
+
+def _limit(limit: float | None) -> float:
+    if limit is None:
+        from firefeed.config import get_settings
+
+        return get_settings().rules_max_growth
+    return limit
+
+
+def check_template_growth(
+    template: Template, bounds: Mapping[str, float], *, path: str, limit: float | None = None
+) -> None:
+    """An export's field template (`fields: {title: "{brand} {title}"}`): the same bound as a rule's."""
+    grown = _template(template, bounds)
+    limit = _limit(limit)
+    if grown > limit * REFERENCE_BYTES:
+        raise SpecError(
+            path,
+            f"the template can be {grown / REFERENCE_BYTES:.3g} times as long as the values it reads "
+            f"(at most rules_max_growth: {limit:g}): name each field fewer times",
+        )
+
+
+def check_value_growth(
+    rules: Sequence[m.Rule],
+    limit: float | None = None,
+    *,
+    path: str = "rules",
+    start: Mapping[str, float] | None = None,
+) -> Bounds:
+    """Each field's bound after `rules`, from `start` (a field not in it: a value the run reads); a
+    SpecError naming the first rule that can make a value larger than `limit` times REFERENCE_BYTES
+    (default: the setting rules_max_growth)."""
+    limit = _limit(limit)
+    bounds: Bounds = dict(start or {})
+    for rule in rules:
+        if not rule.enabled:
+            continue
+        then = _branch(rule.then, bounds, rule.lists)
+        # Without `when` every item takes `then`; with it, the others take `else` (or keep their value).
+        else_ = _branch(rule.else_, bounds, rule.lists) if rule.when is not None else then
+        for name in rule.writes:
+            grown = max(then.get(name, REFERENCE_BYTES), else_.get(name, REFERENCE_BYTES))
+            if grown > limit * REFERENCE_BYTES:
+                times = f"{grown / REFERENCE_BYTES:.3g}"
+                raise SpecError(
+                    f"{path}[{rule.index - 1}]",
+                    f"rule {rule.name!r} can make {name!r} {times} times as long as the values the rules read "
+                    f"(at most rules_max_growth: {limit:g}); a value that holds itself twice doubles at every "
+                    "rule: write it once, or use fewer rules that repeat it",
+                )
+            bounds[name] = grown
+    return bounds

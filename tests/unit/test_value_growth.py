@@ -1,0 +1,125 @@
+"""Rules that could grow a value without bound are a spec error naming the rule (rules/value_growth.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from firefeed.errors import SpecError
+from firefeed.rules.groups import JOIN_MAX_CHARS
+from firefeed.rules.model import parse_rules
+from firefeed.rules.value_growth import REFERENCE_BYTES, check_value_growth
+from firefeed.spec.model import ProjectSpec
+from tests.unit.test_rules_sql_unchanged import ROOT
+
+
+def _times(raw: list[dict[str, Any]], limit: float = 64, **parse: Any) -> dict[str, float]:
+    bounds = check_value_growth(parse_rules(raw, key_field="id", **parse), limit)
+    return {name: b / REFERENCE_BYTES for name, b in bounds.items()}
+
+
+def _doubling(n: int) -> list[dict[str, Any]]:
+    return [{"then": [{"set": "d", "value": "{d}{d}"}]} for _ in range(n)]
+
+
+def test_a_value_that_holds_itself_twice_is_refused_at_the_rule_that_passes_the_limit() -> None:
+    assert _times(_doubling(6))["d"] == 64
+    with pytest.raises(SpecError) as err:
+        _times(_doubling(16))
+    assert err.value.path == "rules[6]"
+    assert "'d'" in err.value.detail and "128 times" in err.value.detail
+
+
+def test_the_benchmark_rules_and_the_everyday_templates_stay_far_below_the_limit() -> None:
+    bench = yaml.load((ROOT / "bench" / "bench_rules.yaml").read_text(encoding="utf-8"), Loader=yaml.BaseLoader)
+    assert max(_times(bench).values()) < 3
+    everyday = [
+        {"then": [{"set": "title", "value": "{brand} {title} {color} {size}"}]},
+        {"then": [{"append": "description", "value": " Colour: {color}."}]},
+        {"then": [{"regex_replace": "description", "pattern": "<br\\s*/?>", "with": "\n"}]},
+        {"then": [{"regex_replace": "description", "pattern": "\\s+", "with": " "}]},
+        {"then": [{"replace": "description", "find": "&nbsp;", "with": " "}]},
+        {"then": [{"uppercase": "brand"}, {"math": "price", "op": "multiply", "value": "1.22"}]},
+    ]
+    times = _times(everyday)
+    assert times["title"] == pytest.approx(4, abs=0.01)
+    assert times["description"] == pytest.approx(2, abs=0.01)  # its own text and the colour's
+    assert times["brand"] == 1.5
+
+
+@pytest.mark.parametrize(
+    ("action", "times"),
+    [
+        # every "a" may become 100 "b"s
+        ({"replace": "d", "find": "a", "with": "b" * 100}, 100),
+        # a pattern that may match nothing inserts its text between any two characters
+        ({"regex_replace": "d", "pattern": "x*", "with": "yy"}, 4),
+        # a list of one-character elements, each mapped to a 300-byte text
+        ({"map": "tags", "values": {"a": "z" * 300}}, (REFERENCE_BYTES / 2 + 1) * 301 / REFERENCE_BYTES),
+        # ... or to a field's value: counted once (the module's docstring says why)
+        ({"map": "tags", "values": {"a": "{other}"}}, (REFERENCE_BYTES / 2 + 1 + REFERENCE_BYTES) / REFERENCE_BYTES),
+    ],
+)
+def test_an_action_that_lengthens_its_field_multiplies_its_bound(action: dict[str, Any], times: float) -> None:
+    one = [{"then": [action]}]
+    lists = frozenset({"tags"})
+    got = _times(one, limit=10**6, declared_lists=lists)[action.get("replace") or action.get("regex_replace") or "tags"]
+    assert got == pytest.approx(times, rel=0.01)
+    if times > 64:
+        with pytest.raises(SpecError):
+            _times(one, declared_lists=lists)
+
+
+def test_a_long_literal_counts_like_a_long_value() -> None:
+    with pytest.raises(SpecError) as err:
+        _times([{"then": [{"set": "ok", "value": "fine"}]}, {"then": [{"append": "d", "value": "x" * (70 << 16)}]}])
+    assert err.value.path == "rules[1]"
+
+
+def test_an_aggregate_join_counts_its_cap_and_a_when_keeps_the_larger_branch() -> None:
+    raw = [
+        {"then": [{"aggregate": "all", "op": "join", "of": "title"}]},
+        {
+            "when": {"field": "title", "op": "eq", "value": "x"},
+            "then": [{"set": "t", "value": "{all}{all}"}],
+            "else": [{"set": "t", "value": "short"}],
+        },
+    ]
+    times = _times(raw, group="grp")
+    assert times["all"] == 4 * JOIN_MAX_CHARS / REFERENCE_BYTES
+    assert times["t"] == 2 * times["all"]
+
+
+def test_channel_rules_continue_from_what_the_project_rules_leave() -> None:
+    doc = {
+        "company": "acme",
+        "project": "grow",
+        "sources": [{"name": "feed", "url": "feed.csv"}],
+        "rules": _doubling(5),
+        "exports": [
+            {"name": "a", "format": "csv", "path": "a.csv"},
+            {"name": "b", "format": "csv", "path": "b.csv", "rules": _doubling(2)},
+        ],
+    }
+    with pytest.raises(SpecError) as err:
+        ProjectSpec.model_validate(doc)
+    assert err.value.path == "exports[1].rules[1]"
+    doc["exports"][1]["rules"] = _doubling(1)
+    assert ProjectSpec.model_validate(doc).exports[1].rules is not None
+
+
+def test_an_export_field_template_that_names_a_field_too_often_is_refused() -> None:
+    doc = {
+        "company": "acme",
+        "project": "grow",
+        "sources": [{"name": "feed", "url": "feed.csv"}],
+        "rules": _doubling(3),
+        "exports": [{"name": "a", "format": "csv", "path": "a.csv", "fields": {"id": "id", "t": "{d}" * 9}}],
+    }
+    with pytest.raises(SpecError) as err:
+        ProjectSpec.model_validate(doc)
+    assert err.value.path == "exports[0].fields.t" and "72 times" in err.value.detail
+    doc["exports"][0]["fields"]["t"] = "{d} {d}"
+    assert ProjectSpec.model_validate(doc).exports[0].fields == {"id": "id", "t": "{d} {d}"}
