@@ -56,7 +56,13 @@ def parse_bool(raw: Any, path: str) -> bool:
     raise SpecError(path, "must be true or false")
 
 
-def parse_whole(raw: Any, path: str, *, maximum: int | None = None) -> int:
+#: the largest whole number a rule may hold (a length, a count): a Postgres text holds at most 1 GB,
+#: so nothing larger means anything. The SQL route binds them as integers (and adds one to some); a
+#: larger one validated, then failed the run with "integer out of range", naming nothing
+WHOLE_MAX = 2**30
+
+
+def parse_whole(raw: Any, path: str, *, maximum: int = WHOLE_MAX) -> int:
     value: int | None = None
     if isinstance(raw, bool):
         value = None
@@ -66,9 +72,8 @@ def parse_whole(raw: Any, path: str, *, maximum: int | None = None) -> int:
         value = int(raw)
     elif isinstance(raw, str) and raw.strip().isascii() and raw.strip().isdigit():
         value = int(raw.strip())
-    if value is None or value < 0 or (maximum is not None and value > maximum):
-        limit = f" and <= {maximum}" if maximum is not None else ""
-        raise SpecError(path, f"must be a whole number >= 0{limit}")
+    if value is None or value < 0 or value > maximum:
+        raise SpecError(path, f"must be a whole number >= 0 and <= {maximum}")
     return value
 
 

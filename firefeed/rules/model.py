@@ -16,7 +16,16 @@ from typing import Any
 
 from firefeed.errors import SpecError
 from firefeed.rules._regex import RegexError, translate
-from firefeed.rules._scalars import _field_name, _kind, _mapping, _number, _text, parse_bool, parse_whole
+from firefeed.rules._scalars import (
+    WHOLE_MAX,
+    _field_name,
+    _kind,
+    _mapping,
+    _number,
+    _text,
+    parse_bool,
+    parse_whole,
+)
 from firefeed.rules._text import MAX_ROUND
 from firefeed.rules.groups import Aggregate, GroupFirst, parse_aggregate, parse_group_first
 from firefeed.rules.lists import NO_LISTS, ListFields
@@ -403,8 +412,8 @@ def parse_condition(raw: Any, path: str, *, depth: int = 1, group: str | None = 
     if op in COUNT_OPS:
         # P8: digits only, taken literally (not a template)
         digits = _text(value, vpath).strip() if not isinstance(value, bool) else ""
-        if not digits.isascii() or not digits.isdigit():
-            raise SpecError(vpath, f"must be a whole number (digits only) for op {op}")
+        if not digits.isascii() or not digits.isdigit() or int(digits) > WHOLE_MAX:
+            raise SpecError(vpath, f"must be a whole number (digits only) <= {WHOLE_MAX} for op {op}")
         return Leaf(name, op, cs, length=int(digits))
     return Leaf(name, op, cs, length=parse_whole(value, vpath))
 

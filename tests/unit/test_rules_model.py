@@ -141,6 +141,11 @@ def test_exclude_false_is_no_action() -> None:
         ([{"when": {"field": "a", "op": "gt", "value": "abc"}}], "rules[0].when.value", "number"),
         ([{"when": {"field": "a", "op": "gt", "value": True}}], "rules[0].when.value", "number"),
         ([{"when": {"field": "a", "op": "length_gt", "value": "-1"}}], "rules[0].when.value", "whole number"),
+        # 2**30 at most: a larger one validated, then failed the run with "integer out of range"
+        ([{"when": {"field": "a", "op": "length_gt", "value": "1073741825"}}], "rules[0].when.value", "<= 1073741824"),
+        ([{"when": {"field": "a", "op": "count_gt", "value": "99999999999"}}], "rules[0].when.value", "<= 1073741824"),
+        ([{"then": [{"truncate": "a", "length": 10**12}]}], "rules[0].then[0].length", "<= 1073741824"),
+        ([{"then": [{"take": "a", "count": "1073741825"}]}], "rules[0].then[0].count", "<= 1073741824"),
         ([{"when": {"field": "a", "op": "matches", "value": "(a"}}], "rules[0].when.value", "regular expression"),
         ([{"when": {"field": "a", "op": "matches", "value": "(?<=a)b"}}], "rules[0].when.value", "(?:...)"),
         ([{"when": {"field": "a", "op": "empty", "value": "x"}}], "rules[0].when.value", "no value"),
