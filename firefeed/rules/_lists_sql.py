@@ -26,8 +26,14 @@ def as_text(value: Frag) -> Frag:
     return fmt("array_to_string({0}, ',')", value)
 
 
+#: Postgres' arrays hold fewer elements than this (134,217,727 at most)
+_MAX_ELEMENTS = 2**30
+
+
 def element(value: Frag, index: int) -> Frag:
     """Element `index` of a list (negative: from the end), "" when out of range (P9)."""
+    if abs(index) >= _MAX_ELEMENTS:  # out of range of any list, and of the integer it would be bound as
+        return raw("''::text")
     if index >= 0:
         return fmt("coalesce(({0})[{1}], '')", value, val(index + 1, "integer"))
     return fmt("coalesce(({0})[cardinality({0}) + {1}], '')", value, val(index + 1, "integer"))

@@ -962,3 +962,21 @@ def test_an_aggregate_join_keeps_the_first_characters_of_a_large_group_on_both_r
     assert got[300]["all"] == "alone"
     assert_same(engine, items, fields, rules, group="grp")
     assert_same(engine, items, fields, rules, group="grp", split=True)
+
+
+def test_an_index_past_any_list_renders_empty_on_both_routes(engine: Engine) -> None:
+    """P9: any integer is an index. One past Postgres' integer failed the run ("integer out of range")."""
+    items = [{KEY_FIELD: "1", "images": ("a", "b"), "title": "t"}]
+    rules = [
+        {
+            "then": [
+                {"set": "far", "value": "[{images[99999999999]}][{images[-99999999999]}][{title[5000000000]}]"},
+                {"set": "near", "value": "{images[1]}{images[-2]}"},
+            ]
+        }
+    ]
+    lists = frozenset({"images"})
+    fields = [KEY_FIELD, "images", "title"]
+    _result, got, _want = run_both(engine, items, fields, rules, lists=lists)
+    assert (got[0]["far"], got[0]["near"]) == ("[][][]", "ba")
+    assert_same(engine, items, fields, rules, lists=lists)
