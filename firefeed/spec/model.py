@@ -280,8 +280,10 @@ class ProjectSpec(_Strict):
                 )
             if s.key_from is not None:
                 from firefeed.rules.template import parse_template
+                from firefeed.rules.value_growth import check_template_growth
 
-                parse_template(s.key_from, f"sources[{i}].key_from")
+                key_path = f"sources[{i}].key_from"
+                check_template_growth(parse_template(s.key_from, key_path), {}, path=key_path)
             if i == 0 and s.fields is not None:
                 raise SpecError(
                     "sources[0].fields", "the primary source takes every field; `fields` is for later sources"

@@ -123,3 +123,17 @@ def test_an_export_field_template_that_names_a_field_too_often_is_refused() -> N
     assert err.value.path == "exports[0].fields.t" and "72 times" in err.value.detail
     doc["exports"][0]["fields"]["t"] = "{d} {d}"
     assert ProjectSpec.model_validate(doc).exports[0].fields == {"id": "id", "t": "{d} {d}"}
+
+
+def test_a_key_from_template_is_bounded_like_the_rules() -> None:
+    doc = {
+        "company": "acme",
+        "project": "keys",
+        "sources": [{"name": "feed", "url": "feed.csv", "key_from": "{sku}" * 65}],
+        "exports": [{"name": "a", "format": "csv", "path": "a.csv"}],
+    }
+    with pytest.raises(SpecError) as err:
+        ProjectSpec.model_validate(doc)
+    assert err.value.path == "sources[0].key_from" and "65 times" in err.value.detail
+    doc["sources"][0]["key_from"] = "{sku}-{size}"
+    assert ProjectSpec.model_validate(doc).sources[0].key_from == "{sku}-{size}"
