@@ -14,6 +14,7 @@ field compiles exactly as it did before section 9.
 from __future__ import annotations
 
 from firefeed.rules._frag import Frag, fmt, raw, val
+from firefeed.rules._scalars import WHOLE_MAX
 from firefeed.textutil import WHITESPACE
 
 EMPTY_LIST = raw("'{}'::text[]")
@@ -26,13 +27,9 @@ def as_text(value: Frag) -> Frag:
     return fmt("array_to_string({0}, ',')", value)
 
 
-#: Postgres' arrays hold fewer elements than this (134,217,727 at most)
-_MAX_ELEMENTS = 2**30
-
-
 def element(value: Frag, index: int) -> Frag:
     """Element `index` of a list (negative: from the end), "" when out of range (P9)."""
-    if abs(index) >= _MAX_ELEMENTS:  # out of range of any list, and of the integer it would be bound as
+    if abs(index) >= WHOLE_MAX:  # past any list (Postgres' hold 134,217,727 elements) and any bound integer
         return raw("''::text")
     if index >= 0:
         return fmt("coalesce(({0})[{1}], '')", value, val(index + 1, "integer"))

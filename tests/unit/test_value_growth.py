@@ -92,48 +92,50 @@ def test_an_aggregate_join_counts_its_cap_and_a_when_keeps_the_larger_branch() -
     assert times["t"] == 2 * times["all"]
 
 
-def test_channel_rules_continue_from_what_the_project_rules_leave() -> None:
-    doc = {
+def _spec(*, source: dict[str, Any] | None = None, **parts: Any) -> dict[str, Any]:
+    """A spec document: one csv source (with `source`'s keys), one export unless `parts` gives them."""
+    return {
         "company": "acme",
         "project": "grow",
-        "sources": [{"name": "feed", "url": "feed.csv"}],
-        "rules": _doubling(5),
-        "exports": [
+        "sources": [{"name": "feed", "url": "feed.csv", **(source or {})}],
+        "exports": [{"name": "a", "format": "csv", "path": "a.csv"}],
+        **parts,
+    }
+
+
+def _refused(doc: dict[str, Any]) -> SpecError:
+    with pytest.raises(SpecError) as err:
+        ProjectSpec.model_validate(doc)
+    return err.value
+
+
+def test_channel_rules_continue_from_what_the_project_rules_leave() -> None:
+    doc = _spec(
+        rules=_doubling(5),
+        exports=[
             {"name": "a", "format": "csv", "path": "a.csv"},
             {"name": "b", "format": "csv", "path": "b.csv", "rules": _doubling(2)},
         ],
-    }
-    with pytest.raises(SpecError) as err:
-        ProjectSpec.model_validate(doc)
-    assert err.value.path == "exports[1].rules[1]"
+    )
+    assert _refused(doc).path == "exports[1].rules[1]"
     doc["exports"][1]["rules"] = _doubling(1)
     assert ProjectSpec.model_validate(doc).exports[1].rules is not None
 
 
 def test_an_export_field_template_that_names_a_field_too_often_is_refused() -> None:
-    doc = {
-        "company": "acme",
-        "project": "grow",
-        "sources": [{"name": "feed", "url": "feed.csv"}],
-        "rules": _doubling(3),
-        "exports": [{"name": "a", "format": "csv", "path": "a.csv", "fields": {"id": "id", "t": "{d}" * 9}}],
-    }
-    with pytest.raises(SpecError) as err:
-        ProjectSpec.model_validate(doc)
-    assert err.value.path == "exports[0].fields.t" and "72 times" in err.value.detail
+    doc = _spec(
+        rules=_doubling(3),
+        exports=[{"name": "a", "format": "csv", "path": "a.csv", "fields": {"id": "id", "t": "{d}" * 9}}],
+    )
+    err = _refused(doc)
+    assert err.path == "exports[0].fields.t" and "72 times" in err.detail
     doc["exports"][0]["fields"]["t"] = "{d} {d}"
     assert ProjectSpec.model_validate(doc).exports[0].fields == {"id": "id", "t": "{d} {d}"}
 
 
 def test_a_key_from_template_is_bounded_like_the_rules() -> None:
-    doc = {
-        "company": "acme",
-        "project": "keys",
-        "sources": [{"name": "feed", "url": "feed.csv", "key_from": "{sku}" * 65}],
-        "exports": [{"name": "a", "format": "csv", "path": "a.csv"}],
-    }
-    with pytest.raises(SpecError) as err:
-        ProjectSpec.model_validate(doc)
-    assert err.value.path == "sources[0].key_from" and "65 times" in err.value.detail
+    doc = _spec(source={"key_from": "{sku}" * 65})
+    err = _refused(doc)
+    assert err.path == "sources[0].key_from" and "65 times" in err.detail
     doc["sources"][0]["key_from"] = "{sku}-{size}"
     assert ProjectSpec.model_validate(doc).sources[0].key_from == "{sku}-{size}"
