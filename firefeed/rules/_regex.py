@@ -274,7 +274,3 @@ def translate(pattern: str, *, fold_case: bool = False) -> Translated:
         raise RegexError(f"does not compile: {exc}") from exc
     return out
 
-
-def can_match_empty(translated: Translated) -> bool:
-    """True when the pattern matches the empty string (without look-around that means: somewhere)."""
-    return re.search(translated.py, "") is not None
