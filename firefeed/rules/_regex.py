@@ -273,4 +273,3 @@ def translate(pattern: str, *, fold_case: bool = False) -> Translated:
     except re.error as exc:  # pragma: no cover - the subset above should always compile
         raise RegexError(f"does not compile: {exc}") from exc
     return out
-
