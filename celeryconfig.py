@@ -39,14 +39,17 @@ broker_connection_retry_on_startup = True
 broker_transport_options = _settings.celery_broker_transport_options
 result_backend_transport_options = {"retry_policy": {"timeout": 5.0}}
 
-task_default_queue = Queue.PIPELINE.value
+# A task with no route goes where a plain client's would: the control worker, never behind a run.
+task_default_queue = Queue.CONTROL.value
 task_routes = {
+    # The trigger answers busy at once (SPEC 1): it must not wait for the pipeline slot a run holds.
+    "firefeed.pipeline.trigger": {"queue": Queue.CONTROL.value},
     "firefeed.pipeline.*": {"queue": Queue.PIPELINE.value},
     "firefeed.import.*": {"queue": Queue.IMPORT.value},
     "firefeed.rules.*": {"queue": Queue.RULES.value},
     "firefeed.export.*": {"queue": Queue.EXPORT.value},
-    "firefeed.maintenance.*": {"queue": Queue.PIPELINE.value},
-    "firefeed.schedules.*": {"queue": Queue.PIPELINE.value},  # beat (#5)
+    "firefeed.maintenance.*": {"queue": Queue.CONTROL.value},
+    "firefeed.schedules.*": {"queue": Queue.CONTROL.value},  # beat (#5)
 }
 imports = ("firefeed.tasks.pipeline", "firefeed.tasks.steps", "firefeed.tasks.maintenance")
 # Operations (#5): the schedule tick and maintenance entries, and the worker hooks (metrics, log fields).

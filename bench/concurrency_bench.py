@@ -44,6 +44,8 @@ from _benchdb import create_database, drop_database, fleet_env, save_results  # 
 
 sys.path.insert(0, str(ROOT))
 
+from firefeed.tasks.queues import ALL_QUEUES  # noqa: E402
+
 PROJECTS = 20
 COMPANIES = ("concbench_a", "concbench_b", "concbench_c", "concbench_d")
 TARGET_RATIO = 3.0
@@ -178,7 +180,7 @@ def round_facts(dsn: str, run_ids: Sequence[str]) -> dict[str, Any]:
     }
 
 
-QUEUES = ("pipeline", "import", "rules", "export")
+QUEUES = ALL_QUEUES  # the control worker too: triggers, beat's tick and maintenance
 
 
 def cpu_seconds(procs: Sequence[Any]) -> dict[str, float]:

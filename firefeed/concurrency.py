@@ -27,6 +27,9 @@ DEFAULTS: dict[str, int] = {
     "RULES_CONCURRENCY": 2,
     "EXPORT_CONCURRENCY": 2,
 }
+#: The control worker's pool (not a variable): the trigger, beat's tick and maintenance are short
+#: statements; two slots let a trigger be answered while a maintenance task runs.
+CONTROL_POOL = 2
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,9 @@ class Concurrency:
         }[queue]
 
     def pool_size(self, queue: str) -> int:
-        """The pool of one worker of `queue`: PIPELINE runs for `pipeline`, PIPELINE x its step's value otherwise.
+        """The pool of one worker of `queue`: PIPELINE runs for `pipeline`, PIPELINE x its step's value for a step.
+
+        The control worker's pool is CONTROL_POOL whatever the variables say.
 
         IMPORT/RULES/EXPORT_CONCURRENCY are the step's jobs *per run the pipeline
         worker drives*. A step pool of the bare value would make the runs share it:
@@ -56,6 +61,8 @@ class Concurrency:
         """
         if queue == "pipeline":
             return self.pipeline
+        if queue == "control":
+            return CONTROL_POOL
         return self.pipeline * self.for_queue(queue)
 
     def connections_needed(self, web_pool: int) -> int:

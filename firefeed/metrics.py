@@ -450,17 +450,20 @@ def mark_process_dead(pid: int) -> None:
         multiprocess.mark_process_dead(pid, path)
 
 
-QUEUE_PORT_OFFSET = {"pipeline": 0, "import": 1, "rules": 2, "export": 3}
+QUEUE_PORT_OFFSET = {"pipeline": 0, "import": 1, "rules": 2, "export": 3, "control": 4}
 
 
 def worker_port(base: int, queues: Sequence[str]) -> int:
-    """The metrics port of a worker: the base for `pipeline`, +1 `import`, +2 `rules`, +3 `export`.
+    """The metrics port of a worker: the base for `pipeline`, +1 `import`, +2 `rules`, +3 `export`, +4 `control`.
 
     One worker per queue per machine (what `firefeed worker` starts) gets
     distinct ports without configuration; a worker of several queues uses the
-    base port.
+    base port. Celery's default queue, which the control worker also takes, does not count.
     """
-    offset = QUEUE_PORT_OFFSET.get(queues[0], 0) if len(queues) == 1 else 0
+    from firefeed.tasks.queues import CELERY_DEFAULT_QUEUE
+
+    own = [q for q in queues if q != CELERY_DEFAULT_QUEUE]
+    offset = QUEUE_PORT_OFFSET.get(own[0], 0) if len(own) == 1 else 0
     return base + offset
 
 

@@ -140,6 +140,7 @@ def _check_budget(report: Report, settings: Any, engine: Any) -> None:
 
     from firefeed.concurrency import load_concurrency
     from firefeed.errors import ConfigError
+    from firefeed.tasks.queues import ALL_QUEUES
 
     try:
         c = load_concurrency()
@@ -165,7 +166,7 @@ def _check_budget(report: Report, settings: Any, engine: Any) -> None:
         report.ok("connections", against)
     parts = [
         f"{q} ~{memory_estimate_mb(c.pool_size(q), settings.chunk_rows)} MB ({c.pool_size(q)} + 1 processes)"
-        for q in ("pipeline", "import", "rules", "export")
+        for q in ALL_QUEUES
     ]
     report.info("memory", "per worker: " + ", ".join(parts))
 

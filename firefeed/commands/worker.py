@@ -80,7 +80,11 @@ def cmd_trigger(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("worker", help="a Celery worker for those queues (default: all four, one process each)")
+    p = sub.add_parser(
+        "worker",
+        help="a Celery worker for those queues (default: all five, one process each; "
+        "`control` answers triggers, beat's tick and maintenance while runs hold the pipeline slots)",
+    )
     p.add_argument("queues", nargs="*", metavar="QUEUE", help=f"queues to consume: {', '.join(ALL_QUEUES)}")
     p.add_argument("--loglevel", default="INFO")
     p.set_defaults(func=cmd_worker)

@@ -12,11 +12,12 @@ from celery import Task
 
 from firefeed.celery_app import app
 from firefeed.errors import NotFoundError, PipelineBusyError
+from firefeed.tasks.dispatch import RUN_TASK, TRIGGER_TASK
 
 log = logging.getLogger(__name__)
 
 
-@app.task(name="firefeed.pipeline.trigger", ignore_result=False)
+@app.task(name=TRIGGER_TASK, ignore_result=False)
 def trigger(project_id: str, accept_drop: bool = False) -> dict[str, Any]:
     """Request a run through the project lock; {"status": "accepted"|"busy"|"unknown_project", "run_id"}.
 
@@ -33,14 +34,21 @@ def trigger(project_id: str, accept_drop: bool = False) -> dict[str, Any]:
     return {"status": "accepted", "run_id": run_id}
 
 
-@app.task(name="firefeed.pipeline.run", ignore_result=False, bind=True)
+@app.task(name=RUN_TASK, ignore_result=False, bind=True)
 def run(self: Task, run_id: str) -> dict[str, Any]:
     """The root task: drive one run through FETCH, PARSE, MERGE, RULES, EXPORT; returns the RunReport.
 
     Its dispatcher is made for this run from the queues this worker consumes: jobs of
     those run in place, and RULES fans out only when another worker takes the rules queue.
+    A client that sends it by name without a queue reaches the control worker, whose
+    two slots must stay free for triggers: there it hands itself on to the `pipeline`
+    queue under the same task id, so the caller's result and a cancel still find it.
     """
     from firefeed.pipeline.driver import drive_run
     from firefeed.tasks.dispatch import CeleryDispatcher, worker_queues
+    from firefeed.tasks.queues import Queue
 
-    return drive_run(str(run_id), dispatcher=CeleryDispatcher(worker_queues(self.app)))
+    consumed = worker_queues(self.app)
+    if Queue.PIPELINE.value not in consumed:
+        raise self.replace(self.app.signature(RUN_TASK, args=[run_id], queue=Queue.PIPELINE.value))
+    return drive_run(str(run_id), dispatcher=CeleryDispatcher(consumed))

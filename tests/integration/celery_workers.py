@@ -7,6 +7,7 @@ worker in this process, on the in-memory broker, consuming every queue (the one-
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -119,10 +120,13 @@ def kill_worker(proc: subprocess.Popen[bytes]) -> None:
 @contextmanager
 def celery_workers(
     env: dict[str, str],
-    queues: tuple[str, ...] = ("pipeline", "import", "rules", "export"),
+    queues: tuple[str, ...] | None = None,
     log_dir: Path | None = None,
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Start one worker process per queue, wait until every one answers a ping, stop them at the end."""
+    """One worker process per queue (default: every queue); waits until each answers a ping, stops them at the end."""
+    from firefeed.tasks.queues import ALL_QUEUES
+
+    queues = queues or ALL_QUEUES
     procs: list[subprocess.Popen[bytes]] = []
     logs = []
     try:
@@ -183,3 +187,26 @@ def worker_env(database_url: str, broker: str, base: Path, **extra: str) -> dict
         FIREFEED_DATA_DIR=str(base / "var"),
         **extra,
     )
+
+
+def bare_client_send(broker: str, task: str, args: list[Any], cwd: Path, queue: str | None = None) -> Any:
+    """`send_task(task, args)` by name from a plain Celery app in another process, and its result.
+
+    No FireFeed there (checked), so no routes: without `queue` the message goes to Celery's default
+    queue, as another service's would.
+    """
+    named = f", queue={queue!r}" if queue else ""
+    script = (
+        "import json, sys\n"
+        "from celery import Celery\n"
+        f"app = Celery(broker={broker!r}, backend={backend_for(broker)!r})\n"
+        f"r = app.send_task({task!r}, args={args!r}{named})\n"
+        "print(json.dumps(r.get(timeout=60)))\n"
+        "assert 'firefeed' not in sys.modules\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FIREFEED_")}
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", script], env=env, capture_output=True, text=True, timeout=90, cwd=cwd
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)

@@ -9,8 +9,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -25,9 +23,16 @@ from firefeed.config import reset_settings
 from firefeed.runs.report import build_report
 from firefeed.runs.requests import start_run
 from firefeed.runs.service import RunStore
-from tests.integration.celery_workers import REDIS_URL, celery_workers, flush_broker, in_process_worker, worker_env
+from tests.integration.celery_workers import (
+    REDIS_URL,
+    bare_client_send,
+    celery_workers,
+    flush_broker,
+    in_process_worker,
+    worker_env,
+)
 from tests.integration.conftest import run_json, write_csv
-from tests.services import backend_for, broker_url, is_amqp, requires_shared_broker, shared_broker_available
+from tests.services import broker_url, is_amqp, requires_shared_broker, shared_broker_available
 
 pytestmark = pytest.mark.integration
 
@@ -211,7 +216,7 @@ def test_three_projects_of_two_companies_run_at_once(client_env: dict[str, str],
 
 
 @requires_shared_broker
-@pytest.mark.parametrize("queue", ["pipeline", None], ids=["queue-named", "celery-defaults"])
+@pytest.mark.parametrize("queue", ["control", None], ids=["queue-named", "celery-defaults"])
 def test_a_bare_celery_client_triggers_a_run_by_task_name(
     client_env: dict[str, str], tmp_path: Path, queue: str | None
 ) -> None:
@@ -221,26 +226,29 @@ def test_a_bare_celery_client_triggers_a_run_by_task_name(
     project = f"by_name_{queue or 'default'}"
     spec_path = _spec(tmp_path, "acme", project)
     RunStore().apply_spec(load_spec_file(spec_path), spec_dir=spec_path.parent)
-    broker = client_env["FIREFEED_BROKER_URL"]
-    named = f", queue={queue!r}" if queue else ""
-    script = (
-        "import json, sys\n"
-        "from celery import Celery\n"
-        f"app = Celery(broker={broker!r}, backend={backend_for(broker)!r})\n"
-        f"r = app.send_task('firefeed.pipeline.trigger', args=[{project!r}]{named})\n"
-        "print(json.dumps(r.get(timeout=30)))\n"
-        "assert 'firefeed' not in sys.modules\n"
+    answer = bare_client_send(
+        client_env["FIREFEED_BROKER_URL"], "firefeed.pipeline.trigger", [project], tmp_path, queue
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FIREFEED_")}
-    out = subprocess.run(
-        [sys.executable, "-I", "-c", script], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path
-    )
-    assert out.returncode == 0, out.stderr
-    answer = json.loads(out.stdout)
     assert answer["status"] == "accepted"
     report = wait_finished(answer["run_id"])
     assert report["status"] == "SUCCEEDED", report["error"]
     assert report["trigger"] == "task"
+
+
+@requires_shared_broker
+def test_the_root_task_sent_by_name_to_the_default_queue_runs_on_the_pipeline_worker(
+    client_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`firefeed.pipeline.run(run_id)` from a plain client lands on the control worker, which hands it to the
+    `pipeline` queue under the same task id: the caller still gets the RunReport."""
+    from firefeed.spec.loader import load_spec_file
+
+    spec_path = _spec(tmp_path, "acme", "root_by_name")
+    RunStore().apply_spec(load_spec_file(spec_path), spec_dir=spec_path.parent)
+    run_id = start_run("root_by_name", "task", enqueue=lambda _: None)  # committed, not sent
+    report = bare_client_send(client_env["FIREFEED_BROKER_URL"], "firefeed.pipeline.run", [run_id], tmp_path)
+    assert report["run_id"] == run_id and report["status"] == "SUCCEEDED", report
+    assert wait_finished(run_id)["status"] == "SUCCEEDED"
 
 
 @requires_shared_broker

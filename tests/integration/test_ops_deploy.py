@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-QUEUES = ("pipeline", "import", "rules", "export")
+QUEUES = ("pipeline", "import", "rules", "export", "control")
 DOCTOR_REDIS_URL = "redis://127.0.0.1:6379/11"
 
 
@@ -121,7 +121,7 @@ def test_the_compose_file_declares_every_service_with_a_healthcheck() -> None:
         for volume in service.get("volumes", []):
             source = volume.split(":", 1)[0]
             assert source.startswith(".") or source in compose["volumes"], (name, volume)
-    for q, offset in zip(QUEUES, range(4), strict=True):
+    for q, offset in zip(QUEUES, range(5), strict=True):
         assert f":{9810 + offset}/metrics" in json.dumps(services[f"worker-{q}"]["healthcheck"])
     if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
         done = subprocess.run(
@@ -141,9 +141,8 @@ def test_the_prometheus_config_passes_promtool_and_scrapes_api_and_workers() -> 
     assert done.returncode == 0, done.stdout + done.stderr
     config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
     targets = {t for job in config["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]}
-    assert {"api:8000", "worker-pipeline:9810", "worker-import:9811", "worker-rules:9812", "worker-export:9813"} <= (
-        targets
-    )
+    workers = {"worker-pipeline:9810", "worker-import:9811", "worker-rules:9812", "worker-export:9813"}
+    assert {"api:8000", "worker-control:9814", *workers} <= targets
 
 
 def test_the_grafana_dashboard_only_charts_metrics_that_exist(

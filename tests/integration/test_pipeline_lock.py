@@ -22,9 +22,15 @@ from firefeed.runs.lock import project_lock_key, with_project_pipeline_lock
 from firefeed.runs.service import RunStore
 from firefeed.runs.tokens import TokenStore
 from firefeed.spec.loader import parse_spec
-from tests.integration.celery_workers import flush_broker, purge_memory_broker
+from tests.integration.celery_workers import (
+    bare_client_send,
+    celery_workers,
+    flush_broker,
+    purge_memory_broker,
+    worker_env,
+)
 from tests.integration.conftest import write_csv
-from tests.services import MEMORY_BROKER, backend_for, broker_url
+from tests.services import MEMORY_BROKER, backend_for, broker_url, requires_shared_broker
 
 pytestmark = pytest.mark.integration
 
@@ -214,11 +220,16 @@ def test_twenty_clients_sending_the_trigger_task_by_name_get_exactly_one_accepte
     else:
         flush_broker(url)
     try:
-        # Only the `pipeline` queue: the accepted run's step jobs are never picked up, so it stays active.
+        # No step queue: the accepted run's step jobs are never picked up, so it stays active.
         with (
             celery_on(url) as app,
             start_worker(
-                app, pool="threads", concurrency=20, queues=["pipeline"], perform_ping_check=False, shutdown_timeout=30
+                app,
+                pool="threads",
+                concurrency=20,
+                queues=["pipeline", "control"],
+                perform_ping_check=False,
+                shutdown_timeout=30,
             ),
         ):
             answers = race(20, lambda i: app.send_task("firefeed.pipeline.trigger", args=[project]).get(timeout=30))
@@ -238,3 +249,44 @@ def test_twenty_clients_sending_the_trigger_task_by_name_get_exactly_one_accepte
     finally:
         if url != MEMORY_BROKER:
             flush_broker(url)
+
+
+def wait_status(store: RunStore, run_id: str, statuses: tuple[str, ...], timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    while (status := store.run(run_id).status) not in statuses and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return status
+
+
+@requires_shared_broker
+def test_a_trigger_by_task_name_is_answered_while_a_run_holds_the_only_pipeline_slot(
+    database_url: str, tmp_path: Path
+) -> None:
+    """SPEC 1: busy at once, by task name too. With PIPELINE_CONCURRENCY=1 the active run's root task holds
+    the pipeline worker's only slot for the whole run: the trigger, beat's tick and the maintenance tasks
+    are answered by the control worker meanwhile, and no second run starts when the first one ends."""
+    _, project, _ = new_project(tmp_path / "feed")
+    url = broker_url(TRIGGER_REDIS_URL)
+    flush_broker(url)
+    env = worker_env(database_url, url, tmp_path, PIPELINE_CONCURRENCY="1")
+    store = RunStore()
+    try:
+        # No import worker: the run's FETCH job waits on its queue, so the run stays RUNNING until cancelled.
+        with celery_workers(env, queues=("pipeline", "control"), log_dir=tmp_path), celery_on(url) as app:
+            first = app.send_task("firefeed.pipeline.trigger", args=[project]).get(timeout=30)
+            assert first["status"] == "accepted"
+            run_id = first["run_id"]
+            assert wait_status(store, run_id, ("RUNNING",)) == "RUNNING"  # its root task holds the slot
+            routed = app.send_task("firefeed.pipeline.trigger", args=[project]).get(timeout=30)
+            bare = bare_client_send(url, "firefeed.pipeline.trigger", [project], tmp_path)
+            tick = app.send_task("firefeed.schedules.tick").get(timeout=30)
+            janitor = app.send_task("firefeed.maintenance.janitor").get(timeout=30)
+            assert store.run(run_id).status == "RUNNING"  # answered while the run is still going
+            assert routed == bare == {"status": "busy", "run_id": run_id}
+            assert isinstance(tick, dict) and isinstance(janitor, list)
+            store.request_cancel(run_id)
+            assert wait_status(store, run_id, ("CANCELLED", "FAILED", "SUCCEEDED")) == "CANCELLED"
+            time.sleep(1.0)  # a trigger that had waited behind the run would start a second one now
+            assert [str(r.id) for r in runs_of(project)] == [run_id]
+    finally:
+        flush_broker(url)

@@ -23,6 +23,7 @@ from typing import IO, Any
 import pytest
 
 from firefeed.config import reset_settings
+from firefeed.tasks.queues import ALL_QUEUES
 from tests.integration.celery_workers import (
     FIREFEED,
     REDIS_URL,
@@ -34,7 +35,7 @@ from tests.integration.celery_workers import (
     wait_answering,
 )
 
-QUEUES = ("pipeline", "import", "rules", "export")
+QUEUES = ALL_QUEUES  # the control worker too: triggers, beat's tick and maintenance
 FLEET_REDIS_URL = REDIS_URL.rsplit("/", 1)[0] + "/6"
 # libpq names every connection the fleet's processes open, so the leak check counts theirs alone.
 FLEET_APP_NAME = "firefeed-stress-fleet"

@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from firefeed.config import reset_settings
+from firefeed.tasks.queues import ALL_QUEUES
 from tests.integration.celery_workers import (
     REDIS_URL,
     flush_redis,
@@ -38,7 +39,7 @@ from tests.stress._fleet import wait_status
 from tests.stress.conftest import StressTally
 from tests.unit.test_fetch import FeedServer, body
 
-QUEUES = ("pipeline", "import", "rules", "export")
+QUEUES = ALL_QUEUES  # the control worker too: triggers, beat's tick and maintenance
 # Its own Redis database: other suites flush theirs (8-13) while this one runs.
 MACHINES_REDIS_URL = REDIS_URL.rsplit("/", 1)[0] + "/14"
 ITEMS = 600

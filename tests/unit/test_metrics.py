@@ -62,6 +62,8 @@ def test_a_worker_port_is_the_base_plus_its_queues_offset() -> None:
         9813,
     ]
     assert metrics.worker_port(9810, ["import", "rules"]) == 9810
+    # The control worker also takes Celery's default queue; it keeps its own port beside the pipeline worker's.
+    assert metrics.worker_port(9810, ["control", "celery"]) == 9814
 
 
 def test_the_budget_fix_names_pipeline_concurrency_when_lowering_it_is_enough() -> None:
