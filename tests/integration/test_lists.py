@@ -268,6 +268,33 @@ def test_wxrs_repeated_categories_are_one_list(run_env: Path, tmp_path: Path) ->
     assert by_id["6"] == "Blue|featured|Green|Large|Medium|Red|Small|variable|Tshirts"
 
 
+def test_an_xml_list_keeps_its_first_seen_place_in_every_exports_columns(run_env: Path, tmp_path: Path) -> None:
+    # SPEC 8.18: without `fields`, columns are the fields in first-seen order; a list is seen at its first element.
+    (tmp_path / "feed.xml").write_text(
+        "<rss><channel>"
+        "<item><id>1</id><title>Tee</title><img>a.jpg</img><img>b.jpg</img><color>red</color></item>"
+        "<item><id>2</id><title>Cap</title><img>c.jpg</img><color>blue</color></item>"
+        "</channel></rss>",
+        encoding="utf-8",
+    )
+    source = {"name": "main", "url": "feed.xml", "lists": {"img": ","}}
+    exports = [
+        {"name": "csv", "format": "csv", "path": "out.csv"},
+        {"name": "json", "format": "json", "path": "out.json"},
+        {"name": "google", "format": "google-xml", "path": "out.xml"},
+    ]
+    _run(_write_spec(tmp_path, "xml_order", [source], exports, key="id"))
+    out = run_env / "lists" / "xml_order"
+
+    header, rows = read_csv(out / "out.csv")
+    assert header == ["id", "title", "img", "color"]
+    assert rows[0] == ["1", "Tee", "a.jpg,b.jpg", "red"]
+    items = json.loads((out / "out.json").read_text(encoding="utf-8"))
+    assert [list(item) for item in items] == [["id", "title", "img", "color"]] * 2
+    tee = _items(out / "out.xml")[0]
+    assert [etree.QName(e).localname for e in tee] == ["id", "title", "img", "img", "color"]
+
+
 # -- nested attributes (P25-P27) --------------------------------------------------------------------
 NESTED_FIELDS = {
     "id": "id",

@@ -59,6 +59,50 @@ def test_xml_repeated_elements_are_one_list_in_document_order(tmp_path: Path) ->
     assert item["images.image"] == '{"n1","n2"}'
 
 
+FIRST_SEEN_FEEDS = {
+    "xml": "<items><item><id>1</id><title>T</title><img>a</img><img>b</img><color>red</color></item>"
+    "<item><id>2</id><title>U</title><color>blue</color></item></items>",
+    "json": '[{"id": 1, "title": "T", "img": ["a", "b"], "color": "red"}, {"id": 2, "title": "U", "color": "blue"}]',
+    "csv": "id,title,img,color\n1,T,\"a,b\",red\n2,U,,blue\n",
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(FIRST_SEEN_FEEDS))
+def test_a_list_field_takes_its_place_at_its_first_element_in_every_format(tmp_path: Path, fmt: str) -> None:
+    # SPEC 8.18: first-seen order; a list is seen at its first element, wherever the format writes it.
+    path = tmp_path / f"feed.{fmt}"
+    path.write_text(FIRST_SEEN_FEEDS[fmt], encoding="utf-8")
+    reader = open_reader(path, source="main", format=fmt, lists={"img": ","})
+    got = [dict(zip(reader.fields, values, strict=False)) for _line, values in reader]
+    assert reader.fields == ["id", "title", "img", "color"]
+    assert [(r["img"], r["color"]) for r in got] == [('{"a","b"}', "red"), ("", "blue")]
+
+
+def test_an_xml_list_first_seen_in_a_later_item_comes_after_the_fields_seen_before_it(tmp_path: Path) -> None:
+    path = tmp_path / "feed.xml"
+    path.write_text(
+        "<items><item><id>1</id><color>red</color></item>"
+        "<item><id>2</id><img>a</img><size>M</size><img>b</img><color>blue</color></item></items>",
+        encoding="utf-8",
+    )
+    reader = open_reader(path, source="main", format="xml", lists={"img": ","})
+    got = [values for _line, values in reader]
+    assert reader.fields == ["id", "color", "img", "size"]
+    assert dict(zip(reader.fields, got[1], strict=True)) == {"id": "2", "color": "blue", "img": '{"a","b"}', "size": "M"}
+
+
+def test_a_nested_xml_list_takes_its_place_among_its_siblings(tmp_path: Path) -> None:
+    path = tmp_path / "feed.xml"
+    path.write_text(
+        "<items><item><id>1</id><media><img>a</img><alt>x</alt><img>b</img></media><title>T</title></item>"
+        "<item><id>2</id></item></items>",
+        encoding="utf-8",
+    )
+    reader = open_reader(path, source="main", format="xml", lists={"media.img": ","})
+    assert [values for _line, values in reader][0] == ["1", '{"a","b"}', "x", "T"]
+    assert reader.fields == ["id", "media.img", "media.alt", "title"]
+
+
 @pytest.mark.parametrize("child", [False, True])
 def test_lists_survive_the_parser_child_process(tmp_path: Path, child: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     from firefeed.pipeline.parse import _child

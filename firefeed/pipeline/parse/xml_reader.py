@@ -156,10 +156,20 @@ class XmlReader:
                 continue
             if lists and prefix + name in lists and not any(isinstance(c.tag, str) for c in child):
                 # P5: each such element is one element of the list, in document order (no `_2`)
+                key = prefix + name
+                text = (child.text or "") + "".join(c.tail or "" for c in child)
                 if listed is None:
                     listed = {}
-                text = (child.text or "") + "".join(c.tail or "" for c in child)
-                listed.setdefault(prefix + name, []).append(text)
+                elements = listed.get(key)
+                if elements is None:
+                    # The list's column is placed at its first element (first-seen order, SPEC 8.18),
+                    # not after the item's other children; its value is written once all are read.
+                    elements = listed[key] = []
+                    if key not in position:
+                        pos = index.add(key)
+                        if pos >= len(row):
+                            row.extend([""] * (pos + 1 - len(row)))
+                elements.append(text)
                 continue
             if name in seen:
                 name = free_name(name, seen)
@@ -181,12 +191,7 @@ class XmlReader:
             row[pos] = value
         if listed:
             for key, elements in listed.items():
-                pos = position.get(key)
-                if pos is None:
-                    pos = index.add(key)
-                    if pos >= len(row):
-                        row.extend([""] * (pos + 1 - len(row)))
-                row[pos] = array_literal(elements)
+                row[position[key]] = array_literal(elements)
         return row
 
     def __iter__(self) -> Iterator[tuple[int, list[str]]]:
