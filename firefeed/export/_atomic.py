@@ -130,27 +130,41 @@ def _file_mode(dest: Path) -> int:
 
 
 @contextlib.contextmanager
-def atomic_output(dest: Path, *, compress: bool = False) -> Iterator[AtomicOutput]:
-    """Write `dest` atomically; with `compress`, as deterministic gzip (mtime 0, no file name)."""
+def _filling(file: BinaryIO, compress: bool) -> Iterator[AtomicOutput]:
+    """The block's bytes into `file` (gzip-compressed with `compress`), all of them handed over at its end."""
+    digest = _Digest(file)
+    zipper = (
+        gzip.GzipFile(filename="", mode="wb", fileobj=digest, compresslevel=_GZIP_LEVEL, mtime=0) if compress else None
+    )
+    out = AtomicOutput(digest, zipper)
+    try:
+        yield out
+        out._finish()
+    finally:
+        with contextlib.suppress(Exception):
+            digest.close()  # on failure: stop the thread before the file closes
+
+
+@contextlib.contextmanager
+def atomic_output(dest: Path, *, compress: bool = False, scratch: bool = False) -> Iterator[AtomicOutput]:
+    """Write `dest` atomically; with `compress`, as deterministic gzip (mtime 0, no file name).
+
+    With `scratch`, `dest` is already a private temporary that its owner syncs, renames into place and
+    removes on failure (`Storage.writing`): it is filled directly. A second temporary beside it would
+    add nothing but a second file for a killed worker to leave behind.
+    """
+    if scratch:
+        with open(dest, "wb") as file, _filling(file, compress) as out:
+            yield out
+        return
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as file:
             os.fchmod(file.fileno(), _file_mode(dest))
-            digest = _Digest(file)
-            zipper = (
-                gzip.GzipFile(filename="", mode="wb", fileobj=digest, compresslevel=_GZIP_LEVEL, mtime=0)
-                if compress
-                else None
-            )
-            out = AtomicOutput(digest, zipper)
-            try:
+            with _filling(file, compress) as out:
                 yield out
-                out._finish()
-            finally:
-                with contextlib.suppress(Exception):
-                    digest.close()  # on failure: stop the thread before the file closes
             file.flush()
             os.fsync(file.fileno())
         os.replace(tmp, dest)

@@ -66,6 +66,7 @@ def write_export(
     title: str | None = None,
     link: str | None = None,
     lists: ListFields = NO_LISTS,
+    scratch: bool = False,
 ) -> ExportResult:
     """Write `export` of the items in `schema.table` to `dest`, replacing it atomically.
 
@@ -74,13 +75,14 @@ def write_export(
     (with `gzip=export.gzip`); it is written gzip-compressed when `export.gzip`.
     `title` and `link` fill the google-xml channel (default title: the export's
     name). Database and file errors become ExportError naming the export; the
-    previous file at `dest` is then untouched.
+    previous file at `dest` is then untouched. `scratch`: `dest` is a temporary
+    that `Storage.writing` publishes, filled directly (see `atomic_output`).
     """
     columns = output_columns(fields, export, lists)
     rendering = _rendering(export, columns, title, link)
     where = where_clause(fields, export, lists, ident(schema, table))
     try:
-        with atomic_output(dest, compress=export.gzip) as out:
+        with atomic_output(dest, compress=export.gzip, scratch=scratch) as out:
             out.write(rendering.head)
             stream = rendering.framing(out)
             if isinstance(stream, XmlGroups):
