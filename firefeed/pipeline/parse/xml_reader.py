@@ -166,9 +166,9 @@ class XmlReader:
                     # not after the item's other children; its value is written once all are read.
                     elements = listed[key] = []
                     if key not in position:
-                        pos = index.add(key)
-                        if pos >= len(row):
-                            row.extend([""] * (pos + 1 - len(row)))
+                        at = index.add(key)
+                        if at >= len(row):
+                            row.extend([""] * (at + 1 - len(row)))
                 elements.append(text)
                 continue
             if name in seen:
