@@ -426,3 +426,46 @@ def drop_orphan_tmp_tables(engine: Engine | None = None) -> list[str]:
     # A preview's scratch area lives seconds; one an hour old was left by a preview that crashed.
     schema.drop_stale_scratch_areas(older_than_s=SCRATCH_AREA_MAX_AGE_S)
     return dropped
+
+
+def remove_stale_export_temporaries(engine: Engine | None = None, stale_after_s: float | None = None) -> list[str]:
+    """The janitor: remove FireFeed's temporary export files a killed worker left in the local export folder.
+
+    Only files of FireFeed's own temporary shape (`firefeed.storage.leftovers`),
+    unchanged for longer than `stale_after_s` (FIREFEED_STALE_RUN_S) and of a
+    run that is no longer PENDING or RUNNING, so another project's run writing
+    into the same folder right now never loses its file. A bucket has no such
+    files (its writers spool elsewhere). Returns the removed files.
+    """
+    from firefeed.config import get_settings
+    from firefeed.storage import export_storage
+    from firefeed.storage.leftovers import stale_leftovers
+    from firefeed.storage.local import LocalStorage
+
+    settings = get_settings()
+    storage = export_storage(settings)
+    if not isinstance(storage, LocalStorage) or not storage.root.is_dir():
+        return []
+    stale_after_s = stale_after_s if stale_after_s is not None else settings.stale_run_s
+    engine = engine or get_engine()
+    # Read before the folder is walked: a run that starts later writes files younger than the lease.
+    with session_factory(engine)() as s:
+        active = {
+            str(run_id)[:8]
+            for run_id in s.execute(
+                select(PipelineRun.id).where(PipelineRun.status.in_(("PENDING", "RUNNING")))
+            ).scalars()
+        }
+    removed: list[str] = []
+    for path in stale_leftovers(storage.root, older_than_s=stale_after_s, active_runs=active):
+        try:
+            size = path.stat().st_size
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            log.warning("could not remove the leftover temporary export file %s: %s", path, exc)
+            continue
+        removed.append(str(path))
+        log.info("removed the leftover temporary export file %s (%d bytes) of an ended run", path, size)
+    return removed

@@ -1,4 +1,4 @@
-"""Maintenance tasks run by beat: the rules_tmp janitor, the stale-run reaper, the history pruner.
+"""Maintenance tasks run by beat: the janitor (rules_tmp tables, temporary export files), the reaper, the pruner.
 
 Thin: each calls one plain function of firefeed/runs/maintenance.py. Their beat
 entries are in firefeed/tasks/schedules.py.
@@ -11,10 +11,15 @@ from firefeed.celery_app import app
 
 @app.task(name="firefeed.maintenance.janitor")
 def janitor() -> list[str]:
-    """Drop `rules_tmp_*` tables whose run is no longer PENDING or RUNNING."""
-    from firefeed.runs.maintenance import drop_orphan_tmp_tables
+    """Drop `rules_tmp_*` tables whose run is no longer PENDING or RUNNING; remove its temporary export files.
 
-    return drop_orphan_tmp_tables()
+    Returns the dropped tables, as before the files were added.
+    """
+    from firefeed.runs.maintenance import drop_orphan_tmp_tables, remove_stale_export_temporaries
+
+    dropped = drop_orphan_tmp_tables()
+    remove_stale_export_temporaries()
+    return dropped
 
 
 @app.task(name="firefeed.maintenance.reap")

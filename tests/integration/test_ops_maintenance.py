@@ -215,3 +215,36 @@ def test_pruning_deletes_the_spec_versions_no_run_or_project_refers_to(engine: E
     reapply(project, "https://feeds.example.test/main-4.csv")  # the version kept: reused, not stored again
     assert versions_of(engine, project)[-2] == applied[-1]
     assert len(versions_of(engine, project)) == 3
+
+
+def test_the_janitor_removes_an_ended_runs_old_temporary_export_files_only(engine: Engine, run_env: Path) -> None:
+    """A worker killed mid-export leaves its temporary; the run then succeeds (or dies) and the janitor removes it."""
+    import os
+    import time
+
+    from firefeed.runs.maintenance import remove_stale_export_temporaries
+
+    ended = running_run(new_project())
+    RunStore().finish_run(ended, "SUCCEEDED", report=None, error=None)
+    live = running_run(new_project())
+    folder = run_env / COMPANY / "shared"
+    folder.mkdir(parents=True)
+
+    def aged(name: str, age_s: float) -> Path:
+        path = folder / name
+        path.write_bytes(b"x" * 1024)
+        os.utime(path, (time.time() - age_s, time.time() - age_s))
+        return path
+
+    killed = aged(f"..out.csv.{ended[:8]}.partial.8pbmjk9v.tmp", 3600)
+    killed_before = aged(f"...out.csv.{ended[:8]}.partial.8pbmjk9v.tmp.pcaks6hx.tmp", 3600)
+    young = aged(f"..out.csv.{ended[:8]}.partial.youngone.tmp", 5)
+    # Another project's run writing into the same folder, still in progress (in a long query: an old mtime).
+    other = aged(f"..out.csv.{live[:8]}.partial.abcdefgh.tmp", 3600)
+    user = aged("out.csv.tmp", 3600)
+    published = aged("out.csv", 3600)
+
+    removed = remove_stale_export_temporaries(engine, stale_after_s=300)
+
+    assert sorted(removed) == sorted([str(killed.resolve()), str(killed_before.resolve())])
+    assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in (young, other, user, published))
