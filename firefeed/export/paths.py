@@ -48,7 +48,7 @@ def resolve_export_path(export_dir: Path, company: str, project: str, rel_path: 
 
 
 def _relative(rel_path: str, *, gzip: bool) -> str:
-    """The user's export path, `/`-separated, refused when it is absolute, empty or climbs with `..`."""
+    """The user's export path, `/`-separated, refused when it is absolute, empty, climbs with `..` or names a folder."""
     text = rel_path.replace("\\", "/")
     pure = PurePosixPath(text)
     if (
@@ -60,6 +60,9 @@ def _relative(rel_path: str, *, gzip: bool) -> str:
         or (len(text) > 1 and text[1] == ":")
     ):
         raise UnsafePathError(f"export path {rel_path!r} must be relative to the project's export folder")
+    if text.rsplit("/", 1)[-1] in ("", "."):
+        # `sub/` would otherwise write a file named `sub` (the spec refuses it already: a stored run's may not)
+        raise UnsafePathError(f"export path {rel_path!r} names a folder, not a file in the project's export folder")
     if gzip and not text.endswith(GZIP_SUFFIX):
         text += GZIP_SUFFIX
     return text

@@ -214,9 +214,19 @@ class ExportSpec(_Strict):
     @field_validator("path")
     @classmethod
     def _path(cls, v: str) -> str:
-        p = PurePosixPath(v.replace("\\", "/"))
+        text = v.replace("\\", "/")
+        p = PurePosixPath(text)
         if p.is_absolute() or ".." in p.parts or v.startswith("~") or re.match(r"^[A-Za-z]:", v) or "\x00" in v:
             raise ValueError("must be a relative path inside the project's export folder (no '..', no absolute path)")
+        # `.`, `sub/`, `sub/.` name a folder: the run would fail on it, or write a file named `sub`.
+        if not text.strip():
+            raise ValueError("is blank: name a file in the project's export folder (e.g. 'feed.csv')")
+        if text.rsplit("/", 1)[-1] in ("", "."):
+            raise ValueError(f"{v!r} names a folder, not a file: end it with the file's name (e.g. 'feed.csv')")
+        from firefeed.storage.leftovers import leftover_run
+
+        if leftover_run(p.name) is not None:
+            raise ValueError(f"{p.name!r} has the shape of FireFeed's temporary files, which the janitor removes")
         return v
 
     @property
@@ -232,6 +242,27 @@ class ExportSpec(_Strict):
     def list_fields(self) -> ListFields:
         """The list fields of the export's items: the project's, and those its own rules make lists."""
         return self._lists
+
+
+def _check_no_export_path_is_a_folder_of_another(exports: list[ExportSpec]) -> None:
+    """`feeds` and `feeds/google.xml` cannot both be files: the run would fail on the second one it writes."""
+    from firefeed.errors import SpecError
+
+    published: dict[PurePosixPath, int] = {}
+    for i, e in enumerate(exports):
+        path = PurePosixPath(e.path.replace("\\", "/"))
+        if e.gzip and not path.name.endswith(".gz"):
+            path = path.with_name(path.name + ".gz")  # what is written (export.paths.GZIP_SUFFIX)
+        published[path] = i
+    for path, i in published.items():
+        for folder in path.parents:
+            if folder in published:
+                j = published[folder]
+                raise SpecError(
+                    f"exports[{j}].path",
+                    f"{exports[j].path!r} is the folder of exports[{i}].path {exports[i].path!r}: "
+                    "a path must name a file",
+                )
 
 
 class ProjectSpec(_Strict):
@@ -330,6 +361,7 @@ class ProjectSpec(_Strict):
                             join_key(f"exports[{i}].fields", out),
                             f"{out!r} is both a column and the parent of sub-attributes ({out}.…); rename one",
                         )
+        _check_no_export_path_is_a_folder_of_another(self.exports)
         declared: set[str] = set()
         for i, s in enumerate(self.sources):
             if self.key in s.list_fields:

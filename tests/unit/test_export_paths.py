@@ -43,6 +43,9 @@ def test_backslashes_count_as_separators(tmp_path: Path) -> None:
         ".",
         "a/..",
         "x\x00.csv",
+        "sub/",  # a folder, not a file: it would write a file named `sub`
+        "sub/.",
+        "sub\\",
     ],
 )
 def test_paths_that_leave_the_folder_are_refused(tmp_path: Path, rel: str) -> None:
