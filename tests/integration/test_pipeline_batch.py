@@ -366,3 +366,31 @@ def test_a_run_split_in_two_halves_exports_the_same_bytes(
         run_hex = split_report["run_id"].replace("-", "")
         cur.execute("SELECT count(*) FROM pg_class WHERE relname LIKE %s", (f"%{run_hex}%",))
         assert cur.fetchone()[0] == 0, "the run's tables and view are gone"
+
+
+def test_a_rule_reading_a_misspelled_field_is_warned_about_in_the_report_and_the_table(
+    run_env: Path, tmp_path: Path
+) -> None:
+    """A misspelled field reads as empty (SPEC 8), so `Quantty eq ""` matches every item: the run goes on as
+    written and its report (and the CLI table) names each rule and the name nothing made."""
+    rules = [
+        {"name": "sold out", "when": {"field": "Quantty", "op": "eq", "value": ""},
+         "then": [{"set": "flag", "value": "x"}]},
+        {"name": "uses flag", "when": {"field": "flag", "op": "eq", "value": "x"},
+         "then": [{"set": "title", "value": "{tittle}"}]},
+    ]  # fmt: skip
+    exports = [
+        {"name": "csv", "format": "csv", "path": "out.csv",
+         "rules": [{"name": "own", "then": [{"set": "custom_label_0", "value": "{flag}{brnd}"}]}]},
+    ]  # fmt: skip
+    path = _project(tmp_path, rules=rules, exports=exports)
+    code, report = run_json(path)
+    assert code == 0, report["error"]
+    ours = [w for w in report["warnings"] if "which no source has" in w]
+    assert [w.split(", which")[0] for w in ours] == [
+        "rules[0] ('sold out') reads 'Quantty'",
+        "rules[1] ('uses flag') reads 'tittle'",
+        "exports[0].rules[0] ('own') reads 'brnd'",
+    ]
+    code, table = cli("run", str(path))
+    assert code == 0 and "reads 'Quantty', which no source has" in table

@@ -1,0 +1,49 @@
+"""Fields a rule reads that nothing has made by the time it runs: the RunReport warns about them.
+
+A field no source carries and no earlier rule sets reads as empty on every item
+(SPEC 8), which is what the language must do for a field a feed sometimes
+leaves out. A misspelled name reads the same way: `Quantty lte 0` excluded
+every item of a merchant's feed and only the drop guard caught it. The run
+goes on as the rules say, and the report names the rule and the field, so the
+mistake is seen on the first run instead of in the channel's rejections.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from firefeed.rules.groups import Aggregate
+from firefeed.rules.model import ELEMENT, Action, Exclude, Rule, action_reads, condition_fields
+
+
+def _reads(action: Action) -> list[str]:
+    if isinstance(action, Aggregate):
+        return list(action.of.fields) if action.of is not None else []
+    return list(action_reads(action))
+
+
+def unread_field_warnings(rules: Sequence[Rule], fields: Iterable[str], *, path: str = "rules") -> list[str]:
+    """One warning per enabled rule that reads a field unknown when it runs; `fields`: those the rules start
+    from (the merged items', or the project's result for an export's own rules); `path`: where the rules are.
+
+    Known, in order: `fields`, then what each action before writes (a rule's `else` knows what its own `then`
+    writes, a little generous: the check warns only about names nothing in the spec could have made)."""
+    known = set(fields)
+    warnings: list[str] = []
+    for rule in rules:
+        if not rule.enabled:
+            continue
+        unknown: dict[str, None] = {}
+        reads = list(condition_fields(rule.when)) if rule.when is not None else []
+        unknown.update((f, None) for f in reads if f not in known and f != ELEMENT)
+        for action in (*rule.then, *rule.else_):
+            unknown.update((f, None) for f in _reads(action) if f not in known and f != ELEMENT)
+            if not isinstance(action, Exclude):
+                known.add(action.field)
+        if unknown:
+            names = ", ".join(repr(f) for f in unknown)
+            warnings.append(
+                f"{path}[{rule.index - 1}] ({rule.name!r}) reads {names}, which no source has and no earlier rule"
+                " sets: it reads as empty on every item (a misspelled field name?)"
+            )
+    return warnings

@@ -1,0 +1,46 @@
+"""The RunReport's warning for a field a rule reads that no source has and no earlier rule sets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from firefeed.rules.model import parse_rules
+from firefeed.rules.unread import unread_field_warnings
+
+FIELDS = ["id", "title", "price", "quantity", "item_group_id"]
+
+
+def warnings(rules: list[dict[str, Any]], fields: list[str] = FIELDS, **parse: Any) -> list[str]:
+    return unread_field_warnings(parse_rules(rules, key_field="id", **parse), fields)
+
+
+def test_a_misspelled_field_in_a_condition_is_named_with_its_rule() -> None:
+    rules = [
+        {"name": "ok", "when": {"field": "quantity", "op": "lte", "value": "0"}, "then": [{"exclude": "true"}]},
+        {"name": "typo", "when": {"field": "Quantty", "op": "lte", "value": "0"}, "then": [{"exclude": "true"}]},
+    ]
+    (warning,) = warnings(rules)
+    assert warning.startswith("rules[1] ('typo') reads 'Quantty', which no source has")
+
+
+def test_a_field_an_earlier_rule_or_action_sets_is_known() -> None:
+    rules = [
+        {"name": "make", "then": [{"set": "label", "value": "{title} {colour}"}, {"copy": "short", "from": "label"}]},
+        {"name": "use", "when": {"field": "short", "op": "contains", "value": "x"}, "then": [{"exclude": "true"}]},
+        {"name": "agg", "then": [{"aggregate": "low", "op": "min", "of": "{pricce}"}]},
+        {"name": "off", "enabled": "false", "when": {"field": "nothing", "op": "eq", "value": ""}, "then": []},
+    ]
+    assert warnings(rules, group="item_group_id") == [
+        "rules[0] ('make') reads 'colour', which no source has and no earlier rule sets: it reads as empty on"
+        " every item (a misspelled field name?)",
+        "rules[2] ('agg') reads 'pricce', which no source has and no earlier rule sets: it reads as empty on"
+        " every item (a misspelled field name?)",
+    ]
+
+
+def test_a_rule_reading_a_field_only_a_later_rule_sets_is_warned_about() -> None:
+    rules = [
+        {"name": "early", "when": {"field": "label", "op": "eq", "value": ""}, "then": [{"set": "x", "value": "1"}]},
+        {"name": "late", "then": [{"set": "label", "value": "{title}"}]},
+    ]
+    assert [w.split(" reads ")[0] for w in warnings(rules)] == ["rules[0] ('early')"]
