@@ -13,13 +13,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from firefeed.rules.groups import Aggregate
+from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import ELEMENT, Action, Exclude, Rule, action_reads, condition_fields
 
 
 def _reads(action: Action) -> list[str]:
+    """What the action reads as input. A lookup's target is read only to keep it for an unmatched item:
+    a target nothing made yet is the usual case (a new `google_product_category`), not a mistake."""
     if isinstance(action, Aggregate):
         return list(action.of.fields) if action.of is not None else []
-    return list(action_reads(action))
+    reads = list(action_reads(action))
+    if isinstance(action, LookupSet):
+        reads = [f for f in reads if f != action.field or f == action.match]
+    return reads
 
 
 def unread_field_warnings(rules: Sequence[Rule], fields: Iterable[str], *, path: str = "rules") -> list[str]:

@@ -44,3 +44,11 @@ def test_a_rule_reading_a_field_only_a_later_rule_sets_is_warned_about() -> None
         {"name": "late", "then": [{"set": "label", "value": "{title}"}]},
     ]
     assert [w.split(" reads ")[0] for w in warnings(rules)] == ["rules[0] ('early')"]
+
+
+def test_a_lookup_target_nothing_made_yet_is_no_warning_but_a_misspelled_match_is() -> None:
+    lookup = {"lookup": "cats", "match": "{match}", "set": {"google_product_category": "gpc", "label": "lbl"}}
+    ok = warnings([{"name": "map", "then": [{**lookup, "match": "title"}]}], lookups={"cats": "t"})
+    typo = warnings([{"name": "map", "then": [{**lookup, "match": "titel"}]}], lookups={"cats": "t"})
+    assert ok == []
+    assert [w.split(", which")[0] for w in typo] == ["rules[0] ('map') reads 'titel'"]
