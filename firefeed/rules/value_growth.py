@@ -132,6 +132,15 @@ def _branch(actions: tuple[m.Action, ...], bounds: Bounds, lists: m.ListFields) 
     return out
 
 
+def _times(grown: float) -> str:
+    """How many times REFERENCE_BYTES a bound is, for a message. Bounds stay exact integers while
+    every part is one, so a long chain of doubling actions in one rule can pass a float's range."""
+    try:
+        return f"{grown / REFERENCE_BYTES:.3g}"
+    except OverflowError:
+        return "more than 1e308"
+
+
 def _limit(limit: float | None) -> float:
     if limit is None:
         from firefeed.config import get_settings
@@ -149,7 +158,7 @@ def check_template_growth(
     if grown > limit * REFERENCE_BYTES:
         raise SpecError(
             path,
-            f"the template can be {grown / REFERENCE_BYTES:.3g} times as long as the values it reads "
+            f"the template can be {_times(grown)} times as long as the values it reads "
             f"(at most rules_max_growth: {limit:g}): name each field fewer times",
         )
 
@@ -175,7 +184,7 @@ def check_value_growth(
         for name in rule.writes:
             grown = max(then.get(name, REFERENCE_BYTES), else_.get(name, REFERENCE_BYTES))
             if grown > limit * REFERENCE_BYTES:
-                times = f"{grown / REFERENCE_BYTES:.3g}"
+                times = _times(grown)
                 raise SpecError(
                     f"{path}[{rule.index - 1}]",
                     f"rule {rule.name!r} can make {name!r} {times} times as long as the values the rules read "

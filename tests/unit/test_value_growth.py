@@ -32,6 +32,14 @@ def test_a_value_that_holds_itself_twice_is_refused_at_the_rule_that_passes_the_
     assert "'d'" in err.value.detail and "128 times" in err.value.detail
 
 
+def test_a_doubling_chain_past_a_floats_range_in_one_rule_is_a_spec_error() -> None:
+    # 1,100 doublings in one branch: the bound is an exact integer too large to divide as a float.
+    with pytest.raises(SpecError) as err:
+        _times([{"then": [{"set": "d", "value": "{d}{d}"}] * 1100}])
+    assert err.value.path == "rules[0]"
+    assert "more than 1e308 times" in err.value.detail
+
+
 def test_the_benchmark_rules_and_the_everyday_templates_stay_far_below_the_limit() -> None:
     bench = yaml.load((ROOT / "bench" / "bench_rules.yaml").read_text(encoding="utf-8"), Loader=yaml.BaseLoader)
     assert max(_times(bench).values()) < 3
