@@ -26,7 +26,7 @@ that doubles with every rule.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from firefeed.rules._growth import Scope
@@ -272,56 +272,72 @@ def _levels(rules: Sequence[Rule]) -> list[tuple[Step, ...]]:
     return builder.done()
 
 
-def plan_passes(rules: Sequence[Rule], fields: Sequence[str]) -> list[PassPlan]:
-    """Cut the enabled rules into passes; `fields` are the input table's fields, in order."""
-    groups: list[list[Rule]] = []
+@dataclass
+class _Group:
+    """A pass's rules and their levels, kept from when the rules were cut (not planned twice)."""
+
+    rules: list[Rule]
+    levels: list[tuple[Step, ...]]
+
+
+def _groups(rules: Sequence[Rule], known: list[str]) -> list[_Group]:
+    """Cut the enabled rules into passes; `known` (the input fields) gains the fields they create."""
+    groups: list[_Group] = []
     current: list[Rule] = []
-    known = list(dict.fromkeys(fields))
-    width = len(known)
+    seen = set(known)  # `known` in order, `seen` to test membership: a list scan made this quadratic
     levels = _Levels()
     for rule in (r for r in rules if r.enabled):
-        new = [f for f in rule.writes if f not in known]
-        too_wide = width + len(new) + len(current) + 1 > MAX_COLUMNS
+        new = [f for f in rule.writes if f not in seen]
+        too_wide = len(known) + len(new) + len(current) + 1 > MAX_COLUMNS
         # A rule reading groups sees them as its pass's input holds them: it starts a pass (P16).
         if current and (rule.excludes or rule.uses_groups or too_wide):
-            groups.append(current)
+            groups.append(_Group(current, levels.done()))
             current, levels = [], _Levels()
         levels.add(rule)
         if current and levels.count > MAX_LEVELS:
             # the rule starts the next pass (a builder is not rolled back: a new one holds the rule)
-            groups.append(current)
+            groups.append(_Group(current, _levels(current)))
             current, levels = [], _Levels()
             levels.add(rule)
         current.append(rule)
         known.extend(new)
-        width = len(known)
+        seen.update(new)
     if current:
-        groups.append(current)
+        groups.append(_Group(current, levels.done()))
+    return groups
 
-    groups, deferred = _hoist(groups, len(known))
-    plans: list[PassPlan] = []
+
+def iter_passes(rules: Sequence[Rule], fields: Sequence[str]) -> Iterator[PassPlan]:
+    """The passes of plan_passes, one at a time: a caller that stops early (the SQL-size check, at
+    the pass that crosses its cap) does not build the rest, each of which lists every column."""
+    known = list(dict.fromkeys(fields))
+    groups, deferred = _hoist(_groups(rules, known), len(known))
     fields_in = tuple(dict.fromkeys(fields))
     for number, group in enumerate(groups, start=1):
         out = list(fields_in)
-        for rule in group:
-            out.extend(f for f in rule.writes if f not in out)
-        excluding = group[0] if group[0].excludes else None
-        lists = group[0].lists
-        plans.append(
-            PassPlan(
-                number,
-                tuple(group),
-                tuple(_levels(group)),
-                fields_in,
-                tuple(out),
-                excluding,
-                lists,
-                deferred=deferred.get(number, ()),
-                counts_after=deferred.get(number - 1, ()),
-            )
+        seen = set(out)
+        for rule in group.rules:
+            new = [f for f in rule.writes if f not in seen]
+            out.extend(new)
+            seen.update(new)
+        first = group.rules[0]
+        yield PassPlan(
+            number,
+            tuple(group.rules),
+            tuple(group.levels),
+            fields_in,
+            tuple(out),
+            first if first.excludes else None,
+            first.lists,
+            deferred=deferred.get(number, ()),
+            counts_after=deferred.get(number - 1, ()),
         )
         fields_in = tuple(out)
-    return plans
+
+
+def plan_passes(rules: Sequence[Rule], fields: Sequence[str]) -> list[PassPlan]:
+    """Cut the enabled rules into passes; `fields` are the input table's fields, in order."""
+    return list(iter_passes(rules, fields))
 
 
 def only_excludes(rule: Rule) -> bool:
@@ -330,7 +346,7 @@ def only_excludes(rule: Rule) -> bool:
     return rule.excludes and not rule.uses_groups and not rule.writes
 
 
-def _hoist(groups: list[list[Rule]], width: int) -> tuple[list[list[Rule]], dict[int, tuple[Rule, ...]]]:
+def _hoist(groups: list[_Group], width: int) -> tuple[list[_Group], dict[int, tuple[Rule, ...]]]:
     """Move the rules after a rule that only excludes into the pass before it, where that saves a pass.
 
     A pass of one rule that only excludes runs as a DELETE in the previous pass's table
@@ -342,23 +358,24 @@ def _hoist(groups: list[list[Rule]], width: int) -> tuple[list[list[Rule]], dict
     DELETE ran (its `counts_after`). Returns the new groups and, per pass number (1-based), the
     rules it defers.
     """
-    out: list[list[Rule]] = []
+    out: list[_Group] = []
     deferred: dict[int, tuple[Rule, ...]] = {}
     for group in groups:
-        rule, rest = group[0], group[1:]
+        rule, rest = group.rules[0], group.rules[1:]
         reads = set(condition_fields(rule.when)) if rule.when is not None else set()
         if (
             out
             and rest
             and only_excludes(rule)
-            and not (len(out[-1]) == 1 and only_excludes(out[-1][0]))  # never into another DELETE
+            and not (len(out[-1].rules) == 1 and only_excludes(out[-1].rules[0]))  # never into another DELETE
             and not {f for r in rest for f in r.writes} & reads
         ):
-            merged = [*out[-1], *rest]
-            if len(_levels(merged)) <= MAX_LEVELS and width + len(merged) + 1 <= MAX_COLUMNS:
-                out[-1] = merged
+            merged = [*out[-1].rules, *rest]
+            levels = _levels(merged)
+            if len(levels) <= MAX_LEVELS and width + len(merged) + 1 <= MAX_COLUMNS:
+                out[-1] = _Group(merged, levels)
                 deferred[len(out)] = tuple(rest)
-                out.append([rule])
+                out.append(_Group([rule], _levels([rule])))
                 continue
         out.append(group)
     return out, deferred
