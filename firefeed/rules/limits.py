@@ -1,4 +1,10 @@
-"""What one project's rules may cost: a cap on their compiled SQL (`rules_max_sql_bytes`).
+"""What one project's rules may cost: how many rules and actions a spec holds, and their compiled SQL
+(`rules_max_sql_bytes`).
+
+The counts are checked first, on the spec as written, before any rule is parsed or planned: the
+API, the processes worker and previews validate on a request's thread, and a spec of thousands of
+rules is a generated one, not a merchant's. With them and the SQL check's stop at the crossing pass,
+validation takes seconds at most (composing up to the cap's bytes of SQL), never minutes.
 
 The planner keeps a pass's text linear in its rules (_growth), but a long
 enough list, or a feed with very many columns (every level of a pass lists
@@ -14,7 +20,7 @@ way it is a spec error naming the first rule whose addition crosses the cap.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any, NoReturn
 
@@ -26,9 +32,50 @@ from firefeed.rules._plan import PassPlan, iter_passes, plan_passes
 from firefeed.rules.model import Rule, action_reads, condition_fields, effective
 from firefeed.rules.sqlgen import pass_insert
 
+#: the most rules one spec holds, the project's and every export's together (real catalogs use a few
+#: dozen; a thousand is already a generated spec)
+MAX_RULES = 1000
+#: the most actions those rules hold, `then` and `else` together (five a rule on average)
+MAX_ACTIONS = 5000
+
 # Stand-ins for the pass tables: real names are about as long (schema-qualified rules_tmp_* names).
 _SOURCE = sql.Identifier("ff_company_schema_name", "rules_tmp_00000000000000000000000000000000_00")
 _TARGET = _SOURCE
+
+
+def _actions_in(rule: Any) -> int:
+    """The actions a rule holds as written (a lone action counts one; a malformed one is parse_rules' to report)."""
+    if not isinstance(rule, Mapping):
+        return 0
+    total = 0
+    for key in ("then", "else"):
+        branch = rule.get(key)
+        if isinstance(branch, Mapping):
+            total += 1
+        elif isinstance(branch, list | tuple):
+            total += len(branch)
+    return total
+
+
+def check_rule_counts(lists: Sequence[tuple[str, Any]]) -> None:
+    """A SpecError when the rule lists (path, rules as written), together, hold more than MAX_RULES
+    rules or MAX_ACTIONS actions; its path is that of the list where the count crosses the cap."""
+    counts = [(path, len(raw), sum(map(_actions_in, raw))) for path, raw in lists if isinstance(raw, list | tuple)]
+    _refuse_over("rules", [(path, n) for path, n, _ in counts], MAX_RULES)
+    _refuse_over("actions", [(path, n) for path, _, n in counts], MAX_ACTIONS)
+
+
+def _refuse_over(what: str, counts: Sequence[tuple[str, int]], cap: int) -> None:
+    total = sum(n for _, n in counts)
+    running = 0
+    for path, n in counts:
+        running += n
+        if running > cap:
+            raise SpecError(
+                path,
+                f"the spec holds {total} {what} (the project's and its exports' rules together); "
+                f"at most {cap} are supported",
+            )
 
 
 def _text_bytes(node: sql.Composable) -> int:

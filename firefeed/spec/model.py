@@ -373,6 +373,12 @@ class ProjectSpec(_Strict):
             "lookups": self.lookup_tables,
             "group": self.group,
         }
+        from firefeed.rules.limits import check_rule_counts
+
+        # Before any rule is parsed: the counts bound the work of every check below.
+        check_rule_counts(
+            [("rules", self.rules), *((f"exports[{i}].rules", e.rules) for i, e in enumerate(self.exports))]
+        )
         self._rules = parse_rules(self.rules, path="rules", **common)
         self._lists = self._rules[0].lists if self._rules else ListFields(frozenset(declared), frozenset(declared))
         for i, e in enumerate(self.exports):
