@@ -37,6 +37,7 @@ def _where_path(where: _Where) -> str:
     return render_path(reversed(parts))
 
 
+_TOO_DEEP = f"the spec nests deeper than {MAX_DEPTH} levels"
 _NUL_MESSAGE = "holds a NUL character (\\0, U+0000), which a spec may not contain"
 
 
@@ -51,7 +52,7 @@ def _textify(value: Any, depth: int = 0, count: list[int] | None = None, where: 
     if count[0] > MAX_VALUES:
         raise SpecError("", f"the spec holds more than {MAX_VALUES} values (once YAML aliases are expanded)")
     if depth > MAX_DEPTH:
-        raise SpecError("", f"the spec nests deeper than {MAX_DEPTH} levels")
+        raise SpecError(_where_path(where), _TOO_DEEP)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
@@ -125,11 +126,53 @@ def load_spec(text: str, *, filename: str = "<spec>") -> ProjectSpec:
         else:
             data = yaml.load(text, Loader=yaml.BaseLoader)
     except (yaml.YAMLError, json.JSONDecodeError) as err:
-        raise SpecError(filename, f"not valid YAML or JSON: {err}") from None
+        # No key to name: `path` is the whole document (""); the file or request is named in the message.
+        raise SpecError("", f"{filename}: not valid YAML or JSON: {err}") from None
     except RecursionError:
         # Both decoders recurse per nesting level; a few thousand brackets exhaust the stack.
-        raise SpecError(filename, f"the spec nests deeper than {MAX_DEPTH} levels") from None
+        raise SpecError(_too_deep_at(text), _TOO_DEEP) from None
     return parse_spec(data)
+
+
+def _too_deep_at(text: str) -> str:
+    """The key path where `text` first nests deeper than MAX_DEPTH, "" if it cannot tell.
+
+    Found with the YAML parser's events (JSON is read as YAML flow style), which
+    keep their own stack instead of recursing like the decoders, so the path
+    is that of `_textify`'s check for a document the decoders could read.
+    """
+    frames: list[list[Any]] = []  # per open collection: [is_mapping, next key or None, index, its path parts]
+    try:
+        for event in yaml.parse(text, Loader=yaml.BaseLoader):
+            if isinstance(event, yaml.CollectionEndEvent):
+                frames.pop()
+                if frames and frames[-1][0]:
+                    frames[-1][1] = None  # the value of the mapping's key is done
+                continue
+            if not isinstance(event, yaml.NodeEvent):
+                continue
+            parent = frames[-1] if frames else None
+            if parent is not None and parent[0] and parent[1] is None:
+                if not isinstance(event, yaml.ScalarEvent):
+                    return ""  # a mapping or alias as a key: no path to write
+                parent[1] = event.value
+                continue
+            parts: list[str | int] = []
+            if parent is not None:
+                if parent[0]:
+                    parts = [*parent[3], parent[1]]
+                else:
+                    parent[2] += 1
+                    parts = [*parent[3], parent[2]]
+            if len(frames) > MAX_DEPTH:
+                return render_path(parts)
+            if isinstance(event, yaml.CollectionStartEvent):
+                frames.append([isinstance(event, yaml.MappingStartEvent), None, -1, parts])
+            elif parent is not None and parent[0]:
+                parent[1] = None
+    except yaml.YAMLError:
+        return ""
+    return ""
 
 
 def load_spec_file(path: Path) -> ProjectSpec:
