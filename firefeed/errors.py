@@ -118,9 +118,39 @@ class ChannelRejectError(PublishBlockedError):
 
 
 class UnsafePathError(FireFeedError):
-    """A path escapes the folder it must stay in."""
+    """A path escapes the folder it must stay in.
+
+    `source` (a source or, with `what="lookup"`, a lookup table) or `export` names whose path it is, so an
+    API body can say which part of the spec to fix, as a SourceError's does; both are None for a path
+    of FireFeed's own (a storage key).
+    """
 
     code = "unsafe_path"
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        source: str | None = None,
+        export: str | None = None,
+        what: str = "source",
+    ) -> None:
+        self.reason = message or (self.__doc__ or "").strip().splitlines()[0]
+        self.source, self.export, self.what = source, export, what
+        if source is not None:
+            super().__init__(f"{what} {source!r}: {self.reason}")
+        elif export is not None:
+            super().__init__(f"export {export!r}: {self.reason}")
+        else:
+            super().__init__(self.reason)
+
+    def as_lookup(self) -> UnsafePathError:
+        """The same error naming a lookup table (whose local path is checked as a source's is)."""
+        return type(self)(self.reason, source=self.source, export=self.export, what="lookup")
+
+    def for_export(self, export: str) -> UnsafePathError:
+        """The same error naming the export whose path it is (the path checks know only the path)."""
+        return type(self)(self.reason, export=export)
 
 
 class StorageError(FireFeedError):

@@ -2,7 +2,10 @@
 
 Every error body has `error` (the exception's `.code`, a stable machine-readable
 string) and `message` (for a person); some add the id a caller needs next:
-the active `run_id` of a busy project, the `path` of a bad spec key.
+the active `run_id` of a busy project, the `path` of a bad spec key (`""` when
+the error is about the document as a whole: too large, not UTF-8, not YAML or
+JSON, not a mapping), the `source` of a source (or lookup) error, the `source`
+or `export` whose path is an `unsafe_path`.
 """
 
 from __future__ import annotations
@@ -82,6 +85,11 @@ def error_body(err: FireFeedError) -> dict[str, Any]:
         body["message"] = err.detail
     elif isinstance(err, SourceError):
         body["source"] = err.source
+    elif isinstance(err, UnsafePathError):
+        if err.source is not None:
+            body["source"] = err.source
+        if err.export is not None:
+            body["export"] = err.export
     elif isinstance(err, RetryLaterError):
         body["retry_after"] = err.retry_after
     return body

@@ -202,24 +202,24 @@ def resolve_local_path(source: str, url: str, *, base_dir: Path | None, settings
     FIREFEED_LOCAL_SOURCES_ROOT for a spec that came over the API (no folder).
     """
     if "\0" in unquote(url):
-        raise UnsafePathError(f"source {source!r}: the path contains a NUL character")
+        raise UnsafePathError("the path contains a NUL character", source=source)
     if url[:5].lower() == "file:":
         parts = urlsplit(url)
         if parts.netloc not in ("", "localhost"):
-            raise UnsafePathError(f"source {source!r}: file URL {url!r} names a remote host")
+            raise UnsafePathError(f"file URL {url!r} names a remote host", source=source)
         written = Path(unquote(parts.path))
     else:
         written = Path(url)
     roots = [r.resolve() for r in (base_dir, settings.local_sources_root) if r is not None]
     if not roots:
         raise UnsafePathError(
-            f"source {source!r}: local files are not allowed here; set FIREFEED_LOCAL_SOURCES_ROOT to allow a folder"
+            "local files are not allowed here; set FIREFEED_LOCAL_SOURCES_ROOT to allow a folder", source=source
         )
     candidate = written if written.is_absolute() else roots[0] / written
     # resolve() follows every symlink, so a link pointing out of the root is caught here.
     real = candidate.resolve()
     if not any(real.is_relative_to(root) for root in roots):
-        raise UnsafePathError(f"source {source!r}: path {url!r} is outside the allowed folders")
+        raise UnsafePathError(f"path {url!r} is outside the allowed folders", source=source)
     return real
 
 

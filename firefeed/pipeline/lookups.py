@@ -18,7 +18,7 @@ from psycopg2 import sql
 from sqlalchemy import Engine
 
 from firefeed.db.engine import raw_connection
-from firefeed.errors import MergeError, SourceError
+from firefeed.errors import MergeError, SourceError, UnsafePathError
 from firefeed.pipeline.context import RunContext
 from firefeed.pipeline.merge import trimmed
 from firefeed.rules.lookups import LookupSet
@@ -76,7 +76,7 @@ def load_lookups(ctx: RunContext) -> list[LookupStats]:
         try:
             fetched = steps.fetch_feed(ctx, lk, scope="lookup:")
             staged = steps.stage_feed(ctx, lk, fetched, staging)
-        except SourceError as err:
+        except (SourceError, UnsafePathError) as err:
             # The sources' own code raised it: the message names the lookup, not a source of that name.
             raise err.as_lookup() from err
         stats = build_lookup_table(

@@ -19,7 +19,7 @@ from typing import Any
 
 from firefeed.config import Settings
 from firefeed.db.engine import side_work_first
-from firefeed.errors import MergeError, ParseError
+from firefeed.errors import MergeError, ParseError, UnsafePathError
 from firefeed.pipeline.context import RunContext
 from firefeed.pipeline.merge import MergeResult, StagedSource, merge_sources
 from firefeed.pipeline.stage import StageResult
@@ -377,7 +377,10 @@ def export_key(ctx: RunContext, index: int) -> str:
     from firefeed.export.paths import export_key as checked_key
 
     exp = ctx.spec.exports[index]
-    return checked_key(export_storage(ctx.settings), ctx.spec.company, ctx.spec.project, exp.path, gzip=exp.gzip)
+    try:
+        return checked_key(export_storage(ctx.settings), ctx.spec.company, ctx.spec.project, exp.path, gzip=exp.gzip)
+    except UnsafePathError as err:
+        raise err.for_export(exp.name) from err
 
 
 def publish(ctx: RunContext, exports: Sequence[dict[str, Any]]) -> None:
