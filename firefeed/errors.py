@@ -62,9 +62,20 @@ class FetchError(SourceError):
 
 
 class UnsafeURLError(FetchError):
-    """A source URL points somewhere FireFeed may not fetch from."""
+    """A source URL, or a redirect from it, points somewhere FireFeed may not fetch from."""
 
     code = "unsafe_url"
+
+
+class InvalidSourceRequestError(FetchError):
+    """The request the spec describes for a source cannot be sent: an empty or invalid URL, a URL with no
+    host, a bad header name or value, a reference that cannot be expanded.
+
+    Its own class (and code) because it is the spec's mistake, found before anything was asked of a
+    server: the API answers it 422 like `unsafe_url`, not 502 as a server that failed.
+    """
+
+    code = "invalid_source_request"
 
 
 class ParseError(SourceError):

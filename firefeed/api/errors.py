@@ -24,6 +24,7 @@ from firefeed.errors import (
     EnqueueError,
     FetchError,
     FireFeedError,
+    InvalidSourceRequestError,
     MergeError,
     NotFoundError,
     PipelineBusyError,
@@ -55,9 +56,11 @@ STATUS: tuple[tuple[type[FireFeedError], int], ...] = (
     (TooManyPreviewsError, 429),
     (PreviewsBusyError, 503),
     (PreviewTimeoutError, 504),
-    # Sources are only read in a request by a preview: a refused or unreadable one is the spec's problem,
+    # Sources are only read in a request by a preview: a refused or unreadable one is the spec's problem
+    # (a destination or redirect refused for safety, a request the spec describes that cannot be sent),
     # an upstream server that fails is a bad gateway.
     (UnsafeURLError, 422),
+    (InvalidSourceRequestError, 422),
     (UnsafePathError, 422),
     (FetchError, 502),
     (SourceError, 422),

@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Literal, Protocol
 
 from firefeed.config import Settings
-from firefeed.errors import FetchError
+from firefeed.errors import FetchError, InvalidSourceRequestError
 
 Compression = Literal["none", "gzip", "zip"]
 COMPRESSIONS = ("auto", "none", "gzip", "zip")
@@ -70,7 +70,7 @@ def detect(path: Path, declared: str, name_hint: str, *, source: str) -> Compres
     name is trusted even without magic, since a zip may start with other data.
     """
     if declared not in COMPRESSIONS:
-        raise FetchError(source, f"compression must be one of {', '.join(COMPRESSIONS)}")
+        raise InvalidSourceRequestError(source, f"compression must be one of {', '.join(COMPRESSIONS)}")
     if declared != "auto":
         return declared  # type: ignore[return-value]
     with path.open("rb") as f:

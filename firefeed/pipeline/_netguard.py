@@ -17,6 +17,7 @@ import ipaddress
 import re
 import socket
 import ssl
+import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,7 +26,7 @@ from urllib.parse import unquote, urlsplit
 import httpx
 
 from firefeed.config import Settings
-from firefeed.errors import FetchError, UnsafePathError, UnsafeURLError
+from firefeed.errors import InvalidSourceRequestError, UnsafePathError, UnsafeURLError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -159,6 +160,82 @@ def parse_address(text: str) -> IPAddress | None:
         return None
 
 
+# A host "ends in a number" (WHATWG URL) when its last label is decimal digits or 0x-hex: it is then read
+# as an IPv4 address, as libc's inet_aton reads it: each part decimal, 0x-hex or 0-octal, and fewer than
+# four parts fill the last one (`127.1` is 127.0.0.1, `2130706433` too).
+_NUMBER_LABEL = re.compile(r"[0-9]+|0[xX][0-9a-fA-F]*")
+# Full stops IDNA reads as a dot (after NFKC, which turns the full-width one into ".").
+_DOTS = str.maketrans({"\u3002": ".", "\uff0e": ".", "\uff61": "."})
+
+
+def _number(part: str) -> int | None:
+    if part[:2] in ("0x", "0X"):
+        return int(part[2:] or "0", 16) if re.fullmatch(r"[0-9a-fA-F]*", part[2:]) else None
+    if len(part) > 1 and part.startswith("0"):
+        return int(part, 8) if re.fullmatch(r"[0-7]+", part) else None
+    return int(part) if re.fullmatch(r"[0-9]+", part) else None
+
+
+def numeric_ipv4(host: str) -> ipaddress.IPv4Address | None:
+    """The IPv4 address a host spells in any notation libc or a browser accepts, or None for a name.
+
+    The host is read as a browser reads it: percent-decoded, NFKC-normalised
+    (full-width digits are digits) and with the ideographic full stops as dots.
+    None too for a host that ends in a number but is no address at all (`999.1.1.1`):
+    the URL parser refuses that one.
+    """
+    text = unicodedata.normalize("NFKC", unquote(host)).translate(_DOTS).lower()
+    parts = text.split(".")
+    if len(parts) > 1 and parts[-1] == "":
+        parts.pop()  # one trailing dot is the root of the DNS, not a part
+    if not 1 <= len(parts) <= 4 or not _NUMBER_LABEL.fullmatch(parts[-1]):
+        return None
+    numbers = [_number(p) for p in parts]
+    if any(n is None for n in numbers):
+        return None
+    *head, last = [n for n in numbers if n is not None]
+    if any(n > 255 for n in head) or last >= 256 ** (5 - len(parts)):
+        return None
+    value = last
+    for i, n in enumerate(head):
+        value += n << (8 * (3 - i))
+    return ipaddress.IPv4Address(value)
+
+
+def check_host_notation(source: str, host: str) -> None:
+    """Refuse a host that spells an IPv4 address other than as four plain decimal numbers.
+
+    `0177.0.0.1`, `0x7f.1`, `2130706433`, `１２７.0.0.1` and `127.0.0.1.` all mean
+    127.0.0.1 to libc or to a browser, while `ipaddress` (and so a check built on
+    it) reads them as names or refuses them; parsers disagree on some of them, so
+    the only safe answer is one: refused before any connection, whatever
+    address they mean, as `unsafe_url`. The message gives the plain spelling.
+    """
+    address = numeric_ipv4(host)
+    if address is None or host.lower() == str(address):
+        return
+    special = special_range(address)
+    what = f"the non-public address {address} ({special})" if special else f"the address {address}"
+    raise UnsafeURLError(
+        source,
+        f"host {host!r} spells {what} in a non-standard notation (octal, hex, full-width digits, a trailing "
+        f"dot or fewer than four parts); write the address as {address}",
+    )
+
+
+def check_url_host(source: str, url: str) -> None:
+    """`check_host_notation` for the host of a URL not parsed yet (httpx refuses `0177.0.0.1` as invalid).
+
+    A URL `urlsplit` cannot read is left to httpx, which refuses it as invalid.
+    """
+    try:
+        host = urlsplit(url).hostname
+    except ValueError:
+        return
+    if host and ":" not in host:  # an IPv6 literal has no other notation
+        check_host_notation(source, host)
+
+
 def host_is_exempt(host: str, settings: Settings) -> bool:
     """Whether the operator lifted the guard for this host (or for everything)."""
     return settings.fetch_allow_private or host.strip("[]").lower() in settings.allowed_hosts
@@ -248,7 +325,9 @@ class GuardedTransport(httpx.BaseTransport):
             raise UnsafeURLError(self._source, f"URL scheme {url.scheme!r} is not allowed")
         host = url.host
         if not host:
-            raise FetchError(self._source, "the URL has no host")
+            raise InvalidSourceRequestError(self._source, "the URL has no host")
+        # Again on the parsed URL (httpx keeps `0x7f.1` as a name): a request built by hand is held to it too.
+        check_host_notation(self._source, host)
         if host_is_exempt(host, self._settings):
             return self._pool("").handle_request(request)
         ascii_host = url.raw_host.decode("ascii")

@@ -19,12 +19,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from urllib.parse import unquote, urljoin
+from urllib.parse import unquote, urljoin, urlsplit
 
 import httpx
 
 from firefeed.config import Settings
-from firefeed.errors import FetchError, FireFeedError
+from firefeed.errors import FetchError, FireFeedError, InvalidSourceRequestError, UnsafeURLError
 from firefeed.pipeline._decompress import (
     CHUNK,
     COMPRESSIONS,
@@ -36,7 +36,7 @@ from firefeed.pipeline._decompress import (
 )
 from firefeed.pipeline._fetch_deadline import PAST_DEADLINE as _PAST_DEADLINE
 from firefeed.pipeline._fetch_deadline import FetchWatchdog
-from firefeed.pipeline._netguard import guarded_client, resolve_local_path, url_kind
+from firefeed.pipeline._netguard import check_url_host, guarded_client, resolve_local_path, url_kind
 from firefeed.secrets.references import Resolver
 
 log = logging.getLogger(__name__)
@@ -87,9 +87,12 @@ def fetch_source(
     """Fetch `url` for the source named `source` into `dest_dir`.
 
     `deadline` (a `time.monotonic()` value; a preview's) ends the whole fetch,
-    retries included, even while a server trickles bytes. Raises FetchError
-    (UnsafeURLError for a refused destination) or UnsafePathError for a local
-    path outside the allowed folders.
+    retries included, even while a server trickles bytes. Raises FetchError:
+    UnsafeURLError for a destination or redirect refused for safety,
+    InvalidSourceRequestError for a request the spec describes that cannot be
+    sent (both the spec's mistake, found before or without a server failing),
+    a plain FetchError for a server or a file that failed; UnsafePathError for
+    a local path outside the allowed folders.
 
     `references` expands `${secret:NAME}` and `${VAR}` in the URL and headers
     for the spec's company and origin (firefeed/secrets); without one every
@@ -99,10 +102,13 @@ def fetch_source(
     try:
         url = refs.expand(url.strip(), source=source, where="the URL", in_url=True)
         if not url:
-            raise FetchError(source, "the URL is empty")
+            raise InvalidSourceRequestError(source, "the URL is empty")
         if compression not in COMPRESSIONS:
-            raise FetchError(source, f"compression must be one of {', '.join(COMPRESSIONS)}")
+            raise InvalidSourceRequestError(source, f"compression must be one of {', '.join(COMPRESSIONS)}")
         if url_kind(source, url) == "http":
+            if not _has_host(url):
+                raise InvalidSourceRequestError(source, "the URL has no host")
+            check_url_host(source, url)
             expanded = expand_headers(source, headers or {}, refs)
             with refs.hiding():
                 return _fetch_http(
@@ -139,11 +145,11 @@ def expand_headers(source: str, headers: Mapping[str, str], references: Resolver
     expanded: dict[str, str] = {}
     for name, value in headers.items():
         if not _HEADER_NAME.fullmatch(name):
-            raise FetchError(source, f"{name!r} is not a valid header name")
+            raise InvalidSourceRequestError(source, f"{name!r} is not a valid header name")
         text = refs.expand(str(value), source=source, where=f"header {name!r}")
         if not _HEADER_VALUE.fullmatch(text):
             # Checked here because httpx/h11 would quote the offending value in their error.
-            raise FetchError(
+            raise InvalidSourceRequestError(
                 source,
                 f"header {name!r} has a character not allowed in a header (non-ASCII "
                 "or a line break); the value is not shown",
@@ -241,7 +247,15 @@ def _try_http(
     deadline: float | None = None,
     mask: Callable[[str], str] = str,
 ) -> FetchResult:
+    def check_redirect(response: httpx.Response) -> None:
+        # httpx parses a Location before handing the response back, and calls `0177.0.0.1` an invalid URL
+        # there (a retried transport error): the target is judged first, as the redirect code below does.
+        if response.status_code in _REDIRECT_STATUS and "location" in response.headers:
+            shown = mask(redact_url(str(response.request.url)))
+            _redirect_target(source, shown, str(response.request.url), response.headers["location"])
+
     with guarded_client(source=source, settings=settings) as client, FetchWatchdog(deadline) as watchdog:
+        client.event_hooks = {"response": [check_redirect]}
         current, current_headers = url, dict(headers)
         for _hop in range(MAX_REDIRECTS + 1):
             try:
@@ -253,7 +267,8 @@ def _try_http(
                     extensions=watchdog.extensions,
                 )
             except httpx.InvalidURL as exc:
-                raise FetchError(source, f"invalid URL {redact_url(current)!r} ({exc})") from exc
+                # Only the spec's URL gets here: a redirect's target was parsed before it was followed.
+                raise InvalidSourceRequestError(source, f"invalid URL {redact_url(current)!r} ({exc})") from exc
             shown = mask(redact_url(str(request.url)))  # a URL may hold an expanded secret
             try:
                 response = client.send(request, stream=True)
@@ -261,19 +276,13 @@ def _try_http(
                 raise _Retryable(f"timed out fetching {shown}") from exc
             except (httpx.LocalProtocolError, httpx.UnsupportedProtocol) as exc:
                 # Our own request is malformed: retrying cannot help (text may quote a header).
-                raise FetchError(source, f"cannot send a request to {shown}") from exc
+                raise InvalidSourceRequestError(source, f"cannot send a request to {shown}") from exc
             except httpx.TransportError as exc:
                 # The exception text names the failure (refused, reset, DNS), never headers.
                 raise _Retryable(f"could not fetch {shown}: {exc or type(exc).__name__}") from exc
             try:
                 if response.status_code in _REDIRECT_STATUS and "location" in response.headers:
-                    following = urljoin(str(request.url), response.headers["location"])
-                    if url_kind(source, following) != "http":
-                        raise FetchError(source, f"{shown} redirects to a non-http URL")
-                    try:
-                        target = httpx.URL(following)
-                    except httpx.InvalidURL as exc:
-                        raise FetchError(source, f"{shown} redirects to an invalid URL") from exc
+                    following, target = _redirect_target(source, shown, str(request.url), response.headers["location"])
                     current_headers = _headers_for_redirect(request.url, target, current_headers)
                     current = following
                     continue
@@ -290,6 +299,32 @@ def _try_http(
             finally:
                 response.close()
         raise FetchError(source, f"more than {MAX_REDIRECTS} redirects from {redact_url(url)}")
+
+
+def _has_host(url: str) -> bool:
+    """False for an http(s) URL with nothing between `//` and the path; one urlsplit cannot read is left to httpx."""
+    try:
+        return bool(urlsplit(url).hostname)
+    except ValueError:
+        return True
+
+
+def _redirect_target(source: str, shown: str, base: str, location: str) -> tuple[str, httpx.URL]:
+    """Where a redirect from `base` goes, refused as the same URL in the spec would be (`unsafe_url`).
+
+    A Location nothing can read (or without a host) is the server's fault: a plain FetchError.
+    """
+    following = urljoin(base, location)
+    if url_kind(source, following) != "http":
+        raise UnsafeURLError(source, f"{shown} redirects to a non-http URL")
+    check_url_host(source, following)
+    try:
+        target = httpx.URL(following)
+    except httpx.InvalidURL as exc:
+        raise FetchError(source, f"{shown} redirects to an invalid URL") from exc
+    if not target.host:
+        raise FetchError(source, f"{shown} redirects to a URL without a host")
+    return following, target
 
 
 def _headers_for_redirect(origin: httpx.URL, target: httpx.URL, headers: dict[str, str]) -> dict[str, str]:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from firefeed.errors import ConfigError, FetchError, SpecError
+from firefeed.errors import ConfigError, FetchError, InvalidSourceRequestError, SpecError
 
 if TYPE_CHECKING:
     from firefeed.spec.model import FeedSpec, ProjectSpec
@@ -166,6 +166,9 @@ class Resolver:
     def expand(self, text: str, *, source: str, where: str, in_url: bool = False) -> str:
         """`text` with its references replaced; FetchError (`where` names the place) for one that can't be.
 
+        InvalidSourceRequestError when the spec is at fault (a malformed reference, one its origin may not
+        use, a secret its company has not set); a plain FetchError when the server cannot read secrets.
+
         In a URL a value is inserted percent-encoded, so it cannot change the URL's shape (host, path, query).
         """
 
@@ -173,7 +176,7 @@ class Resolver:
             try:
                 ref = parse_reference(match.group(0), match.group(1))
             except ValueError as err:
-                raise FetchError(source, f"{where}: {err}") from None
+                raise InvalidSourceRequestError(source, f"{where}: {err}") from None
             value = self._value(ref, source=source, where=where)
             self._hide(value, ref.text)
             if in_url:
@@ -186,13 +189,15 @@ class Resolver:
     def _value(self, ref: Reference, *, source: str, where: str) -> str:
         if ref.kind is Kind.ENV:
             if self.origin is SpecOrigin.REMOTE:
-                raise FetchError(source, f"{where} uses {ref.text}: {REMOTE_ENV}")
+                raise InvalidSourceRequestError(source, f"{where} uses {ref.text}: {REMOTE_ENV}")
             value = os.environ.get(ref.name) if env_allowed(ref.name, self.env_allow) else None
             if value is None:
-                raise FetchError(source, f"{where} uses {ref.text}, {NOT_ALLOWED}")
+                raise InvalidSourceRequestError(source, f"{where} uses {ref.text}, {NOT_ALLOWED}")
             return value
         if self.company is None or self._secret is None:
-            raise FetchError(source, f"{where} uses {ref.text}, but no company's secrets are available here")
+            raise InvalidSourceRequestError(
+                source, f"{where} uses {ref.text}, but no company's secrets are available here"
+            )
         if ref.name not in self._cache:
             try:
                 self._cache[ref.name] = self._secret(ref.name)
@@ -200,7 +205,7 @@ class Resolver:
                 raise FetchError(source, f"{where} uses {ref.text}: {err.message}") from None
         found = self._cache[ref.name]
         if found is None:
-            raise FetchError(
+            raise InvalidSourceRequestError(
                 source,
                 f"{where} uses {ref.text}, which company {self.company!r} has not set "
                 f"(`firefeed secret set --company {self.company} {ref.name}` or PUT /api/secrets/{ref.name})",

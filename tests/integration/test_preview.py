@@ -461,6 +461,71 @@ def test_an_http_source_is_previewed_and_a_failing_server_is_tried_twice_then_50
         reset_settings()
 
 
+def test_a_fetch_the_spec_got_wrong_is_a_422_with_a_stable_code_and_only_a_failing_server_a_502(
+    run_env: Path, tmp_path: Path, base_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same kind of refusal gets one code: a redirect FireFeed will not follow is `unsafe_url` as a
+    private address is, a request the spec describes that cannot be sent is `invalid_source_request`."""
+    monkeypatch.setenv("FIREFEED_FETCH_ALLOW_PRIVATE", "true")  # the test server is on 127.0.0.1
+    monkeypatch.setenv("FIREFEED_FETCH_BACKOFF_S", "0.01")
+    reset_settings()
+    company, auth = new_company()
+    spec = yaml.safe_load(make_project(tmp_path / "p", company).read_text(encoding="utf-8"))
+    server = FeedServer()
+    try:
+        server.routes["/main.csv"] = body((tmp_path / "p" / "main.csv").read_bytes())
+        server.routes["/to-file.csv"] = status(302, Location="file:///etc/passwd")
+        server.routes["/to-octal.csv"] = status(302, Location=f"http://0177.0.0.1:{server.port}/main.csv")
+        server.routes["/down.csv"] = status(503)
+        ok = {"name": "main", "url": server.url("/main.csv")}
+        cases: list[tuple[dict[str, Any], str]] = [
+            ({"name": "main", "url": f"http://0177.0.0.1:{server.port}/main.csv"}, "unsafe_url"),
+            ({"name": "main", "url": f"http://\uff11\uff12\uff17.0.0.1:{server.port}/main.csv"}, "unsafe_url"),
+            ({"name": "main", "url": server.url("/to-file.csv")}, "unsafe_url"),
+            ({"name": "main", "url": server.url("/to-octal.csv")}, "unsafe_url"),
+            (dict(ok, headers={"X-Key": "caf\u00e9"}), "invalid_source_request"),
+            (dict(ok, headers={"X-Key": "a\r\nX-Evil: 1"}), "invalid_source_request"),
+            (dict(ok, headers={"X Key": "a"}), "invalid_source_request"),
+            ({"name": "main", "url": "http://999.0.0.1/main.csv"}, "invalid_source_request"),
+            ({"name": "main", "url": "http:///main.csv"}, "invalid_source_request"),
+            ({"name": "main", "url": "   ", "format": "csv"}, "invalid_source_request"),
+        ]
+        with httpx.Client(base_url=base_url, timeout=30) as http:
+            for source, code in cases:
+                r = http.post(
+                    f"/api/projects/{spec['project']}/preview", headers=auth, json=dict(spec, sources=[source])
+                )
+                assert (r.status_code, r.json()["error"], r.json().get("source")) == (422, code, "main"), (
+                    source,
+                    r.text,
+                )
+            down = http.post(
+                f"/api/projects/{spec['project']}/preview",
+                headers=auth,
+                json=dict(spec, sources=[{"name": "main", "url": server.url("/down.csv")}]),
+            )
+        assert (down.status_code, down.json()["error"]) == (502, "fetch_error")
+        assert server.hits["/main.csv"] == 0  # nothing the spec got wrong was sent, or followed
+        assert (server.hits["/to-file.csv"], server.hits["/to-octal.csv"]) == (1, 1)  # a refusal is not retried
+    finally:
+        server.close()
+        reset_settings()
+
+
+def test_a_run_whose_source_request_is_invalid_fails_fetch_naming_the_source(
+    run_env: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec_path = make_project(tmp_path / "p", "pv_" + uuid.uuid4().hex[:8])
+    spec = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
+    spec["sources"][0] = {"name": "main", "url": "http://0177.0.0.1/main.csv"}
+    spec_path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    code, out = cli("run", str(spec_path), "--json")
+    assert code == 1, out  # as for every source error (EXIT_FAILED)
+    error = json.loads(out)["error"]
+    assert (error["step"], error["type"]) == ("FETCH", "UnsafeURLError"), error
+    assert error["message"].startswith("source 'main': host '0177.0.0.1' spells the non-public address 127.0.0.1")
+
+
 def test_a_statement_the_database_refuses_is_a_preview_error_with_its_message(
     run_env: Path, tmp_path: Path, engine: Engine
 ) -> None:

@@ -341,7 +341,8 @@ def test_an_api_spec_gets_its_own_companys_secret_in_a_header_and_the_url_and_no
     # The same references in another company's spec find nothing: secrets are per company.
     theirs = spec_of(other, url, headers)
     r = http.post(f"/api/projects/{theirs['project']}/preview", headers=other_auth, json=theirs)
-    assert (r.status_code, r.json()["error"]) == (502, "fetch_error"), r.text
+    # The spec's mistake, found before any server was asked: 422, not a 502 blaming a server.
+    assert (r.status_code, r.json()["error"], r.json()["source"]) == (422, "invalid_source_request", "main"), r.text
     assert f"which company {other!r} has not set" in r.json()["message"]
     assert len(feeds.requests) == 2
 

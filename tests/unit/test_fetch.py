@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from firefeed.config import Settings
-from firefeed.errors import FetchError, UnsafePathError, UnsafeURLError
+from firefeed.errors import FetchError, InvalidSourceRequestError, UnsafePathError, UnsafeURLError
 from firefeed.pipeline.fetch import FetchResult, Validators, fetch_source
 from firefeed.secrets.references import Resolver, SpecOrigin
 
@@ -457,10 +457,68 @@ def test_a_redirect_to_a_private_address_is_refused(server: FeedServer, tmp_path
     assert server.hits["/go"] == 1  # a refusal is not retried
 
 
-def test_a_redirect_to_a_file_url_is_refused(server: FeedServer, tmp_path: Path) -> None:
+def test_a_redirect_to_a_file_url_is_refused_as_unsafe(server: FeedServer, tmp_path: Path) -> None:
     server.routes["/go"] = status(302, Location="file:///etc/passwd")
-    with pytest.raises(FetchError, match="redirects to a non-http URL"):
+    with pytest.raises(UnsafeURLError, match="redirects to a non-http URL"):
         fetch(server.url("/go"), tmp_path)
+
+
+@pytest.mark.parametrize("target", ["http://0177.0.0.1:{port}/f.csv", "http://\uff11\uff12\uff17.0.0.1:{port}/f.csv"])
+def test_a_redirect_to_an_address_in_another_notation_is_unsafe(
+    server: FeedServer, tmp_path: Path, target: str
+) -> None:
+    # Even with the guard lifted: httpx would call these invalid URLs, a browser (or libc) reads 127.0.0.1.
+    location = target.format(port=server.port).encode()  # raw UTF-8: http.server would send latin-1 only
+
+    def redirect(h: BaseHTTPRequestHandler) -> None:
+        h.wfile.write(b"HTTP/1.1 302 Found\r\nLocation: " + location + b"\r\nContent-Length: 0\r\n\r\n")
+        h.close_connection = True
+
+    server.routes["/go"] = redirect
+    server.routes["/f.csv"] = body(CSV)
+    with pytest.raises(UnsafeURLError, match="non-standard notation"):
+        fetch(server.url("/go"), tmp_path)
+    assert server.hits["/f.csv"] == 0
+
+
+def test_a_redirect_to_an_unreadable_url_stays_the_servers_failure(server: FeedServer, tmp_path: Path) -> None:
+    server.routes["/go"] = status(302, Location="http://999.0.0.1/f.csv")
+    with pytest.raises(FetchError, match="redirects to an invalid URL") as err:
+        fetch(server.url("/go"), tmp_path)
+    assert type(err.value) is FetchError
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://0177.0.0.1/f.csv", "http://\uff11\uff12\uff17.0.0.1/f.csv", "http://0x7f.1/f.csv", "http://127.1/f"],
+)
+def test_a_source_url_with_an_address_in_another_notation_is_refused_before_connecting(
+    tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_connection(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("connected to a host the guard must refuse first")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_connection)
+    monkeypatch.setattr(socket, "create_connection", no_connection)
+    with pytest.raises(UnsafeURLError, match=r"write the address as 127\.0\.0\.1") as err:
+        fetch(url, tmp_path, settings=make_settings(fetch_allow_private=False))
+    assert err.value.source == "main"
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("", "the URL is empty"),
+        ("   ", "the URL is empty"),
+        ("http://999.0.0.1/f.csv", "invalid URL"),
+        ("http://exa mple.com:notaport/f.csv", "invalid URL"),
+        ("http:///f.csv", "the URL has no host"),
+    ],
+)
+def test_a_url_that_cannot_be_requested_is_an_invalid_source_request(tmp_path: Path, url: str, message: str) -> None:
+    with pytest.raises(InvalidSourceRequestError, match=message) as err:
+        fetch(url, tmp_path)
+    assert (err.value.code, err.value.source) == ("invalid_source_request", "main")
 
 
 def test_loopback_is_refused_by_default(server: FeedServer, tmp_path: Path) -> None:
@@ -562,9 +620,32 @@ def test_a_header_value_with_a_line_break_is_refused_without_showing_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SHOES_TOKEN", f"{SECRET}\r\nX-Evil: 1")
-    with pytest.raises(FetchError, match="not allowed in a header") as err:
+    with pytest.raises(InvalidSourceRequestError, match="not allowed in a header") as err:
         fetch("http://127.0.0.1:9/f", tmp_path, headers={"Authorization": "${SHOES_TOKEN}"}, references=CLI_REFS)
     assert SECRET not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("headers", "message"),
+    [
+        ({"X-Key": "caf\u00e9"}, "not allowed in a header"),
+        ({"X-Key": "a\r\nX-Evil: 1"}, "not allowed in a header"),
+        ({"X Key": "a"}, "not a valid header name"),
+        ({"X-Key:": "a"}, "not a valid header name"),
+    ],
+)
+def test_a_bad_header_is_an_invalid_source_request_sent_nowhere(
+    server: FeedServer, tmp_path: Path, headers: dict[str, str], message: str
+) -> None:
+    server.routes["/f.csv"] = body(CSV)
+    with pytest.raises(InvalidSourceRequestError, match=message):
+        fetch(server.url("/f.csv"), tmp_path, headers=headers)
+    assert server.hits["/f.csv"] == 0
+
+
+def test_a_reference_the_spec_may_not_use_is_an_invalid_source_request(tmp_path: Path) -> None:
+    with pytest.raises(InvalidSourceRequestError, match=r"uses \$\{secret:TOKEN\}"):
+        fetch("http://127.0.0.1:9/f", tmp_path, headers={"X-Key": "${secret:TOKEN}"})
 
 
 # ------------------------------------------------------------ local files

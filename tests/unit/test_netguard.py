@@ -10,12 +10,15 @@ import httpx
 import pytest
 
 from firefeed.config import Settings
-from firefeed.errors import FetchError, UnsafePathError, UnsafeURLError
+from firefeed.errors import FetchError, InvalidSourceRequestError, UnsafePathError, UnsafeURLError
 from firefeed.pipeline import _netguard
 from firefeed.pipeline._netguard import (
     GuardedTransport,
+    check_host_notation,
+    check_url_host,
     host_is_exempt,
     is_public_address,
+    numeric_ipv4,
     resolve_local_path,
     resolve_public,
     special_range,
@@ -304,3 +307,93 @@ def test_a_nul_in_a_path_is_refused(tmp_path: Any) -> None:
 def test_a_transport_error_is_not_unsafe() -> None:
     # The guard's refusals are FetchErrors too, so callers can catch one family.
     assert issubclass(UnsafeURLError, FetchError)
+
+
+# ------------------------------------------------------------------ IPv4 in other notations
+
+
+@pytest.mark.parametrize(
+    ("host", "address"),
+    [
+        ("0177.0.0.1", "127.0.0.1"),  # octal
+        ("0x7f.0.0.1", "127.0.0.1"),  # hex
+        ("0x7f.1", "127.0.0.1"),  # two parts: the last fills three bytes
+        ("127.1", "127.0.0.1"),
+        ("2130706433", "127.0.0.1"),  # one number
+        ("0xa9fea9fe", "169.254.169.254"),
+        ("\uff11\uff12\uff17.0.0.1", "127.0.0.1"),  # full-width digits
+        ("\u2460\u2461\u2466.0.0.1", "127.0.0.1"),  # circled digits (NFKC makes them digits)
+        ("127\u30020\u30020\u30021", "127.0.0.1"),  # ideographic full stops
+        ("127%2e0.0.1", "127.0.0.1"),  # percent-encoded dot
+        ("127.0.0.1.", "127.0.0.1"),  # a trailing dot
+        ("0x08080808", "8.8.8.8"),
+        ("127.0.0.1", "127.0.0.1"),
+    ],
+)
+def test_every_ipv4_notation_libc_reads_is_read(host: str, address: str) -> None:
+    assert numeric_ipv4(host) == ipaddress.IPv4Address(address)
+
+
+@pytest.mark.parametrize(
+    "host", ["example.com", "feeds.example.com", "a.0x10", "1.2.3.4.5", "999.1.1.1", "08.0.0.1", "4294967296", "x1"]
+)
+def test_a_name_or_no_address_is_not_read_as_one(host: str) -> None:
+    assert numeric_ipv4(host) is None
+
+
+@pytest.mark.parametrize(
+    "host", ["0177.0.0.1", "0x7f.1", "2130706433", "\uff11\uff12\uff17.0.0.1", "127.0.0.1.", "0xa9fea9fe"]
+)
+def test_a_private_address_in_another_notation_is_unsafe_naming_the_plain_one(host: str) -> None:
+    with pytest.raises(UnsafeURLError, match=r"non-public address .*non-standard notation.*write the address as"):
+        check_host_notation("main", host)
+
+
+def test_a_public_address_in_another_notation_is_refused_too() -> None:
+    # Parsers disagree on these (is 010 eight or ten?): one spelling only, whatever it means.
+    with pytest.raises(UnsafeURLError, match=r"spells the address 8\.8\.8\.8 in a non-standard notation"):
+        check_host_notation("main", "0x08080808")
+    check_host_notation("main", "8.8.8.8")
+    check_host_notation("main", "feeds.example.com")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://0177.0.0.1/f",
+        "http://\uff11\uff12\uff17.0.0.1/f",
+        "https://user:pw@0x7f.1:8443/f",
+        "http://127%2e0.0.1/",
+    ],
+)
+def test_a_url_host_is_checked_before_httpx_parses_it(url: str) -> None:
+    with pytest.raises(UnsafeURLError, match="non-standard notation"):
+        check_url_host("main", url)
+
+
+@pytest.mark.parametrize("url", ["http://[::1]/f", "http://[::ffff:127.0.0.1]/f", "http://[::1/f", "file:///x"])
+def test_ipv6_literals_and_unreadable_urls_are_left_to_the_other_checks(url: str) -> None:
+    check_url_host("main", url)
+
+
+@pytest.mark.parametrize("settings", [make_settings(), make_settings(fetch_allow_private=True)])
+def test_the_transport_refuses_another_notation_without_resolving_or_connecting(
+    monkeypatch: pytest.MonkeyPatch, settings: Settings
+) -> None:
+    def no_lookup(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("resolved a host the guard must refuse first")
+
+    monkeypatch.setattr(_netguard.socket, "getaddrinfo", no_lookup)
+    transport = RecordingTransport(source="main", settings=settings)
+    for url in ("http://0x7f.1/f", "http://2130706433/f", "http://127.1/f"):
+        with pytest.raises(UnsafeURLError, match="non-standard notation"):
+            transport.handle_request(httpx.Request("GET", url))
+    assert transport.sent == []
+
+
+def test_a_url_without_a_host_is_an_invalid_request_not_a_server_failure() -> None:
+    transport = RecordingTransport(source="main", settings=make_settings())
+    with pytest.raises(InvalidSourceRequestError, match="the URL has no host") as err:
+        transport.handle_request(httpx.Request("GET", "http:///f"))
+    assert err.value.code == "invalid_source_request" and err.value.source == "main"
+    assert transport.sent == []

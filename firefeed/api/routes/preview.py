@@ -33,14 +33,19 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
     422: {
         "model": schemas.ErrorBody,
         "description": "invalid spec (`spec_error`, `path` names the key), bad query (`invalid_request`), "
-        "or a source that may not or cannot be read (`unsafe_url`, `unsafe_path`, `parse_error`, `merge_error`)",
+        "or a source that may not or cannot be read (`unsafe_url`, `invalid_source_request`, `unsafe_path`, "
+        "`parse_error`, `merge_error`); source errors name it in `source`",
     },
     429: {
         "model": schemas.ErrorBody,
         "description": "the company already runs FIREFEED_PREVIEW_PER_COMPANY previews (`too_many_previews`); "
         "`Retry-After` and `retry_after` say when to try again",
     },
-    502: {"model": schemas.ErrorBody, "description": "a source's server could not be fetched from (`fetch_error`)"},
+    502: {
+        "model": schemas.ErrorBody,
+        "description": "a source's server failed: an HTTP error, a timeout, a refused connection, "
+        "a file over the size cap (`fetch_error`)",
+    },
     503: {
         "model": schemas.ErrorBody,
         "description": "every preview worker is busy (`previews_busy`); `Retry-After` says when to try again",
