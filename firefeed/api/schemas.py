@@ -41,7 +41,8 @@ class BusyBody(ErrorBody):
 
 
 class SpecErrorBody(ErrorBody):
-    """422 spec_error: `path` names the bad key (`sources[0].url`)."""
+    """422 spec_error: `path` names the bad key (`sources[0].url`); "" for the whole document (too large,
+    not UTF-8, not YAML or JSON, not a mapping)."""
 
     path: str
 
