@@ -268,6 +268,12 @@ class RetryLaterError(FireFeedError):
         super().__init__(message)
 
 
+class TooManySpecWritesError(RetryLaterError):
+    """The company already has as many spec writes in progress as one API process validates at once."""
+
+    code = "too_many_spec_writes"
+
+
 class TooManyPreviewsError(RetryLaterError):
     """The company already runs as many previews at once as FIREFEED_PREVIEW_PER_COMPANY allows."""
 

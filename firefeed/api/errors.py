@@ -35,6 +35,7 @@ from firefeed.errors import (
     SourceError,
     SpecError,
     TooManyPreviewsError,
+    TooManySpecWritesError,
     UnsafePathError,
     UnsafeURLError,
 )
@@ -54,6 +55,7 @@ STATUS: tuple[tuple[type[FireFeedError], int], ...] = (
     (ConfigError, 503),
     # Previews (issue #15): one company's limit is its own doing (429), a full pool is the server's (503).
     (TooManyPreviewsError, 429),
+    (TooManySpecWritesError, 429),
     (PreviewsBusyError, 503),
     (PreviewTimeoutError, 504),
     # Sources are only read in a request by a preview: a refused or unreadable one is the spec's problem

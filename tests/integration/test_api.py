@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from pathlib import Path
@@ -322,3 +323,25 @@ def test_readiness_is_503_naming_the_broker_when_it_cannot_be_reached(http: http
     assert body["checks"]["broker"] != "ok"
     assert "broker" in body["message"]
     assert http.get("/healthz").status_code == 200
+
+
+def test_a_companys_spec_writes_past_its_bound_are_refused_at_once_and_others_go_on(http: httpx.Client) -> None:
+    """Validation is CPU under the GIL: one tenant may hold only SPEC_WRITES_PER_COMPANY of the API's threads."""
+    from firefeed.api.spec_writes import SPEC_WRITES
+
+    company, auth = new_company()
+    other, other_auth = new_company()
+    spec = spec_of(company, "busy_" + uuid.uuid4().hex[:8], url="https://feeds.example.com/a.csv")
+    with contextlib.ExitStack() as held:
+        for _ in range(SPEC_WRITES.per_company):  # as if that many of its PUTs were validating now
+            held.enter_context(SPEC_WRITES.admitted(company))
+        refused = http.put(f"/api/projects/{spec['project']}", headers=auth, content=json.dumps(spec))
+        theirs = spec_of(other, "free_" + uuid.uuid4().hex[:8], url="https://feeds.example.com/b.csv")
+        accepted = http.put(f"/api/projects/{theirs['project']}", headers=other_auth, content=json.dumps(theirs))
+    assert refused.status_code == 429, refused.text
+    assert refused.json()["error"] == "too_many_spec_writes"
+    assert refused.headers["Retry-After"] == str(refused.json()["retry_after"])
+    assert accepted.status_code == 201, accepted.text
+    # Refused, not queued: nothing was stored, and the place is free again once the writes end.
+    assert http.get(f"/api/projects/{spec['project']}", headers=auth).status_code == 404
+    assert http.put(f"/api/projects/{spec['project']}", headers=auth, content=json.dumps(spec)).status_code == 201

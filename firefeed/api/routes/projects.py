@@ -10,6 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from firefeed.api import schemas, service
 from firefeed.api.auth import CurrentCompany
 from firefeed.api.deps import Store
+from firefeed.api.spec_writes import SPEC_WRITES
 from firefeed.runs.local import LocalRunner
 from firefeed.runs.requests import start_run
 from firefeed.runs.service import RunStore
@@ -24,6 +25,13 @@ _BUSY: dict[int | str, dict[str, Any]] = {
 }
 _BAD_SPEC: dict[int | str, dict[str, Any]] = {
     422: {"model": schemas.SpecErrorBody, "description": "invalid spec; `path` names the key"}
+}
+_SPEC_WRITES: dict[int | str, dict[str, Any]] = {
+    429: {
+        "model": schemas.ErrorBody,
+        "description": "the company already has as many spec writes in progress as the API validates at once "
+        "(`too_many_spec_writes`, with Retry-After)",
+    }
 }
 _SPEC_BODY: dict[str, Any] = {
     "requestBody": {
@@ -49,10 +57,21 @@ def get_project(project_id: str, company: CurrentCompany, store: Store) -> dict[
     return service.project_spec(store, company, project_id)
 
 
+def _apply(store: RunStore, company: str, project_id: str, body: bytes) -> schemas.ProjectApplied:
+    # Held by the thread that validates, for as long as it does: a client that hangs up frees nothing early.
+    with SPEC_WRITES.admitted(company):
+        return service.apply_project(store, company, project_id, body)
+
+
 @router.put(
     "/{project_id}",
     response_model=schemas.ProjectApplied,
-    responses={201: {"model": schemas.ProjectApplied, "description": "created"}, **_NOT_FOUND, **_BAD_SPEC},
+    responses={
+        201: {"model": schemas.ProjectApplied, "description": "created"},
+        **_NOT_FOUND,
+        **_BAD_SPEC,
+        **_SPEC_WRITES,
+    },
     openapi_extra=_SPEC_BODY,
 )
 async def put_project(
@@ -60,7 +79,7 @@ async def put_project(
 ) -> schemas.ProjectApplied:
     """Create (201) or update (200) the project from its spec; `project` and `company` must match."""
     body = await request.body()
-    applied = await run_in_threadpool(service.apply_project, store, company, project_id, body)
+    applied = await run_in_threadpool(_apply, store, company, project_id, body)
     response.status_code = 201 if applied.created else 200
     return applied
 
