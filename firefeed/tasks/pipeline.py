@@ -42,7 +42,8 @@ def run(self: Task, run_id: str) -> dict[str, Any]:
     those run in place, and RULES fans out only when another worker takes the rules queue.
     A client that sends it by name without a queue reaches the control worker, whose
     two slots must stay free for triggers: there it hands itself on to the `pipeline`
-    queue under the same task id, so the caller's result and a cancel still find it.
+    queue under the same task id and reply queue (RabbitMQ's rpc:// results go to the
+    caller's own queue), so the caller's result and a cancel still find it.
     """
     from firefeed.pipeline.driver import drive_run
     from firefeed.tasks.dispatch import CeleryDispatcher, worker_queues
@@ -50,5 +51,6 @@ def run(self: Task, run_id: str) -> dict[str, Any]:
 
     consumed = worker_queues(self.app)
     if Queue.PIPELINE.value not in consumed:
-        raise self.replace(self.app.signature(RUN_TASK, args=[run_id], queue=Queue.PIPELINE.value))
+        handed = self.app.signature(RUN_TASK, args=[run_id], queue=Queue.PIPELINE.value, reply_to=self.request.reply_to)
+        raise self.replace(handed)
     return drive_run(str(run_id), dispatcher=CeleryDispatcher(consumed))
