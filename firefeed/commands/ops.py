@@ -189,6 +189,33 @@ def _check_broker(report: Report, settings: Any) -> None:
         report.fail("broker", f"{shown}: {err}", "check FIREFEED_BROKER_URL and that the broker is running")
         return
     report.ok("broker", shown)
+    _check_workers(report)
+
+
+def _check_workers(report: Report) -> None:
+    """Which queues' workers answer a ping (hostnames `<queue>@<host>`). Doctor may run before any worker
+    starts, so none answering is no problem; workers without a control worker are: a trigger by task
+    name, beat's tick and maintenance would wait in its queue."""
+    from firefeed.celery_app import app
+    from firefeed.tasks.queues import ALL_QUEUES, Queue
+
+    try:
+        replies = app.control.ping(timeout=1.0) or []
+    except Exception as err:  # a transport without broadcasts (the SQL broker) cannot ping
+        report.info("workers", f"cannot ping the workers on this broker ({type(err).__name__})")
+        return
+    names = {name for reply in replies for name in reply}
+    roles = [q for q in ALL_QUEUES if any(n.startswith(f"{q}@") for n in names)]
+    if not names:
+        report.info("workers", "none answers a ping yet (`firefeed worker` starts one per queue)")
+    elif Queue.CONTROL.value not in roles:
+        report.warn(
+            "workers",
+            f"{len(names)} answer ({', '.join(roles) or 'no FireFeed queue names'}), none of them a control worker",
+            "start `firefeed worker control`: triggers by task name, beat's tick and maintenance wait for one",
+        )
+    else:
+        report.ok("workers", f"{len(names)} answer: {', '.join(roles)}")
 
 
 def _check_storage(report: Report, settings: Any) -> None:

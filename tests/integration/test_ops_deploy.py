@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from firefeed import metrics
-from tests.integration.celery_workers import FIREFEED
-from tests.services import broker_url, redis_available
+from tests.integration.celery_workers import FIREFEED, celery_workers, flush_broker, worker_env
+from tests.services import broker_url, redis_available, requires_shared_broker
 from tests.unit.test_metrics import PROMTOOL_HINT
 
 pytestmark = pytest.mark.integration
@@ -164,3 +164,22 @@ def test_the_grafana_dashboard_only_charts_metrics_that_exist(
     assert used and used <= known, used - known
     documented = (ROOT / "docs" / "operations.md").read_text()
     assert all(name in documented for name in known), known - {n for n in known if n in documented}
+
+
+@requires_shared_broker
+def test_doctor_warns_when_workers_answer_but_no_control_worker_does(database_url: str, tmp_path: Path) -> None:
+    """Without a control worker, triggers by task name and beat's ticks wait in its queue: say so."""
+    broker = broker_url(DOCTOR_REDIS_URL)
+    flush_broker(broker)
+    env = worker_env(database_url, broker, tmp_path)
+    try:
+        with celery_workers(env, queues=("pipeline",), log_dir=tmp_path):
+            done = doctor(database_url, tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr  # a warning, not a failure
+        assert re.search(r"warn\s+workers\s+1 answer \(pipeline\), none of them a control worker", done.stdout)
+        assert "start `firefeed worker control`" in done.stdout
+        with celery_workers(env, queues=("pipeline", "control"), log_dir=tmp_path):
+            done = doctor(database_url, tmp_path)
+        assert re.search(r"ok\s+workers\s+2 answer: pipeline, control", done.stdout), done.stdout
+    finally:
+        flush_broker(broker)
