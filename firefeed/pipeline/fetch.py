@@ -38,6 +38,7 @@ from firefeed.pipeline._fetch_deadline import PAST_DEADLINE as _PAST_DEADLINE
 from firefeed.pipeline._fetch_deadline import FetchWatchdog
 from firefeed.pipeline._netguard import check_url_host, guarded_client, resolve_local_path, url_kind
 from firefeed.secrets.references import Resolver
+from firefeed.spec.headers import HEADER_NAME, HEADER_VALUE
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +47,6 @@ MAX_RETRY_AFTER_S = 60.0  # never let a server park a worker longer than this be
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504}) | frozenset(range(505, 600))
 _REDIRECT_STATUS = frozenset({301, 302, 303, 307, 308})
 _PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#@:]*:)[^/?#@]*@")
-_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-_HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")
 
 
 @dataclass(frozen=True)
@@ -144,10 +143,10 @@ def expand_headers(source: str, headers: Mapping[str, str], references: Resolver
     refs = references or Resolver.closed()
     expanded: dict[str, str] = {}
     for name, value in headers.items():
-        if not _HEADER_NAME.fullmatch(name):
+        if not HEADER_NAME.fullmatch(name):
             raise InvalidSourceRequestError(source, f"{name!r} is not a valid header name")
         text = refs.expand(str(value), source=source, where=f"header {name!r}")
-        if not _HEADER_VALUE.fullmatch(text):
+        if not HEADER_VALUE.fullmatch(text):
             # Checked here because httpx/h11 would quote the offending value in their error.
             raise InvalidSourceRequestError(
                 source,
@@ -189,10 +188,10 @@ def _fetch_http(
 ) -> FetchResult:
     request_headers = {"User-Agent": "FireFeed/1.0"}
     # A validator is echoed only if it is a clean header value (it came from a server).
-    if previous is not None and previous.etag and _HEADER_VALUE.fullmatch(previous.etag):
+    if previous is not None and previous.etag and HEADER_VALUE.fullmatch(previous.etag):
         request_headers["If-None-Match"] = previous.etag
     last_modified = previous.last_modified if previous is not None else None
-    if last_modified and _HEADER_VALUE.fullmatch(last_modified):
+    if last_modified and HEADER_VALUE.fullmatch(last_modified):
         request_headers["If-Modified-Since"] = last_modified
     request_headers.update(headers)
     dest_dir.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.rules.model import Condition, Rule, parse_condition, parse_rules
 from firefeed.rules.template import Template
+from firefeed.spec.headers import HEADER_NAME, HEADER_VALUE
 
 SOURCE_FORMATS = ("csv", "tsv", "json", "jsonl", "xml")
 EXPORT_FORMATS = ("csv", "tsv", "json", "jsonl", "google-xml")
@@ -108,7 +109,14 @@ class FeedSpec(_Strict):
     @field_validator("headers")
     @classmethod
     def _headers(cls, v: dict[str, str]) -> dict[str, str]:
-        for name in v:
+        for name, value in v.items():
+            if not HEADER_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not a valid header name (letters, digits and !#$%&'*+.^_`|~-)")
+            if not HEADER_VALUE.fullmatch(value):
+                raise ValueError(
+                    f"header {name!r} has a character not allowed in a header (non-ASCII or a line break); "
+                    "the value is not shown"
+                )
             if name.strip().lower() in _RESERVED_HEADERS:
                 raise ValueError(
                     f"{name!r} can't be set: Host, Content-Length, Transfer-Encoding, Connection and the other "
