@@ -258,6 +258,26 @@ class PreviewFailedError(FireFeedError):
     code = "preview_failed"
 
 
+class PreviewRefusedError(PreviewFailedError):
+    """The database refused the preview's data or its size (SQLSTATE classes 22 and 54): the spec's or the
+    feed's doing, as a spec error is, so the API answers 422 with the same code."""
+
+
+class PreviewUnavailableError(PreviewFailedError):
+    """The database could not serve the preview now (SQLSTATE classes 08, 40, 53, 55, 57): the API answers
+    503 with the same code, and a retry may succeed."""
+
+
+def preview_failure(message: str, sqlstate: str | None) -> PreviewFailedError:
+    """The PreviewFailedError for a statement the database refused with `sqlstate` (None: not known)."""
+    kind = (sqlstate or "")[:2]
+    if kind in ("22", "54"):
+        return PreviewRefusedError(message)
+    if kind in ("08", "40", "53", "55", "57"):
+        return PreviewUnavailableError(message)
+    return PreviewFailedError(message)
+
+
 class RetryLaterError(FireFeedError):
     """Too busy for this request now: try again in `retry_after` seconds."""
 

@@ -28,8 +28,10 @@ from firefeed.errors import (
     MergeError,
     NotFoundError,
     PipelineBusyError,
+    PreviewRefusedError,
     PreviewsBusyError,
     PreviewTimeoutError,
+    PreviewUnavailableError,
     RetryLaterError,
     RunCancelledError,
     SourceError,
@@ -58,6 +60,9 @@ STATUS: tuple[tuple[type[FireFeedError], int], ...] = (
     (TooManySpecWritesError, 429),
     (PreviewsBusyError, 503),
     (PreviewTimeoutError, 504),
+    # A statement the database refused: the data's doing (422), the database's state (503), else ours (500).
+    (PreviewRefusedError, 422),
+    (PreviewUnavailableError, 503),
     # Sources are only read in a request by a preview: a refused or unreadable one is the spec's problem
     # (a destination or redirect refused for safety, a request the spec describes that cannot be sent),
     # an upstream server that fails is a bad gateway.

@@ -34,7 +34,7 @@ from sqlalchemy.exc import DBAPIError
 
 from firefeed.config import Settings, get_settings
 from firefeed.db.engine import database_message, get_engine
-from firefeed.errors import ParseError, PreviewFailedError, PreviewTimeoutError
+from firefeed.errors import ParseError, PreviewFailedError, PreviewTimeoutError, preview_failure
 from firefeed.pipeline.fetch import FetchResult, fetch_source
 from firefeed.pipeline.merge import StagedSource, merge_sources
 from firefeed.pipeline.parse import FeedReader, open_reader
@@ -80,6 +80,15 @@ def sample_ids(ids: Sequence[str]) -> list[str]:
         if len(out) > MAX_ITEMS:
             raise ValueError(f"at most {MAX_ITEMS} item ids")
     return list(out)
+
+
+def refused(err: psycopg2.Error | DBAPIError) -> PreviewFailedError:
+    """The preview's error for a statement the database refused, by its SQLSTATE: bad data or too big a
+    statement is the spec's or the feed's doing (422), a database that cannot serve now is a 503."""
+    driver = err.orig if isinstance(err, DBAPIError) else err
+    return preview_failure(
+        f"the database refused the preview: {database_message(err)}", getattr(driver, "pgcode", None)
+    )
 
 
 def preview_spec(
@@ -149,7 +158,7 @@ def preview_spec(
         if deadline.expired() and not isinstance(err, PreviewTimeoutError):
             raise deadline.error() from err
         if isinstance(err, psycopg2.Error | DBAPIError):
-            raise PreviewFailedError(f"the database refused the preview: {database_message(err)}") from err
+            raise refused(err) from err
         raise
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)

@@ -34,7 +34,8 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
         "model": schemas.ErrorBody,
         "description": "invalid spec (`spec_error`, `path` names the key), bad query (`invalid_request`), "
         "or a source that may not or cannot be read (`unsafe_url`, `invalid_source_request`, `unsafe_path`, "
-        "`parse_error`, `merge_error`); source errors name it in `source`",
+        "`parse_error`, `merge_error`); source errors name it in `source`; or data the database refused "
+        "(`preview_failed`: SQLSTATE classes 22 and 54, the database's message)",
     },
     429: {
         "model": schemas.ErrorBody,
@@ -48,7 +49,8 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
     },
     503: {
         "model": schemas.ErrorBody,
-        "description": "every preview worker is busy (`previews_busy`); `Retry-After` says when to try again",
+        "description": "every preview worker is busy (`previews_busy`); `Retry-After` says when to try again; "
+        "or the database cannot serve the preview now (`preview_failed`: SQLSTATE classes 08, 40, 53, 55, 57)",
     },
     504: {
         "model": schemas.ErrorBody,
