@@ -268,16 +268,6 @@ class PreviewUnavailableError(PreviewFailedError):
     503 with the same code, and a retry may succeed."""
 
 
-def preview_failure(message: str, sqlstate: str | None) -> PreviewFailedError:
-    """The PreviewFailedError for a statement the database refused with `sqlstate` (None: not known)."""
-    kind = (sqlstate or "")[:2]
-    if kind in ("22", "54"):
-        return PreviewRefusedError(message)
-    if kind in ("08", "40", "53", "55", "57"):
-        return PreviewUnavailableError(message)
-    return PreviewFailedError(message)
-
-
 class RetryLaterError(FireFeedError):
     """Too busy for this request now: try again in `retry_after` seconds."""
 

@@ -37,7 +37,7 @@ def resolve_export_path(export_dir: Path, company: str, project: str, rel_path: 
     folder itself) once symlinks of the parts that already exist are resolved.
     """
     base = project_export_dir(export_dir, company, project)
-    text = _relative(rel_path, gzip=gzip)
+    text = written_path(rel_path, gzip=gzip)
     root = base.resolve()
     target = (root / text).resolve()
     if target == root or not target.is_relative_to(root):
@@ -47,8 +47,9 @@ def resolve_export_path(export_dir: Path, company: str, project: str, rel_path: 
     return target
 
 
-def _relative(rel_path: str, *, gzip: bool) -> str:
-    """The user's export path, `/`-separated, refused when it is absolute, empty, climbs with `..` or names a folder."""
+def written_path(rel_path: str, *, gzip: bool) -> str:
+    """The file an export path writes, relative to the project's folder: `/`-separated, with ".gz" added for
+    `gzip`; UnsafePathError when it is absolute, empty, climbs with `..` or names a folder."""
     text = rel_path.replace("\\", "/")
     pure = PurePosixPath(text)
     if (
@@ -84,7 +85,7 @@ def export_key(storage: Storage, company: str, project: str, rel_path: str, *, g
     is an UnsafePathError naming the export path.
     """
     prefix = project_prefix(company, project)
-    normal = PurePosixPath(_relative(rel_path, gzip=gzip)).as_posix()
+    normal = PurePosixPath(written_path(rel_path, gzip=gzip)).as_posix()
     if normal in ("", "."):
         raise UnsafePathError(f"export path {rel_path!r} must name a file in the project's export folder")
     key = f"{prefix}/{normal}"

@@ -38,7 +38,7 @@ from firefeed.pipeline._fetch_deadline import PAST_DEADLINE as _PAST_DEADLINE
 from firefeed.pipeline._fetch_deadline import FetchWatchdog
 from firefeed.pipeline._netguard import check_url_host, guarded_client, resolve_local_path, url_kind
 from firefeed.secrets.references import Resolver
-from firefeed.spec.headers import HEADER_NAME, HEADER_VALUE
+from firefeed.spec.headers import HEADER_VALUE, header_problem
 
 log = logging.getLogger(__name__)
 
@@ -143,16 +143,13 @@ def expand_headers(source: str, headers: Mapping[str, str], references: Resolver
     refs = references or Resolver.closed()
     expanded: dict[str, str] = {}
     for name, value in headers.items():
-        if not HEADER_NAME.fullmatch(name):
-            raise InvalidSourceRequestError(source, f"{name!r} is not a valid header name")
+        if (problem := header_problem(name, "")) is not None:
+            raise InvalidSourceRequestError(source, problem)
         text = refs.expand(str(value), source=source, where=f"header {name!r}")
-        if not HEADER_VALUE.fullmatch(text):
-            # Checked here because httpx/h11 would quote the offending value in their error.
-            raise InvalidSourceRequestError(
-                source,
-                f"header {name!r} has a character not allowed in a header (non-ASCII "
-                "or a line break); the value is not shown",
-            )
+        # Checked again once expanded (a secret may hold a line break), and because httpx/h11 would
+        # quote the offending value in their error.
+        if (problem := header_problem(name, text)) is not None:
+            raise InvalidSourceRequestError(source, problem)
         expanded[name] = text
     return expanded
 

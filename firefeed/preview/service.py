@@ -34,7 +34,13 @@ from sqlalchemy.exc import DBAPIError
 
 from firefeed.config import Settings, get_settings
 from firefeed.db.engine import database_message, get_engine
-from firefeed.errors import ParseError, PreviewFailedError, PreviewTimeoutError, preview_failure
+from firefeed.errors import (
+    ParseError,
+    PreviewFailedError,
+    PreviewRefusedError,
+    PreviewTimeoutError,
+    PreviewUnavailableError,
+)
 from firefeed.pipeline.fetch import FetchResult, fetch_source
 from firefeed.pipeline.merge import StagedSource, merge_sources
 from firefeed.pipeline.parse import FeedReader, open_reader
@@ -86,9 +92,13 @@ def refused(err: psycopg2.Error | DBAPIError) -> PreviewFailedError:
     """The preview's error for a statement the database refused, by its SQLSTATE: bad data or too big a
     statement is the spec's or the feed's doing (422), a database that cannot serve now is a 503."""
     driver = err.orig if isinstance(err, DBAPIError) else err
-    return preview_failure(
-        f"the database refused the preview: {database_message(err)}", getattr(driver, "pgcode", None)
-    )
+    message = f"the database refused the preview: {database_message(err)}"
+    kind = (getattr(driver, "pgcode", None) or "")[:2]
+    if kind in ("22", "54"):
+        return PreviewRefusedError(message)
+    if kind in ("08", "40", "53", "55", "57"):
+        return PreviewUnavailableError(message)
+    return PreviewFailedError(message)
 
 
 def preview_spec(

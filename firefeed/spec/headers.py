@@ -13,3 +13,15 @@ import re
 HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 #: visible ASCII, space and tab: no line break (header injection), nothing httpx would encode its own way
 HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")
+
+
+def header_problem(name: str, value: str) -> str | None:
+    """What is wrong with one header, for a message that never shows the value (it may hold a secret)."""
+    if not HEADER_NAME.fullmatch(name):
+        return f"{name!r} is not a valid header name (letters, digits and !#$%&'*+.^_`|~-)"
+    if not HEADER_VALUE.fullmatch(value):
+        return (
+            f"header {name!r} has a character not allowed in a header (non-ASCII or a line break); "
+            "the value is not shown"
+        )
+    return None

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.rules.model import Condition, Rule, parse_condition, parse_rules
 from firefeed.rules.template import Template
-from firefeed.spec.headers import HEADER_NAME, HEADER_VALUE
+from firefeed.spec.headers import header_problem
 
 SOURCE_FORMATS = ("csv", "tsv", "json", "jsonl", "xml")
 EXPORT_FORMATS = ("csv", "tsv", "json", "jsonl", "google-xml")
@@ -110,13 +110,9 @@ class FeedSpec(_Strict):
     @classmethod
     def _headers(cls, v: dict[str, str]) -> dict[str, str]:
         for name, value in v.items():
-            if not HEADER_NAME.fullmatch(name):
-                raise ValueError(f"{name!r} is not a valid header name (letters, digits and !#$%&'*+.^_`|~-)")
-            if not HEADER_VALUE.fullmatch(value):
-                raise ValueError(
-                    f"header {name!r} has a character not allowed in a header (non-ASCII or a line break); "
-                    "the value is not shown"
-                )
+            problem = header_problem(name, value)
+            if problem is not None:
+                raise ValueError(problem)
             if name.strip().lower() in _RESERVED_HEADERS:
                 raise ValueError(
                     f"{name!r} can't be set: Host, Content-Length, Transfer-Encoding, Connection and the other "
@@ -255,13 +251,10 @@ class ExportSpec(_Strict):
 def _check_no_export_path_is_a_folder_of_another(exports: list[ExportSpec]) -> None:
     """`feeds` and `feeds/google.xml` cannot both be files: the run would fail on the second one it writes."""
     from firefeed.errors import SpecError
+    from firefeed.export.paths import written_path
 
-    published: dict[PurePosixPath, int] = {}
-    for i, e in enumerate(exports):
-        path = PurePosixPath(e.path.replace("\\", "/"))
-        if e.gzip and not path.name.endswith(".gz"):
-            path = path.with_name(path.name + ".gz")  # what is written (export.paths.GZIP_SUFFIX)
-        published[path] = i
+    # What is written (with `.gz` for gzip); each path passed its own check, so none raises here.
+    published = {PurePosixPath(written_path(e.path, gzip=e.gzip)): i for i, e in enumerate(exports)}
     for path, i in published.items():
         for folder in path.parents:
             if folder in published:
