@@ -88,16 +88,23 @@ class RunStore:
         raw = spec.model_dump(mode="json", exclude_unset=True)
         with self.sessions() as s, s.begin():
             s.execute(pg_insert(Company).values(id=spec.company).on_conflict_do_nothing())
+            # Created by this statement, or left as it is: two first applies of one new project at once
+            # both INSERTed, and the second's unique violation was a 500. Now the second waits for the
+            # first's commit, then locks and updates the row like any later apply.
+            inserted = s.execute(
+                pg_insert(Project)
+                .values(id=spec.project, company_id=spec.company, spec=raw)
+                .on_conflict_do_nothing()
+                .returning(Project.id)
+            ).first()
             existing = s.get(Project, spec.project, with_for_update=True)
-            if existing is not None and existing.company_id != spec.company:
+            assert existing is not None
+            if existing.company_id != spec.company:
                 # A caller of one company (API, processes) gets the answer of a missing project, word for word.
                 if company is not None:
                     raise NotFoundError(f"unknown project {spec.project!r}")
                 raise NotFoundError(f"project {spec.project!r} belongs to another company")
-            created = existing is None
-            if existing is None:
-                existing = Project(id=spec.project, company_id=spec.company)
-                s.add(existing)
+            created = inserted is not None
             existing.name = spec.name
             existing.key_field = spec.key
             existing.schedule = spec.schedule

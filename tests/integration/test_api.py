@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -345,3 +346,20 @@ def test_a_companys_spec_writes_past_its_bound_are_refused_at_once_and_others_go
     # Refused, not queued: nothing was stored, and the place is free again once the writes end.
     assert http.get(f"/api/projects/{spec['project']}", headers=auth).status_code == 404
     assert http.put(f"/api/projects/{spec['project']}", headers=auth, content=json.dumps(spec)).status_code == 201
+
+
+def test_concurrent_applies_of_one_new_project_create_it_exactly_once(database_url: str) -> None:
+    """Two first PUTs of one new project both INSERTed its row; the loser's unique violation answered 500."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    company, _ = new_company()
+    spec = parse_spec(spec_of(company, "race_" + uuid.uuid4().hex[:8], url="https://feeds.example.com/r.csv"))
+    barrier = threading.Barrier(8)
+
+    def apply(_: int) -> bool:
+        barrier.wait()
+        return RunStore().apply_spec(spec, spec_dir=None, company=company)
+
+    with ThreadPoolExecutor(8) as pool:
+        created = list(pool.map(apply, range(8)))
+    assert sorted(created) == [False] * 7 + [True]
