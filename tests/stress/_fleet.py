@@ -195,9 +195,14 @@ def run_tables() -> list[str]:
     return [f"{schema}.{table}" for schema, table in service.list_rules_tmp() + service.list_export_tmp()]
 
 
-def partial_files(export_dir: Path) -> list[Path]:
-    """Export files written but never published (`.<name>.<run>.partial`)."""
-    return sorted(export_dir.rglob("*.partial")) if export_dir.exists() else []
+def unpublished_files(export_dir: Path) -> list[Path]:
+    """Export files written but never published: a run's `.<name>.<run>.partial` and the storage's
+    temporaries around one (`firefeed.storage.leftovers`), which a killed writer leaves for the janitor."""
+    from firefeed.storage.leftovers import leftover_run
+
+    if not export_dir.exists():
+        return []
+    return sorted(p for p in export_dir.rglob("*") if p.name.endswith(".partial") or leftover_run(p.name) is not None)
 
 
 def export_rows(path: Path) -> int:

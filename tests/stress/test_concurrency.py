@@ -33,9 +33,9 @@ from tests.stress._fleet import (
     export_body,
     export_rows,
     fleet_env,
-    partial_files,
     run_tables,
     running_fleet,
+    unpublished_files,
     wait_backends_at_most,
 )
 
@@ -141,7 +141,7 @@ def test_n_projects_of_three_companies_started_together_round_after_round_lose_n
             )
             # Each run drops its own pass tables when it ends.
             assert run_tables() == []
-            assert partial_files(Path(env["FIREFEED_EXPORT_DIR"])) == []
+            assert unpublished_files(Path(env["FIREFEED_EXPORT_DIR"])) == []
             idle_after_round.append(database_backends(database_url))
         # Pools are bounded: a step worker's pool process keeps at most one idle connection and a pipeline
         # one two (its driver's wakeups and statements), so however many rounds ran, the idle connections

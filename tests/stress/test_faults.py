@@ -33,9 +33,9 @@ from tests.stress._fleet import (
     describe_backends,
     export_rows,
     fleet_env,
-    partial_files,
     run_tables,
     running_fleet,
+    unpublished_files,
     wait_backends_at_most,
     wait_status,
     wait_step,
@@ -113,9 +113,9 @@ class Project:
         tally.lose(self.lost_rows())
         assert {p.name: p.read_bytes() for p in self.files()} == self.published, "a published export changed"
         deadline = time.monotonic() + 15
-        while (partial_files(self.dir) or run_tables()) and time.monotonic() < deadline:
+        while (unpublished_files(self.dir) or run_tables()) and time.monotonic() < deadline:
             time.sleep(0.2)  # the reaper and the janitor run every second
-        assert partial_files(self.dir) == [], "an unpublished export file was left behind"
+        assert unpublished_files(self.dir) == [], "an unpublished export file was left behind"
         assert run_tables() == [], "a run table was left behind"
 
 

@@ -19,7 +19,7 @@ from firefeed.config import reset_settings
 from tests.integration.conftest import run_json
 from tests.integration.test_distributed import _spec
 from tests.stress._feeds import TEN_GB, feed_server
-from tests.stress._fleet import partial_files
+from tests.stress._fleet import unpublished_files
 
 CAP = 1024 * 1024
 TIMEOUT_S = 1.0
@@ -93,5 +93,5 @@ def test_a_hostile_feed_server_fails_the_run_in_fetch_and_keeps_the_published_ex
     now = {p.name: p.read_bytes() for p in folder.iterdir()}
     stress_tally.lose(sum(1 for name in published if now.get(name) != published[name]))
     assert now == published
-    assert partial_files(feed_env) == []
+    assert unpublished_files(feed_env) == []
     assert [p for p in (tmp_path / "var").rglob("*") if p.is_file() and "fetch" in p.name] == []
