@@ -73,9 +73,9 @@ def parse_lookup(
     if not targets and not defaults:
         raise SpecError(f"{path}.set", "must name at least one field to set")
     fields = list(dict.fromkeys([*targets, *defaults]))
-    for target in fields:
-        if target == key_field:
-            raise SpecError(f"{path}.set", f"may not change the key field {key_field!r}")
+    if key_field in fields:
+        where = f"{path}.set.{key_field}" if key_field in targets else f"{path}.default.{key_field}"
+        raise SpecError(where, f"may not change the key field {key_field!r}")
     if match in fields:
         fields.remove(match)
         fields.append(match)

@@ -411,7 +411,7 @@ def parse_condition(raw: Any, path: str, *, depth: int = 1, group: str | None = 
         return Leaf(name, op, cs, number=_number(value, vpath))
     if op in COUNT_OPS:
         # P8: digits only, taken literally (not a template)
-        digits = _text(value, vpath).strip() if not isinstance(value, bool) else ""
+        digits = _text(value, vpath) if not isinstance(value, bool) else ""
         if not digits.isascii() or not digits.isdigit() or int(digits) > WHOLE_MAX:
             raise SpecError(vpath, f"must be a whole number (digits only) <= {WHOLE_MAX} for op {op}")
         return Leaf(name, op, cs, length=int(digits))

@@ -73,7 +73,12 @@ def test_a_lookup_action_is_parts_per_field_the_matched_field_last() -> None:
     [
         (_spec(rules=_lookup_rule()), "rules[0].then[0].lookup", "names no lookup"),
         (_spec(lookups=[LOOKUP], rules=_lookup_rule(match="")), "rules[0].then[0].match", ""),
-        (_spec(lookups=[LOOKUP], rules=_lookup_rule(set={"id": "gpc"})), "rules[0].then[0].set", "key field"),
+        (_spec(lookups=[LOOKUP], rules=_lookup_rule(set={"id": "gpc"})), "rules[0].then[0].set.id", "key field"),
+        (
+            _spec(lookups=[LOOKUP], rules=_lookup_rule(default={"id": "x"})),
+            "rules[0].then[0].default.id",
+            "key field",
+        ),
         (_spec(lookups=[LOOKUP], rules=_lookup_rule(set="gpc")), "rules[0].then[0].set", "mapping"),
         (_spec(lookups=[LOOKUP], rules=_lookup_rule(set={}, default=None)), "rules[0].then[0].set", "at least one"),
         (_spec(lookups=[LOOKUP], rules=_lookup_rule(value="x")), "rules[0].then[0].value", "unknown key"),

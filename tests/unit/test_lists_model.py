@@ -89,7 +89,7 @@ def test_remove_takes_element_leaves_whose_values_may_read_the_item() -> None:
     assert isinstance(rule.then[0], Remove) and isinstance(rule.then[0].when, Leaf)
 
 
-@pytest.mark.parametrize("value", ["1.5", "x", "-1", "{n}", ""])
+@pytest.mark.parametrize("value", ["1.5", "x", "-1", "{n}", "", " 1", "1 ", "+1", "\u0661"])
 def test_count_values_are_digits_only(value: str) -> None:
     with pytest.raises(SpecError) as info:
         parse_rules([{"when": {"field": "a", "op": "count_gt", "value": value}}], key_field="id")
