@@ -23,7 +23,8 @@ UPDATE processes
          LIMIT 1
            FOR UPDATE SKIP LOCKED
        )
-RETURNING id, function, input_data, attempts;
+-- input_data as text: the worker decodes it itself, so a row Python's JSON reader refuses fails alone
+RETURNING id, function, input_data::text AS input_data, attempts;
 
 -- heartbeat_processes --
 -- Keep this worker's leases alive; the rows not returned were taken away from it

@@ -18,6 +18,7 @@ from sqlalchemy import Engine
 from firefeed.config import Settings
 from firefeed.errors import NotFoundError, PipelineBusyError, ProcessInputError
 from firefeed.logging import run_context
+from firefeed.processes.store import UnreadableInput
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,8 @@ class Runnable:
     def check_input(self, data: Any) -> dict[str, Any]:
         """The input_data as a dict, or ProcessInputError saying what is wrong and what is expected."""
         expected = f"{self.name} takes input_data {self.usage}"
+        if isinstance(data, UnreadableInput):
+            raise ProcessInputError(f"input_data cannot be read: {data.reason}; {expected}")
         if not isinstance(data, dict):
             raise ProcessInputError(f"input_data must be a JSON object, got {_json_kind(data)}; {expected}")
         unknown = sorted(set(data) - set(self.required) - set(self.optional))

@@ -28,10 +28,33 @@ def worker_name() -> str:
 
 
 @dataclass(frozen=True)
+class UnreadableInput:
+    """A row's input_data that Postgres stores but Python's JSON reader refuses; `reason` says why."""
+
+    reason: str
+
+
+def decode_input(text: str) -> Any:
+    """The row's input_data as Python values, or UnreadableInput.
+
+    JSONB holds numbers of any length and nesting thousands of levels deep; Python reads at most
+    4,300 digits of an integer and recurses per level. Decoding where psycopg2 fetches the row
+    raised inside the claim, which rolled it back: the row stayed pending and every claim of the
+    scope failed on it again.
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        return UnreadableInput("it is nested too deep to read")
+    except ValueError:
+        return UnreadableInput("it holds a number too long to read (more than 4,300 digits)")
+
+
+@dataclass(frozen=True)
 class ClaimedRow:
     id: int
     function: str
-    input_data: Any
+    input_data: Any  # decode_input's value
     attempts: int
 
 
@@ -72,7 +95,8 @@ class ProcessStore:
         )
         if not rows:
             return None
-        row = ClaimedRow(*rows[0])
+        pid, function, text, attempts = rows[0]
+        row = ClaimedRow(pid, function, decode_input(text), attempts)
         metrics.process_claimed(row.function)
         return row
 

@@ -42,8 +42,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from firefeed.rules._scalars import digits_value
 from firefeed.rules._text import simple_lower
 from firefeed.textutil import WHITESPACE
+
+#: the inside of a `{n}`, `{n,}` or `{n,m}` repeat, after its `{`
+_REPEAT = re.compile(r"([0-9]+)(,([0-9]*))?\}")
 
 MAX_REPEAT = 255  # Postgres' RE_DUP_MAX
 
@@ -163,12 +167,13 @@ class _Parser:
         self.after_quantifier()
 
     def brace(self) -> None:
-        m = re.compile(r"(\d+)(,(\d*))?\}").match(self.p, self.i)
+        # ASCII digits only (`\d` would take any script's, which Postgres does not count with)
+        m = _REPEAT.match(self.p, self.i)
         if not m:
             raise RegexError("'{' must start a repeat {n}, {n,} or {n,m} (write \\{ for a literal brace)")
         self.need_atom("{")
-        low = int(m.group(1))
-        high = int(m.group(3)) if m.group(3) else None
+        low = digits_value(m.group(1))
+        high = digits_value(m.group(3)) if m.group(3) else None
         if low > MAX_REPEAT or (high is not None and (high > MAX_REPEAT or high < low)):
             raise RegexError(f"repeat counts must satisfy n <= m <= {MAX_REPEAT}")
         self.i = m.end()

@@ -62,6 +62,18 @@ def parse_bool(raw: Any, path: str) -> bool:
 WHOLE_MAX = 2**30
 
 
+#: digits read as a number at most: a longer run (leading zeros aside) is past every bound a spec's
+#: whole numbers have, and Python refuses to read more than 4,300 digits at once (a ValueError, not a
+#: spec error)
+_MAX_DIGITS = 18
+
+
+def digits_value(digits: str) -> int:
+    """The value of a run of ASCII digits; 10**18 for one longer than that, whatever its digits."""
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= _MAX_DIGITS else 10**_MAX_DIGITS
+
+
 def parse_whole(raw: Any, path: str, *, maximum: int = WHOLE_MAX) -> int:
     value: int | None = None
     if isinstance(raw, bool):
@@ -71,7 +83,7 @@ def parse_whole(raw: Any, path: str, *, maximum: int = WHOLE_MAX) -> int:
     elif isinstance(raw, float) and raw.is_integer():
         value = int(raw)
     elif isinstance(raw, str) and raw.strip().isascii() and raw.strip().isdigit():
-        value = int(raw.strip())
+        value = digits_value(raw.strip())
     if value is None or value < 0 or value > maximum:
         raise SpecError(path, f"must be a whole number >= 0 and <= {maximum}")
     return value

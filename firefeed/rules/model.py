@@ -23,6 +23,7 @@ from firefeed.rules._scalars import (
     _mapping,
     _number,
     _text,
+    digits_value,
     parse_bool,
     parse_whole,
 )
@@ -412,9 +413,9 @@ def parse_condition(raw: Any, path: str, *, depth: int = 1, group: str | None = 
     if op in COUNT_OPS:
         # P8: digits only, taken literally (not a template)
         digits = _text(value, vpath) if not isinstance(value, bool) else ""
-        if not digits.isascii() or not digits.isdigit() or int(digits) > WHOLE_MAX:
+        if not digits.isascii() or not digits.isdigit() or digits_value(digits) > WHOLE_MAX:
             raise SpecError(vpath, f"must be a whole number (digits only) <= {WHOLE_MAX} for op {op}")
-        return Leaf(name, op, cs, length=int(digits))
+        return Leaf(name, op, cs, length=digits_value(digits))
     return Leaf(name, op, cs, length=parse_whole(value, vpath))
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from psycopg2 import sql
 
 from firefeed.errors import SpecError
+from firefeed.rules._scalars import digits_value
 
 
 @dataclass(frozen=True)
@@ -26,14 +27,15 @@ class FieldRef:
 
 
 #: `name[i]` in a reference always means an index (P9)
-_INDEXED = re.compile(r"^(.*)\[(-?[0-9]+)\]$", re.DOTALL)
+_INDEXED = re.compile(r"^(.*)\[([-+]?)([0-9]+)\]$", re.DOTALL)
 
 
 def _ref(inner: str) -> FieldRef:
     m = _INDEXED.match(inner)
     if m is None or m.group(1) == "":
         return FieldRef(inner)
-    return FieldRef(m.group(1), int(m.group(2)))
+    # a longer index than digits_value reads is past any list either way
+    return FieldRef(m.group(1), (-1 if m.group(2) == "-" else 1) * digits_value(m.group(3)))
 
 
 def element(value: str | tuple[str, ...], index: int) -> str:

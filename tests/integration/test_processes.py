@@ -190,6 +190,35 @@ def test_bad_input_data_fails_the_row_saying_what_is_expected(
     assert 'firefeed.pipeline.run takes input_data {"project": "<project id>"}' in r["error_message"]
 
 
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ('{"project": ' + "9" * 5000 + "}", "it holds a number too long to read (more than 4,300 digits)"),
+        ('{"project": ' + "[" * 3000 + "]" * 3000 + "}", "it is nested too deep to read"),
+    ],
+    ids=["long-number", "deep"],
+)
+def test_input_data_python_cannot_read_fails_its_row_and_the_next_row_runs(
+    engine: Engine, workspace: str, make_worker, text: str, reason: str
+) -> None:
+    # Postgres stores both; decoding them inside the claim rolled it back, so the row stayed pending
+    # and every later claim of the workspace failed on it again.
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        cur.execute(
+            "INSERT INTO processes (worker_type, workspace_id, function, input_data)"
+            " VALUES ('etl', %s, 'firefeed.pipeline.run', %s::jsonb) RETURNING id",
+            (workspace, text),
+        )
+        bad = int(cur.fetchone()[0])
+    good = insert(engine, "firefeed.ping", {}, workspace=workspace)
+    assert make_worker().drain() == 2
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        cur.execute("SELECT id, status, error_message FROM processes WHERE id IN (%s, %s) ORDER BY id", (bad, good))
+        (_, status, error), (_, good_status, _) = cur.fetchall()
+    assert status == "failed" and good_status == "completed"
+    assert error.startswith(f"input_data cannot be read: {reason}; firefeed.pipeline.run takes input_data")
+
+
 def _spec(tmp_path: Path, company: str, project: str) -> dict[str, Any]:
     write_csv(tmp_path / "main.csv", ["id", "title", "price"], [["A1", "Shoe", "10"], ["A2", "Boot", "20"]])
     return {

@@ -100,6 +100,10 @@ def test_templates_read_indexes_left_to_right() -> None:
     assert parse_template("{{{a[0]}}}", "p").parts == ("{", FieldRef("a", 0), "}")
     assert parse_template("{images[-1]}", "p").parts == (FieldRef("images", -1),)
     assert parse_template("{a[x]}", "p").parts == (FieldRef("a[x]"),)
+    # any integer is an index (P9): a sign, leading zeros, and more digits than Python reads at once
+    assert parse_template("{a[+1]}{a[-007]}", "p").parts == (FieldRef("a", 1), FieldRef("a", -7))
+    (far,) = parse_template("{a[" + "9" * 5000 + "]}", "p").parts
+    assert isinstance(far, FieldRef) and far.name == "a" and far.index is not None and far.index >= 2**31
     with pytest.raises(SpecError):
         parse_template("{a}}", "p")
 

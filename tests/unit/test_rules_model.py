@@ -146,6 +146,21 @@ def test_exclude_false_is_no_action() -> None:
         ([{"when": {"field": "a", "op": "count_gt", "value": "99999999999"}}], "rules[0].when.value", "<= 1073741824"),
         ([{"then": [{"truncate": "a", "length": 10**12}]}], "rules[0].then[0].length", "<= 1073741824"),
         ([{"then": [{"take": "a", "count": "1073741825"}]}], "rules[0].then[0].count", "<= 1073741824"),
+        # more digits than Python reads at once (4,300): a spec error like any other too large number
+        ([{"when": {"field": "a", "op": "length_gt", "value": "9" * 5000}}], "rules[0].when.value", "<= 1073741824"),
+        ([{"when": {"field": "a", "op": "count_gt", "value": "9" * 5000}}], "rules[0].when.value", "<= 1073741824"),
+        ([{"then": [{"take": "a", "count": "9" * 5000}]}], "rules[0].then[0].count", "<= 1073741824"),
+        ([{"then": [{"math": "a", "op": "add", "value": "1", "round": "9" * 5000}]}], "rules[0].then[0].round", "<="),
+        (
+            [{"when": {"field": "a", "op": "matches", "value": "a{" + "9" * 5000 + "}"}}],
+            "rules[0].when.value",
+            "repeat",
+        ),
+        (
+            [{"when": {"field": "a", "op": "matches", "value": "a{\u0661}"}}],
+            "rules[0].when.value",
+            "must start a repeat",
+        ),
         ([{"when": {"field": "a", "op": "matches", "value": "(a"}}], "rules[0].when.value", "regular expression"),
         ([{"when": {"field": "a", "op": "matches", "value": "(?<=a)b"}}], "rules[0].when.value", "(?:...)"),
         ([{"when": {"field": "a", "op": "empty", "value": "x"}}], "rules[0].when.value", "no value"),
