@@ -119,7 +119,9 @@ def _guarded(ctx: RunContext, job: JobState, jobs: JobStore, work: Callable[[], 
             return False, None
         except Exception as err:
             error = describe_error(job.step, err)
-            log.error("%s job failed: %s", job.kind, error["message"], exc_info=not isinstance(err, FireFeedError))
+            # A source job fetches, then parses: its line names the step that failed, as the report does.
+            with run_context(step=error["step"]):
+                log.error("%s job failed: %s", job.kind, error["message"], exc_info=not isinstance(err, FireFeedError))
             jobs.fail(job.id, error)
             return False, None
 

@@ -137,6 +137,25 @@ def test_a_two_source_project_exports_what_the_reference_evaluator_predicts(run_
     assert export["rows"] == len(expected)
 
 
+def test_a_source_job_that_fails_its_fetch_logs_the_fetch_step(
+    run_env: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # One job fetches and parses a source; its failure line named PARSE whatever failed.
+    import logging
+
+    from firefeed.logging import RunContextFilter
+
+    spec = _project(tmp_path, project="fetch_log")
+    (tmp_path / "stock.csv").unlink()
+    caplog.handler.addFilter(RunContextFilter())
+    with caplog.at_level(logging.ERROR, logger="firefeed.pipeline.jobs"):
+        code, report = run_json(spec)
+    assert code == 1 and report["error"]["step"] == "FETCH"
+    (line,) = [r for r in caplog.records if "job failed" in r.getMessage()]
+    assert line.step == "FETCH"  # type: ignore[attr-defined]
+    assert line.project == "fetch_log"  # type: ignore[attr-defined]  # the job's other fields stay
+
+
 def test_a_failed_run_keeps_the_previous_exports_and_frees_the_project(run_env: Path, tmp_path: Path) -> None:
     spec = _project(tmp_path, project="fails")
     assert run_json(spec)[0] == 0
