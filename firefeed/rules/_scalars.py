@@ -82,8 +82,8 @@ def parse_whole(raw: Any, path: str, *, maximum: int = WHOLE_MAX) -> int:
         value = raw
     elif isinstance(raw, float) and raw.is_integer():
         value = int(raw)
-    elif isinstance(raw, str) and raw.strip().isascii() and raw.strip().isdigit():
-        value = digits_value(raw.strip())
+    elif isinstance(raw, str) and (text := raw.strip()).isascii() and text.isdigit():
+        value = digits_value(text)
     if value is None or value < 0 or value > maximum:
         raise SpecError(path, f"must be a whole number >= 0 and <= {maximum}")
     return value

@@ -413,9 +413,10 @@ def parse_condition(raw: Any, path: str, *, depth: int = 1, group: str | None = 
     if op in COUNT_OPS:
         # P8: digits only, taken literally (not a template)
         digits = _text(value, vpath) if not isinstance(value, bool) else ""
-        if not digits.isascii() or not digits.isdigit() or digits_value(digits) > WHOLE_MAX:
+        count = digits_value(digits) if digits.isascii() and digits.isdigit() else None
+        if count is None or count > WHOLE_MAX:
             raise SpecError(vpath, f"must be a whole number (digits only) <= {WHOLE_MAX} for op {op}")
-        return Leaf(name, op, cs, length=digits_value(digits))
+        return Leaf(name, op, cs, length=count)
     return Leaf(name, op, cs, length=parse_whole(value, vpath))
 
 
