@@ -38,7 +38,10 @@ class LookupSet:
     tag: str  # the action's id among the rules (`<rule index>_<t|e><position>`)
     columns: tuple[str, ...]
     path: str  # where the action is written (`rules[2].then[0]`), for the report
-    order: tuple[str, ...]  # the fields of all the action's parts, in order
+    order: tuple[str, ...]  # the fields of all the action's parts, in the order they are computed
+    #: the same fields in the order the spec writes them: the order a field the action creates takes
+    #: among the export's default columns (8.21), which computing the matched field last must not change
+    written: tuple[str, ...]
 
     @property
     def first(self) -> bool:
@@ -73,6 +76,7 @@ def parse_lookup(
     if not targets and not defaults:
         raise SpecError(f"{path}.set", "must name at least one field to set")
     fields = list(dict.fromkeys([*targets, *defaults]))
+    written = tuple(fields)
     if key_field in fields:
         where = f"{path}.set.{key_field}" if key_field in targets else f"{path}.default.{key_field}"
         raise SpecError(where, f"may not change the key field {key_field!r}")
@@ -82,6 +86,6 @@ def parse_lookup(
     columns = tuple(dict.fromkeys(c for c in targets.values() if c is not None))
     order = tuple(fields)
     return tuple(
-        LookupSet(t, name, known[name], match, targets.get(t), defaults.get(t), tag, columns, path, order)
+        LookupSet(t, name, known[name], match, targets.get(t), defaults.get(t), tag, columns, path, order, written)
         for t in fields
     )

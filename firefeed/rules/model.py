@@ -330,8 +330,16 @@ class Rule:
 
     @property
     def writes(self) -> tuple[str, ...]:
-        """Fields the rule may change on an item it keeps (a branch that excludes changes nothing)."""
-        return tuple(dict.fromkeys(a.field for a in (*effective(self.then), *effective(self.else_))))
+        """Fields the rule may change on an item it keeps (a branch that excludes changes nothing), in the
+        order the rule writes them: a field it creates takes that place among the default columns (8.21)."""
+        return tuple(dict.fromkeys(f for a in (*effective(self.then), *effective(self.else_)) for f in _written(a)))
+
+
+def _written(action: FieldAction) -> tuple[str, ...]:
+    """The fields an action writes, in written order: a lookup's parts compute its matched field last."""
+    if isinstance(action, LookupSet):
+        return action.written
+    return (action.field,)
 
 
 def uses_group_first(cond: Condition) -> bool:

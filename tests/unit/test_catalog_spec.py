@@ -68,6 +68,17 @@ def test_a_lookup_action_is_parts_per_field_the_matched_field_last() -> None:
     assert spec.lookup_tables["cats"].startswith("lkp_p1_")
 
 
+def test_fields_a_lookup_creates_keep_the_written_order_though_the_matched_field_is_computed_last() -> None:
+    """8.21: `cat` is written first; computing it last (so the other parts read its old value) moves nothing."""
+    from firefeed.rules._plan import plan_passes
+
+    action = {"lookup": "cats", "match": "cat", "set": {"cat": "name", "gpc": "gpc"}, "default": {"label": "x"}}
+    spec = parse_spec(_spec(lookups=[LOOKUP], rules=[{"then": [action]}]))
+    assert [p.field for p in spec.parsed_rules[0].then] == ["gpc", "label", "cat"]  # type: ignore[union-attr]
+    (plan,) = plan_passes(spec.parsed_rules, ["id", "title"])
+    assert plan.fields_out == ("id", "title", "cat", "gpc", "label")
+
+
 @pytest.mark.parametrize(
     ("doc", "path", "words"),
     [
