@@ -51,7 +51,7 @@ def _rendering(export: ExportSpec, columns: Sequence[OutputColumn], title: str |
         return render_jsonl(columns)
     if export.format == "google-xml":
         name = title or export.name
-        return render_google_xml(columns, title=name, link=link or "", description=name)
+        return render_google_xml(columns, title=name, link=link or "", description=export.channel_description or name)
     raise ExportError(export.name, f"unknown format {export.format!r}")
 
 

@@ -187,6 +187,8 @@ class ExportSpec(_Strict):
     list_separator: str = ","
     # google-xml: the <channel>'s <link> (SPEC 8.19); unset, the first item's link.
     channel_link: str | None = None
+    # google-xml: the <channel>'s <description> (P32); unset, the same text as <title>.
+    channel_description: str | None = None
     # Feed quality (#9): the channel whose rules the export is checked against (google-xml: google),
     # which findings keep the previous file published, and the largest share of items a run may drop.
     channel: Literal["google", "meta", "none"] | None = None

@@ -117,6 +117,77 @@ def test_with_no_first_link_the_channel_link_is_empty_and_the_feed_is_whole(
     assert data.endswith(b"</channel>\n</rss>\n") and data.count(b"<channel>") == 1
 
 
+def test_the_channel_description_is_the_exports_else_the_title(run_env: Path, tmp_path: Path) -> None:
+    # P32: `channel_description` is a key of a google-xml export; unset, <description> repeats <title>.
+    exports = [
+        {"name": "set", "format": "google-xml", "path": "set.xml", "channel_description": "Our <best> & more\x05"},
+        {"name": "unset", "format": "google-xml", "path": "unset.xml"},
+    ]
+    _run(_spec(tmp_path, "chan_desc", ITEMS, exports, name="Shop"))
+    channel, data = _channel(run_env / "fine" / "chan_desc" / "set.xml")
+    assert channel.findtext("description") == "Our <best> & more"
+    assert b"<description>Our &lt;best&gt; &amp; more</description>" in data
+    channel, _ = _channel(run_env / "fine" / "chan_desc" / "unset.xml")
+    assert channel.findtext("description") == channel.findtext("title") == "Shop"
+
+
+@pytest.mark.parametrize(
+    ("fields", "link"),
+    [
+        # a sub-attribute named link is not the item's link, before or after the flat one
+        ({"id": "id", "shipping.link": "title", "link": "url"}, "https://shop.example/p/1?a=1&b=2"),
+        ({"id": "id", "shipping.link": "title"}, ""),
+        # a parent `link` of sub-attributes has no value of its own
+        ({"id": "id", "link.url": "url", "link.label": "title"}, ""),
+    ],
+)
+def test_the_channel_link_is_only_the_flat_link_column(
+    run_env: Path, tmp_path: Path, fields: dict[str, str], link: str
+) -> None:
+    export = {"name": "g", "format": "google-xml", "path": "g.xml", "fields": fields}
+    _run(_spec(tmp_path, "chan_nested", ITEMS, [export]))
+    channel, _ = _channel(run_env / "fine" / "chan_nested" / "g.xml")
+    element = channel.find("link")
+    assert element is not None and len(element) == 0  # a text, never sub-elements taken along
+    assert channel.findtext("link") == link
+    assert len(channel.findall("item")) == 3
+
+
+def test_a_list_link_gives_the_channel_its_joined_value(run_env: Path, tmp_path: Path) -> None:
+    # P32 with P26: the link's value is the text of the list, its elements joined with ","
+    rows = [["id", "url"], ["1", "https://a.example/1|https://b.example/1"], ["2", "https://a.example/2"]]
+    header, body = rows[0], rows[1:]
+    write_csv(tmp_path / "main.csv", header, body)
+    spec = {
+        "company": "fine",
+        "project": "chan_list",
+        "sources": [{"name": "main", "url": "main.csv", "lists": {"url": "|"}}],
+        "exports": [{"name": "g", "format": "google-xml", "path": "g.xml", "fields": {"id": "id", "link": "url"}}],
+    }
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    _run(path)
+    channel, _ = _channel(run_env / "fine" / "chan_list" / "g.xml")
+    assert channel.findtext("link") == "https://a.example/1,https://b.example/1"
+    assert [e.text for e in channel.find("item").iter(f"{{{GOOGLE_NS}}}link")] == [
+        "https://a.example/1",
+        "https://b.example/1",
+    ]
+
+
+def test_a_parent_whose_sub_values_are_all_removed_characters_is_left_out(run_env: Path, tmp_path: Path) -> None:
+    # 8.25 with P25: the emptied sub-elements go, then the parent they leave empty
+    rows = [["id", "s", "t"], ["1", "\x04", "\x02"], ["2", "\x04", "ok"]]
+    export = {"name": "g", "format": "google-xml", "path": "g.xml", "fields": {"id": "id", "sh.a": "s", "sh.b": "t"}}
+    _run(_spec(tmp_path, "xml_parent", rows, [export]))
+    channel, data = _channel(run_env / "fine" / "xml_parent" / "g.xml")
+    g = f"{{{GOOGLE_NS}}}"
+    first, second = channel.findall("item")
+    assert [etree.QName(e).localname for e in first] == ["id"]
+    assert [(etree.QName(e).localname, e.text) for e in second.find(f"{g}sh")] == [("b", "ok")]
+    assert b"<g:sh></g:sh>" not in data
+
+
 def test_google_xml_leaves_out_characters_xml_cannot_hold(run_env: Path, tmp_path: Path) -> None:
     # SPEC 8.25: C0 controls other than tab, LF and CR, U+FFFE and U+FFFF; an element left empty goes.
     rows = [["id", "title", "brand"], ["1", "a\x01b\x0bc\x1fd\ufffee\uffff\tf", "\x02\x7f"], ["2", "plain", "\x03"]]
