@@ -121,16 +121,17 @@ def build_lookup_table(
         )
         for c in wanted
     ]
-    keyed = sql.SQL("SELECT {key} AS k, {ord} AS o{more} FROM {stg}").format(
+    # Working names of the internal kind (`_ff...`): no column of the table can be called so (column_for_field).
+    keyed = sql.SQL("SELECT {key} AS _ff_k, {ord} AS _ff_o{more} FROM {stg}").format(
         key=key,
         ord=ident(ORD),
         more=sql.SQL("").join(sql.SQL(", ") + p for p in picked),
         stg=ident(schema, staging),
     )
     # The first row (in file order) of each key; DISTINCT ON keeps the row ORDER BY puts first.
-    select = sql.SQL("SELECT DISTINCT ON (k) k{more} FROM ({keyed}) s WHERE k <> '' ORDER BY k, o").format(
-        more=sql.SQL("").join(sql.SQL(", ") + ident(column_for_field(c)) for c in wanted), keyed=keyed
-    )
+    select = sql.SQL(
+        "SELECT DISTINCT ON (_ff_k) _ff_k{more} FROM ({keyed}) s WHERE _ff_k <> '' ORDER BY _ff_k, _ff_o"
+    ).format(more=sql.SQL("").join(sql.SQL(", ") + ident(column_for_field(c)) for c in wanted), keyed=keyed)
     params = [WHITESPACE] * 3
     with raw_connection(engine) as conn:
         keys = schema_service.rebuild_lookup_table(
@@ -138,9 +139,9 @@ def build_lookup_table(
         )
         with conn.cursor() as cur:
             cur.execute(
-                sql.SQL("SELECT count(*), count(*) FILTER (WHERE k = '') FROM (SELECT {key} AS k FROM {stg}) s").format(
-                    key=key, stg=ident(schema, staging)
-                ),
+                sql.SQL(
+                    "SELECT count(*), count(*) FILTER (WHERE _ff_k = '') FROM (SELECT {key} AS _ff_k FROM {stg}) s"
+                ).format(key=key, stg=ident(schema, staging)),
                 params,
             )
             rows, empty = cur.fetchone()

@@ -96,14 +96,15 @@ def _counted(table: sql.Composable, field: str, *, listed: bool) -> sql.Composab
     elements once for "" (P33); ties are in feed order, then in the order of the first item's elements.
     """
     column, ord_ = ident(column_for_field(field)), ident(ORD)
+    # The count's name is of the internal kind: a field may be called `n` (column_for_field never gives `_ff...`).
     if not listed:
-        return sql.SQL("SELECT {v}, count(*) AS n FROM {t} GROUP BY {v} ORDER BY n DESC, min({o})").format(
+        return sql.SQL("SELECT {v}, count(*) AS _ff_n FROM {t} GROUP BY {v} ORDER BY _ff_n DESC, min({o})").format(
             v=column, t=table, o=ord_
         )
     elements = sql.SQL("CASE WHEN cardinality({v}) = 0 THEN ARRAY['']::text[] ELSE {v} END").format(v=column)
     return sql.SQL(
-        "SELECT _ff_e, count(DISTINCT {o}) AS n FROM {t}, unnest({e}) WITH ORDINALITY AS _ff_u(_ff_e, _ff_i) "
-        "GROUP BY _ff_e ORDER BY n DESC, min(ARRAY[{o}, _ff_i])"
+        "SELECT _ff_e, count(DISTINCT {o}) AS _ff_n FROM {t}, unnest({e}) WITH ORDINALITY AS _ff_u(_ff_e, _ff_i) "
+        "GROUP BY _ff_e ORDER BY _ff_n DESC, min(ARRAY[{o}, _ff_i])"
     ).format(e=elements, o=ord_, t=table)
 
 

@@ -185,3 +185,22 @@ def test_the_preview_joins_lookups_and_reads_groups_like_a_run(run_env: Path, tm
     ring = preview["items"][0]
     after = {c["field"]: c["after"] for r in ring["rules"] for c in r["changes"]}
     assert after == {"gpc": "Apparel & Accessories > Jewelry > Rings", "n": "1", "first": "y"}
+
+
+@pytest.mark.parametrize("column", ["k", "o", "_ff_k"])
+def test_a_lookup_column_may_have_any_name(run_env: Path, tmp_path: Path, column: str) -> None:
+    # Column names come from the file: none may meet the names of the statement that builds the table.
+    write_csv(tmp_path / "main.csv", ["id", "c"], [["1", "hats"], ["2", "caps"]])
+    write_csv(tmp_path / "cat.csv", ["code", column], [[" hats ", "Hat label"]])
+    spec = {
+        "company": "catalog",
+        "project": "lookup_names",
+        "sources": [{"name": "main", "url": "main.csv"}],
+        "lookups": [{"name": "cat", "url": "cat.csv", "key": "code"}],
+        "rules": [{"name": "label", "then": [{"lookup": "cat", "match": "c", "set": {"label": column}}]}],
+        "exports": [{"name": "all", "format": "csv", "path": "all.csv"}],
+    }
+    _run(_write_spec(tmp_path, spec))
+    header, rows = read_csv(run_env / "catalog" / "lookup_names" / "all.csv")
+    assert header == ["id", "c", "label"]
+    assert rows == [["1", "hats", "Hat label"], ["2", "caps", ""]]

@@ -83,3 +83,22 @@ def test_the_api_lists_the_same_values_for_the_tokens_company_only(
     assert r.status_code == 422
     _, other = new_company()
     assert http.get(f"/api/projects/{project}/values", params={"field": "cat"}, headers=other).status_code == 404
+
+
+def test_values_of_a_field_named_like_the_count(run_env: Path, tmp_path: Path) -> None:
+    project = "values_" + uuid.uuid4().hex[:8]
+    write_csv(tmp_path / "main.csv", ["id", "n", "tags"], [["1", "a", "x"], ["2", "a", "x"], ["3", "b", "y"]])
+    spec = {
+        "company": "catalog",
+        "project": project,
+        "sources": [{"name": "main", "url": "main.csv", "lists": {"tags": ","}}],
+        "exports": [{"name": "e", "format": "csv", "path": "e.csv"}],
+    }
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    code, report = run_json(path)
+    assert code == 0, report
+    for field, values in [("n", [["a", 2], ["b", 1]]), ("tags", [["x", 2], ["y", 1]])]:
+        code, out = cli("values", project, field, "--json")
+        assert code == 0, out
+        assert [[v["value"], v["count"]] for v in json.loads(out)["values"]] == values
