@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePosixPath
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.rules.model import Condition, Rule, parse_condition, parse_rules
@@ -140,22 +140,29 @@ class FeedSpec(_Strict):
         return fmt
 
 
+def _separator(separator: str) -> str:
+    if separator == "":
+        raise ValueError("a list's separator must be a non-empty text")
+    return separator
+
+
+#: a list field's separator, checked per key so that an error names the field (`sources[0].lists.tags`)
+ListSeparator = Annotated[str, AfterValidator(_separator)]
+
+
 class SourceSpec(FeedSpec):
     mode: Literal["enrich", "append"] = "enrich"
     fields: list[str] | None = None
     # SPEC 9 (P15): a template over this source's own fields that fills the key field before MERGE.
     key_from: str | None = None
     # SPEC 9: list fields of this source, field -> separator (csv/tsv split on it; json/xml ignore it)
-    lists: dict[str, str] | None = None
+    lists: dict[str, ListSeparator] | None = None
 
     @field_validator("lists")
     @classmethod
     def _lists(cls, v: dict[str, str] | None) -> dict[str, str] | None:
-        for name, separator in (v or {}).items():
-            if name == "":
-                raise ValueError("a list field needs a name")
-            if separator == "":
-                raise ValueError(f"the separator of list field {name!r} must be a non-empty text")
+        if "" in (v or {}):
+            raise ValueError("a list field needs a name")  # no name to point at: the error is the mapping's
         return v
 
     @property

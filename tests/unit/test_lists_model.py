@@ -52,7 +52,10 @@ def test_a_list_separator_must_not_be_empty() -> None:
     doc = spec()
     doc["sources"][0]["lists"] = {"images": ""}
     err = spec_error(doc)
-    assert err.path.startswith("sources[0].lists") and "separator" in str(err)
+    assert err.path == "sources[0].lists.images" and "separator" in str(err)  # P6: the field it names
+    doc["sources"][0]["lists"] = {"": ","}
+    err = spec_error(doc)
+    assert err.path == "sources[0].lists" and "name" in str(err)
 
 
 def test_new_actions_parse_with_their_defaults() -> None:
