@@ -12,7 +12,8 @@ long: a template adds its parts, `replace` multiplies by how much longer its
 `with` is than its `find`, and so on, for each branch of each rule in order; a
 rule with `when` leaves the larger of its branches' bounds. The bound is
 conservative (a list is counted as its text joined with ",", with as many
-elements as that text could hold). When a field's bound passes
+elements as that text could hold; after a `map` or `math`, which add none,
+the count they found). When a field's bound passes
 `rules_max_growth` times `REFERENCE_BYTES`, the spec is refused, naming the
 first rule that takes it there. Channel rules continue from the bounds the
 project's rules leave.
@@ -84,8 +85,10 @@ def _regex_replace(action: m.RegexReplace, size: float) -> float:
     return size * (max(1, literal + groups) + literal) + literal
 
 
-def _action(action: m.FieldAction, bounds: Mapping[str, float], lists: m.ListFields) -> float:
-    """The bound of `action.field` after `action`, from `bounds` before it."""
+def _action(
+    action: m.FieldAction, bounds: Mapping[str, float], lists: m.ListFields, counts: Mapping[str, float]
+) -> float:
+    """The bound of `action.field` after `action`, from `bounds` before it (`counts`: see `_count`)."""
     size = bounds.get(action.field, REFERENCE_BYTES)
     if isinstance(action, m.Set):
         return _template(action.value, bounds)
@@ -101,7 +104,7 @@ def _action(action: m.FieldAction, bounds: Mapping[str, float], lists: m.ListFie
         return size * _CASE_GROWTH
     if isinstance(action, m.Math):
         extra = _bytes(format(action.value, "f")) + action.round + 3
-        return size + extra * (_elements(size) if action.field in lists else 1)
+        return size + extra * (_count(action.field, bounds, counts) if action.field in lists else 1)
     if isinstance(action, m.MapValues):
         targets = [t for _, t in action.values] + ([action.default] if action.default is not None else [])
         if action.field not in lists:
@@ -110,7 +113,7 @@ def _action(action: m.FieldAction, bounds: Mapping[str, float], lists: m.ListFie
         # reads once (see the module's docstring).
         literal = max((_template(t, {}, 0.0) for t in targets), default=0.0)
         read = max((_template(t, bounds) - _template(t, {}, 0.0) for t in targets), default=0.0)
-        return max(size, _elements(size) * (literal + 1) + read)
+        return max(size, _count(action.field, bounds, counts) * (literal + 1) + read)
     if isinstance(action, m.Join):
         return size * max(1, _bytes(action.separator))
     if isinstance(action, LookupSet):
@@ -125,11 +128,28 @@ def _action(action: m.FieldAction, bounds: Mapping[str, float], lists: m.ListFie
     return size
 
 
-def _branch(actions: tuple[m.Action, ...], bounds: Bounds, lists: m.ListFields) -> Bounds:
-    out = dict(bounds)
+def _count(field: str, bounds: Mapping[str, float], counts: Mapping[str, float]) -> float:
+    """How many elements list `field` can hold: what an element-wise action left (`counts`), else
+    what its bytes can hold. A `map` or `math` changes each element and adds none, so the next one
+    multiplies by the same count: estimated from the grown bytes, two maps would count elements that
+    were never added (and refuse a plain spec)."""
+    return counts[field] if field in counts else _elements(bounds.get(field, REFERENCE_BYTES))
+
+
+def _branch(
+    actions: tuple[m.Action, ...], bounds: Bounds, lists: m.ListFields, counts: Bounds
+) -> tuple[Bounds, Bounds]:
+    """The bounds after `actions`, and the element counts that element-wise actions keep known."""
+    out, kept = dict(bounds), dict(counts)
     for action in m.effective(actions):
-        out[action.field] = _action(action, out, lists)
-    return out
+        elementwise = action.field in lists and isinstance(action, m.MapValues | m.Math)
+        count = _count(action.field, out, kept) if elementwise else None
+        out[action.field] = _action(action, out, lists, kept)
+        if count is not None:
+            kept[action.field] = count
+        else:
+            kept.pop(action.field, None)  # any other action may change how many elements there are
+    return out, kept
 
 
 def _times(grown: float) -> str:
@@ -175,12 +195,17 @@ def check_value_growth(
     (default: the setting rules_max_growth)."""
     limit = _limit(limit)
     bounds: Bounds = dict(start or {})
+    counts: Bounds = {}
     for rule in rules:
         if not rule.enabled:
             continue
-        then = _branch(rule.then, bounds, rule.lists)
+        then, then_counts = _branch(rule.then, bounds, rule.lists, counts)
         # Without `when` every item takes `then`; with it, the others take `else` (or keep their value).
-        else_ = _branch(rule.else_, bounds, rule.lists) if rule.when is not None else then
+        else_, else_counts = (
+            _branch(rule.else_, bounds, rule.lists, counts) if rule.when is not None else (then, then_counts)
+        )
+        # A count stays known when both branches know it (the larger one holds for either).
+        counts = {f: max(n, else_counts[f]) for f, n in then_counts.items() if f in else_counts}
         for name in rule.writes:
             grown = max(then.get(name, REFERENCE_BYTES), else_.get(name, REFERENCE_BYTES))
             if grown > limit * REFERENCE_BYTES:

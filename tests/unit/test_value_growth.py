@@ -80,6 +80,25 @@ def test_an_action_that_lengthens_its_field_multiplies_its_bound(action: dict[st
             _times(one, declared_lists=lists)
 
 
+def test_element_wise_actions_on_a_list_keep_its_element_count() -> None:
+    # A map or math changes each element and adds none: the next one multiplies the same count,
+    # not one estimated from the bytes the first made (two maps were refused at 99x).
+    n = REFERENCE_BYTES / 2 + 1
+    maps = [
+        {"then": [{"map": "sizes", "values": {"S": "Small (EU 36-38)", "M": "Medium (EU 40-42)"}}]},
+        {"then": [{"map": "sizes", "values": {"Small (EU 36-38)": "Small (EU 36-38) slim"}}]},
+    ]
+    lists = frozenset({"sizes"})
+    assert _times(maps, declared_lists=lists)["sizes"] == pytest.approx(n * 22 / REFERENCE_BYTES, rel=0.01)
+    math = [{"then": [{"math": "sizes", "op": op, "value": v}]} for op, v in [("multiply", "1.22"), ("add", "4.99")]]
+    assert _times(math + math, declared_lists=lists)["sizes"] < 64
+    # once another action may add elements, the count is read from the bytes again
+    split = [maps[0], {"then": [{"append": "sizes", "value": "x"}]}, maps[1]]
+    assert _times(split, limit=10**6, declared_lists=lists)["sizes"] > 64
+    with pytest.raises(SpecError):
+        _times(split, declared_lists=lists)
+
+
 def test_a_long_literal_counts_like_a_long_value() -> None:
     with pytest.raises(SpecError) as err:
         _times([{"then": [{"set": "ok", "value": "fine"}]}, {"then": [{"append": "d", "value": "x" * (70 << 16)}]}])
