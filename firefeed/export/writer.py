@@ -42,7 +42,7 @@ class ExportResult:
     sha256: str
 
 
-def _rendering(export: ExportSpec, columns: Sequence[OutputColumn], title: str | None, link: str | None) -> Rendering:
+def _rendering(export: ExportSpec, columns: Sequence[OutputColumn], title: str | None) -> Rendering:
     if export.format in ("csv", "tsv"):
         return render_delimited(columns, export.format, export.list_separator)
     if export.format == "json":
@@ -51,7 +51,9 @@ def _rendering(export: ExportSpec, columns: Sequence[OutputColumn], title: str |
         return render_jsonl(columns)
     if export.format == "google-xml":
         name = title or export.name
-        return render_google_xml(columns, title=name, link=link or "", description=export.channel_description or name)
+        return render_google_xml(
+            columns, title=name, link=export.channel_link or "", description=export.channel_description or name
+        )
     raise ExportError(export.name, f"unknown format {export.format!r}")
 
 
@@ -64,7 +66,6 @@ def write_export(
     export: ExportSpec,
     dest: Path,
     title: str | None = None,
-    link: str | None = None,
     lists: ListFields = NO_LISTS,
     scratch: bool = False,
 ) -> ExportResult:
@@ -73,13 +74,14 @@ def write_export(
     `fields` are the item fields in order (key first); the table has one column
     per field (`column_for_field`). `dest` should come from `resolve_export_path`
     (with `gzip=export.gzip`); it is written gzip-compressed when `export.gzip`.
-    `title` and `link` fill the google-xml channel (default title: the export's
-    name). Database and file errors become ExportError naming the export; the
+    `title` is the google-xml channel's (default: the export's name); its link
+    and description are the export's own (`channel_link`, `channel_description`).
+    Database and file errors become ExportError naming the export; the
     previous file at `dest` is then untouched. `scratch`: `dest` is a temporary
     that `Storage.writing` publishes, filled directly (see `atomic_output`).
     """
     columns = output_columns(fields, export, lists)
-    rendering = _rendering(export, columns, title, link)
+    rendering = _rendering(export, columns, title)
     where = where_clause(fields, export, lists, ident(schema, table))
     try:
         with atomic_output(dest, compress=export.gzip, scratch=scratch) as out:

@@ -292,7 +292,6 @@ def export_one(
             export=exp,
             dest=local,
             title=ctx.spec.name or ctx.spec.project,
-            link=exp.channel_link,
             lists=exp.list_fields,  # the project's, and those the export's own rules make lists
             scratch=True,  # `local` is already the storage's temporary: no second one beside it
         )
