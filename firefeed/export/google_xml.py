@@ -215,11 +215,16 @@ def first_link(lines: bytes, *, joined: bool = False) -> bytes:
     end = lines.find(b"\n")
     end = len(lines) if end == -1 else end
     values = []
+    # The depth is carried from one `<g:link>` to the next (each span is counted once): a list link of
+    # n elements costs O(line), not O(n * line).
+    depth = counted = 0
     at = lines.find(_LINK_OPEN, 0, end)
     while at != -1:
         start = at + len(_LINK_OPEN)
         close = lines.index(_LINK_CLOSE, start, end)
-        if lines.count(_ELEMENT_OPEN, 0, at) == lines.count(_ELEMENT_CLOSE, 0, at):
+        depth += lines.count(_ELEMENT_OPEN, counted, at) - lines.count(_ELEMENT_CLOSE, counted, at)
+        counted = at
+        if depth == 0:
             values.append(lines[start:close])
             if not joined:
                 break
