@@ -21,17 +21,24 @@ project's rules leave.
 An aggregate `join` holds a whole group, whatever its size: its value is
 bounded where it is computed instead (`groups.JOIN_MAX_CHARS`).
 
-Not bounded: a `map` over a list whose target reads a field may copy that
-field into every element, so a list of n elements can become n times the
-field. The bound counts the field once (a target's literal text counts per
-element), which keeps P11's `default: "{sizes[0]}?"` usable; only a feed with
-long lists and long values can make that grow, not the rules alone.
+Bounded by the feed, not by the rules: a `map` over a list whose target
+reads a field may copy that field into every element, so a list of n elements
+can become n times the field. The bound counts the field once (a target's
+literal text counts per element), which keeps P11's `default: "{sizes[0]}?"`
+usable. That allowance is taken once along any chain of values: a field it
+was taken for, and every field whose bound holds such a field, is *loose*,
+and a later `map` reading a loose field counts it once per element. Without
+that, maps reading what an earlier one made (`default: "{tags}"` on `tags`,
+eight times) would grow a 10-byte list to 200 MB an item while its bound
+grew by 32 KiB a map; with it, only a feed with long lists and long values
+can reach the unbounded case, and only once.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from firefeed.errors import SpecError
 from firefeed.rules import model as m
@@ -51,6 +58,15 @@ _NUMBER_EXTRA = MAX_ROUND + 25
 Bounds = dict[str, float]
 
 
+@dataclass(frozen=True)
+class Grown:
+    """Each field's bound after some rules, and the loose fields among them (see the module's docstring):
+    what channel rules continue from."""
+
+    bounds: Bounds
+    loose: frozenset[str] = frozenset()
+
+
 def _bytes(text: str) -> int:
     return len(text.encode())
 
@@ -58,6 +74,34 @@ def _bytes(text: str) -> int:
 def _template(t: Template, bounds: Mapping[str, float], unknown: float = REFERENCE_BYTES) -> float:
     """A rendered template: its literal bytes and each reference's value (an element is at most its list)."""
     return sum(bounds.get(p.name, unknown) if isinstance(p, FieldRef) else _bytes(p) for p in t.parts)
+
+
+def _refs(t: Template) -> set[str]:
+    return {p.name for p in t.parts if isinstance(p, FieldRef)}
+
+
+def _flows(action: m.FieldAction) -> set[str]:
+    """The fields whose values the action's result may hold (its own field for one that edits it)."""
+    if isinstance(action, m.Set):
+        return _refs(action.value)
+    if isinstance(action, m.Copy):
+        return {action.source}
+    if isinstance(action, m.Append | m.Prepend):
+        return {action.field} | _refs(action.value)
+    if isinstance(action, m.MapValues):
+        return {action.field} | _map_refs(action)
+    if isinstance(action, LookupSet):
+        kept = {action.field} if action.column is None else set()
+        return kept | (_refs(action.default) if action.default is not None else set())
+    if isinstance(action, Aggregate):
+        # a join is capped where it is computed, a number by its digits: only first/last copy a value
+        return _refs(action.of) if action.of is not None and action.op in ("first", "last") else set()
+    return {action.field}
+
+
+def _map_refs(action: m.MapValues) -> set[str]:
+    targets = [t for _, t in action.values] + ([action.default] if action.default is not None else [])
+    return set().union(*(_refs(t) for t in targets))
 
 
 def _elements(size: float) -> float:
@@ -86,9 +130,14 @@ def _regex_replace(action: m.RegexReplace, size: float) -> float:
 
 
 def _action(
-    action: m.FieldAction, bounds: Mapping[str, float], lists: m.ListFields, counts: Mapping[str, float]
+    action: m.FieldAction,
+    bounds: Mapping[str, float],
+    lists: m.ListFields,
+    counts: Mapping[str, float],
+    loose: frozenset[str] = frozenset(),
 ) -> float:
-    """The bound of `action.field` after `action`, from `bounds` before it (`counts`: see `_count`)."""
+    """The bound of `action.field` after `action`, from `bounds` before it (`counts`: see `_count`;
+    `loose`: the fields a `map` counts once per element)."""
     size = bounds.get(action.field, REFERENCE_BYTES)
     if isinstance(action, m.Set):
         return _template(action.value, bounds)
@@ -113,6 +162,8 @@ def _action(
         # reads once (see the module's docstring).
         literal = max((_template(t, {}, 0.0) for t in targets), default=0.0)
         read = max((_template(t, bounds) - _template(t, {}, 0.0) for t in targets), default=0.0)
+        if _map_refs(action) & loose:
+            return max(size, _count(action.field, bounds, counts) * (literal + 1 + read))
         return max(size, _count(action.field, bounds, counts) * (literal + 1) + read)
     if isinstance(action, m.Join):
         return size * max(1, _bytes(action.separator))
@@ -137,19 +188,25 @@ def _count(field: str, bounds: Mapping[str, float], counts: Mapping[str, float])
 
 
 def _branch(
-    actions: tuple[m.Action, ...], bounds: Bounds, lists: m.ListFields, counts: Bounds
-) -> tuple[Bounds, Bounds]:
-    """The bounds after `actions`, and the element counts that element-wise actions keep known."""
-    out, kept = dict(bounds), dict(counts)
+    actions: tuple[m.Action, ...], bounds: Bounds, lists: m.ListFields, counts: Bounds, loose: frozenset[str]
+) -> tuple[Bounds, Bounds, frozenset[str]]:
+    """The bounds after `actions`, the element counts that element-wise actions keep known, and the
+    loose fields."""
+    out, kept, slack = dict(bounds), dict(counts), set(loose)
     for action in m.effective(actions):
         elementwise = action.field in lists and isinstance(action, m.MapValues | m.Math)
         count = _count(action.field, out, kept) if elementwise else None
-        out[action.field] = _action(action, out, lists, kept)
+        out[action.field] = _action(action, out, lists, kept, frozenset(slack))
         if count is not None:
             kept[action.field] = count
         else:
             kept.pop(action.field, None)  # any other action may change how many elements there are
-    return out, kept
+        once = elementwise and isinstance(action, m.MapValues) and bool(_map_refs(action))
+        if once or _flows(action) & slack:
+            slack.add(action.field)
+        else:
+            slack.discard(action.field)
+    return out, kept, frozenset(slack)
 
 
 def _times(grown: float) -> str:
@@ -188,24 +245,28 @@ def check_value_growth(
     limit: float | None = None,
     *,
     path: str = "rules",
-    start: Mapping[str, float] | None = None,
-) -> Bounds:
+    start: Grown | None = None,
+) -> Grown:
     """Each field's bound after `rules`, from `start` (a field not in it: a value the run reads); a
     SpecError naming the first rule that can make a value larger than `limit` times REFERENCE_BYTES
     (default: the setting rules_max_growth)."""
     limit = _limit(limit)
-    bounds: Bounds = dict(start or {})
+    bounds: Bounds = dict(start.bounds) if start is not None else {}
+    loose = start.loose if start is not None else frozenset()
     counts: Bounds = {}
     for rule in rules:
         if not rule.enabled:
             continue
-        then, then_counts = _branch(rule.then, bounds, rule.lists, counts)
+        then, then_counts, then_loose = _branch(rule.then, bounds, rule.lists, counts, loose)
         # Without `when` every item takes `then`; with it, the others take `else` (or keep their value).
-        else_, else_counts = (
-            _branch(rule.else_, bounds, rule.lists, counts) if rule.when is not None else (then, then_counts)
+        else_, else_counts, else_loose = (
+            _branch(rule.else_, bounds, rule.lists, counts, loose)
+            if rule.when is not None
+            else (then, then_counts, then_loose)
         )
         # A count stays known when both branches know it (the larger one holds for either).
         counts = {f: max(n, else_counts[f]) for f, n in then_counts.items() if f in else_counts}
+        loose = then_loose | else_loose  # loose after either branch
         for name in rule.writes:
             grown = max(then.get(name, REFERENCE_BYTES), else_.get(name, REFERENCE_BYTES))
             if grown > limit * REFERENCE_BYTES:
@@ -217,4 +278,4 @@ def check_value_growth(
                     "rule: write it once, or use fewer rules that repeat it",
                 )
             bounds[name] = grown
-    return bounds
+    return Grown(bounds, loose)

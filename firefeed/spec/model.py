@@ -234,6 +234,11 @@ class ExportSpec(_Strict):
         # `.`, `sub/`, `sub/.` name a folder: the run would fail on it, or write a file named `sub`.
         if not text.strip():
             raise ValueError("is blank: name a file in the project's export folder (e.g. 'feed.csv')")
+        from firefeed.export.paths import path_length_problem
+
+        too_long = path_length_problem(text)
+        if too_long is not None:
+            raise ValueError(too_long)
         if text.rsplit("/", 1)[-1] in ("", "."):
             raise ValueError(f"{v!r} names a folder, not a file: end it with the file's name (e.g. 'feed.csv')")
         from firefeed.storage.leftovers import leftover_run
@@ -410,7 +415,7 @@ class ProjectSpec(_Strict):
             for out, value in (e.fields or {}).items():
                 if "{" in value:
                     path = join_key(f"exports[{i}].fields", out)
-                    check_template_growth(parse_template(value, path), final, path=path)
+                    check_template_growth(parse_template(value, path), final.bounds, path=path)
         return self
 
     @property

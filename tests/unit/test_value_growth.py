@@ -16,7 +16,7 @@ from tests.unit.test_rules_sql_unchanged import ROOT
 
 
 def _times(raw: list[dict[str, Any]], limit: float = 64, **parse: Any) -> dict[str, float]:
-    bounds = check_value_growth(parse_rules(raw, key_field="id", **parse), limit)
+    bounds = check_value_growth(parse_rules(raw, key_field="id", **parse), limit).bounds
     return {name: b / REFERENCE_BYTES for name, b in bounds.items()}
 
 
@@ -166,3 +166,45 @@ def test_a_key_from_template_is_bounded_like_the_rules() -> None:
     assert err.path == "sources[0].key_from" and "65 times" in err.detail
     doc["sources"][0]["key_from"] = "{sku}-{size}"
     assert ProjectSpec.model_validate(doc).sources[0].key_from == "{sku}-{size}"
+
+
+def _self_map() -> dict[str, Any]:
+    return {"then": [{"map": "tags", "values": {"zzz": "zzz"}, "default": "{tags}"}]}
+
+
+def test_maps_that_read_what_an_earlier_map_made_count_it_per_element() -> None:
+    # Each map puts the whole list into every element: n elements become n * n, then n^3 ... The
+    # once-per-element allowance of a map's reads is taken once along a chain, never again.
+    lists = frozenset({"tags"})
+    assert _times([_self_map()], declared_lists=lists)["tags"] < 4
+    with pytest.raises(SpecError) as err:
+        _times([_self_map(), _self_map()], declared_lists=lists)
+    assert err.value.path == "rules[1]"
+    # ... through another field too: the copy holds the first map's result
+    via_copy = [
+        _self_map(),
+        {"then": [{"set": "all", "value": "{tags}"}]},
+        {"then": [{"map": "sizes", "values": {"S": "s"}, "default": "{all}"}]},
+    ]
+    with pytest.raises(SpecError):
+        _times(via_copy, declared_lists=frozenset({"tags", "sizes"}))
+
+
+def test_a_map_reading_a_field_no_map_grew_counts_it_once() -> None:
+    # P11: a default that reads a value the run read (or a plain rule made) stays usable, twice over
+    lists = frozenset({"sizes"})
+    maps = [
+        {"then": [{"set": "brand", "value": "{brand} {vendor}"}]},
+        {"then": [{"map": "sizes", "values": {"S": "Small"}, "default": "{sizes[0]}?"}]},
+        {"then": [{"map": "colors", "values": {"r": "red"}, "default": "{brand}"}]},
+    ]
+    assert max(_times(maps, declared_lists=lists | {"colors"}).values()) < 8
+
+
+def test_channel_rules_see_what_the_project_maps_left_loose() -> None:
+    doc = _spec(
+        rules=[_self_map()],
+        exports=[{"name": "a", "format": "csv", "path": "a.csv", "rules": [_self_map()]}],
+    )
+    doc["sources"][0]["lists"] = {"tags": ","}
+    assert _refused(doc).path == "exports[0].rules[0]"
