@@ -122,8 +122,11 @@ def lookup_table(project: str, lookup: str) -> str:
 
 
 def lookup_staging_table(project: str, lookup: str) -> str:
-    """The table a lookup's file is parsed into, as a source's is (`lookup_table` is built from it)."""
-    return _bounded("stg_lkp_", f"{check_project_id(project)}_{_digest(lookup, 8)}")
+    """The table a lookup's file is parsed into, as a source's is (`lookup_table` is built from it).
+
+    Its prefix is no `stg_` name's: `stg_lkp_` made project `shop`'s lookup `x` the staging of
+    project `lkp_shop`'s source `x`, which each run of `shop` dropped (a project id may hold `_`)."""
+    return _bounded("stgl_", f"{check_project_id(project)}_{_digest(lookup, 8)}")
 
 
 RULES_TMP_PREFIX = "rules_tmp_"

@@ -4,7 +4,10 @@ from firefeed.runs.lock import project_lock_key
 from firefeed.schema.identifiers import (
     MAX_IDENT_BYTES,
     column_for_field,
+    lookup_staging_table,
+    lookup_table,
     project_table,
+    published_keys_table,
     rules_tmp_table,
     run_id_of_tmp_table,
     staging_table,
@@ -50,3 +53,19 @@ def test_table_names_fit_and_rules_tmp_names_lead_back_to_their_run() -> None:
     run_id = "12345678-1234-1234-1234-123456789abc"
     assert run_id_of_tmp_table(rules_tmp_table(run_id, 3)) == run_id
     assert run_id_of_tmp_table("rules_tmp_whatever") is None
+
+
+@pytest.mark.parametrize("name", ["x", "categories", "feed"])
+def test_no_two_projects_tables_share_a_name(name: str) -> None:
+    # A project id may hold `_`: one project's prefix plus another's id must not meet its tables.
+    projects = ["shop", "lkp_shop", "l_shop", "stg_shop", "keys_shop", "shop_x"]
+    seen: dict[str, tuple[str, str]] = {}
+    for project in projects:
+        for kind, table in [
+            ("items", project_table(project)),
+            ("staging", staging_table(project, name)),
+            ("lookup", lookup_table(project, name)),
+            ("lookup staging", lookup_staging_table(project, name)),
+            ("export keys", published_keys_table(project, name)),
+        ]:
+            assert seen.setdefault(table, (project, kind)) == (project, kind), table
