@@ -47,6 +47,23 @@ def resolve_export_path(export_dir: Path, company: str, project: str, rel_path: 
     return target
 
 
+#: the longest name of one folder or file of an export path, in UTF-8 bytes: the file system's 255 less
+#: what a run adds while it writes (`.<name>.<run id>.partial`, then a temporary's own affixes)
+MAX_PATH_PART_BYTES = 150
+#: the longest export path, in UTF-8 bytes
+MAX_PATH_BYTES = 1024
+
+
+def path_length_problem(rel_path: str) -> str | None:
+    """Why an export path is too long to write (a folder or file name, or the whole), else None."""
+    if len(rel_path.encode("utf-8")) > MAX_PATH_BYTES:
+        return f"is longer than {MAX_PATH_BYTES} bytes"
+    for part in rel_path.replace("\\", "/").split("/"):
+        if len(part.encode("utf-8")) > MAX_PATH_PART_BYTES:
+            return f"has a name longer than {MAX_PATH_PART_BYTES} bytes ({part[:20]!r}...): shorten it"
+    return None
+
+
 def written_path(rel_path: str, *, gzip: bool) -> str:
     """The file an export path writes, relative to the project's folder: `/`-separated, with ".gz" added for
     `gzip`; UnsafePathError when it is absolute, empty, climbs with `..` or names a folder."""
@@ -61,6 +78,9 @@ def written_path(rel_path: str, *, gzip: bool) -> str:
         or (len(text) > 1 and text[1] == ":")
     ):
         raise UnsafePathError(f"export path {rel_path!r} must be relative to the project's export folder")
+    too_long = path_length_problem(text)
+    if too_long is not None:
+        raise UnsafePathError(f"export path {too_long}")
     if text.rsplit("/", 1)[-1] in ("", "."):
         # `sub/` would otherwise write a file named `sub` (the spec refuses it already: a stored run's may not)
         raise UnsafePathError(f"export path {rel_path!r} names a folder, not a file in the project's export folder")

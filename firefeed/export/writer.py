@@ -110,5 +110,6 @@ def write_export(
         message = (exc.pgerror or str(exc)).strip()
         raise ExportError(export.name, f"reading the items failed: {message}") from exc
     except OSError as exc:
-        raise ExportError(export.name, f"writing {dest} failed: {exc}") from exc
+        # Not `dest` (a server path) nor str(exc), which names it too: the tenant sees this message.
+        raise ExportError(export.name, f"writing the file failed: {exc.strerror or type(exc).__name__}") from exc
     return ExportResult(name=export.name, path=str(dest), rows=rows, bytes=out.bytes, sha256=out.sha256)

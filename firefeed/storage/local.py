@@ -57,7 +57,8 @@ class LocalStorage(Storage):
             fd, name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
             os.close(fd)
         except OSError as exc:
-            raise StorageError(f"cannot write {dest}: {exc.strerror or exc}") from exc
+            # The key, not `dest`: the message reaches the tenant, the server's folders are not theirs to see.
+            raise StorageError(f"cannot write {key}: {exc.strerror or type(exc).__name__}") from exc
         tmp = Path(name)
         try:
             yield tmp
@@ -80,7 +81,7 @@ class LocalStorage(Storage):
     def reading(self, key: str) -> Iterator[Path]:
         path = self.path(key)
         if not path.is_file():
-            raise StorageError(f"no such file in storage: {path}")
+            raise StorageError(f"no such file in storage: {key}")
         yield path
 
     def open(self, key: str) -> BinaryIO:
@@ -88,7 +89,7 @@ class LocalStorage(Storage):
         try:
             return path.open("rb")
         except OSError as exc:
-            raise StorageError(f"cannot read {path}: {exc.strerror or exc}") from exc
+            raise StorageError(f"cannot read {key}: {exc.strerror or type(exc).__name__}") from exc
 
     def move(self, src: str, dst: str) -> None:
         source, dest = self.path(src), self.path(dst)
@@ -96,7 +97,7 @@ class LocalStorage(Storage):
             dest.parent.mkdir(parents=True, exist_ok=True)
             os.replace(source, dest)
         except OSError as exc:
-            raise StorageError(f"cannot move {source} to {dest}: {exc.strerror or exc}") from exc
+            raise StorageError(f"cannot move {src} to {dst}: {exc.strerror or type(exc).__name__}") from exc
         fsync_dir(dest.parent)
 
     def delete(self, key: str) -> None:

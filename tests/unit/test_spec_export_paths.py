@@ -70,3 +70,33 @@ def test_a_path_that_is_the_folder_of_another_exports_path_is_refused(
 def test_paths_that_name_files_are_accepted(paths: list[str]) -> None:
     spec = parse_spec(_spec(*({"path": p} for p in paths)))
     assert [e.path for e in spec.exports] == paths
+
+
+@pytest.mark.parametrize(
+    ("path", "words"),
+    [("a" * 151 + ".csv", "name longer than 150 bytes"), ("d/" * 600 + "f.csv", "longer than 1024 bytes")],
+)
+def test_a_path_too_long_to_write_is_a_spec_error(path: str, words: str) -> None:
+    # A name past the file system's 255 bytes (with what a run adds while it writes) failed at EXPORT,
+    # with a message naming the server's export folder.
+    err = _error(_spec({"path": path}))
+    assert err.path == "exports[0].path" and words in err.detail
+
+
+def test_the_longest_accepted_name_is_written_and_a_failure_names_the_key_only(tmp_path: Any) -> None:
+    from firefeed.errors import StorageError
+    from firefeed.export.paths import MAX_PATH_PART_BYTES
+    from firefeed.storage.keys import partial_key
+    from firefeed.storage.local import LocalStorage
+
+    name = "é" * ((MAX_PATH_PART_BYTES - 7) // 2) + ".csv.gz"  # two bytes a letter: at the cap
+    assert parse_spec(_spec({"path": name})).exports[0].path == name
+    storage = LocalStorage(tmp_path / "exports")
+    key = partial_key(f"acme/p1/{name}", "0123456789abcdef0123456789abcdef")
+    with storage.writing(key) as local:
+        local.write_bytes(b"x")
+    storage.move(key, f"acme/p1/{name}")
+    assert (tmp_path / "exports" / "acme" / "p1" / name).read_bytes() == b"x"
+    with pytest.raises(StorageError) as info, storage.writing("acme/p1/" + "b" * 300):
+        pass
+    assert str(tmp_path) not in str(info.value) and "acme/p1/bbb" in str(info.value)
