@@ -99,9 +99,12 @@ def _flows(action: m.FieldAction) -> set[str]:
     return {action.field}
 
 
+def _map_targets(action: m.MapValues) -> list[Template]:
+    return [t for _, t in action.values] + ([action.default] if action.default is not None else [])
+
+
 def _map_refs(action: m.MapValues) -> set[str]:
-    targets = [t for _, t in action.values] + ([action.default] if action.default is not None else [])
-    return set().union(*(_refs(t) for t in targets))
+    return set().union(*(_refs(t) for t in _map_targets(action)))
 
 
 def _elements(size: float) -> float:
@@ -155,7 +158,7 @@ def _action(
         extra = _bytes(format(action.value, "f")) + action.round + 3
         return size + extra * (_count(action.field, bounds, counts) if action.field in lists else 1)
     if isinstance(action, m.MapValues):
-        targets = [t for _, t in action.values] + ([action.default] if action.default is not None else [])
+        targets = _map_targets(action)
         if action.field not in lists:
             return max([size, *(_template(t, bounds) for t in targets)])
         # Each element may become a target: its literal text counts once per element, the values it
