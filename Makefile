@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install system-deps lock demo demo-check test test-rabbitmq test-unit test-integration lint format typecheck bench bench-distributed bench-concurrency bench-rules bench-api bench-processes bench-preview bench-quality stress clean
+.PHONY: install bytecode system-deps lock demo demo-check test test-rabbitmq test-unit test-integration lint format typecheck bench bench-distributed bench-concurrency bench-rules bench-api bench-processes bench-preview bench-quality stress clean
 
 # From the lock file (tools/install.sh: uv when it can be had, else pip); tools/lock.sh re-resolves it.
 $(STAMP): pyproject.toml requirements-dev.lock
@@ -27,12 +27,16 @@ demo-check:
 system-deps:
 	bash tools/system-deps.sh
 
-test: $(STAMP) system-deps
+# The project's bytecode, fresh for the subprocesses the tests start (tools/install.sh says why).
+bytecode: $(STAMP)
+	$(BIN)/python -m compileall -q -j 0 firefeed tests celeryconfig.py >/dev/null
+
+test: $(STAMP) bytecode system-deps
 	$(BIN)/pytest -m "not stress" tests
 
 # The integration tests that touch Celery, on RabbitMQ instead of Redis (CI runs both).
 RABBITMQ_URL ?= amqp://guest:guest@127.0.0.1:5672//
-test-rabbitmq: $(STAMP)
+test-rabbitmq: $(STAMP) bytecode
 	FIREFEED_TEST_BROKER=$(RABBITMQ_URL) $(BIN)/pytest -m "not stress" tests/integration/test_distributed.py \
 		tests/integration/test_pipeline_lock.py tests/integration/test_ops_fleet.py \
 		tests/integration/test_ops_deploy.py tests/integration/test_ops_schedules.py tests/integration/test_api.py
@@ -79,8 +83,11 @@ bench-preview: $(STAMP)
 bench-quality: $(STAMP)
 	$(BIN)/python bench/quality_bench.py $(BENCH_ARGS)
 
-stress: $(STAMP)
+# The stress suites, then the SQL route's property tests with every example (make test tries half).
+stress: $(STAMP) bytecode
 	$(BIN)/pytest -m stress tests/stress
+	FIREFEED_THOROUGH_PROPERTIES=1 $(BIN)/pytest -m "not stress" tests/integration/test_rules_differential.py \
+		tests/integration/test_rules_size.py
 
 clean:
 	rm -rf $(VENV) firefeed-demo var exports .mypy_cache .ruff_cache

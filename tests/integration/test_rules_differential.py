@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from lxml import etree
 from psycopg2 import sql
@@ -37,6 +37,7 @@ from firefeed.rules.reference import apply_rules, from_text
 from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, company_schema, ident
 from firefeed.schema.service import SchemaService
 from firefeed.spec.model import ExportSpec, LookupSpec
+from tests.properties import sql_route
 
 pytestmark = pytest.mark.integration
 
@@ -475,12 +476,7 @@ item_lists = st.lists(
 ).map(lambda xs: [{KEY_FIELD: str(i), **x} for i, x in enumerate(xs)])
 
 
-@settings(
-    max_examples=200,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@sql_route(200)
 @given(items=item_lists, raw_rules=rule_lists())
 def test_sql_route_matches_the_reference_on_random_rules(
     engine: Engine, items: list[dict[str, str]], raw_rules: list[dict[str, Any]]
@@ -495,12 +491,7 @@ lookup_rows = st.lists(
 )
 
 
-@settings(
-    max_examples=150,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@sql_route(150)
 @given(items=item_lists, raw_rules=rule_lists(lookups=True), rows=lookup_rows, split=st.booleans())
 def test_sql_route_matches_the_reference_with_lookup_tables(
     engine: Engine,
@@ -522,12 +513,7 @@ grouped_items = st.lists(
 ).map(lambda xs: [{KEY_FIELD: str(i), **x} for i, x in enumerate(xs)])
 
 
-@settings(
-    max_examples=150,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@sql_route(150)
 @given(items=grouped_items, raw_rules=rule_lists(lookups=True, groups=True), rows=lookup_rows, split=st.booleans())
 def test_sql_route_matches_the_reference_with_groups_and_lookups(
     engine: Engine,
@@ -587,12 +573,7 @@ def test_a_pass_that_only_excludes_deletes_in_place_with_the_same_result(
     assert result.table.endswith("_2" if sets else "_1")
 
 
-@settings(
-    max_examples=60,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@sql_route(60)
 @given(items=item_lists, raw_rules=rule_lists())
 def test_rules_split_in_two_halves_match_the_reference(
     engine: Engine, items: list[dict[str, str]], raw_rules: list[dict[str, Any]]
@@ -710,12 +691,7 @@ listed_items = st.lists(
 ).map(lambda xs: [{KEY_FIELD: str(i), **x} for i, x in enumerate(xs)])
 
 
-@settings(
-    max_examples=150,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@sql_route(150)
 @given(items=listed_items, raw_rules=list_rule_lists())
 def test_sql_route_matches_the_reference_on_random_lists(
     engine: Engine, items: list[dict[str, Any]], raw_rules: list[dict[str, Any]], tmp_path: Path
@@ -827,12 +803,7 @@ catalog_lookup_rows = st.lists(
 )
 
 
-@settings(
-    max_examples=150,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@sql_route(150)
 @given(
     items=catalog_items,
     raw_rules=catalog_rule_lists(),

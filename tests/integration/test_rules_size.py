@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 from sqlalchemy import Engine
 
@@ -36,6 +36,7 @@ from tests.integration.test_rules_differential import (
     item_lists,
     load_items,
 )
+from tests.properties import sql_route
 
 pytestmark = pytest.mark.integration
 
@@ -137,12 +138,7 @@ def long_rule_lists(draw: st.DrawFn) -> list[dict[str, Any]]:
     return rules
 
 
-@settings(
-    max_examples=40,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
-)
+@sql_route(40, HealthCheck.data_too_large)
 @given(items=item_lists, raw_rules=long_rule_lists())
 def test_long_random_rule_lists_match_the_reference(
     engine: Engine, items: list[dict[str, str]], raw_rules: list[dict[str, Any]]
