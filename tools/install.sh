@@ -12,9 +12,7 @@ uv="$(bash tools/uv.sh)"
 if [ -n "$uv" ]; then
   echo "installing $lock with $uv"
   "$uv" venv --quiet --python "$py" "$venv"
-  # Bytecode now, as pip writes it: where PYTHONDONTWRITEBYTECODE is set nothing caches it later, and
-  # every worker, CLI and fleet process would compile its ~600 imported modules again (3 s each start).
-  "$uv" pip sync --quiet --python "$venv/bin/python" --require-hashes --compile-bytecode "$lock"
+  "$uv" pip sync --quiet --python "$venv/bin/python" --require-hashes "$lock"
   "$uv" pip install --quiet --python "$venv/bin/python" --no-deps -e .
 else
   echo "uv not available: installing $lock with pip"
@@ -22,5 +20,7 @@ else
   "$venv/bin/pip" install --quiet --disable-pip-version-check --require-hashes -r "$lock"
   "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps -e .
 fi
-# The project's own modules too (editable: neither installer compiles them); `make test` refreshes them.
+# Bytecode of the runtime packages and of the project's own modules (editable: no installer compiles
+# them; `make test` refreshes them): tools/compile_runtime.py says why.
+"$venv/bin/python" tools/compile_runtime.py
 "$venv/bin/python" -m compileall -q -j 0 firefeed celeryconfig.py >/dev/null
