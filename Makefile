@@ -16,7 +16,7 @@ install: $(STAMP)
 lock:
 	bash tools/lock.sh
 
-demo: $(STAMP)
+demo: $(STAMP) bytecode
 	$(BIN)/firefeed demo
 
 # Issue 7 acceptance: a fresh clone of HEAD runs `make demo` in a network namespace without services (root).
@@ -27,7 +27,7 @@ demo-check:
 system-deps:
 	bash tools/system-deps.sh
 
-# The project's bytecode, fresh for the subprocesses the tests start (tools/install.sh says why).
+# The project's bytecode, fresh for the processes the demo and the tests start (tools/compile_runtime.py says why).
 bytecode: $(STAMP)
 	$(BIN)/python -m compileall -q -j 0 firefeed tests celeryconfig.py >/dev/null
 

@@ -9,19 +9,17 @@ process, and compiling them too cost the install 13 s more. Usage: python tools/
 from __future__ import annotations
 
 import compileall
+import functools
 import importlib.metadata as md
-import re
 import sys
 from concurrent.futures import ProcessPoolExecutor
-from pathlib import Path
 
-LOCK = Path(__file__).resolve().parent.parent / "requirements.lock"
+from check_lock import ROOT, pins
 
 
 def _sources() -> list[str]:
-    names = re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", LOCK.read_text(encoding="utf-8"), re.MULTILINE)
     out = []
-    for name in names:
+    for name in pins(ROOT / "requirements.lock"):
         try:
             files = md.distribution(name).files or []
         except md.PackageNotFoundError:  # a marker left it out on this platform
@@ -30,14 +28,10 @@ def _sources() -> list[str]:
     return out
 
 
-def _compile(path: str) -> bool:
-    return bool(compileall.compile_file(path, quiet=2))
-
-
 def main() -> int:
     sources = _sources()
     with ProcessPoolExecutor() as pool:
-        list(pool.map(_compile, sources, chunksize=64))
+        list(pool.map(functools.partial(compileall.compile_file, quiet=2), sources, chunksize=64))
     print(f"bytecode of {len(sources)} runtime modules written", file=sys.stderr)
     return 0
 

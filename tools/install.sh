@@ -20,7 +20,6 @@ else
   "$venv/bin/pip" install --quiet --disable-pip-version-check --require-hashes -r "$lock"
   "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps -e .
 fi
-# Bytecode of the runtime packages and of the project's own modules (editable: no installer compiles
-# them; `make test` refreshes them): tools/compile_runtime.py says why.
+# Bytecode of the runtime packages (tools/compile_runtime.py says why); the project's own modules,
+# which change between runs, get theirs from `make bytecode`.
 "$venv/bin/python" tools/compile_runtime.py
-"$venv/bin/python" -m compileall -q -j 0 firefeed celeryconfig.py >/dev/null
