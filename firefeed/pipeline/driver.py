@@ -285,6 +285,7 @@ class _Driver:
         warnings = self.check_publish(entries)
         steps.publish(ctx, entries)
         self.promote(entries)
+        steps.drop_unnamed_tables(ctx)
         detail: dict[str, Any] = {"exports": entries}
         if warnings:
             detail["warnings"] = warnings

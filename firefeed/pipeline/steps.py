@@ -391,6 +391,27 @@ def publish(ctx: RunContext, exports: Sequence[dict[str, Any]]) -> None:
         storage.move(partial_key(key, ctx.run_id), key)
 
 
+def drop_unnamed_tables(ctx: RunContext) -> None:
+    """After a run that succeeded: drop the project's staging and lookup tables its spec no longer names
+    (a source or lookup renamed or removed). Never fails the run: the files are published."""
+    from firefeed.errors import NotFoundError
+    from firefeed.schema.identifiers import lookup_staging_table, lookup_table
+
+    spec = ctx.spec
+    keep = {staging_table(spec.project, src.name) for src in spec.sources}
+    keep |= {lookup_staging_table(spec.project, lk.name) for lk in spec.lookups}
+    keep |= {lookup_table(spec.project, lk.name) for lk in spec.lookups}
+    try:
+        try:
+            ctx.store.project("lkp_" + spec.project)
+            legacy = False  # its sources' staging tables are named like our old lookup staging
+        except NotFoundError:
+            legacy = True
+        ctx.schema.drop_unnamed_project_tables(spec.company, spec.project, keep, legacy_lookup_staging=legacy)
+    except Exception:
+        log.exception("could not drop the tables of sources and lookups the spec no longer names")
+
+
 def discard_partials(ctx: RunContext) -> None:
     """Remove export files a failed run wrote but never published."""
     storage = export_storage(ctx.settings)

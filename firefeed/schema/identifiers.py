@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 
 from psycopg2 import sql
 
@@ -127,6 +128,21 @@ def lookup_staging_table(project: str, lookup: str) -> str:
     Its prefix is no `stg_` name's: `stg_lkp_` made project `shop`'s lookup `x` the staging of
     project `lkp_shop`'s source `x`, which each run of `shop` dropped (a project id may hold `_`)."""
     return _bounded("stgl_", f"{check_project_id(project)}_{_digest(lookup, 8)}")
+
+
+#: the prefixes of a project's tables that its spec's sources and lookups name (`staging_table`,
+#: `lookup_staging_table`, `lookup_table`); `stg_lkp_` is the lookup staging name before `stgl_`
+PROJECT_FILE_PREFIXES = ("stg_", "stgl_", "lkp_")
+LEGACY_LOOKUP_STAGING_PREFIX = "stg_lkp_"
+
+
+def project_file_table(table: str, project: str, prefixes: Sequence[str] = PROJECT_FILE_PREFIXES) -> bool:
+    """Whether `table` is `<prefix><project>_<8 hex>` for one of `prefixes`: a table a source or lookup of
+    `project` was staged or keyed in, whatever its name. Names at the identifier limit are never
+    claimed: `_bounded` cut another, longer project's name there, which could read as this one's."""
+    if len(table.encode("utf-8")) >= MAX_IDENT_BYTES:
+        return False
+    return any(re.fullmatch(re.escape(prefix + project) + "_[0-9a-f]{8}", table) for prefix in prefixes)
 
 
 RULES_TMP_PREFIX = "rules_tmp_"

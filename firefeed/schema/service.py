@@ -28,7 +28,9 @@ from firefeed.schema.identifiers import (
     COMPANY_SCHEMA_PREFIX,
     EXPORT_TMP_PREFIX,
     KEY,
+    LEGACY_LOOKUP_STAGING_PREFIX,
     ORD,
+    PROJECT_FILE_PREFIXES,
     RULES_TMP_PREFIX,
     SCRATCH_SCHEMA_PREFIX,
     SRC,
@@ -36,6 +38,7 @@ from firefeed.schema.identifiers import (
     export_tmp_table,
     ident,
     is_scratch_area,
+    project_file_table,
     rules_groups_table,
     rules_tmp_table,
     run_id_of_tmp_table,
@@ -230,6 +233,32 @@ class SchemaService:
 
     def drop_table(self, company: str, table: str) -> None:
         self._ddl(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(company_schema(company), table)))
+
+    def drop_unnamed_project_tables(
+        self, company: str, project: str, keep: Iterable[str], *, legacy_lookup_staging: bool = False
+    ) -> list[str]:
+        """Drop `project`'s staging and lookup tables (`project_file_table`) that are not in `keep`, the
+        ones its spec names now: a source or lookup renamed or removed left its table behind, holding
+        a whole feed. `legacy_lookup_staging`: also the `stg_lkp_<project>_*` lookup staging tables of
+        before `stgl_` (only when no project `lkp_<project>` exists, whose sources' they could be).
+        Returns the names dropped. The project's runs are one at a time, so none is being written."""
+        kept = set(keep)
+        prefixes = [*PROJECT_FILE_PREFIXES, *([LEGACY_LOOKUP_STAGING_PREFIX] if legacy_lookup_staging else [])]
+        found = [table for prefix in prefixes for _, table in self._run_tables(prefix + project, company)]
+        dropped: list[str] = []
+        for table in dict.fromkeys(found):
+            if table in kept:
+                continue
+            # `stg_lkp_<project>_<digest>` reads as the staging of project `lkp_<project>`'s source.
+            ours = project_file_table(table, project) or (
+                legacy_lookup_staging and project_file_table(table, "lkp_" + project, prefixes=["stg_"])
+            )
+            if ours:
+                self.drop_table(company, table)
+                dropped.append(table)
+        if dropped:
+            log.info("dropped %d tables the spec no longer names", len(dropped), extra={"tables": dropped})
+        return dropped
 
     def index_order(self, company: str, table: str, *, analyze: bool = True) -> None:
         """Index item positions so chunks and exports read items by position without sorting the whole table.
