@@ -10,7 +10,10 @@ So each field gets an upper bound, in bytes, of what the rules can make of it,
 taking every value the run reads (a source's, a lookup's) as `REFERENCE_BYTES`
 long: a template adds its parts, `replace` multiplies by how much longer its
 `with` is than its `find`, and so on, for each branch of each rule in order; a
-rule with `when` leaves the larger of its branches' bounds. The bound is
+rule with `when` leaves the larger of its branches' bounds. Consecutive
+`replace`s of one character each on a field (escaping `&`, `<` and `>`) are,
+together, a substitution of characters: the field grows by the most that one
+character becomes through all of them (5x for those three, not 5 x 4 x 4). The bound is
 conservative (a list is counted as its text joined with ",", with as many
 elements as that text could hold; after a `map` or `math`, which add none,
 the count they found). When a field's bound passes
@@ -132,6 +135,61 @@ def _regex_replace(action: m.RegexReplace, size: float) -> float:
     return size * (max(1, literal + groups) + literal) + literal
 
 
+#: a chain of one-character `replace`s is bounded as one substitution for at most this many of them,
+#: each `with` at most this many characters (then the next one starts a new chain): HTML escaping
+#: takes three of five characters; the cap keeps a hostile spec's validation short
+_CHAIN_MAX = 64
+
+
+@dataclass(frozen=True)
+class _Chain:
+    """Consecutive one-character literal `replace`s on one field (a rule's branch, or rules without
+    `when`). Each maps one character to a text everywhere, so together they map every character to a
+    text: `made[c]` holds, per character, how many of it `c` has become (a character no `find` names
+    stays itself). The field grows by the most bytes any character becomes, per byte it had."""
+
+    start: float  # the field's bound before the chain
+    made: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
+    steps: int = 0
+
+    @staticmethod
+    def takes(action: m.FieldAction) -> bool:
+        return isinstance(action, m.Replace) and len(action.find) == 1 and len(action.with_) <= _CHAIN_MAX
+
+    def then(self, action: m.Replace) -> _Chain:
+        """The chain with `action` after its steps."""
+        find, adds = action.find, _char_counts(action.with_)
+        made: dict[str, dict[str, float]] = {}
+        for c, counts in self.made:
+            now = dict(counts)
+            n = now.pop(find, 0.0)
+            for ch, k in adds.items():
+                if n:
+                    now[ch] = now.get(ch, 0.0) + n * k
+            made[c] = now
+        # A character no earlier step changed is itself until now.
+        made.setdefault(find, dict(adds))
+        packed = tuple((c, tuple(counts.items())) for c, counts in made.items())
+        return _Chain(self.start, packed, self.steps + 1)
+
+    def bound(self) -> float:
+        growth = max(
+            (sum(n * _bytes(ch) for ch, n in counts) / _bytes(c) for c, counts in self.made),
+            default=1.0,
+        )
+        return self.start * max(1.0, growth)
+
+
+def _char_counts(text: str) -> dict[str, float]:
+    counts: dict[str, float] = {}
+    for ch in text:
+        counts[ch] = counts.get(ch, 0.0) + 1.0
+    return counts
+
+
+Chains = dict[str, _Chain]
+
+
 def _action(
     action: m.FieldAction,
     bounds: Mapping[str, float],
@@ -191,15 +249,29 @@ def _count(field: str, bounds: Mapping[str, float], counts: Mapping[str, float])
 
 
 def _branch(
-    actions: tuple[m.Action, ...], bounds: Bounds, lists: m.ListFields, counts: Bounds, loose: frozenset[str]
-) -> tuple[Bounds, Bounds, frozenset[str]]:
-    """The bounds after `actions`, the element counts that element-wise actions keep known, and the
-    loose fields."""
+    actions: tuple[m.Action, ...],
+    bounds: Bounds,
+    lists: m.ListFields,
+    counts: Bounds,
+    loose: frozenset[str],
+    chains: Chains | None = None,
+) -> tuple[Bounds, Bounds, frozenset[str], Chains]:
+    """The bounds after `actions`, the element counts that element-wise actions keep known, the loose
+    fields, and the chains of one-character replaces still open at the end (`_Chain`)."""
     out, kept, slack = dict(bounds), dict(counts), set(loose)
+    open_chains: Chains = dict(chains or {})
     for action in m.effective(actions):
         elementwise = action.field in lists and isinstance(action, m.MapValues | m.Math)
         count = _count(action.field, out, kept) if elementwise else None
-        out[action.field] = _action(action, out, lists, kept, frozenset(slack))
+        chain = open_chains.get(action.field)
+        if isinstance(action, m.Replace) and _Chain.takes(action):
+            if chain is None or chain.steps >= _CHAIN_MAX:
+                chain = _Chain(out.get(action.field, REFERENCE_BYTES))
+            open_chains[action.field] = chain = chain.then(action)
+            out[action.field] = chain.bound()
+        else:
+            open_chains.pop(action.field, None)
+            out[action.field] = _action(action, out, lists, kept, frozenset(slack))
         if count is not None:
             kept[action.field] = count
         else:
@@ -209,7 +281,7 @@ def _branch(
             slack.add(action.field)
         else:
             slack.discard(action.field)
-    return out, kept, frozenset(slack)
+    return out, kept, frozenset(slack), open_chains
 
 
 def _times(grown: float) -> str:
@@ -257,16 +329,19 @@ def check_value_growth(
     bounds: Bounds = dict(start.bounds) if start is not None else {}
     loose = start.loose if start is not None else frozenset()
     counts: Bounds = {}
+    chains: Chains = {}
     for rule in rules:
         if not rule.enabled:
             continue
-        then, then_counts, then_loose = _branch(rule.then, bounds, rule.lists, counts, loose)
+        then, then_counts, then_loose, then_chains = _branch(rule.then, bounds, rule.lists, counts, loose, chains)
         # Without `when` every item takes `then`; with it, the others take `else` (or keep their value).
-        else_, else_counts, else_loose = (
-            _branch(rule.else_, bounds, rule.lists, counts, loose)
-            if rule.when is not None
-            else (then, then_counts, then_loose)
-        )
+        if rule.when is None:
+            else_, else_counts, else_loose = then, then_counts, then_loose
+            chains = then_chains
+        else:
+            else_, else_counts, else_loose, _ = _branch(rule.else_, bounds, rule.lists, counts, loose, chains)
+            # A field one branch may have changed starts its next chain from the larger bound.
+            chains = {f: c for f, c in chains.items() if f not in rule.writes}
         # A count stays known when both branches know it (the larger one holds for either).
         counts = {f: max(n, else_counts[f]) for f, n in then_counts.items() if f in else_counts}
         loose = then_loose | else_loose  # loose after either branch

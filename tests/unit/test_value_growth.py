@@ -6,12 +6,15 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from firefeed.errors import SpecError
 from firefeed.rules.groups import JOIN_MAX_CHARS
 from firefeed.rules.model import parse_rules
 from firefeed.rules.value_growth import REFERENCE_BYTES, check_value_growth
 from firefeed.spec.model import ProjectSpec
+from tests.properties import examples
 from tests.unit.test_rules_sql_unchanged import ROOT
 
 
@@ -208,3 +211,59 @@ def test_channel_rules_see_what_the_project_maps_left_loose() -> None:
     )
     doc["sources"][0]["lists"] = {"tags": ","}
     assert _refused(doc).path == "exports[0].rules[0]"
+
+
+_ESCAPES = [("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ('"', "&quot;")]
+
+
+@pytest.mark.parametrize("one_rule", [True, False])
+def test_escaping_characters_grows_a_field_by_the_longest_escape_not_their_product(one_rule: bool) -> None:
+    """`&`, `<`, `>` and `"` escaped in turn: no escape holds a character a later step replaces, so the
+    field grows by 6x (`&quot;`), where multiplying the steps said 5 x 4 x 4 x 6 = 480x (refused)."""
+    actions = [{"replace": "description", "find": f, "with": w} for f, w in _ESCAPES]
+    raw = [{"then": actions}] if one_rule else [{"then": [a]} for a in actions]
+    assert _times(raw)["description"] == 6
+
+
+def test_a_replace_whose_text_a_later_one_replaces_compounds() -> None:
+    # `&` becomes `&amp;`, whose `a` then becomes four: 8 bytes for the `&`, 4 for any other `a`.
+    raw = [{"then": [{"replace": "d", "find": "&", "with": "&amp;"}, {"replace": "d", "find": "a", "with": "aaaa"}]}]
+    assert _times(raw)["d"] == 8
+    # A character that holds itself twice doubles at every step, as a template would.
+    doubling = [{"then": [{"replace": "d", "find": "a", "with": "aa"}]} for _ in range(7)]
+    with pytest.raises(SpecError) as err:
+        _times(doubling)
+    assert err.value.path == "rules[6]" and "128 times" in err.value.detail
+
+
+def test_a_when_or_another_action_on_the_field_ends_the_chain() -> None:
+    escape = [{"replace": "d", "find": f, "with": w} for f, w in _ESCAPES[:3]]
+    # Under `when`, the next rule's chain starts from what the larger branch left (5x), then 4x.
+    guarded = [{"when": {"field": "x", "op": "eq", "value": "1"}, "then": escape[:1]}, {"then": escape[1:]}]
+    assert _times(guarded)["d"] == 5 * 4
+    # An append between the steps: the chain starts again from the appended bound.
+    broken = [{"then": [escape[0], {"append": "d", "value": "!"}, *escape[1:]]}]
+    assert _times(broken)["d"] == pytest.approx((5 * REFERENCE_BYTES + 2) * 4 / REFERENCE_BYTES)
+    # A multi-character find is bounded step by step, as before.
+    multi = [{"then": [{"replace": "d", "find": "ab", "with": "abab"}, *escape[:1]]}]
+    assert _times(multi)["d"] == 2 * 5
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.sampled_from("ab&<é"), st.text(alphabet="ab&<é;x", max_size=6)), min_size=1, max_size=6
+    ),
+    text=st.text(alphabet="ab&<é;xy", min_size=1, max_size=30),
+)
+def test_a_chain_of_one_character_replaces_never_grows_a_value_past_its_bound(
+    steps: list[tuple[str, str]], text: str
+) -> None:
+    """What `replace` does in SQL (every occurrence, left to right) done in Python: the bytes a value
+    becomes are at most its bytes times the chain's bound over REFERENCE_BYTES."""
+    raw = [{"then": [{"replace": "d", "find": f, "with": w}]} for f, w in steps]
+    growth = _times(raw, limit=1e12)["d"]
+    value = text
+    for find, with_ in steps:
+        value = value.replace(find, with_)
+    assert len(value.encode()) <= growth * len(text.encode()) + 1e-9
