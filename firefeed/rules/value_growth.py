@@ -39,6 +39,7 @@ can reach the unbounded case, and only once.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -136,9 +137,14 @@ def _regex_replace(action: m.RegexReplace, size: float) -> float:
 
 
 #: a chain of one-character `replace`s is bounded as one substitution for at most this many of them,
-#: each `with` at most this many characters (then the next one starts a new chain): HTML escaping
-#: takes three of five characters; the cap keeps a hostile spec's validation short
-_CHAIN_MAX = 64
+#: each `with` at most this many characters, while it tracks at most this many (character, count)
+#: entries (then the next one starts a new chain, multiplying as any step did): HTML escaping takes
+#: four steps of six characters and some thirty entries. Each step copies the entries, so the caps
+#: keep a hostile spec's validation short (5,000 steps each bringing new characters: well under 1 s;
+#: without the entries cap, 70 s).
+_CHAIN_MAX = 32
+_CHAIN_WITH_MAX = 16
+_CHAIN_ENTRIES = 128
 
 
 @dataclass(frozen=True)
@@ -154,7 +160,12 @@ class _Chain:
 
     @staticmethod
     def takes(action: m.FieldAction) -> bool:
-        return isinstance(action, m.Replace) and len(action.find) == 1 and len(action.with_) <= _CHAIN_MAX
+        return isinstance(action, m.Replace) and len(action.find) == 1 and len(action.with_) <= _CHAIN_WITH_MAX
+
+    @property
+    def full(self) -> bool:
+        """Whether the next step starts a new chain."""
+        return self.steps >= _CHAIN_MAX or sum(len(counts) for _, counts in self.made) >= _CHAIN_ENTRIES
 
     def then(self, action: m.Replace) -> _Chain:
         """The chain with `action` after its steps."""
@@ -177,7 +188,10 @@ class _Chain:
             (sum(n * _bytes(ch) for ch, n in counts) / _bytes(c) for c, counts in self.made),
             default=1.0,
         )
-        return self.start * max(1.0, growth)
+        try:
+            return self.start * max(1.0, growth)
+        except OverflowError:  # an exact integer bound past a float's range (see `_grown`)
+            return math.inf
 
 
 def _char_counts(text: str) -> dict[str, float]:
@@ -240,6 +254,21 @@ def _action(
     return size
 
 
+def _grown(
+    action: m.FieldAction,
+    bounds: Mapping[str, float],
+    lists: m.ListFields,
+    counts: Mapping[str, float],
+    loose: frozenset[str],
+) -> float:
+    """`_action`; a bound past a float's range (a chain of doublings kept as exact integers, then a step
+    that multiplies by a float) is infinite, which refuses the spec like any bound past the limit."""
+    try:
+        return _action(action, bounds, lists, counts, loose)
+    except OverflowError:
+        return math.inf
+
+
 def _count(field: str, bounds: Mapping[str, float], counts: Mapping[str, float]) -> float:
     """How many elements list `field` can hold: what an element-wise action left (`counts`), else
     what its bytes can hold. A `map` or `math` changes each element and adds none, so the next one
@@ -265,13 +294,15 @@ def _branch(
         count = _count(action.field, out, kept) if elementwise else None
         chain = open_chains.get(action.field)
         if isinstance(action, m.Replace) and _Chain.takes(action):
-            if chain is None or chain.steps >= _CHAIN_MAX:
+            if chain is None or chain.full:
                 chain = _Chain(out.get(action.field, REFERENCE_BYTES))
             open_chains[action.field] = chain = chain.then(action)
             out[action.field] = chain.bound()
         else:
             open_chains.pop(action.field, None)
-            out[action.field] = _action(action, out, lists, kept, frozenset(slack))
+            # An aggregate reads its members' values as its rule started, not what earlier actions made.
+            reads = bounds if isinstance(action, Aggregate) else out
+            out[action.field] = _grown(action, reads, lists, kept, frozenset(slack))
         if count is not None:
             kept[action.field] = count
         else:
@@ -288,9 +319,11 @@ def _times(grown: float) -> str:
     """How many times REFERENCE_BYTES a bound is, for a message. Bounds stay exact integers while
     every part is one, so a long chain of doubling actions in one rule can pass a float's range."""
     try:
-        return f"{grown / REFERENCE_BYTES:.3g}"
+        if not math.isinf(grown):
+            return f"{grown / REFERENCE_BYTES:.3g}"
     except OverflowError:
-        return "more than 1e308"
+        pass
+    return "more than 1e308"
 
 
 def _limit(limit: float | None) -> float:

@@ -58,6 +58,9 @@ def _like_prefix(prefix: str) -> str:
     return prefix.replace("_", "\\_") + "%"
 
 
+#: how long a run that succeeded waits for a table its spec no longer names (`drop_unnamed_project_tables`)
+UNUSED_DROP_LOCK_S = 5.0
+
 _TEXT_COL = sql.SQL("{} text NOT NULL DEFAULT ''")
 _LIST_COL = sql.SQL("{} text[] NOT NULL DEFAULT '{{}}'")
 _CATALOG_RACES = (
@@ -253,12 +256,24 @@ class SchemaService:
             ours = project_file_table(table, project) or (
                 legacy_lookup_staging and project_file_table(table, "lkp_" + project, prefixes=["stg_"])
             )
-            if ours:
-                self.drop_table(company, table)
+            if ours and self._drop_unless_busy(company, table):
                 dropped.append(table)
         if dropped:
             log.info("dropped %d tables the spec no longer names", len(dropped), extra={"tables": dropped})
         return dropped
+
+    def _drop_unless_busy(self, company: str, table: str) -> bool:
+        """DROP TABLE, unless someone holds it for more than UNUSED_DROP_LOCK_S (`firefeed values` copying
+        a lookup table of the previous spec): waiting would keep a run whose files are published RUNNING
+        and queue every later reader of the table behind the DROP. The next run tries again."""
+        try:
+            with raw_connection(self.engine) as conn, conn.cursor() as cur:
+                cur.execute("SET LOCAL lock_timeout = %s", (f"{int(UNUSED_DROP_LOCK_S * 1000)}ms",))
+                cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(company_schema(company), table)))
+            return True
+        except pg_errors.LockNotAvailable:
+            log.info("table %s is in use: left for the next run to drop", table)
+            return False
 
     def index_order(self, company: str, table: str, *, analyze: bool = True) -> None:
         """Index item positions so chunks and exports read items by position without sorting the whole table.

@@ -131,3 +131,25 @@ def test_the_old_lookup_staging_name_stays_when_a_project_could_own_it(run_env: 
 )
 def test_which_names_are_a_projects_own(table: str, project: str, claimed: bool) -> None:
     assert project_file_table(table, project) is claimed
+
+
+def test_a_table_someone_holds_is_left_for_the_next_run(
+    run_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`firefeed values` may be copying a lookup table of the previous spec: the run does not wait past
+    UNUSED_DROP_LOCK_S for it (its files are published), and the next run drops it."""
+    from firefeed.schema import service
+
+    monkeypatch.setattr(service, "UNUSED_DROP_LOCK_S", 0.2)
+    _files(tmp_path)
+    code, report = run_json(_spec(tmp_path, "held", ["main"], ["cats"]))
+    assert code == 0, report
+    old = lookup_table("held", "cats")
+    with raw_connection() as reader, reader.cursor() as cur:
+        cur.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(SCHEMA, old)))  # holds its lock
+        code, report = run_json(_spec(tmp_path, "held", ["main"], ["categories"]))
+        assert code == 0, report
+        assert old in _tables()
+    code, report = run_json(_spec(tmp_path, "held", ["main"], ["categories"]))
+    assert code == 0, report
+    assert old not in _tables()

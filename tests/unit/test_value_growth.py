@@ -251,8 +251,9 @@ def test_a_when_or_another_action_on_the_field_ends_the_chain() -> None:
 
 @settings(max_examples=examples(300), deadline=None)
 @given(
+    # Up to 40 steps and texts up to 20 characters: chains that restart at their caps, and texts past them.
     steps=st.lists(
-        st.tuples(st.sampled_from("ab&<é"), st.text(alphabet="ab&<é;x", max_size=6)), min_size=1, max_size=6
+        st.tuples(st.sampled_from("ab&<é"), st.text(alphabet="ab&<é;x", max_size=20)), min_size=1, max_size=40
     ),
     text=st.text(alphabet="ab&<é;xy", min_size=1, max_size=30),
 )
@@ -267,3 +268,19 @@ def test_a_chain_of_one_character_replaces_never_grows_a_value_past_its_bound(
     for find, with_ in steps:
         value = value.replace(find, with_)
     assert len(value.encode()) <= growth * len(text.encode()) + 1e-9
+
+
+def test_an_aggregate_reads_the_values_as_its_rule_started() -> None:
+    """Emptying `d` before the aggregate in the same branch does not empty what the aggregate reads."""
+    raw = [{"then": [{"set": "d", "value": ""}, {"aggregate": "e", "op": "first", "of": "d"}]}]
+    assert _times(raw, group="g")["e"] == 1
+    with pytest.raises(SpecError) as err:
+        _times([*raw, *({"then": [{"set": "e", "value": "{e}{e}"}]} for _ in range(7))], group="g")
+    assert err.value.path == "rules[7]"
+
+
+@pytest.mark.parametrize("then", [{"replace": "d", "find": "&", "with": "x"}, {"uppercase": "d"}])
+def test_a_bound_past_a_floats_range_is_a_spec_error_whatever_comes_next(then: dict[str, Any]) -> None:
+    with pytest.raises(SpecError) as err:
+        _times([{"then": [{"set": "d", "value": "{d}{d}"}] * 1100 + [then]}])
+    assert "more than 1e308 times" in err.value.detail
