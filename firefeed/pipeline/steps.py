@@ -19,12 +19,12 @@ from typing import Any
 
 from firefeed.config import Settings
 from firefeed.db.engine import side_work_first
-from firefeed.errors import MergeError, ParseError, UnsafePathError
+from firefeed.errors import MergeError, NotFoundError, ParseError, UnsafePathError
 from firefeed.pipeline.context import RunContext
 from firefeed.pipeline.merge import MergeResult, StagedSource, merge_sources
 from firefeed.pipeline.stage import StageResult
 from firefeed.runs.contract import RulesResult
-from firefeed.schema.identifiers import staging_table
+from firefeed.schema.identifiers import lookup_staging_table, lookup_table, staging_table
 from firefeed.spec.model import FeedSpec, ProjectSpec, SourceSpec
 from firefeed.storage import export_storage, run_storage
 from firefeed.storage.keys import download_key, partial_key, run_prefix
@@ -394,9 +394,6 @@ def publish(ctx: RunContext, exports: Sequence[dict[str, Any]]) -> None:
 def drop_unnamed_tables(ctx: RunContext) -> None:
     """After a run that succeeded: drop the project's staging and lookup tables its spec no longer names
     (a source or lookup renamed or removed). Never fails the run: the files are published."""
-    from firefeed.errors import NotFoundError
-    from firefeed.schema.identifiers import lookup_staging_table, lookup_table
-
     spec = ctx.spec
     keep = {staging_table(spec.project, src.name) for src in spec.sources}
     keep |= {lookup_staging_table(spec.project, lk.name) for lk in spec.lookups}

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -169,13 +170,13 @@ class _Chain:
 
     def then(self, action: m.Replace) -> _Chain:
         """The chain with `action` after its steps."""
-        find, adds = action.find, _char_counts(action.with_)
+        find, adds = action.find, Counter(action.with_)
         made: dict[str, dict[str, float]] = {}
         for c, counts in self.made:
             now = dict(counts)
             n = now.pop(find, 0.0)
-            for ch, k in adds.items():
-                if n:
+            if n:
+                for ch, k in adds.items():
                     now[ch] = now.get(ch, 0.0) + n * k
             made[c] = now
         # A character no earlier step changed is itself until now.
@@ -188,17 +189,7 @@ class _Chain:
             (sum(n * _bytes(ch) for ch, n in counts) / _bytes(c) for c, counts in self.made),
             default=1.0,
         )
-        try:
-            return self.start * max(1.0, growth)
-        except OverflowError:  # an exact integer bound past a float's range (see `_grown`)
-            return math.inf
-
-
-def _char_counts(text: str) -> dict[str, float]:
-    counts: dict[str, float] = {}
-    for ch in text:
-        counts[ch] = counts.get(ch, 0.0) + 1.0
-    return counts
+        return self.start * max(1.0, growth)
 
 
 Chains = dict[str, _Chain]
@@ -254,21 +245,6 @@ def _action(
     return size
 
 
-def _grown(
-    action: m.FieldAction,
-    bounds: Mapping[str, float],
-    lists: m.ListFields,
-    counts: Mapping[str, float],
-    loose: frozenset[str],
-) -> float:
-    """`_action`; a bound past a float's range (a chain of doublings kept as exact integers, then a step
-    that multiplies by a float) is infinite, which refuses the spec like any bound past the limit."""
-    try:
-        return _action(action, bounds, lists, counts, loose)
-    except OverflowError:
-        return math.inf
-
-
 def _count(field: str, bounds: Mapping[str, float], counts: Mapping[str, float]) -> float:
     """How many elements list `field` can hold: what an element-wise action left (`counts`), else
     what its bytes can hold. A `map` or `math` changes each element and adds none, so the next one
@@ -293,16 +269,21 @@ def _branch(
         elementwise = action.field in lists and isinstance(action, m.MapValues | m.Math)
         count = _count(action.field, out, kept) if elementwise else None
         chain = open_chains.get(action.field)
-        if isinstance(action, m.Replace) and _Chain.takes(action):
-            if chain is None or chain.full:
-                chain = _Chain(out.get(action.field, REFERENCE_BYTES))
-            open_chains[action.field] = chain = chain.then(action)
-            out[action.field] = chain.bound()
-        else:
-            open_chains.pop(action.field, None)
-            # An aggregate reads its members' values as its rule started, not what earlier actions made.
-            reads = bounds if isinstance(action, Aggregate) else out
-            out[action.field] = _grown(action, reads, lists, kept, frozenset(slack))
+        try:
+            if isinstance(action, m.Replace) and _Chain.takes(action):
+                if chain is None or chain.full:
+                    chain = _Chain(out.get(action.field, REFERENCE_BYTES))
+                open_chains[action.field] = chain = chain.then(action)
+                out[action.field] = chain.bound()
+            else:
+                open_chains.pop(action.field, None)
+                # An aggregate reads its members' values as its rule started, not what earlier actions made.
+                reads = bounds if isinstance(action, Aggregate) else out
+                out[action.field] = _action(action, reads, lists, kept, frozenset(slack))
+        except OverflowError:
+            # An exact integer bound past a float's range (doublings), then a step multiplying by a
+            # float: infinite, which refuses the spec like any bound past the limit.
+            out[action.field] = math.inf
         if count is not None:
             kept[action.field] = count
         else:

@@ -254,7 +254,7 @@ class SchemaService:
                 continue
             # `stg_lkp_<project>_<digest>` reads as the staging of project `lkp_<project>`'s source.
             ours = project_file_table(table, project) or (
-                legacy_lookup_staging and project_file_table(table, "lkp_" + project, prefixes=["stg_"])
+                legacy_lookup_staging and project_file_table(table, project, prefixes=[LEGACY_LOOKUP_STAGING_PREFIX])
             )
             if ours and self._drop_unless_busy(company, table):
                 dropped.append(table)
