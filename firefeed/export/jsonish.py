@@ -37,14 +37,20 @@ def _escaped(value: Piece) -> Piece:
 
 
 def _array(elements: Piece) -> Piece:
-    """A list as a JSON array (P2: one element is `["a"]`); no elements is the empty value `""` (P1).
+    """A list as a JSON array (`["a"]` for one element); no elements is the empty value `""` (P1); a
+    text held in a list field (an array from 0: `set`, `join`, a source without the list...) is its
+    JSON string (P2).
 
     to_json of a text[] escapes each element; only list columns pay for it.
     """
     return (
         sql_text("(CASE WHEN cardinality(")
         + elements
-        + sql_text(") = 0 THEN '\"\"' ELSE to_json(")
+        + sql_text(") = 0 THEN '\"\"' WHEN array_lower(")
+        + elements
+        + sql_text(", 1) = 0 THEN to_json((")
+        + elements
+        + sql_text(")[0])::text ELSE to_json(")
         + elements
         + sql_text(")::text END)")
     )

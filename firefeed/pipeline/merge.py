@@ -381,8 +381,9 @@ def _list_expr(
     expr: sql.Composable = sql.SQL("'{}'::text[]")
     for j in providers:
         col = sql.SQL("{a}.{c}").format(a=alias[j], c=ident(column_for_field(field)))
-        # A declaring source staged an array literal; any other source's text is one element.
-        value = sql.SQL("{}::text[]" if field in sources[j].lists else "ARRAY[{}]").format(col)
+        # A declaring source staged an array literal (a text's starts at 0, `[0:0]={...}`, P4); any other
+        # source's text is a text (P14), an array from 0 (rules/_lists_sql.from_text).
+        value = sql.SQL("{}::text[]" if field in sources[j].lists else "array_fill({}, ARRAY[1], ARRAY[0])").format(col)
         expr = sql.SQL("CASE WHEN {ok} AND {col} <> '' THEN {value} ELSE {prev} END").format(
             ok=origin_ok[j], col=col, value=value, prev=expr
         )

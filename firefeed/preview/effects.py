@@ -22,6 +22,7 @@ from sqlalchemy import Engine
 from firefeed.db.engine import raw_connection
 from firefeed.preview.deadline import Deadline
 from firefeed.rules.executor import plan_passes, prepare_pass, run_pass_chunk
+from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.rules.model import Rule
 from firefeed.rules.sqlgen import condition_sql
 from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, company_schema, ident
@@ -51,18 +52,29 @@ class Effects:
     table: str = ""  # the table holding the state after the last rule
 
 
-def _read(engine: Engine, area: str, table: str, fields: Sequence[str]) -> dict[int, Row]:
+def _read(engine: Engine, area: str, table: str, fields: Sequence[str], lists: ListFields) -> dict[int, Row]:
+    """The table's items by position; a list field's value is a list of its elements, or the text it
+    holds (an array from 0, SPEC 9 P2), as json shows it."""
     cols = [ident(column_for_field(f)) for f in fields]
+    kinds = [sql.SQL("array_lower({}, 1) = 0").format(c) for f, c in zip(fields, cols, strict=True) if f in lists]
     statement = sql.SQL("SELECT {}, {}, {}{} FROM {} ORDER BY 1").format(
         ident(ORD),
         ident(KEY),
         ident(SRC),
-        sql.SQL("").join(sql.SQL(", ") + c for c in cols),
+        sql.SQL("").join(sql.SQL(", ") + c for c in [*cols, *kinds]),
         ident(company_schema(area), table),
     )
+    out: dict[int, Row] = {}
     with raw_connection(engine) as conn, conn.cursor() as cur:
         cur.execute(statement)
-        return {int(r[0]): (r[1], int(r[2]), dict(zip(fields, r[3:], strict=True))) for r in cur.fetchall()}
+        for r in cur.fetchall():
+            values = dict(zip(fields, r[3 : 3 + len(cols)], strict=True))
+            texts = iter(r[3 + len(cols) :])
+            for f in fields:
+                if f in lists and next(texts):
+                    values[f] = values[f][0]
+            out[int(r[0])] = (r[1], int(r[2]), values)
+    return out
 
 
 def _matches(engine: Engine, area: str, table: str, fields: Sequence[str], rule: Rule) -> dict[int, bool]:
@@ -101,7 +113,8 @@ def rule_effects(
     `deadline` is checked before each rule (and names the rule running when time is up).
     """
     current = list(dict.fromkeys(fields))
-    before = _read(engine, area, table, current)
+    lists = rules[0].lists if rules else NO_LISTS  # every rule carries the same list fields
+    before = _read(engine, area, table, current, lists)
     effects = Effects(start=before, rules=[], fields=current)
     src = table
     for rule in rules:
@@ -118,7 +131,7 @@ def rule_effects(
         with raw_connection(engine) as conn:
             counts = run_pass_chunk(conn, plan, src, dst, company=area, rows_in=len(before))
         current = list(plan.fields_out)
-        after = _read(engine, area, dst, current)
+        after = _read(engine, area, dst, current, lists)
         effect = RuleEffect(rule=rule, items_in=len(before), matched_count=counts.matched[rule.name])
         for pos, (_key, _src, values) in before.items():
             effect.matched[pos] = matched.get(pos, True)

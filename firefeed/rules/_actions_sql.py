@@ -171,7 +171,11 @@ _FROM_NOTHING = (MapValues, RegexReplace)
 
 
 def _list_action(action: FieldAction, column: Column, lists: ListFields) -> Frag:
-    """The new value of a list field (a text[]) after `action` (SPEC 9)."""
+    """The new value of a list field (a text[]) after `action` (SPEC 9).
+
+    A text held there keeps its kind through the actions that rewrite elements; `set`, `join`, a
+    copied text, an aggregate's or a lookup's value write one; `split` and `append`/`prepend` on a
+    declared field give a list (`_lists_sql.from_text`, P2, P12)."""
     x = column(action.field)
     if isinstance(action, Aggregate):
         total = of(ident(aggregate_column(action.tag)))
@@ -183,30 +187,71 @@ def _list_action(action: FieldAction, column: Column, lists: ListFields) -> Frag
     if isinstance(action, Copy):
         source = column(action.source)
         return source if action.source in lists else _lists.from_text(source)
-    if isinstance(action, Append):
-        return fmt("({0} || {1})", x, _lists.from_text(template_frag(action.value, column, lists)))
-    if isinstance(action, Prepend):
-        return fmt("({1} || {0})", x, _lists.from_text(template_frag(action.value, column, lists)))
+    if isinstance(action, Append | Prepend):
+        return _add_element(action, x, template_frag(action.value, column, lists), lists)
     if isinstance(action, Split):
         return _lists.split(x, action.separator)
     if isinstance(action, Join):
         return _lists.from_text(_lists.join_elements(x, action.separator))
     if isinstance(action, Take):
-        return fmt("({0})[1:{1}]", x, val(action.count, "integer")) if action.count > 0 else _lists.EMPTY_LIST
+        if action.count == 0:
+            return _lists.EMPTY_LIST
+        count = val(action.count, "integer")
+        return _lists.kept_kind(x, lambda v: fmt("({0})[:{1}]", v, count))  # from a text's 0 or a list's 1
     if isinstance(action, Dedupe):
-        return _lists.dedupe(x)
+        return _lists.kept_kind(x, _lists.dedupe)
     if isinstance(action, Remove):
-        return _lists.keep_elements(x, fmt("NOT {0}", _removes(action, _lists.ELEMENT, column, lists)))
+        return _lists.kept_kind(
+            x, lambda v: _lists.keep_elements(v, fmt("NOT {0}", _removes(action, _lists.ELEMENT, column, lists)))
+        )
 
     def on(subject: Frag) -> Frag:
         return action_frag(action, column, None, lists, subject=subject)
 
-    each = _lists.each_element(x, on(_lists.ELEMENT))
+    def each(v: Frag) -> Frag:
+        return _lists.each_element(v, on(_lists.ELEMENT))
+
     if isinstance(action, _FROM_NOTHING):
-        return fmt(
-            "(CASE WHEN cardinality({0}) = 0 THEN {1} ELSE {2} END)", x, _lists.from_text(on(raw("''::text"))), each
+        # P11: on no elements the action acts on the text "" (and writes a text)
+        return _lists.read_once(
+            x,
+            lambda v: fmt(
+                "(CASE WHEN cardinality({0}) = 0 THEN {1} ELSE {2} END)",
+                v,
+                _lists.from_text(on(raw("''::text"))),
+                _lists.kept_kind(v, each),
+            ),
         )
-    return each
+    return _lists.kept_kind(x, each)
+
+
+def _add_element(action: Append | Prepend, x: Frag, text: Frag, lists: ListFields) -> Frag:
+    """`append`/`prepend` on a list field: one element added when the field is declared in a source's
+    `lists` or its value is a list (a text there counts as one element, "" as none); on a text of a
+    field no source declares they concatenate, as on any text (P12)."""
+
+    def added(v: Frag, t: Frag) -> Frag:
+        one = _lists.one_element(t)
+        return fmt("({0} || {1})" if isinstance(action, Append) else "({1} || {0})", _lists.as_list(v), one)
+
+    if action.field in lists.declared:
+        return added(x, text)
+
+    def either(v: Frag) -> Frag:
+        def of_kind(t: Frag) -> Frag:
+            text_of = (
+                "(array_to_string({0}, '') || {1})"
+                if isinstance(action, Append)
+                else "({1} || array_to_string({0}, ''))"
+            )
+            joined = fmt(text_of, v, t)
+            return fmt(
+                "(CASE WHEN array_lower({0}, 1) = 1 THEN {1} ELSE {2} END)", v, added(v, t), _lists.from_text(joined)
+            )
+
+        return _lists.read_once(text, of_kind, alias="_ff_t")
+
+    return _lists.read_once(x, either)
 
 
 def action_frag(

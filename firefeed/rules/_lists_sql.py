@@ -13,7 +13,11 @@ field compiles exactly as it did before section 9.
 
 from __future__ import annotations
 
-from firefeed.rules._frag import Frag, fmt, raw, val
+from collections.abc import Callable
+
+from psycopg2 import sql
+
+from firefeed.rules._frag import Frag, fmt, of, raw, val
 from firefeed.rules._scalars import WHOLE_MAX
 from firefeed.textutil import WHITESPACE
 
@@ -28,12 +32,14 @@ def as_text(value: Frag) -> Frag:
 
 
 def element(value: Frag, index: int) -> Frag:
-    """Element `index` of a list (negative: from the end), "" when out of range (P9)."""
+    """Element `index` of a list (negative: from the end), "" when out of range (P9).
+
+    `[:]` re-bases a text's array (lower bound 0) at 1, so both kinds count from the same place."""
     if abs(index) >= WHOLE_MAX:  # past any list (Postgres' hold 134,217,727 elements) and any bound integer
         return raw("''::text")
     if index >= 0:
-        return fmt("coalesce(({0})[{1}], '')", value, val(index + 1, "integer"))
-    return fmt("coalesce(({0})[cardinality({0}) + {1}], '')", value, val(index + 1, "integer"))
+        return fmt("coalesce((({0})[:])[{1}], '')", value, val(index + 1, "integer"))
+    return fmt("coalesce((({0})[:])[cardinality({0}) + {1}], '')", value, val(index + 1, "integer"))
 
 
 def text_element(value: Frag, index: int) -> Frag:
@@ -42,8 +48,48 @@ def text_element(value: Frag, index: int) -> Frag:
 
 
 def from_text(text: Frag) -> Frag:
-    """A text written into a list field: a one-element list, "" none (P1, P12)."""
+    """A text written into a list field (`set`, `join`, a copied text...): the text kind, "" none (P1, P2).
+
+    Its array's lower bound is 0 (`[0:0]={a}`), a list's is 1: only json/jsonl and
+    `append`/`prepend` tell them apart (P2, P12), everything else reads the elements."""
+    return fmt("array_remove(array_fill({0}, ARRAY[1], ARRAY[0]), '')", text)
+
+
+def one_element(text: Frag) -> Frag:
+    """A list of one element, the text ("" none): what `append`/`prepend` add (P12)."""
     return fmt("array_remove(ARRAY[{0}], '')", text)
+
+
+def as_list(value: Frag) -> Frag:
+    """The value as a list (a text becomes a one-element list): `[:]` re-bases any array at 1."""
+    return fmt("({0})[:]", value)
+
+
+def kept_kind(value: Frag, result: Callable[[Frag], Frag]) -> Frag:
+    """`result(value)` (an element-wise rewrite: each element gives at most one) of the same kind as
+    `value`: a text stays a text (P2: per-element actions, `take`, `dedupe`, `remove` act on a text as on
+    a one-element list, and leave a text)."""
+
+    def kinded(x: Frag) -> Frag:
+        out = result(x)
+        return fmt(
+            "(CASE WHEN array_lower({0}, 1) = 0 THEN {1} ELSE {2} END)",
+            x,
+            from_text(fmt("coalesce(({0})[1], '')", out)),
+            out,
+        )
+
+    return read_once(value, kinded)
+
+
+def read_once(value: Frag, use: Callable[[Frag], Frag], alias: str = "_ff_a") -> Frag:
+    """`use(v)`, where v is `value` computed once per row however often `use` names it: a column is
+    simply named again, anything else is bound once in a subquery (`OFFSET 0` keeps Postgres from
+    copying the expression back into each use)."""
+    if isinstance(value.sql, sql.Identifier):
+        return use(value)
+    name = of(sql.Identifier(alias))
+    return fmt("(SELECT {1} FROM (SELECT {0} AS {2} OFFSET 0) AS _ff_k)", value, use(name), name)
 
 
 def count(value: Frag) -> Frag:

@@ -259,7 +259,11 @@ def copy_as_lists(
     picked = [ident(c) for c in (ORD, KEY, SRC)]
     for f in names:
         col = ident(column_for_field(f))
-        picked.append(sql.SQL("array_remove(ARRAY[{0}], '') AS {0}").format(col) if f in into_lists else col)
+        picked.append(
+            sql.SQL("array_remove(array_fill({0}, ARRAY[1], ARRAY[0]), '') AS {0}").format(col)
+            if f in into_lists
+            else col
+        )
     select = sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(picked), ident(company_schema(company), src_table))
     columns = [ORD, KEY, SRC, *(column_for_field(f) for f in names)]
     with raw_connection(engine) as conn:

@@ -191,8 +191,8 @@ def aggregate(action: Aggregate, members: Sequence[Mapping[str, Value]], lists: 
     if action.over_list(lists):
         assert action.of_field is not None
         each = [elements(m.get(action.of_field, ())) for m in members]
-        if action.op in ("first", "last"):
-            return each[0] if action.op == "first" else each[-1]
+        if action.op in ("first", "last"):  # that member's value as it is (a list, or a text)
+            return members[0 if action.op == "first" else -1].get(action.of_field, ())
         texts = [e for elems in each for e in elems]
     else:
         texts = [action.of.render(m) for m in members]
@@ -217,36 +217,43 @@ def _regex_replace(action: RegexReplace, value: str) -> str:
     return _compiled(action.pattern.py).sub(repl, value)
 
 
-def _list_action(action: FieldAction, item: Mapping[str, Value], lists: ListFields) -> tuple[str, ...]:
-    """The new elements of a list field (SPEC 9)."""
-    items = elements(item.get(action.field, ()))
+def _list_action(action: FieldAction, item: Mapping[str, Value], lists: ListFields) -> Value:
+    """The new value of a list field (SPEC 9): a list (a tuple) or a text (a str), which only json/jsonl
+    and `append`/`prepend` tell apart (P2, P12). `set`, `join`, a copied text, an aggregate's or a lookup's
+    value are a text; a text stays a text through the actions that rewrite elements."""
+    value = item.get(action.field, ())
+    items = elements(value)
     if isinstance(action, Set):
-        return from_text(action.value.render(item))
+        return action.value.render(item)
     if isinstance(action, Copy):
-        source = item.get(action.source, "")
-        return source if isinstance(source, tuple) else from_text(source)
-    if isinstance(action, Append):
-        return items + from_text(action.value.render(item))
-    if isinstance(action, Prepend):
-        return from_text(action.value.render(item)) + items
+        return item.get(action.source, "")
+    if isinstance(action, Append | Prepend):
+        text = action.value.render(item)
+        if action.field in lists.declared or (isinstance(value, tuple) and value):
+            return items + from_text(text) if isinstance(action, Append) else from_text(text) + items
+        return as_text(value) + text if isinstance(action, Append) else text + as_text(value)
     if isinstance(action, Split):
         return tuple(p.strip() for e in items for p in e.split(action.separator) if p.strip())
     if isinstance(action, Join):
-        return from_text(action.separator.join(items))
-    if isinstance(action, Take):
-        return items[: action.count]
-    if isinstance(action, Dedupe):
-        return tuple(dict.fromkeys(items))
-    if isinstance(action, Remove):
-        return tuple(e for e in items if not _removes(action, item, e, lists))
+        return action.separator.join(items)
 
     def on(element: str) -> str:
         result = apply_action(action, item, lists, subject=element)
         assert isinstance(result, str)
         return result
 
+    if isinstance(value, str):  # a text: one element, "" none (P2), and a text it stays
+        if isinstance(action, LIST_ACTIONS):
+            return _text_list_action(action, value, item, lists)
+        return on(value)
+    if isinstance(action, Take):
+        return items[: action.count]
+    if isinstance(action, Dedupe):
+        return tuple(dict.fromkeys(items))
+    if isinstance(action, Remove):
+        return tuple(e for e in items if not _removes(action, item, e, lists))
     if not items:
-        return from_text(on(""))  # P11: on no elements, as on the text ""
+        return on("")  # P11: on no elements, as on the text ""
     return tuple(e for e in map(on, items) if e != "")
 
 
@@ -371,7 +378,7 @@ def _lookup(
         text = part.default.render(item)
     else:
         return item.get(part.field, "")
-    return from_text(text) if part.field in lists else text
+    return text  # in a list field too: a text (P2)
 
 
 def _groups_of(rule: Rule) -> Iterable[str]:
@@ -462,7 +469,7 @@ def apply_rules(
                     item[action.field] = _lookup(action, item, tables, lists)
                 elif isinstance(action, Aggregate):
                     total = totals[position][action.tag]
-                    item[action.field] = from_text(total) if action.field in lists and isinstance(total, str) else total
+                    item[action.field] = total
                 else:
                     item[action.field] = apply_action(action, item, lists)
             kept.append(item)

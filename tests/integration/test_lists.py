@@ -130,6 +130,45 @@ def test_csv_joins_with_the_list_separator_and_json_writes_arrays(run_env: Path,
     assert [x["images"] for x in lines] == [x["images"] for x in items]
 
 
+def test_a_text_in_a_list_field_stays_a_text_where_only_json_tells(run_env: Path, tmp_path: Path) -> None:
+    """P2, P12, P14, P4: `set`, `join`, a copied text and a source without the list write a text, which
+    json writes as a string and csv as the same text; per-element actions, `take` and `dedupe` keep a text
+    a text; `append` on a declared field makes it a list, on a field no source declares it concatenates."""
+    write_csv(
+        tmp_path / "main.csv",
+        ["id", "images", "tags", "title"],
+        [["1", "a.jpg,b.jpg", "x|y", "Mug"], ["2", "c.jpg", "z", "Cap"], ["3", "", "", "Hat"]],
+    )
+    write_csv(tmp_path / "extra.csv", ["id", "images"], [["3", "d.jpg"]])
+    sources = [
+        {"name": "main", "url": "main.csv", "lists": {"images": ",", "tags": "|"}},
+        {"name": "extra", "url": "extra.csv", "mode": "enrich"},  # no lists: its images is a text (P14)
+    ]
+    rules = [
+        {"name": "set", "when": {"field": "id", "op": "eq", "value": "1"}, "then": [{"set": "tags", "value": "one"}]},
+        {"name": "upper", "then": [{"uppercase": "tags"}, {"take": "tags", "count": "2"}, {"dedupe": "tags"}]},
+        {"name": "joined", "then": [{"copy": "joined", "from": "images"}, {"join": "joined", "separator": " / "}]},
+        {"name": "words", "then": [{"split": "words", "separator": " "}, {"copy": "words", "from": "title"}]},
+        {"name": "grow", "then": [{"append": "words", "value": "-x"}, {"append": "images", "value": "e.jpg"}]},
+    ]
+    # `words` is a list field only because a rule splits it; the copy writes the title, a text, into it
+    fields = {"id": "id", "images": "images", "tags": "tags", "joined": "joined", "words": "words"}
+    exports = [
+        {"name": "json", "format": "json", "path": "out.json", "fields": fields},
+        {"name": "csv", "format": "csv", "path": "out.csv", "fields": fields},
+    ]
+    _run(_write_spec(tmp_path, "kinds", sources, exports, rules=rules))
+    out = run_env / "lists" / "kinds"
+    items = json.loads((out / "out.json").read_text(encoding="utf-8"))
+    assert items == [
+        {"id": "1", "images": ["a.jpg", "b.jpg", "e.jpg"], "tags": "ONE", "joined": "a.jpg / b.jpg", "words": "Mug-x"},
+        {"id": "2", "images": ["c.jpg", "e.jpg"], "tags": ["Z"], "joined": "c.jpg", "words": "Cap-x"},
+        {"id": "3", "images": ["d.jpg", "e.jpg"], "tags": "", "joined": "d.jpg", "words": "Hat-x"},
+    ]
+    _, rows = read_csv(out / "out.csv")
+    assert rows[0] == ["1", "a.jpg,b.jpg,e.jpg", "ONE", "a.jpg / b.jpg", "Mug-x"]
+
+
 def test_a_later_sources_list_replaces_the_whole_list_and_an_empty_one_never_does(
     run_env: Path, tmp_path: Path
 ) -> None:
@@ -139,12 +178,12 @@ def test_a_later_sources_list_replaces_the_whole_list_and_an_empty_one_never_doe
     sources = [
         {"name": "main", "url": "main.csv", "lists": {"images": ","}},
         {"name": "photos", "url": "photos.csv", "lists": {"images": "|"}},
-        {"name": "text", "url": "text.csv"},  # not declared here: its value is one element (P14)
+        {"name": "text", "url": "text.csv"},  # not declared here: its value stays a text (P14)
     ]
     export = {"name": "json", "format": "json", "path": "out.json"}
     _run(_write_spec(tmp_path, "merge_lists", sources, [export]))
     items = json.loads((run_env / "lists" / "merge_lists" / "out.json").read_text(encoding="utf-8"))
-    assert [i["images"] for i in items] == [["x.jpg", "y.jpg"], ["c.jpg"], ["plain, text"]]
+    assert [i["images"] for i in items] == [["x.jpg", "y.jpg"], ["c.jpg"], "plain, text"]
 
 
 def test_rules_change_lists_element_by_element(run_env: Path, tmp_path: Path) -> None:
@@ -199,10 +238,12 @@ def test_rules_change_lists_element_by_element(run_env: Path, tmp_path: Path) ->
     assert report["rules"]["matched"]["has gold"] == 1 and report["rules"]["matched"]["no silver"] == 2
     assert first["tags"] == ["Gold", "Ring"] and first["metal"] == "gold" and first["many"] == "y"
     assert first["sizes"] == ["S?", "S?", "S?"]
-    assert empty["tags"] == ["Untagged"] and empty["sizes"] == ["?"]  # P11: on no elements, map acts on ""
+    # P11: on no elements, map acts on the text "" (and writes a text); append adds an element (P12)
+    assert empty["tags"] == ["Untagged"] and empty["sizes"] == "?"
     assert steel["sizes"] == ["Extra large"] and steel["plain"] == "y"
-    # split made `note` a list field: prepend added an element, join left one element
-    assert first["note"] == ["1+a+b+c"] and empty["note"] == ["2"]
+    # split made `note` a list field: prepend added an element to the list, join wrote a text; on the
+    # empty note (no elements: not a list, and no source declares `note`) prepend concatenated (P12)
+    assert first["note"] == "1+a+b+c" and empty["note"] == "2"
 
 
 # -- real catalogs ----------------------------------------------------------------------------------
@@ -248,8 +289,8 @@ def test_dummyjson_arrays_are_lists_and_arrays_of_objects_stay_text(run_env: Pat
     assert [i["images"] for i in items] == [p["images"] or "" for p in products]
     assert [i["tags"] for i in items] == [p["tags"] or "" for p in products]
     assert report["rules"]["matched"]["beauty"] == sum("beauty" in p["tags"] for p in products)
-    # an array of objects is not a list of scalars: one element, its compact JSON (P4)
-    assert json.loads(items[0]["reviews"][0]) == products[0]["reviews"]
+    # an array of objects is not a list of scalars: it stays text, its compact JSON (P4)
+    assert json.loads(items[0]["reviews"]) == products[0]["reviews"]
 
 
 def test_wxrs_repeated_categories_are_one_list(run_env: Path, tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ from firefeed.rules.groups import JOIN_MAX_CHARS
 from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import parse_rules
-from firefeed.rules.reference import apply_rules, from_text
+from firefeed.rules.reference import apply_rules
 from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, company_schema, ident
 from firefeed.schema.service import SchemaService
 from firefeed.spec.model import ExportSpec, LookupSpec
@@ -58,7 +58,8 @@ def load_items(
     spread: bool = False,
 ) -> None:
     """A source table like MERGE leaves it: ord, trimmed key, source, one column per field
-    (text, or text[] for a list field, whose values are tuples).
+    (text, or text[] for a list field, whose values are tuples; a text there is staged as MERGE
+    writes a source's text in a list field, an array from 0).
 
     `spread`: one item per heap page (a padding column no pass copies), so that a run cut into
     parts by pages cuts even a few items.
@@ -76,7 +77,12 @@ def load_items(
     columns = [ORD, KEY, SRC, *(column_for_field(f) for f in fields)]
 
     def value(item: Mapping[str, Any], f: str) -> Any:
-        return list(item.get(f, ())) if f in lists else item.get(f, "")
+        v = item.get(f, () if f in lists else "")
+        if f not in lists:
+            return v
+        if isinstance(v, str):  # cast by the column from its literal: a text is an array from 0
+            return '[0:0]={"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"}' if v else "{}"
+        return list(v)
 
     rows = [
         (i + 1, item.get(KEY_FIELD, "").strip(), 0, *(value(item, f) for f in fields)) for i, item in enumerate(items)
@@ -101,20 +107,34 @@ def _add_list_columns(engine: Engine, company: str, table: str, columns: Sequenc
             )
 
 
-def read_items(engine: Engine, company: str, table: str, fields: Sequence[str]) -> list[dict[str, Any]]:
-    """The table's items in physical order (which must be _ff_ord order)."""
+def read_items(
+    engine: Engine, company: str, table: str, fields: Sequence[str], lists: ListFields = NO_LISTS
+) -> list[dict[str, Any]]:
+    """The table's items in physical order (which must be _ff_ord order); a list field's value is the
+    reference's: a tuple of elements for a list, a str for a text (an array from 0), () for none."""
     columns = [ORD, *(column_for_field(f) for f in fields)]
+    picked: list[sql.Composable] = [ident(c) for c in columns]
+    for f in fields:
+        if f in lists:
+            picked.append(sql.SQL("coalesce(array_lower({}, 1) = 0, false)").format(ident(column_for_field(f))))
     with raw_connection(engine) as conn, conn.cursor() as cur:
         cur.execute(
-            sql.SQL("SELECT {} FROM {}").format(
-                sql.SQL(", ").join(ident(c) for c in columns), ident(company_schema(company), table)
-            )
+            sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(picked), ident(company_schema(company), table))
         )
         rows = cur.fetchall()
     ords = [r[0] for r in rows]
     assert ords == sorted(ords), "rows are not in _ff_ord order"
-    # a list field's array comes back as a Python list: the reference's tuple of elements
-    return [{f: tuple(v) if isinstance(v, list) else v for f, v in zip(fields, r[1:], strict=True)} for r in rows]
+    out = []
+    for r in rows:
+        texts = iter(r[len(columns) :])
+        item: dict[str, Any] = {}
+        for f, v in zip(fields, r[1 : len(columns)], strict=True):
+            if f in lists:
+                text = next(texts)
+                v = v[0] if text else tuple(v)
+            item[f] = v
+        out.append(item)
+    return out
 
 
 LOOKUP_KEY = "code"
@@ -188,9 +208,6 @@ def run_both(
     tables = _stage_lookups(engine, service, lookups or {}, raw_rules, group, lists)
     rules = parse_rules(raw_rules, key_field=KEY_FIELD, declared_lists=lists, lookups=tables, group=group)
     project_lists = rules[0].lists if rules else NO_LISTS
-    items = [
-        {f: from_text(v) if f in project_lists and isinstance(v, str) else v for f, v in item.items()} for item in items
-    ]
     table = f"items_t{uuid.uuid4().hex[:12]}"
     run_id = str(uuid.uuid4())
     load_items(engine, service, COMPANY, table, fields, items, project_lists, spread=split)
@@ -206,7 +223,7 @@ def run_both(
             rows=len(items),
             split_min_rows=1 if split else None,
         )
-        got = read_items(engine, COMPANY, result.table, result.fields)
+        got = read_items(engine, COMPANY, result.table, result.fields, project_lists)
         if exports is not None:
             exports(result, project_lists)
     finally:
@@ -236,13 +253,18 @@ def assert_same(
     names = {name: name for name in lookups or {}}
     project_lists = parse_rules(raw_rules, key_field=KEY_FIELD, declared_lists=lists, lookups=names, group=group)
     listed = project_lists[0].lists if project_lists else NO_LISTS
-    expected = [{f: item.get(f, () if f in listed else "") for f in result.fields} for item in want.items]
-    assert got == expected
+    expected = [{f: _none(item.get(f, ""), f in listed) for f in result.fields} for item in want.items]
+    assert [{f: _none(v, f in listed) for f, v in item.items()} for item in got] == expected
     assert result.matched == want.matched
     assert result.excluded == want.excluded
     assert result.rows_in == len(items)
     assert result.rows_out == len(want.items)
     assert result.lookups == want.lookups
+
+
+def _none(value: Any, listed: bool) -> Any:
+    """A list field's "" and () are the same value: no elements (P1)."""
+    return () if listed and value in ("", ()) else value
 
 
 # -- strategies ----------------------------------------------------------------
@@ -603,6 +625,8 @@ ALL_LISTED = LISTED + NEW_FIELDS
 POOL = ["a", "A", "1,5", "x|y", " b ", "ß", "10", "ab"]
 elements = st.one_of(st.sampled_from(POOL), st.sampled_from(POOL), texts, phrases).filter(bool)
 list_values = st.lists(elements, max_size=4).map(tuple)
+#: a list field's value as MERGE leaves it: a list, or the text of a source that does not declare it (P14)
+source_values = st.one_of(list_values, list_values, elements)
 listed_names = st.sampled_from(ALL_LISTED)
 list_templates = st.one_of(
     templates,
@@ -686,7 +710,7 @@ def list_rule_lists(draw: st.DrawFn) -> list[dict[str, Any]]:
 
 
 listed_items = st.lists(
-    st.fixed_dictionaries({**{f: values for f in FIELDS[:3]}, **{f: list_values for f in LIST_FIELDS}}),
+    st.fixed_dictionaries({**{f: values for f in FIELDS[:3]}, **{f: source_values for f in LIST_FIELDS}}),
     max_size=5,
 ).map(lambda xs: [{KEY_FIELD: str(i), **x} for i, x in enumerate(xs)])
 
@@ -789,7 +813,7 @@ catalog_items = st.lists(
     st.fixed_dictionaries(
         {
             **{f: values for f in FIELDS[:3]},
-            **{f: list_values for f in LIST_FIELDS},
+            **{f: source_values for f in LIST_FIELDS},
             GROUP_FIELD: st.sampled_from(["a", "a", "b", " a", "", " ", "ß"]),
         }
     ),

@@ -163,7 +163,7 @@ def test_split_join_take_dedupe_follow_p10() -> None:
         frozenset(),
     )
     assert got["tags"] == ("a", "b", "c")  # split of a list splits each element
-    assert _one([{"join": "images", "separator": ""}], {"images": ("a", "b")})["images"] == ("ab",)
+    assert _one([{"join": "images", "separator": ""}], {"images": ("a", "b")})["images"] == "ab"  # a text
     assert _one([{"take": "images", "count": "0"}], {"images": ("a", "b")})["images"] == ()
     assert (
         _one([{"join": "title"}, {"dedupe": "title"}, {"take": "title", "count": "1"}], {"title": "a,a"})["title"]
@@ -179,4 +179,4 @@ def test_truncate_cuts_each_element_on_its_own() -> None:
 def test_map_default_replaces_each_unmatched_element_and_applies_to_no_elements() -> None:
     action = {"map": "images", "values": {"a": "A", "": "none"}, "default": "?"}
     assert _one([action], {"images": ("a", "b")})["images"] == ("A", "?")
-    assert _one([action], {"images": ()})["images"] == ("none",)  # P11: "" (no elements) is the text ""
+    assert _one([action], {"images": ()})["images"] == "none"  # P11: "" (no elements) is the text ""

@@ -3,7 +3,9 @@
 MERGE casts a declared list field's staged text to `text[]` (`''` is the
 empty list), so the staging tables and their COPY stay all text. Elements are
 trimmed (Unicode white space, `str.strip`) and empty ones dropped; each is
-quoted, with `\\` and `"` escaped, so any text survives the cast exactly.
+quoted, with `\\` and `"` escaped, so any text survives the cast exactly. A
+JSON array that stays text (it holds an object or an array, P4) is staged as
+a text: `[0:0]={"..."}`, an array whose lower bound is 0 (rules/_lists_sql.from_text).
 """
 
 from __future__ import annotations
@@ -24,10 +26,15 @@ def array_literal(elements: Iterable[str]) -> str:
     return "{" + ",".join(quoted) + "}" if quoted else ""
 
 
+#: before the braces of a staged text (one element, lower bound 0)
+TEXT_PREFIX = "[0:0]="
+
+
 def literal_elements(text: str) -> tuple[str, ...]:
     """The elements of a staged list (what `array_literal` wrote; "" has none)."""
     out: list[str] = []
-    i, end = 1, len(text) - 1  # inside the braces
+    start = len(TEXT_PREFIX) if text.startswith(TEXT_PREFIX) else 0
+    i, end = start + 1, len(text) - 1  # inside the braces
     while i < end:
         i += 1  # the opening quote
         buf: list[str] = []
@@ -67,7 +74,7 @@ def json_list(value: Any) -> str | None:
         return None
     if t is list:
         if any(type(v) in (list, dict) for v in value):
-            return array_literal([compact(value)])
+            return TEXT_PREFIX + array_literal([compact(value)])  # a text (P4), never "": it holds [...]
         return array_literal(_scalar(v) for v in value if v is not None)
     if value is None:
         return ""
