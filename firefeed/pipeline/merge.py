@@ -27,6 +27,7 @@ from sqlalchemy import Engine
 from firefeed.db.engine import raw_connection, side_work_first
 from firefeed.errors import MergeError
 from firefeed.rules._frag import Frag, of
+from firefeed.rules._lists_sql import from_text
 from firefeed.rules.template import FieldRef, Template
 from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, company_schema, ident
 from firefeed.schema.service import SchemaService
@@ -383,7 +384,7 @@ def _list_expr(
         col = sql.SQL("{a}.{c}").format(a=alias[j], c=ident(column_for_field(field)))
         # A declaring source staged an array literal (a text's starts at 0, `[0:0]={...}`, P4); any other
         # source's text is a text (P14), an array from 0 (rules/_lists_sql.from_text).
-        value = sql.SQL("{}::text[]" if field in sources[j].lists else "array_fill({}, ARRAY[1], ARRAY[0])").format(col)
+        value = sql.SQL("{}::text[]").format(col) if field in sources[j].lists else from_text(of(col)).sql
         expr = sql.SQL("CASE WHEN {ok} AND {col} <> '' THEN {value} ELSE {prev} END").format(
             ok=origin_ok[j], col=col, value=value, prev=expr
         )

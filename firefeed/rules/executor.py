@@ -23,6 +23,8 @@ from psycopg2 import sql
 from sqlalchemy import Engine
 
 from firefeed.db.engine import raw_connection
+from firefeed.rules._frag import of
+from firefeed.rules._lists_sql import from_text
 from firefeed.rules._plan import PassPlan, flag_column, lookup_report_columns, plan_passes
 from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import Rule, branch_excludes
@@ -259,11 +261,7 @@ def copy_as_lists(
     picked = [ident(c) for c in (ORD, KEY, SRC)]
     for f in names:
         col = ident(column_for_field(f))
-        picked.append(
-            sql.SQL("array_remove(array_fill({0}, ARRAY[1], ARRAY[0]), '') AS {0}").format(col)
-            if f in into_lists
-            else col
-        )
+        picked.append(sql.SQL("{} AS {}").format(from_text(of(col)).sql, col) if f in into_lists else col)
     select = sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(picked), ident(company_schema(company), src_table))
     columns = [ORD, KEY, SRC, *(column_for_field(f) for f in names)]
     with raw_connection(engine) as conn:
