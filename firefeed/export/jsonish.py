@@ -41,16 +41,18 @@ def _array(elements: Piece) -> Piece:
     text held in a list field (an array from 0: `set`, `join`, a source without the list...) is its
     JSON string (P2).
 
-    to_json of a text[] escapes each element; only list columns pay for it.
+    to_json of a text[] escapes each element; only list columns pay for it. A text is escaped as any
+    value is (`_escaped`, control characters finished on the way out).
     """
+    text = _escaped(sql_text("(") + elements + sql_text(")[0]"))
     return (
         sql_text("(CASE WHEN cardinality(")
         + elements
         + sql_text(") = 0 THEN '\"\"' WHEN array_lower(")
         + elements
-        + sql_text(", 1) = 0 THEN to_json((")
-        + elements
-        + sql_text(")[0])::text ELSE to_json(")
+        + sql_text(", 1) = 0 THEN '\"' || ")
+        + text
+        + sql_text(" || '\"' ELSE to_json(")
         + elements
         + sql_text(")::text END)")
     )

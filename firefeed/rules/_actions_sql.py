@@ -197,9 +197,9 @@ def _list_action(action: FieldAction, column: Column, lists: ListFields) -> Frag
         if action.count == 0:
             return _lists.EMPTY_LIST
         count = val(action.count, "integer")
-        return _lists.kept_kind(x, lambda v: fmt("({0})[:{1}]", v, count))  # from a text's 0 or a list's 1
+        return _lists.list_only(x, lambda v: fmt("({0})[1:{1}]", v, count))
     if isinstance(action, Dedupe):
-        return _lists.kept_kind(x, _lists.dedupe)
+        return _lists.list_only(x, _lists.dedupe)
     if isinstance(action, Remove):
         return _lists.kept_kind(
             x, lambda v: _lists.keep_elements(v, fmt("NOT {0}", _removes(action, _lists.ELEMENT, column, lists)))
@@ -245,8 +245,12 @@ def _add_element(action: Append | Prepend, x: Frag, text: Frag, lists: ListField
                 else "({1} || array_to_string({0}, ''))"
             )
             joined = fmt(text_of, v, t)
+            # a text (from 0) or no elements concatenate; any other array is a list
             return fmt(
-                "(CASE WHEN array_lower({0}, 1) = 1 THEN {1} ELSE {2} END)", v, added(v, t), _lists.from_text(joined)
+                "(CASE WHEN coalesce(array_lower({0}, 1), 0) = 0 THEN {2} ELSE {1} END)",
+                v,
+                added(v, t),
+                _lists.from_text(joined),
             )
 
         return _lists.read_once(text, of_kind, alias="_ff_t")

@@ -39,7 +39,9 @@ def element(value: Frag, index: int) -> Frag:
         return raw("''::text")
     if index >= 0:
         return fmt("coalesce((({0})[:])[{1}], '')", value, val(index + 1, "integer"))
-    return fmt("coalesce((({0})[:])[cardinality({0}) + {1}], '')", value, val(index + 1, "integer"))
+    return read_once(
+        value, lambda v: fmt("coalesce((({0})[:])[cardinality({0}) + {1}], '')", v, val(index + 1, "integer"))
+    )
 
 
 def text_element(value: Frag, index: int) -> Frag:
@@ -71,15 +73,17 @@ def kept_kind(value: Frag, result: Callable[[Frag], Frag]) -> Frag:
     a one-element list, and leave a text)."""
 
     def kinded(x: Frag) -> Frag:
-        out = result(x)
-        return fmt(
-            "(CASE WHEN array_lower({0}, 1) = 0 THEN {1} ELSE {2} END)",
-            x,
-            from_text(fmt("coalesce(({0})[1], '')", out)),
-            out,
-        )
+        # A text's rewrite (at most one element) is moved to start at 0: put after a NULL at 0, the NULL
+        # then removed (elements are never NULL); a list's is left as it is (array_cat of '{}' is it).
+        start = fmt("(CASE WHEN array_lower({0}, 1) = 0 THEN '[0:0]={NULL}'::text[] ELSE '{}'::text[] END)", x)
+        return fmt("array_remove(array_cat({0}, {1}), NULL)", start, result(x))
 
     return read_once(value, kinded)
+
+
+def list_only(value: Frag, on_list: Callable[[Frag], Frag]) -> Frag:
+    """`on_list(value)` on a list; a text is left as it is (`take` of at least one, `dedupe`: P10)."""
+    return read_once(value, lambda v: fmt("(CASE WHEN array_lower({0}, 1) = 0 THEN {0} ELSE {1} END)", v, on_list(v)))
 
 
 def read_once(value: Frag, use: Callable[[Frag], Frag], alias: str = "_ff_a") -> Frag:

@@ -463,3 +463,35 @@ def test_the_cap_is_google_xmls_alone_and_counts_only_the_items_it_writes(run_en
     assert [len(i["additional_image_link"]) for i in items] == [11, 11, 1]
     first, _third = _items(run_env / "lists" / "cap" / "g.xml")
     assert len(_texts(first, "additional_image_link")) == 10
+
+
+def test_a_renamed_repeat_named_like_a_declared_list_is_one_element_whatever_its_text(
+    run_env: Path, tmp_path: Path
+) -> None:
+    """<title> twice makes `title_2` (8.5); declared as a list, its text is one element, never an array
+    literal of the feed's own (which could choose its bounds or dimensions)."""
+    (tmp_path / "feed.xml").write_text(
+        "<items><item><id>1</id><title>t</title><title>[0:1]={x,y}</title></item>"
+        "<item><id>2</id><title>u</title><title>{{a,b},{c,d}}</title></item>"
+        "<item><id>3</id><title>v</title><title>{</title></item></items>",
+        encoding="utf-8",
+    )
+    source = {"name": "x", "url": "feed.xml", "lists": {"title_2": ","}}
+    export = {"name": "json", "format": "json", "path": "out.json"}
+    _run(_write_spec(tmp_path, "renamed_list", [source], [export], key="id"))
+    items = json.loads((run_env / "lists" / "renamed_list" / "out.json").read_text(encoding="utf-8"))
+    assert [i["title_2"] for i in items] == [["[0:1]={x,y}"], ["{{a,b},{c,d}}"], ["{"]]
+
+
+def test_a_text_in_a_list_field_is_escaped_in_json_like_any_text(run_env: Path, tmp_path: Path) -> None:
+    write_csv(tmp_path / "main.csv", ["id", "tags"], [["1", "a"]])
+    rules = [{"name": "odd", "then": [{"set": "tags", "value": 'q"u\\o\tte\u2028'}]}]
+    source = {"name": "main", "url": "main.csv", "lists": {"tags": ","}}
+    exports = [
+        {"name": "json", "format": "json", "path": "out.json"},
+        {"name": "jsonl", "format": "jsonl", "path": "out.jsonl"},
+    ]
+    _run(_write_spec(tmp_path, "escaped_text", [source], exports, rules=rules))
+    out = run_env / "lists" / "escaped_text"
+    assert json.loads((out / "out.json").read_text(encoding="utf-8"))[0]["tags"] == 'q"u\\o\tte\u2028'
+    assert json.loads((out / "out.jsonl").read_text(encoding="utf-8"))["tags"] == 'q"u\\o\tte\u2028'

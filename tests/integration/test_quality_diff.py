@@ -273,3 +273,26 @@ def test_a_small_runs_merge_and_exports_do_their_side_work_on_the_jobs_one_conne
     for report in (before, after):
         assert [(e["rows"], _diff(report, e["name"])["unchanged"]) for e in report["exports"]] == [(10, 10)] * 2
     assert [e["sha256"] for e in after["exports"]] == [e["sha256"] for e in before["exports"]]
+
+
+def test_a_json_export_counts_a_list_whose_elements_or_kind_changed_as_changed(run_env: Path, tmp_path: Path) -> None:
+    """json writes ["x,y"], ["x", "y"] and "x,y" apart, so its diff does; csv writes x,y for all three."""
+    exports = [
+        {"name": "json", "format": "json", "path": "o.json", "fields": {"id": "id", "tags": "tags"}},
+        {"name": "csv", "format": "csv", "path": "o.csv", "fields": {"id": "id", "tags": "tags"}},
+    ]
+
+    def run(separator: str, rules: list[dict[str, Any]]) -> dict[str, Any]:
+        write_csv(tmp_path / "main.csv", ["id", "tags"], [["1", "x,y"], ["2", "z"]])
+        source = {"name": "main", "url": "main.csv", "lists": {"tags": separator}}
+        spec = {"company": "acme", "project": "diff_lists", "sources": [source], "rules": rules, "exports": exports}
+        (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
+        code, report = run_json(tmp_path / "spec.yaml")
+        assert code == 0, report["error"]
+        return report
+
+    run("|", [])  # item 1 is ["x,y"], item 2 ["z"]
+    second = run(",", [])  # item 1 is ["x", "y"]: the same csv row
+    assert (_diff(second, "json")["changed"], _diff(second, "csv")["changed"]) == (1, 0)
+    third = run(",", [{"name": "joined", "then": [{"join": "tags", "separator": ","}]}])  # "x,y" and "z": texts
+    assert (_diff(third, "json")["changed"], _diff(third, "csv")["changed"]) == (2, 0)

@@ -49,9 +49,11 @@ SHAPES: dict[str, Callable[[int], list[dict[str, Any]]]] = {
 }
 
 
-def compiled(raw: list[dict[str, Any]], fields: list[str] = FIELDS) -> tuple[int, int]:
+def compiled(
+    raw: list[dict[str, Any]], fields: list[str] = FIELDS, lists: frozenset[str] = frozenset()
+) -> tuple[int, int]:
     """(bytes of SQL, bound values) over every pass of the rules."""
-    plans = plan_passes(parse_rules(raw, key_field="id"), fields)
+    plans = plan_passes(parse_rules(raw, key_field="id", declared_lists=lists), fields)
     statements = [pass_insert(p, ident("s", "src"), ident("s", "dst")) for p in plans]
     return sum(statement_bytes(s) for s in statements), sum(len(s.params) for s in statements)
 
@@ -70,6 +72,29 @@ def test_compiled_sql_grows_linearly_with_the_number_of_rules(shape: str) -> Non
         size, params = compiled(SHAPES[shape](n))
         assert size < 2_000 * n + 10_000, f"{n} rules: {size} bytes"
         assert params < 20 * n + 100, f"{n} rules: {params} values"
+
+
+#: shapes on list fields (SPEC 9): `a` declared, `b` a list because a rule splits it
+LIST_SHAPES: dict[str, Callable[[int], list[dict[str, Any]]]] = {
+    "the last element, again and again": lambda n: [{"then": [{"set": "a", "value": "{a[-1]}-"}] * n}],
+    "per-element actions in one chain": lambda n: [
+        {"then": [{"uppercase": "a"}, {"replace": "a", "find": "x", "with": "y"}, {"take": "a", "count": "3"}] * n}
+    ],
+    "removes and dedupes": lambda n: [
+        {"then": [{"remove": "a", "when": {"field": "_", "op": "eq", "value": "{a[0]}"}}, {"dedupe": "a"}] * n}
+    ],
+    "appends to an undeclared list": lambda n: [
+        {"then": [{"split": "b", "separator": ","}, *[{"append": "b", "value": "{b[-1]}x"}] * n]}
+    ],
+    "maps on no elements": lambda n: [{"then": [{"map": "a", "values": {"": "{a}e"}, "default": "{a[0]}"}] * n}],
+}
+
+
+@pytest.mark.parametrize("shape", LIST_SHAPES)
+def test_compiled_sql_on_lists_grows_linearly_with_the_number_of_actions(shape: str) -> None:
+    for n in (4, 8, 12, 16, 50):
+        size, _ = compiled(LIST_SHAPES[shape](n), lists=frozenset({"a"}))
+        assert size < 4_000 * n + 10_000, f"{n} actions: {size} bytes"
 
 
 def test_two_hundred_conditional_appends_compile_to_under_a_megabyte_in_all() -> None:

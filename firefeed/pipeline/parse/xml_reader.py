@@ -188,7 +188,9 @@ class XmlReader:
                 pos = index.add(key)
                 if pos >= len(row):
                     row.extend([""] * (pos + 1 - len(row)))
-            row[pos] = value
+            # A renamed repeat (`title_2`) may be a declared list's name: its text is one element, staged
+            # as every list is, so no feed text ever reaches MERGE's array cast as a literal of its own.
+            row[pos] = array_literal([value]) if lists and key in lists else value
         if listed:
             for key, elements in listed.items():
                 row[position[key]] = array_literal(elements)
