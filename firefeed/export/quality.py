@@ -118,11 +118,12 @@ def _insert(
     hashed_names = []
     for j, column in enumerate(columns):
         projected = projected + sql_text(", ") + column.value + Piece(sql.SQL(" AS {}").format(ident(f"c{j}")))
-        hashed_names.append(f"c{j}")
+        name = f"c{j}"
         if structured and column.elements is not None:
+            name = f"s{j}"
             form = sql_text("(") + column.elements + sql_text(")::text")
-            projected = projected + sql_text(", ") + form + Piece(sql.SQL(" AS {}").format(ident(f"s{j}")))
-            hashed_names[-1] = f"s{j}"
+            projected = projected + sql_text(", ") + form + Piece(sql.SQL(" AS {}").format(ident(name)))
+        hashed_names.append(name)
     projected = projected + Piece(sql.SQL(" FROM {}").format(ident(schema, target.table))) + where
     hashed = sql_text("SELECT k, o, hashtextextended(k, 0) AS kh, ") + _hash(hashed_names) + sql_text(" AS h")
     for j in range(len(columns)):

@@ -34,14 +34,14 @@ def as_text(value: Frag) -> Frag:
 def element(value: Frag, index: int) -> Frag:
     """Element `index` of a list (negative: from the end), "" when out of range (P9).
 
-    `[:]` re-bases a text's array (lower bound 0) at 1, so both kinds count from the same place."""
+    Counted from the array's own bounds, so a text (lower bound 0) and a list (1) read alike."""
     if abs(index) >= WHOLE_MAX:  # past any list (Postgres' hold 134,217,727 elements) and any bound integer
         return raw("''::text")
     if index >= 0:
-        return fmt("coalesce((({0})[:])[{1}], '')", value, val(index + 1, "integer"))
-    return read_once(
-        value, lambda v: fmt("coalesce((({0})[:])[cardinality({0}) + {1}], '')", v, val(index + 1, "integer"))
-    )
+        at = "array_lower({0}, 1) + {1}", val(index, "integer")
+    else:
+        at = "array_upper({0}, 1) + {1}", val(index + 1, "integer")
+    return read_once(value, lambda v: fmt("coalesce(({0})[" + at[0] + "], '')", v, at[1]))
 
 
 def text_element(value: Frag, index: int) -> Frag:

@@ -253,10 +253,7 @@ class SchemaService:
             if table in kept:
                 continue
             # `stg_lkp_<project>_<digest>` reads as the staging of project `lkp_<project>`'s source.
-            ours = project_file_table(table, project) or (
-                legacy_lookup_staging and project_file_table(table, project, prefixes=[LEGACY_LOOKUP_STAGING_PREFIX])
-            )
-            if ours and self._drop_unless_busy(company, table):
+            if project_file_table(table, project, prefixes) and self._drop_unless_busy(company, table):
                 dropped.append(table)
         if dropped:
             log.info("dropped %d tables the spec no longer names", len(dropped), extra={"tables": dropped})
