@@ -57,6 +57,12 @@ def _rendering(export: ExportSpec, columns: Sequence[OutputColumn], title: str |
     raise ExportError(export.name, f"unknown format {export.format!r}")
 
 
+def reads_rows(export: ExportSpec) -> bool:
+    """Whether the export's writer reads its items by a plain scan, so a view serves it as a table
+    would: every format but google-xml, whose groups are runs of heap pages (`copy_item_groups`)."""
+    return export.format != "google-xml"
+
+
 def write_export(
     engine: Engine,
     *,

@@ -254,7 +254,7 @@ class _Driver:
                 rules=ctx.spec.parsed_rules,
                 rows=merged.rows,
                 check_cancel=self.check_cancel,
-                read_once=steps.read_once(ctx.spec),
+                view_last=steps.read_once(ctx.spec),
             )
         else:
             params = contract.RulesParams(merged.fields, merged.rows)

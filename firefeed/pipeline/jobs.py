@@ -192,7 +192,7 @@ def _rules_job(ctx: RunContext, job: JobState, jobs: JobStore) -> contract.Rules
         rules=ctx.spec.parsed_rules,
         cancel_check=ctx.check_cancel,
         rows=params.rows,
-        read_once=steps.read_once(ctx.spec),
+        view_last=steps.read_once(ctx.spec),
     )
 
 

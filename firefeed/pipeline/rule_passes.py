@@ -127,7 +127,8 @@ def apply_passes(
     check_cancel: Callable[[], None] | None = None,
     first_pass: int = 1,
     path: str = "rules",
-    read_once: bool = False,
+    view_last: bool = False,
+    view_groups: bool = True,
 ) -> RulesResult:
     """Apply the enabled rules to `source_table` (`rows` items, when the caller knows), one pass at a time.
 
@@ -136,9 +137,13 @@ def apply_passes(
     drops what remains with drop_rules_tmp_for_run. `first_pass`: the number of
     the first pass table (an export's channel rules number theirs apart from the
     project's, whose result they read); `path`: where the rules are in the spec.
-    `read_once`: the result is read once, by a pass that copies it (a lone export's
-    own rules), so a last pass that counts nothing is a view per part (`pass_view`):
-    that pass computes its rows as it copies them.
+    `view_last`: the result's readers are few and each scans it whole (the lone export's first
+    channel pass, which copies it; an export's file and its diagnostics), so a last pass that
+    counts nothing is a view per part (`pass_view`): its readers compute its rows as they read
+    them instead of a million wide rows being written and read back. A lone such pass over a
+    view of parts (an export's rules reading the project's halves) is one view over that view.
+    `view_groups`: a grouped last pass may be the view (its items read their group's row by an index,
+    which the export's ordered scans do not use: their readers keep `view_groups` off).
     """
     plans = check_sql_size(rules, fields, path=path)
     if first_pass != 1:
@@ -148,6 +153,16 @@ def apply_passes(
         count = rows if rows is not None else count_rows(schema.engine, company, source_table)
         return RulesResult(source_table, list(dict.fromkeys(fields)), 0, matched, 0, count, count)
     segments = runner.segments(source_table, rows)
+    lone = plans[0] if len(plans) == 1 and counts_nothing(plans[0]) else None
+    if (
+        view_last
+        and lone is not None
+        and (view_groups or not lone.grouped)
+        and rows is not None
+        and len(segments) > 1
+        and all(seg.rows is None and seg.lo is None and seg.hi is None for seg in segments)
+    ):
+        segments = [Segment(None, None, source_table, rows)]  # the parts' own rows are not known
     written: set[str] = set()  # this loop's own pass tables: the only ones it deletes from or drops
     first_in: int | None = None
     excluded = 0
@@ -160,9 +175,10 @@ def apply_passes(
         assert in_place or not plan.counts_after, "a pass counting the previous pass's rules deletes in place"
         # Viewed: its parts' rows (known from the pass before) are all it counts, and its tables stay.
         viewed = (
-            read_once
+            view_last
             and plan is plans[-1]
             and counts_nothing(plan)
+            and (view_groups or not plan.grouped)
             and all(seg.rows is not None and seg.lo is None and seg.hi is None for seg in segments)
         )
         groups = None
@@ -303,7 +319,8 @@ def run_rules(
     split_min_rows: int | None = None,
     first_pass: int = 1,
     path: str = "rules",
-    read_once: bool = False,
+    view_last: bool = False,
+    view_groups: bool = True,
 ) -> RulesResult:
     """The rules applied in this process (`InProcessPasses` through `apply_passes`)."""
     runner = InProcessPasses(engine, schema_service, company=company, run_id=run_id, split_min_rows=split_min_rows)
@@ -318,7 +335,8 @@ def run_rules(
         check_cancel=cancel_check,
         first_pass=first_pass,
         path=path,
-        read_once=read_once,
+        view_last=view_last,
+        view_groups=view_groups,
     )
 
 

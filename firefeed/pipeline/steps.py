@@ -326,6 +326,7 @@ def channel_rules(
     which the other exports read unchanged. In one piece when the spec has several exports (their jobs
     already run side by side); a lone export's rules run in halves like the project's, reading the
     project's two halves when its result is their view (`InProcessPasses.segments`)."""
+    from firefeed.export import reads_rows
     from firefeed.pipeline.rule_passes import run_rules
     from firefeed.rules.executor import copy_as_lists
 
@@ -358,6 +359,10 @@ def channel_rules(
         rows=rows,
         first_pass=first_pass,
         path=f"exports[{index}].rules",
+        # Read whole by the file and the diagnostics, once each: a last pass counting nothing is a view,
+        # unless what it reads is itself computed (a pass view) or it joins groups (see apply_passes).
+        view_last=reads_rows(exp) and ctx.schema.holds_rows(ctx.spec.company, table),
+        view_groups=False,
     )
 
 

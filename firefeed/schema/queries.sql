@@ -64,6 +64,10 @@ SELECT DISTINCT c.relname, c.relkind::text
    AND c.oid <> r.ev_class
    AND c.relkind IN ('r', 'v');
 
+-- relation_kind --
+-- A relation's kind ('r' a table, 'v' a view; NULL when there is none); `qualified` as above
+SELECT relkind::text FROM pg_class WHERE oid = to_regclass(%(qualified)s);
+
 -- table_pages --
 -- How many heap pages a table has (runs of pages are read by TID range scans); `qualified` as above
 SELECT pg_relation_size(%(qualified)s::regclass) / current_setting('block_size')::int;

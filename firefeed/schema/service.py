@@ -383,6 +383,17 @@ class SchemaService:
             cur.execute(sql.SQL("CREATE INDEX {} ON {} (_ff_gk, _ff_gk2)").format(ident(f"{table}_k"), target))
         return table
 
+    def holds_rows(self, company: str, name: str) -> bool:
+        """Whether `name` (of the company schema) is a table or a rules run's view of part tables: reading
+        it scans heaps and computes nothing, unlike a pass view (`create_rules_pass_view`)."""
+        schema = company_schema(company)
+        with raw_connection(self.engine) as conn, conn.cursor() as cur:
+            cur.execute(_sql("relation_kind"), {"qualified": sql_qualified(schema, name)})
+            found = cur.fetchone()
+            if found is None or found[0] == "r":
+                return found is not None
+            return parts_of_view(cur, schema, name) is not None
+
     def view_parts(self, company: str, view: str) -> list[str] | None:
         """`parts_of_view` of a table of the company schema (None: not a view of parts); a part may be a
         pass view (`create_rules_pass_view`): the rules read it like a table."""

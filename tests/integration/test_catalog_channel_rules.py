@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -394,3 +395,83 @@ def test_a_lone_exports_rules_compute_the_projects_last_pass_as_they_copy_it(
     # One item per group (the blank one is a group of its own), each with its group's lowest doubled price.
     got = [(r[header.index("id")], r[header.index("mark")]) for r in rows]
     assert got == [("0", "20.00"), ("1", "26.00"), ("4", "44.00"), ("5", "50.00")], got
+
+
+def test_a_lone_pass_of_an_exports_rules_that_counts_nothing_is_a_view_its_readers_compute(
+    run_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An export's rules whose one pass counts nothing (every rule matches every item, none excludes) are a
+    view over the project's result when that holds rows (here two halves' tables), computed as the file and
+    its diagnostics read it: the file, the counts and the diagnostics are those of the same rules written as
+    a table (a `when` every item meets makes the pass count, so it is a table). Over a result that is itself
+    a view of a pass (the project's last pass counting nothing), or for google-xml (whose writer reads heap
+    pages), the pass stays a table."""
+    import firefeed.pipeline.rule_passes as rule_passes
+    from firefeed.schema.service import SchemaService
+
+    cats = ["Rings", "Hats", "Rings", "Mugs", "", "Mugs", "Rings", "Hats"]
+    body = [
+        [str(i), f"{'Test ' if i == 3 else ''}Item {i}", cat, str(10 + i * 3), f"a{i},b{i},c{i},d{i}", filler(i)]
+        for i, cat in enumerate(cats)
+    ]
+    write_csv(tmp_path / "main.csv", ["id", "title", "cat", "price", "images", "notes"], body)
+    monkeypatch.setattr(rule_passes, "SPLIT_MIN_ROWS", 1)
+    no_tests = {
+        "name": "no tests",
+        "when": {"field": "title", "op": "starts_with", "value": "test"},
+        "then": [{"exclude": True}],
+    }
+
+    def spec(project: str, *, when: dict[str, Any] | None = None, fmt: str = "json", last: bool = True) -> dict:
+        own: list[dict[str, Any]] = [
+            {"name": "three", "then": [{"take": "images", "count": "3"}]},
+            {"name": "mark", "then": [{"set": "mark", "value": "{cat}: {low} {images[0]}"}]},
+        ]
+        if when is not None:
+            own = [{**r, "when": when} for r in own]
+        rules = [
+            {"name": "vat", "then": [{"math": "price", "op": "multiply", "value": "2"}]},
+            {"name": "low", "then": [{"aggregate": "low", "op": "min", "of": "price"}]},
+        ]
+        return {
+            "company": "catalog",
+            "project": project,
+            "group": "cat",
+            "sources": [{"name": "main", "url": "main.csv", "lists": {"images": ","}}],
+            # Ending with an exclusion, the project's result is its halves' tables; else its last pass's view.
+            "rules": [*rules, no_tests] if last else rules,
+            "exports": [{"name": "shop", "format": fmt, "path": f"shop.{fmt}", "rules": own}],
+        }
+
+    views: list[int] = []
+    make_view = SchemaService.create_rules_pass_view
+
+    def spy(self: SchemaService, company: str, run_id: str, number: int, *args: Any) -> str:
+        views.append(number)
+        return make_view(self, company, run_id, number, *args)
+
+    monkeypatch.setattr(SchemaService, "create_rules_pass_view", spy)
+    tables = _run(tmp_path, spec("channel_as_table", when={"field": "id", "op": "not_empty"}))
+    assert views == [], views
+    viewed = _run(tmp_path, spec("channel_as_view"))
+    assert views == [10_000_001], views  # the export's one pass, one view over the project's two halves
+    assert viewed["exports"][0]["rules"] == tables["exports"][0]["rules"]
+    assert viewed["exports"][0]["rules"]["matched"] == {"three": 7, "mark": 7}
+    for key in ("rows", "sha256", "diagnostics"):
+        assert viewed["exports"][0].get(key) == tables["exports"][0].get(key), key
+    one = (run_env / "catalog" / "channel_as_table" / "shop.json").read_bytes()
+    two = (run_env / "catalog" / "channel_as_view" / "shop.json").read_bytes()
+    assert two == one
+    items = json.loads(one)
+    assert [(i["id"], i["images"], i["mark"]) for i in items[:2]] == [
+        ("0", ["a0", "b0", "c0"], "Rings: 20.00 a0"),
+        ("1", ["a1", "b1", "c1"], "Hats: 26.00 a1"),
+    ], items[:2]
+    assert "3" not in [i["id"] for i in items]
+
+    views.clear()
+    assert _run(tmp_path, spec("channel_over_a_view", last=False))["exports"][0]["rules"]["matched"]["mark"] == 8
+    assert views == [201, 202], views  # the project's last pass only (read once, by the export's copy)
+    views.clear()
+    _run(tmp_path, spec("channel_for_xml", fmt="google-xml"))
+    assert views == [], views
