@@ -152,12 +152,14 @@ def apply_passes(
     if not plans:
         count = rows if rows is not None else count_rows(schema.engine, company, source_table)
         return RulesResult(source_table, list(dict.fromkeys(fields)), 0, matched, 0, count, count)
+
+    def may_view(plan: PassPlan) -> bool:
+        return view_last and counts_nothing(plan) and (view_groups or not plan.grouped)
+
     segments = runner.segments(source_table, rows)
-    lone = plans[0] if len(plans) == 1 and counts_nothing(plans[0]) else None
     if (
-        view_last
-        and lone is not None
-        and (view_groups or not lone.grouped)
+        len(plans) == 1
+        and may_view(plans[0])
         and rows is not None
         and len(segments) > 1
         and all(seg.rows is None and seg.lo is None and seg.hi is None for seg in segments)
@@ -175,10 +177,8 @@ def apply_passes(
         assert in_place or not plan.counts_after, "a pass counting the previous pass's rules deletes in place"
         # Viewed: its parts' rows (known from the pass before) are all it counts, and its tables stay.
         viewed = (
-            view_last
-            and plan is plans[-1]
-            and counts_nothing(plan)
-            and (view_groups or not plan.grouped)
+            plan is plans[-1]
+            and may_view(plan)
             and all(seg.rows is not None and seg.lo is None and seg.hi is None for seg in segments)
         )
         groups = None

@@ -389,10 +389,8 @@ class SchemaService:
         schema = company_schema(company)
         with raw_connection(self.engine) as conn, conn.cursor() as cur:
             cur.execute(_sql("relation_kind"), {"qualified": sql_qualified(schema, name)})
-            found = cur.fetchone()
-            if found is None or found[0] == "r":
-                return found is not None
-            return parts_of_view(cur, schema, name) is not None
+            kind = (cur.fetchone() or (None,))[0]
+            return kind == "r" or (kind == "v" and parts_of_view(cur, schema, name) is not None)
 
     def view_parts(self, company: str, view: str) -> list[str] | None:
         """`parts_of_view` of a table of the company schema (None: not a view of parts); a part may be a

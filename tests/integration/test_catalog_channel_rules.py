@@ -29,6 +29,21 @@ def _run(tmp: Path, spec: dict[str, Any]) -> dict[str, Any]:
     return report
 
 
+def _pass_views(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The numbers of the pass views the runs make from now on, in order."""
+    from firefeed.schema.service import SchemaService
+
+    views: list[int] = []
+    make_view = SchemaService.create_rules_pass_view
+
+    def spy(self: SchemaService, company: str, run_id: str, number: int, *args: Any) -> str:
+        views.append(number)
+        return make_view(self, company, run_id, number, *args)
+
+    monkeypatch.setattr(SchemaService, "create_rules_pass_view", spy)
+    return views
+
+
 def _items(tmp: Path) -> None:
     write_csv(
         tmp / "main.csv",
@@ -336,7 +351,6 @@ def test_a_lone_exports_rules_compute_the_projects_last_pass_as_they_copy_it(
     with the pass written as tables."""
     import firefeed.pipeline.rule_passes as rule_passes
     from firefeed.pipeline import steps
-    from firefeed.schema.service import SchemaService
 
     cats = ["Rings", "Hats", "Rings", "Mugs", "", "Mugs", "Rings", "Hats"]
     body = [
@@ -376,14 +390,7 @@ def test_a_lone_exports_rules_compute_the_projects_last_pass_as_they_copy_it(
     with monkeypatch.context() as m:
         m.setattr(steps, "read_once", lambda _spec: False)
         tables = _run(tmp_path, spec("last_as_tables"))
-    views: list[int] = []
-    make_view = SchemaService.create_rules_pass_view
-
-    def spy(self: SchemaService, company: str, run_id: str, number: int, *args: Any) -> str:
-        views.append(number)
-        return make_view(self, company, run_id, number, *args)
-
-    monkeypatch.setattr(SchemaService, "create_rules_pass_view", spy)
+    views = _pass_views(monkeypatch)
     viewed = _run(tmp_path, spec("last_as_views"))
     assert views == [301, 302], views  # pass 3 (after the DELETE of pass 2), one view per half
     assert viewed["rules"] == tables["rules"] and viewed["rules"]["excluded"] == 1
@@ -407,7 +414,6 @@ def test_a_lone_pass_of_an_exports_rules_that_counts_nothing_is_a_view_its_reade
     a view of a pass (the project's last pass counting nothing), or for google-xml (whose writer reads heap
     pages), the pass stays a table."""
     import firefeed.pipeline.rule_passes as rule_passes
-    from firefeed.schema.service import SchemaService
 
     cats = ["Rings", "Hats", "Rings", "Mugs", "", "Mugs", "Rings", "Hats"]
     body = [
@@ -443,14 +449,7 @@ def test_a_lone_pass_of_an_exports_rules_that_counts_nothing_is_a_view_its_reade
             "exports": [{"name": "shop", "format": fmt, "path": f"shop.{fmt}", "rules": own}],
         }
 
-    views: list[int] = []
-    make_view = SchemaService.create_rules_pass_view
-
-    def spy(self: SchemaService, company: str, run_id: str, number: int, *args: Any) -> str:
-        views.append(number)
-        return make_view(self, company, run_id, number, *args)
-
-    monkeypatch.setattr(SchemaService, "create_rules_pass_view", spy)
+    views = _pass_views(monkeypatch)
     tables = _run(tmp_path, spec("channel_as_table", when={"field": "id", "op": "not_empty"}))
     assert views == [], views
     viewed = _run(tmp_path, spec("channel_as_view"))
