@@ -6,6 +6,7 @@ worker for every queue; the few that need separate worker processes are `require
 
 from __future__ import annotations
 
+import csv
 import itertools
 import json
 import os
@@ -177,6 +178,39 @@ def test_a_catalog_run_through_the_queues_matches_firefeed_run(client_env: dict[
     assert report["exports"][0]["rules"] == batch["exports"][0]["rules"]
     assert report["exports"][0]["rows"] == 3  # one item per brand (the append source's keys are all in main)
     assert report["lookups"] == batch["lookups"]
+
+
+def test_channel_rules_viewed_over_the_fleets_chunk_tables_match_firefeed_run(
+    client_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Through the fleet the project's result is the view of its chunk jobs' tables (a pass per chunk);
+    an export's rules that count nothing are a view over that view, which its file and diagnostics read
+    in feed order: the same bytes and counts as the batch run, whose result is one table."""
+    spec = _spec(tmp_path, "acme", "dist_channel_view", items=60, rules=[*RULES, LAST_EXCLUSION])
+    doc = yaml.safe_load(spec.read_text(encoding="utf-8"))
+    doc["exports"][0]["rules"] = [
+        {"name": "tag", "then": [{"set": "label", "value": "{brand}-{id}"}]},
+        {"name": "web", "then": [{"append": "title", "value": " (web)"}]},
+    ]
+    doc["exports"][1]["rules"] = [{"name": "upper", "then": [{"uppercase": "brand"}]}]
+    spec.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    code, batch = run_json(spec)
+    assert code == 0, batch["error"]
+    report = wait_finished(start_run("dist_channel_view", "api"), timeout=120)
+    assert report["status"] == "SUCCEEDED", report["error"]
+    assert [p["step"] for p in report["steps"]] == ["FETCH", "PARSE", "MERGE", "RULES", "EXPORT"]
+    assert {e["name"]: e["sha256"] for e in report["exports"]} == {e["name"]: e["sha256"] for e in batch["exports"]}
+    for got, want in zip(report["exports"], batch["exports"], strict=True):
+        assert got.get("rules") == want.get("rules") and got.get("diagnostics") == want.get("diagnostics")
+        assert got["rows"] == want["rows"]
+    kept = report["exports"][0]["rows"]
+    assert report["exports"][0]["rules"]["matched"] == {"tag": kept, "web": kept}
+    out = Path(client_env["FIREFEED_EXPORT_DIR"]) / "acme" / "dist_channel_view" / "out.csv"
+    with out.open(newline="", encoding="utf-8") as f:
+        items = list(csv.DictReader(f))
+    ids = [int(i["id"][1:]) for i in items]
+    assert len(items) == kept and ids == sorted(ids), ids  # feed order across the chunks
+    assert all(i["title"].endswith(" (web)") and i["label"] == f"{i['brand']}-{i['id']}" for i in items), items[:2]
 
 
 def _wait_fleet_idle(timeout: float = 60) -> None:
