@@ -122,6 +122,25 @@ def _table(rows: tuple[tuple[str, str], ...]) -> tuple[tuple[IPNetwork, str], ..
 
 _V4_TABLE = _table(_SPECIAL_V4)
 _V6_TABLE = _table(_SPECIAL_V6)
+_METADATA_TABLE = _table(
+    (
+        ("169.254.0.0/16", "link-local, cloud metadata (RFC 3927)"),
+        ("fe80::/10", "link-local (RFC 4291)"),
+        ("fd00:ec2::254/128", "cloud metadata over IPv6"),
+    )
+)
+
+
+def _wrapped_v4(address: IPAddress) -> tuple[ipaddress.IPv4Address, str] | None:
+    """The IPv4 address an IPv6 address wraps (v4-mapped, NAT64, 6to4) and the wrapper, or None."""
+    if isinstance(address, ipaddress.IPv4Address):
+        return None
+    if address in _V4_MAPPED or address in _NAT64:
+        wrapper = _V4_MAPPED if address in _V4_MAPPED else _NAT64
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF), f"wrapped in {wrapper}"
+    if address in _SIX_TO_FOUR:
+        return ipaddress.IPv4Address((int(address) >> 80) & 0xFFFFFFFF), f"wrapped in {_SIX_TO_FOUR} 6to4"
+    return None
 
 
 def special_range(address: IPAddress) -> str | None:
@@ -132,19 +151,26 @@ def special_range(address: IPAddress) -> str | None:
     """
     if isinstance(address, ipaddress.IPv4Address):
         return next((f"{net} {name}" for net, name in _V4_TABLE if address in net), None)
-    if address in _V4_MAPPED or address in _NAT64:
-        inner = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-        found = special_range(inner)
-        wrapper = _V4_MAPPED if address in _V4_MAPPED else _NAT64
-        return None if found is None else f"{found}, wrapped in {wrapper}"
-    if address in _SIX_TO_FOUR:
-        inner = ipaddress.IPv4Address((int(address) >> 80) & 0xFFFFFFFF)
-        found = special_range(inner)
-        return None if found is None else f"{found}, wrapped in {_SIX_TO_FOUR} 6to4"
+    wrapped = _wrapped_v4(address)
+    if wrapped is not None:
+        found = special_range(wrapped[0])
+        return None if found is None else f"{found}, {wrapped[1]}"
     found = next((f"{net} {name}" for net, name in _V6_TABLE if address in net), None)
     if found is None and address not in _GLOBAL_UNICAST:
         found = f"outside {_GLOBAL_UNICAST} global unicast (reserved by IETF)"
     return found
+
+
+def metadata_range(address: IPAddress) -> str | None:
+    """The link-local or instance-metadata range `address` falls in (a wrapped IPv4 address judged inside).
+
+    What the guard still refuses when FIREFEED_FETCH_ALLOW_PRIVATE lifts it: an operator allows private
+    addresses to reach a feed server on their own network, never a cloud's metadata service (whose
+    answers include the machine's credentials). FIREFEED_FETCH_ALLOWED_HOSTS can still name one.
+    """
+    wrapped = _wrapped_v4(address)
+    judged = wrapped[0] if wrapped is not None else address
+    return next((f"{net} {name}" for net, name in _METADATA_TABLE if judged in net), None)
 
 
 def is_public_address(address: IPAddress) -> bool:
@@ -237,12 +263,14 @@ def check_url_host(source: str, url: str) -> None:
 
 
 def host_is_exempt(host: str, settings: Settings) -> bool:
-    """Whether the operator lifted the guard for this host (or for everything)."""
-    return settings.fetch_allow_private or host.strip("[]").lower() in settings.allowed_hosts
+    """Whether the operator named this host in FIREFEED_FETCH_ALLOWED_HOSTS: no check at all.
+    (FIREFEED_FETCH_ALLOW_PRIVATE lifts the guard for every host but the metadata ranges: `metadata_range`.)"""
+    return host.strip("[]").lower() in settings.allowed_hosts
 
 
-def resolve_public(source: str, host: str, port: int) -> list[str]:
-    """Resolve `host` and return its addresses, refusing if ANY of them is not public.
+def resolve_public(source: str, host: str, port: int, *, allow_private: bool = False) -> list[str]:
+    """Resolve `host` and return its addresses, refusing if ANY of them is not public
+    (with `allow_private`, if any is a link-local or metadata address: `metadata_range`).
 
     One bad address is enough to refuse: a name that answers both a public and a
     private address would let the connection pick the private one.
@@ -261,14 +289,15 @@ def resolve_public(source: str, host: str, port: int) -> list[str]:
         if not addresses:
             raise httpx.ConnectError(f"host {host!r} has no IP address")
     for address in addresses:
-        special = special_range(address)
+        special = metadata_range(address) if allow_private else special_range(address)
         if special is not None:
             where = f"address {host} is" if literal is not None else f"host {host!r} resolves to {address},"
-            raise UnsafeURLError(
-                source,
-                f"{where} a non-public address ({special}); set FIREFEED_FETCH_ALLOWED_HOSTS "
-                "or FIREFEED_FETCH_ALLOW_PRIVATE to allow it",
+            lift = (
+                "FIREFEED_FETCH_ALLOW_PRIVATE does not allow it; name the host in FIREFEED_FETCH_ALLOWED_HOSTS"
+                if allow_private
+                else "set FIREFEED_FETCH_ALLOWED_HOSTS or FIREFEED_FETCH_ALLOW_PRIVATE to allow it"
             )
+            raise UnsafeURLError(source, f"{where} a non-public address ({special}); {lift}")
     return [str(a) for a in addresses]
 
 
@@ -332,7 +361,7 @@ class GuardedTransport(httpx.BaseTransport):
             return self._pool("").handle_request(request)
         ascii_host = url.raw_host.decode("ascii")
         port = url.port or (443 if url.scheme == "https" else 80)
-        addresses = resolve_public(self._source, ascii_host, port)
+        addresses = resolve_public(self._source, ascii_host, port, allow_private=self._settings.fetch_allow_private)
         last_error: httpx.ConnectError | None = None
         for address in addresses:
             pinned = httpx.Request(

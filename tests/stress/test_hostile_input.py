@@ -712,7 +712,22 @@ def test_a_literal_non_public_address_is_refused_before_any_connection(
     assert "non-public address" in str(err.value) and "FIREFEED_FETCH_ALLOW" in str(err.value)
 
 
-@pytest.mark.parametrize("address", [a for a in NON_PUBLIC if not a.startswith(("127.", "::1", "0.0"))])
+#: what FIREFEED_FETCH_ALLOW_PRIVATE still refuses: link-local and cloud metadata
+METADATA = {"169.254.169.254", "169.254.1.1", "fd00:ec2::254", "fe80::1", "::ffff:169.254.169.254"}
+
+
+@pytest.mark.parametrize("address", sorted(METADATA))
+def test_a_metadata_address_is_refused_even_when_private_fetches_are_allowed(
+    address: str, tmp_path: Path, stress_tally: Any
+) -> None:
+    stress_tally.inputs_tried("ssrf urls")
+    with pytest.raises(UnsafeURLError, match="FIREFEED_FETCH_ALLOW_PRIVATE does not allow it"):
+        fetch(_literal_url(address, port=9), tmp_path, settings=make_settings(fetch_allow_private=True))
+
+
+@pytest.mark.parametrize(
+    "address", [a for a in NON_PUBLIC if not a.startswith(("127.", "::1", "0.0")) and a not in METADATA]
+)
 def test_a_literal_non_public_address_is_let_through_when_private_fetches_are_allowed(
     address: str, tmp_path: Path, stress_tally: Any
 ) -> None:

@@ -219,7 +219,7 @@ def test_an_unresolvable_name_is_a_connection_error(monkeypatch: pytest.MonkeyPa
 
 
 def test_exempt_hosts() -> None:
-    assert host_is_exempt("anything", make_settings(fetch_allow_private=True))
+    assert not host_is_exempt("anything", make_settings(fetch_allow_private=True))  # checked, see below
     assert host_is_exempt("Intranet.Local", make_settings(fetch_allowed_hosts=" intranet.local ,x"))
     assert host_is_exempt("[::1]", make_settings(fetch_allowed_hosts="::1"))
     assert not host_is_exempt("other.local", make_settings(fetch_allowed_hosts="intranet.local"))
@@ -291,6 +291,46 @@ def test_the_settings_still_lift_the_guard_for_special_addresses(settings: Setti
     transport.handle_request(httpx.Request("GET", "http://192.0.0.8/f"))
     transport.handle_request(httpx.Request("GET", "http://[2002:a00:1::]/f"))
     assert [str(r.url) for _, r in transport.sent] == ["http://192.0.0.8/f", "http://[2002:a00:1::]/f"]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[fe80::1]/f",
+        "http://[::ffff:169.254.169.254]/f",
+        "http://[2002:a9fe:a9fe::]/f",
+        "http://[fd00:ec2::254]/f",
+    ],
+)
+def test_allow_private_still_refuses_link_local_and_cloud_metadata(url: str) -> None:
+    transport = RecordingTransport(source="main", settings=make_settings(fetch_allow_private=True))
+    with pytest.raises(UnsafeURLError, match="FETCH_ALLOW_PRIVATE does not allow it; name the host in"):
+        transport.handle_request(httpx.Request("GET", url))
+    assert transport.sent == []
+
+
+def test_allow_private_refuses_a_name_resolving_to_metadata_and_pins_the_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    transport = RecordingTransport(source="main", settings=make_settings(fetch_allow_private=True))
+    monkeypatch.setattr(_netguard.socket, "getaddrinfo", fake_getaddrinfo("10.1.2.3", "169.254.169.254"))
+    with pytest.raises(UnsafeURLError, match=r"resolves to 169\.254\.169\.254, a non-public address \(169\.254"):
+        transport.handle_request(httpx.Request("GET", "http://feeds.intranet/f"))
+    assert transport.sent == []
+    # A private answer is allowed, and the connection goes to the address that was checked (no rebinding).
+    monkeypatch.setattr(_netguard.socket, "getaddrinfo", fake_getaddrinfo("10.1.2.3"))
+    transport.handle_request(httpx.Request("GET", "http://feeds.intranet/f"))
+    assert [(key, str(r.url), r.headers["host"]) for key, r in transport.sent] == [
+        ("feeds.intranet", "http://10.1.2.3/f", "feeds.intranet")
+    ]
+
+
+def test_a_metadata_address_named_in_allowed_hosts_is_let_through() -> None:
+    settings = make_settings(fetch_allow_private=True, fetch_allowed_hosts="169.254.169.254")
+    transport = RecordingTransport(source="main", settings=settings)
+    transport.handle_request(httpx.Request("GET", "http://169.254.169.254/f"))
+    assert [str(r.url) for _, r in transport.sent] == ["http://169.254.169.254/f"]
 
 
 def test_an_exempt_host_is_passed_through_unchanged() -> None:
