@@ -106,6 +106,7 @@ def test_longer_rows_are_malformed_and_shorter_rows_are_padded() -> None:
     assert stats.rows == 3
     assert stats.malformed == 2
     assert stats.malformed_lines == [3, 6]
+    assert stats.warnings == ["2 malformed rows skipped; the first, line 3: 4 cells but the header has 3"]
 
 
 def test_only_the_first_20_malformed_lines_are_kept(tmp_path: Path) -> None:
@@ -239,6 +240,10 @@ def test_a_cell_over_the_size_limit_is_a_malformed_row_not_a_crash(tmp_path: Pat
     _, rows, stats = read(write(tmp_path, f"id,t\n1,{huge}\n2,ok\n"))
     assert rows == [(3, ["2", "ok"])]
     assert stats.malformed_lines == [2]
+    assert stats.warnings == [
+        "1 malformed row skipped; the first, line 2: a cell holds more than 131,072 characters,"
+        " the most a csv/tsv cell may hold"
+    ]
 
 
 def test_a_long_feed_streams_every_row(tmp_path: Path) -> None:

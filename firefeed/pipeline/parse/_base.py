@@ -65,11 +65,16 @@ class RowCounter:
             self.first_problem = (line, why)
 
     def finish(self, rows: int) -> None:
-        """Record the row count; a feed where rows exist but none parses is not a feed of that format."""
+        """Record the row count; a feed where rows exist but none parses is not a feed of that format.
+        Skipped rows get a warning with the first one's reason: line numbers alone do not say what to fix."""
         self.stats.rows = rows
-        if rows == 0 and self.first_problem is not None:
-            line, why = self.first_problem
+        if self.first_problem is None:
+            return
+        line, why = self.first_problem
+        if rows == 0:
             raise ParseError(self.source, f"line {line}: no row could be parsed: {why}")
+        n = self.stats.malformed
+        self.stats.warnings.append(f"{n} malformed row{'' if n == 1 else 's'} skipped; the first, line {line}: {why}")
 
 
 Rows = Iterator[tuple[int, list[str]]]

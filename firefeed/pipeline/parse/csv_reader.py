@@ -47,6 +47,13 @@ def detect_delimiter(header: str) -> str:
     return best
 
 
+def _csv_problem(exc: csv.Error) -> str:
+    """What a row's csv error means to the feed's author (the module's text names its own setting)."""
+    if "field larger than field limit" in str(exc):
+        return f"a cell holds more than {csv.field_size_limit():,} characters, the most a csv/tsv cell may hold"
+    return str(exc)
+
+
 def _delimiter_option(source: str, delimiter: str, fmt: str) -> str | None:
     """The delimiter to use, or None to detect it from the header."""
     if delimiter in ("auto", ""):
@@ -189,7 +196,7 @@ class CsvReader:
                             forget_at = prev + _RAW_KEEP
                     break
                 except csv.Error as exc:
-                    counter.malformed(prev + 1, str(exc))
+                    counter.malformed(prev + 1, _csv_problem(exc))
                     prev = reader.line_num
         finally:
             counter.stats.nul_removed += self._text.nul_removed
