@@ -40,6 +40,8 @@ from firefeed.errors import (
     PreviewRefusedError,
     PreviewTimeoutError,
     PreviewUnavailableError,
+    SourceError,
+    UnsafePathError,
 )
 from firefeed.pipeline.fetch import FetchResult, fetch_source
 from firefeed.pipeline.merge import StagedSource, merge_sources
@@ -316,13 +318,16 @@ def _stage_lookups(
     confined = _preview_fetch_settings(spec, spec_dir, settings)
     columns = lookup_columns(spec)
     for lk in spec.lookups:
-        _, reader = _fetch_and_open(
-            lk, "lookup", work_dir / "lookups", spec, spec_dir, confined, settings, engine, deadline
-        )
         staging = lookup_staging_table(spec.project, lk.name)
-        result = stage_source(
-            engine, schema, company=area, table=staging, reader=reader, chunk_rows=settings.chunk_rows
-        )
+        try:
+            _, reader = _fetch_and_open(
+                lk, "lookup", work_dir / "lookups", spec, spec_dir, confined, settings, engine, deadline
+            )
+            result = stage_source(
+                engine, schema, company=area, table=staging, reader=reader, chunk_rows=settings.chunk_rows
+            )
+        except (SourceError, UnsafePathError) as err:
+            raise err.as_lookup() from err  # as a run says it: the lookup, not a source of that name
         build_lookup_table(
             engine,
             schema,

@@ -331,6 +331,12 @@ def test_the_api_previews_the_stored_spec_or_a_sent_one_for_its_own_company_only
         private = dict(spec, sources=[{"name": "main", "url": "http://127.0.0.1:9/feed.csv"}])
         r = http.post(f"/api/projects/{project}/preview", headers=auth, json=private)
         assert (r.status_code, r.json()["error"], r.json()["source"]) == (422, "unsafe_url", "main"), r.text
+        # A lookup table is fetched under the same rules, and the refusal names the lookup, as a run's does.
+        lookup = dict(spec, lookups=[{"name": "cats", "url": "http://169.254.169.254/cats.csv", "key": "k"}])
+        r = http.post(f"/api/projects/{project}/preview", headers=auth, json=lookup)
+        body = r.json()
+        assert (r.status_code, body["error"], body["source"]) == (422, "unsafe_url", "cats"), r.text
+        assert body["message"].startswith("lookup 'cats': address 169.254.169.254 is a non-public address"), body
     reset_settings()
 
 
