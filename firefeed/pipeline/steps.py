@@ -206,6 +206,9 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
             fields=list(row.staged_fields or []),
             rows=int(stats.get("rows", 0)),
             malformed=int(stats.get("malformed", 0)),
+            # What the parse that staged these rows found (a list keeps its order through JSONB).
+            malformed_lines=[int(n) for n in stats.get("malformed_lines", [])],
+            warnings=[str(w) for w in stats.get("warnings", [])],
             not_modified=True,
         )
     assert fetched.path is not None
@@ -234,7 +237,12 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
         content_sha256=fetched.validators.get("sha256"),
         parse_signature=parse_signature(src),
         staged_fields=outcome.fields,
-        staged_stats={"rows": outcome.rows, "malformed": outcome.malformed},
+        staged_stats={
+            "rows": outcome.rows,
+            "malformed": outcome.malformed,
+            "malformed_lines": outcome.malformed_lines,
+            "warnings": outcome.warnings,
+        },
     )
     return outcome
 

@@ -181,12 +181,25 @@ def test_a_failed_run_keeps_the_previous_exports_and_frees_the_project(run_env: 
 
 def test_an_unchanged_source_is_reported_not_modified_and_gives_the_same_export(run_env: Path, tmp_path: Path) -> None:
     spec = _project(tmp_path, project="unchanged")
+    with (tmp_path / "main.csv").open("a", encoding="utf-8") as f:
+        f.write("A7,one,cell,too,many,x,y\n")  # skipped as malformed, by the parse the second run reuses
     code1, first = run_json(spec)
     code2, second = run_json(spec)
     assert (code1, code2) == (0, 0)
     assert [s["not_modified"] for s in first["sources"]] == [False, False]
     assert [s["not_modified"] for s in second["sources"]] == [True, True]
     assert [e["sha256"] for e in first["exports"]] == [e["sha256"] for e in second["exports"]]
+    # The staged rows still lack the malformed one: the second report says so as the first did.
+    assert first["sources"][0]["malformed_lines"] == second["sources"][0]["malformed_lines"] == [9]
+
+    def parse_warnings(report: dict) -> list[str]:
+        return [w for w in report["warnings"] if w.startswith("source ")]
+
+    assert (
+        parse_warnings(first)
+        == parse_warnings(second)
+        == ["source 'main': 1 malformed row skipped; the first, line 9: 7 cells but the header has 6"]
+    )
 
 
 def test_hostile_field_names_parse_export_and_round_trip(run_env: Path, tmp_path: Path) -> None:
