@@ -102,3 +102,45 @@ def test_the_preview_shows_an_exports_own_list_of_a_text_field(run_env: Path, tm
     }
     assert changes["1"] == [{"field": "title", "before": "Gold ring", "after": ["Gold"]}]
     assert changes["3"] == [{"field": "title", "before": "Mug", "after": ["Mug"]}]
+
+
+def test_the_first_image_as_image_link_and_the_others_as_additional_image_link(run_env: Path, tmp_path: Path) -> None:
+    """The docs/lists.md recipe: Google wants the main image once, in `image_link`, and only the
+    others in `additional_image_link`; two channel rules split one image list that way."""
+    write_csv(
+        tmp_path / "main.csv",
+        ["id", "title", "images"],
+        [["1", "Gold ring", "r1.jpg, r2.jpg, r1.jpg, r3.jpg"], ["2", "Red hat", "h1.jpg"], ["3", "Mug", ""]],
+    )
+    spec = {
+        "company": "catalog",
+        "project": "image_recipe",
+        "sources": [{"name": "main", "url": "main.csv", "lists": {"images": ","}}],
+        "exports": [
+            {
+                "name": "google",
+                "format": "google-xml",
+                "path": "google.xml",
+                "fields": {"id": "id", "title": "title", "image_link": "image_link", "additional_image_link": "images"},
+                "rules": [
+                    {"name": "main image", "then": [{"set": "image_link", "value": "{images[0]}"}]},
+                    {
+                        "name": "other images",
+                        "then": [{"remove": "images", "when": {"field": "_", "op": "eq", "value": "{image_link}"}}],
+                    },
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    code, report = run_json(path)
+    assert code == 0, report
+    items = (run_env / "catalog" / "image_recipe" / "google.xml").read_text(encoding="utf-8").split("<item>")[1:]
+    assert [i.split("</item>")[0] for i in items] == [
+        "<g:id>1</g:id><g:title>Gold ring</g:title><g:image_link>r1.jpg</g:image_link>"
+        "<g:additional_image_link>r2.jpg</g:additional_image_link>"
+        "<g:additional_image_link>r3.jpg</g:additional_image_link>",
+        "<g:id>2</g:id><g:title>Red hat</g:title><g:image_link>h1.jpg</g:image_link>",
+        "<g:id>3</g:id><g:title>Mug</g:title>",
+    ]
