@@ -11,7 +11,7 @@ import hashlib
 import json
 import logging
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -408,18 +408,27 @@ def drop_unnamed_tables(ctx: RunContext) -> None:
     """After a run that succeeded: drop the project's staging and lookup tables its spec no longer names
     (a source or lookup renamed or removed). Never fails the run: the files are published."""
     spec = ctx.spec
-    keep = {staging_table(spec.project, src.name) for src in spec.sources}
-    keep |= {lookup_staging_table(spec.project, lk.name) for lk in spec.lookups}
-    keep |= {lookup_table(spec.project, lk.name) for lk in spec.lookups}
+    keep = _file_tables(spec.project, {src.name for src in spec.sources}, {lk.name for lk in spec.lookups})
     try:
+        former = _file_tables(spec.project, *ctx.store.former_names(spec.project, ctx.run_id))
         try:
             ctx.store.project("lkp_" + spec.project)
             legacy = False  # its sources' staging tables are named like our old lookup staging
         except NotFoundError:
             legacy = True
-        ctx.schema.drop_unnamed_project_tables(spec.company, spec.project, keep, legacy_lookup_staging=legacy)
+        ctx.schema.drop_unnamed_project_tables(
+            spec.company, spec.project, keep, former=former - keep, legacy_lookup_staging=legacy
+        )
     except Exception:
         log.exception("could not drop the tables of sources and lookups the spec no longer names")
+
+
+def _file_tables(project: str, sources: Iterable[str], lookups: Iterable[str]) -> set[str]:
+    """The staging and lookup tables of these sources and lookups of `project`."""
+    tables = {staging_table(project, name) for name in sources}
+    for name in lookups:
+        tables |= {lookup_staging_table(project, name), lookup_table(project, name)}
+    return tables
 
 
 def discard_partials(ctx: RunContext) -> None:

@@ -6,11 +6,12 @@ import hashlib
 import json
 import logging
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import delete, func, insert, select, true, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
@@ -22,6 +23,7 @@ from firefeed.db.engine import get_engine, raw_connection, session_factory
 from firefeed.db.models import Company, Export, PipelineRun, PipelineStep, Project, Rule, Source, SpecVersion
 from firefeed.db.sqlfile import load_queries
 from firefeed.errors import NotFoundError, PipelineBusyError, RunCancelledError
+from firefeed.runs.contract import RunStatus
 from firefeed.runs.lock import ACTIVE, Db, active_run_id, project_head, with_project_pipeline_lock
 from firefeed.runs.statements import HeldConnection, run_statement
 from firefeed.secrets.references import check_spec as check_references
@@ -31,6 +33,8 @@ from firefeed.spec.model import ProjectSpec
 
 STEPS = ("FETCH", "PARSE", "MERGE", "RULES", "EXPORT")
 TRIGGERS = ("cli", "api", "beat", "task", "process")
+#: how many of a project's latest spec versions a run that succeeded looks back on for tables to drop
+FORMER_SPECS = 50
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +187,35 @@ class RunStore:
         if row.spec is None:
             return self.project_spec(row.project_id)
         return parse_spec(row.spec), Path(row.spec_dir) if row.spec_dir else None
+
+    def former_names(self, project_id: str, run_id: str) -> tuple[set[str], set[str]]:
+        """(source names, lookup names) of the spec versions the project's runs were requested with since
+        its previous run that succeeded (the latest FORMER_SPECS versions at most).
+
+        Those runs may have staged and keyed tables that the run succeeding now no longer names. Their
+        names are computed from the project's id and these names, so they are found even where the
+        identifier limit cut the project's id (`identifiers.project_file_table` cannot tell those from
+        a longer project's)."""
+        key = uuid.UUID(str(run_id))
+        with self.sessions() as s:
+            since = s.scalar(
+                select(func.max(PipelineRun.requested_at)).where(
+                    PipelineRun.project_id == project_id,
+                    PipelineRun.status == RunStatus.SUCCEEDED,
+                    PipelineRun.id != key,
+                )
+            )
+            latest = func.max(PipelineRun.requested_at)
+            versions = (
+                select(PipelineRun.spec_version_id)
+                .where(PipelineRun.project_id == project_id, PipelineRun.spec_version_id.is_not(None))
+                .where(PipelineRun.requested_at >= since if since is not None else true())
+                .group_by(PipelineRun.spec_version_id)
+                .order_by(latest.desc())
+                .limit(FORMER_SPECS)
+            )
+            specs = s.scalars(select(SpecVersion.spec).where(SpecVersion.id.in_(versions.scalar_subquery()))).all()
+        return _names(specs, "sources"), _names(specs, "lookups")
 
     def source_rows(self, project_id: str) -> dict[str, Source]:
         with self.sessions() as s:
@@ -364,3 +397,14 @@ class RunStore:
     def save_report(self, run_id: str, report: dict[str, Any]) -> None:
         """The report of a run `finish_run` ended (its finished_at stays the one the report shows)."""
         run_statement(self.engine, self.held, "save_report", {"run_id": str(run_id), "report": json.dumps(report)})
+
+
+def _names(specs: Sequence[Any], section: str) -> set[str]:
+    """The `name` of each entry of `section` in stored spec documents (any shape they were stored in)."""
+    names: set[str] = set()
+    for spec in specs:
+        entries = spec.get(section) if isinstance(spec, dict) else None
+        for entry in entries if isinstance(entries, list) else ():
+            if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+                names.add(entry["name"])
+    return names

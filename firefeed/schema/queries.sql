@@ -38,6 +38,13 @@ SELECT schemaname, tablename
  WHERE schemaname = %(schema)s
    AND tablename LIKE %(tables)s;
 
+-- tables_named --
+-- Which of these tables exist in one company schema
+SELECT tablename
+  FROM pg_tables
+ WHERE schemaname = %(schema)s
+   AND tablename = ANY(%(tables)s);
+
 -- count_run_tables --
 -- How many run-scoped tables of every company are alive (the fleet gauge firefeed_rules_tmp_tables)
 SELECT count(*)

@@ -238,22 +238,33 @@ class SchemaService:
         self._ddl(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(company_schema(company), table)))
 
     def drop_unnamed_project_tables(
-        self, company: str, project: str, keep: Iterable[str], *, legacy_lookup_staging: bool = False
+        self,
+        company: str,
+        project: str,
+        keep: Iterable[str],
+        *,
+        former: Iterable[str] = (),
+        legacy_lookup_staging: bool = False,
     ) -> list[str]:
         """Drop `project`'s staging and lookup tables (`project_file_table`) that are not in `keep`, the
         ones its spec names now: a source or lookup renamed or removed left its table behind, holding
-        a whole feed. `legacy_lookup_staging`: also the `stg_lkp_<project>_*` lookup staging tables of
-        before `stgl_` (only when no project `lkp_<project>` exists, whose sources' they could be).
+        a whole feed. `former`: the exact names of such tables of the project's recent specs, dropped
+        where they exist even at the identifier limit (where `project_file_table` claims nothing).
+        `legacy_lookup_staging`: also the `stg_lkp_<project>_*` lookup staging tables of before `stgl_`
+        (only when no project `lkp_<project>` exists, whose sources' they could be).
         Returns the names dropped. The project's runs are one at a time, so none is being written."""
         kept = set(keep)
         prefixes = [*PROJECT_FILE_PREFIXES, *([LEGACY_LOOKUP_STAGING_PREFIX] if legacy_lookup_staging else [])]
         found = [table for prefix in prefixes for _, table in self._run_tables(prefix + project, company)]
+        # `stg_lkp_<project>_<digest>` reads as the staging of project `lkp_<project>`'s source.
+        claimed = [table for table in found if project_file_table(table, project, prefixes)]
+        gone = sorted(set(former) - kept)
+        if gone:
+            schema = company_schema(company)
+            claimed += [r[0] for r in self._query(_sql("tables_named"), {"schema": schema, "tables": gone})]
         dropped: list[str] = []
-        for table in dict.fromkeys(found):
-            if table in kept:
-                continue
-            # `stg_lkp_<project>_<digest>` reads as the staging of project `lkp_<project>`'s source.
-            if project_file_table(table, project, prefixes) and self._drop_unless_busy(company, table):
+        for table in dict.fromkeys(claimed):
+            if table not in kept and self._drop_unless_busy(company, table):
                 dropped.append(table)
         if dropped:
             log.info("dropped %d tables the spec no longer names", len(dropped), extra={"tables": dropped})

@@ -101,6 +101,33 @@ def test_renamed_sources_and_lookups_leave_no_table_behind(run_env: Path, tmp_pa
     assert report["rules"]["lookups"][0]["matched"] == 1
 
 
+def test_long_project_ids_drop_their_renamed_tables_and_only_theirs(run_env: Path, tmp_path: Path) -> None:
+    """At the identifier limit a table's name holds only the start of the project's id (`_bounded`), so
+    the name alone cannot say whose it is; the names of the project's recent specs can."""
+    _files(tmp_path)
+    mine, theirs_id = "l" * 58 + "-mine", "l" * 58 + "-them"
+    code, report = run_json(_spec(tmp_path, mine, ["main", "extra"], ["cats"]))
+    assert code == 0, report
+    code, report = run_json(_spec(tmp_path, theirs_id, ["main", "extra"], ["cats"]))
+    assert code == 0, report
+    old = {staging_table(mine, "extra"), lookup_table(mine, "cats")}
+    theirs = {staging_table(theirs_id, name) for name in ("main", "extra")} | {lookup_table(theirs_id, "cats")}
+    assert all(len(table) == 63 for table in old | theirs), "the names are cut at the limit"
+    assert all(table[:54] == staging_table(mine, "extra")[:54] for table in theirs if table.startswith("stg_"))
+    assert old | theirs <= _tables()
+
+    code, report = run_json(_spec(tmp_path, mine, ["main", "stock"], ["categories"], broken=True))
+    assert code != 0 and report["status"] == "FAILED"
+    assert old <= _tables(), "a failed run drops nothing"
+
+    code, report = run_json(_spec(tmp_path, mine, ["main", "stock"], ["categories"]))
+    assert code == 0, report
+    after = _tables()
+    assert not old & after, sorted(old & after)
+    assert {staging_table(mine, "main"), staging_table(mine, "stock"), lookup_table(mine, "categories")} <= after
+    assert theirs <= after, "another project's tables are its own"
+
+
 def test_the_old_lookup_staging_name_stays_when_a_project_could_own_it(run_env: Path, tmp_path: Path) -> None:
     """`stg_lkp_shop2_<digest>` is also how project `lkp_shop2` names its sources' staging tables."""
     _files(tmp_path)
