@@ -106,9 +106,22 @@ def format_lookups(actions: list[dict[str, Any]], tables: list[dict[str, Any]]) 
             f"{a['unmatched']:,} unmatched"
         )
         if a["unmatched_values"]:
-            top = ", ".join(f"{v['value'][:40] or '(empty)'} ({v['count']:,})" for v in a["unmatched_values"][:10])
-            lines.append(f"    unmatched: {top}")
+            shown = a["unmatched_values"][:_UNMATCHED_SHOWN]
+            top = ", ".join(f"{_short_value(v['value'])} ({v['count']:,})" for v in shown)
+            rest = len(a["unmatched_values"]) - len(shown)
+            lines.append(f"    unmatched: {top}" + (f", and {rest} more in --json" if rest else ""))
     return lines
+
+
+#: the unmatched values the table shows per lookup action (the report lists up to 20)
+_UNMATCHED_SHOWN = 10
+
+
+def _short_value(value: str, width: int = 40) -> str:
+    """An unmatched value for the table: "(empty)" for "", a long one cut with an ellipsis (not silently)."""
+    if not value:
+        return "(empty)"
+    return value if len(value) <= width else value[: width - 1] + "…"
 
 
 def format_quality(exports: list[dict[str, Any]]) -> list[str]:
