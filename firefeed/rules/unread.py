@@ -11,10 +11,15 @@ mistake is seen on the first run instead of in the channel's rejections.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from firefeed.rules.groups import Aggregate
 from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import ELEMENT, Action, Exclude, Rule, action_reads, condition_fields
+from firefeed.rules.template import parse_template
+
+if TYPE_CHECKING:
+    from firefeed.spec.model import ExportSpec
 
 
 def _reads(action: Action) -> list[str]:
@@ -53,3 +58,33 @@ def unread_field_warnings(rules: Sequence[Rule], fields: Iterable[str], *, path:
                 " sets: it reads as empty on every item (a misspelled field name?)"
             )
     return warnings
+
+
+def unread_export_field_warnings(export: ExportSpec, fields: Iterable[str], *, path: str) -> list[str]:
+    """One warning per export whose `fields` or `where` read a field nothing made: `fields` are the project's
+    result's, to which the export's own rules add what they write; `path`: the export's (`exports[i]`).
+
+    A `fields` value without braces is a field name (P9), so `shipping.country: US` writes an empty
+    sub-attribute on every item, silently: the warning says how to write a fixed text."""
+    known = set(fields)
+    for rule in export.parsed_rules:
+        if rule.enabled:
+            known.update(a.field for a in (*rule.then, *rule.else_) if not isinstance(a, Exclude))
+    unknown: dict[str, list[str]] = {}  # field -> where it is read
+    for out, value in (export.fields or {}).items():
+        names = parse_template(value, f"{path}.fields.{out}").fields if "{" in value or "}" in value else (value,)
+        for name in names:
+            if name not in known:
+                unknown.setdefault(name, []).append(f"fields.{out}")
+    where = export.where_condition
+    for name in condition_fields(where) if where is not None else ():
+        if name not in known and name != ELEMENT:
+            unknown.setdefault(name, []).append("where")
+    if not unknown:
+        return []
+    reads = ", ".join(f"{name!r} ({', '.join(places)})" for name, places in unknown.items())
+    return [
+        f"{path} ({export.name!r}) reads fields that no source has and no rule sets: {reads}. They read as"
+        " empty on every item (a misspelled field name? A value without braces is a field name: write a"
+        " fixed text with a rule's `set`, or as a template such as '{price} USD')"
+    ]

@@ -426,3 +426,29 @@ def test_a_rule_reading_a_misspelled_field_is_warned_about_in_the_report_and_the
     ]
     code, table = cli("run", str(path))
     assert code == 0 and "reads 'Quantty', which no source has" in table
+
+
+def test_an_export_field_naming_nothing_is_warned_about_and_written_empty(run_env: Path, tmp_path: Path) -> None:
+    """A `fields` value without braces is a field name (P9): `shipping.country: US` writes an empty
+    sub-attribute on every item, so the report names the export, the name and where it is read."""
+    exports = [
+        {"name": "google", "format": "csv", "path": "out.csv",
+         "fields": {"id": "id", "shipping.country": "US", "shipping.price": "{price} USD"},
+         "rules": [{"name": "own", "then": [{"set": "country", "value": "US"}]}]},
+        {"name": "fine", "format": "csv", "path": "fine.csv",
+         "fields": {"id": "id", "shipping.country": "country", "shipping.price": "{price} USD"},
+         "rules": [{"name": "own", "then": [{"set": "country", "value": "US"}]}]},
+    ]  # fmt: skip
+    code, report = run_json(_project(tmp_path, exports=exports))
+    assert code == 0, report["error"]
+    ours = [w for w in report["warnings"] if "no rule sets" in w]
+    assert [w.split(". They")[0] for w in ours] == [
+        "exports[0] ('google') reads fields that no source has and no rule sets: 'US' (fields.shipping.country)"
+    ]
+    written = {}
+    for name in ("out.csv", "fine.csv"):
+        with (run_env / "acme" / "shoes_it" / name).open(newline="", encoding="utf-8") as f:
+            written[name] = list(csv.reader(f))
+    assert written["out.csv"][0] == written["fine.csv"][0] == ["id", "shipping"]
+    price = written["fine.csv"][1][1].removeprefix("US:")
+    assert price.endswith(" EUR USD") and written["out.csv"][1] == ["A1", ":" + price], "only the country is empty"

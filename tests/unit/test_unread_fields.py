@@ -52,3 +52,42 @@ def test_a_lookup_target_nothing_made_yet_is_no_warning_but_a_misspelled_match_i
     typo = warnings([{"name": "map", "then": [{**lookup, "match": "titel"}]}], lookups={"cats": "t"})
     assert ok == []
     assert [w.split(", which")[0] for w in typo] == ["rules[0] ('map') reads 'titel'"]
+
+
+def export_warnings(export: dict[str, Any], fields: list[str] = FIELDS) -> list[str]:
+    from firefeed.rules.unread import unread_export_field_warnings
+    from firefeed.spec.loader import parse_spec
+
+    spec = parse_spec(
+        {
+            "company": "c",
+            "project": "p",
+            "sources": [{"name": "a", "url": "a.csv"}],
+            "exports": [{"name": "out", "format": "csv", "path": "out.csv", **export}],
+        }
+    )
+    return unread_export_field_warnings(spec.exports[0], fields, path="exports[0]")
+
+
+def test_an_export_field_naming_nothing_is_named_with_where_it_is_read() -> None:
+    (warning,) = export_warnings(
+        {
+            "fields": {"id": "id", "shipping.country": "US", "price": "{price} {currency}", "again": "US"},
+            "where": {"field": "stok", "op": "gt", "value": "0"},
+        }
+    )
+    assert warning.startswith(
+        "exports[0] ('out') reads fields that no source has and no rule sets: 'US' (fields.shipping.country,"
+        " fields.again), 'currency' (fields.price), 'stok' (where). They read as empty on every item"
+    )
+    assert "a fixed text with a rule's `set`" in warning
+
+
+def test_an_export_reading_known_fields_and_its_own_rules_fields_has_no_warning() -> None:
+    export = {
+        "fields": {"id": "id", "title": "{title}", "label": "label", "first": "{images[0]}"},
+        "where": {"field": "label", "op": "not_empty"},
+        "rules": [{"name": "l", "then": [{"set": "label", "value": "{title}"}]}],
+    }
+    assert export_warnings(export, [*FIELDS, "images"]) == []
+    assert export_warnings({}) == [], "without fields every field is written as itself"
