@@ -35,7 +35,7 @@ from firefeed.pipeline.context import RunContext, load_context
 from firefeed.pipeline.heartbeat import Heartbeat
 from firefeed.pipeline.jobs import describe_error
 from firefeed.pipeline.watch import Watch, WatchTimes
-from firefeed.rules.unread import unread_export_field_warnings, unread_field_warnings
+from firefeed.rules.unread import spec_warnings
 from firefeed.runs import contract
 from firefeed.runs.backends import cancel_run_backends, run_statements
 from firefeed.runs.contract import JobKind, JobSpec, JobState, RunStatus, Step
@@ -261,11 +261,7 @@ class _Driver:
             (job,) = self.run_jobs(JobKind.RULES, [JobSpec(JobKind.RULES, params=params)])
             result = contract.RulesResult.from_json(job.result_doc())
         detail = result.report()
-        warnings = unread_field_warnings(ctx.spec.parsed_rules, merged.fields)
-        for i, exp in enumerate(ctx.spec.exports):
-            # An export's own rules start from the project's result (P29).
-            warnings += unread_field_warnings(exp.parsed_rules, result.fields, path=f"exports[{i}].rules")
-            warnings += unread_export_field_warnings(exp, result.fields, path=f"exports[{i}]")
+        warnings = spec_warnings(ctx.spec, merged.fields, result.fields)
         if warnings:
             detail["warnings"] = warnings
         return result, _Done(result.rows_in, result.rows_out, detail)

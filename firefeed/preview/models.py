@@ -89,4 +89,9 @@ class Preview(BaseModel):
     exports: list[ExportPreview] = Field(
         default_factory=list, description="per export with channel rules, what its own rules do (SPEC 9)"
     )
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="fields the rules or an export's fields and where read that no source has and no rule"
+        " sets (a run's report gives the same warnings)",
+    )
     duration_s: float

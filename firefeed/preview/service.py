@@ -62,6 +62,7 @@ from firefeed.preview.models import (
 )
 from firefeed.preview.sample import SampleReader
 from firefeed.rules.model import Rule
+from firefeed.rules.unread import spec_warnings
 from firefeed.schema.identifiers import project_table, scratch_area, staging_table
 from firefeed.schema.service import SchemaService
 from firefeed.secrets.store import resolver_for
@@ -196,6 +197,7 @@ def preview_spec(
             ExportPreview(name=exp.name, rules=_summaries(exp.parsed_rules, e), items=_items(spec, e))
             for exp, e in channels
         ],
+        warnings=spec_warnings(spec, merged.fields, effects.fields),
         duration_s=round(time.perf_counter() - started, 3),
     )
 

@@ -19,7 +19,18 @@ from firefeed.rules.model import ELEMENT, Action, Exclude, Rule, action_reads, c
 from firefeed.rules.template import parse_template
 
 if TYPE_CHECKING:
-    from firefeed.spec.model import ExportSpec
+    from firefeed.spec.model import ExportSpec, ProjectSpec
+
+
+def spec_warnings(spec: ProjectSpec, merged: Sequence[str], result: Sequence[str]) -> list[str]:
+    """Every field-nothing-made warning of a spec, as a run's RULES step and a preview give them: `merged`
+    are the merged items' fields, `result` the project's result's (what its rules made added)."""
+    warnings = unread_field_warnings(spec.parsed_rules, merged)
+    for i, exp in enumerate(spec.exports):
+        # An export's own rules start from the project's result (P29).
+        warnings += unread_field_warnings(exp.parsed_rules, result, path=f"exports[{i}].rules")
+        warnings += unread_export_field_warnings(exp, result, path=f"exports[{i}]")
+    return warnings
 
 
 def _reads(action: Action) -> list[str]:

@@ -199,6 +199,26 @@ def test_the_preview_counts_are_the_ones_a_real_run_reports(run_env: Path, tmp_p
     assert [r[0] for r in rows] == [i["key"] for i in preview["items"] if i["excluded_by"] is None]
 
 
+def test_the_preview_gives_the_warnings_a_run_gives_in_its_json_and_its_table(run_env: Path, tmp_path: Path) -> None:
+    """A misspelled field in a rule and a field name where a text was meant in an export's `fields` are seen
+    before the first run: the preview lists the same warnings as the run's report."""
+    spec_path = make_project(tmp_path / "p", "pv_" + uuid.uuid4().hex[:8])
+    spec = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
+    spec["rules"].append({"name": "typo", "when": {"field": "quantty", "op": "eq", "value": "0"}, "then": []})
+    spec["exports"][0]["fields"] = {"id": "id", "shipping.country": "US", "shipping.price": "{price} EUR"}
+    spec_path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    preview = preview_json(str(spec_path))
+    code, out = cli("run", str(spec_path), "--json")
+    assert code == 0, out
+    report = json.loads(out)
+    ours = [w for w in report["warnings"] if "no source has" in w]
+    assert len(ours) == 2 and preview["warnings"] == ours
+    assert ours[0].startswith("rules[6] ('typo') reads 'quantty'")
+    assert ours[1].startswith("exports[0] ('csv') reads fields that no source has and no rule sets: 'US'")
+    code, table = cli("preview", str(spec_path))
+    assert code == 0 and f"  warning: {ours[1]}" in table.splitlines()
+
+
 def _table_digests(engine: Engine, schema: str) -> dict[str, str]:
     """Every table of a schema and an md5 of all its rows (in a stable order)."""
     with raw_connection(engine) as conn, conn.cursor() as cur:
@@ -387,6 +407,8 @@ def test_the_web_page_previews_the_selected_projects_rules(
     # SPEC 9: an export with rules of its own, which the page shows after the project's
     label = {"name": "channel <label>", "then": [{"set": "custom_label_0", "value": "web"}]}
     doc["exports"].append({"name": "shop <feed>", "format": "csv", "path": "shop.csv", "rules": [label]})
+    # A field name where a text was meant: the preview warns, and the page shows the name as text.
+    doc["exports"][1]["fields"] = {"id": "id", "label": "custom_label_0", "country": "<b>US</b>"}
     RunStore().apply_spec(parse_spec(doc), spec_dir=spec_path.parent)
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     console_errors: list[str] = []
@@ -413,6 +435,9 @@ def test_the_web_page_previews_the_selected_projects_rules(
     ]
     assert "excluded by drop tests" in " ".join(page.locator('#preview-items tr[data-item="A1"]').all_inner_texts())
     assert page.text_content("#preview-summary", timeout=1000).startswith("4 item(s)")
+    (warning,) = page.locator("#preview-warnings li").all_inner_texts()
+    assert warning.startswith("warning: exports[1] ('shop <feed>') reads fields that no source has")
+    assert "'<b>US</b>' (fields.country)" in warning and page.locator("#preview-warnings b").count() == 0
     channel = page.locator('#preview-exports section[data-export="shop <feed>"]')
     assert channel.locator("h4").inner_text() == "Export shop <feed>: its own rules, after the project's"
     assert channel.locator('.preview-export-rules tr[data-rule="channel <label>"] td').all_text_contents() == [
