@@ -93,9 +93,21 @@ def unread_export_field_warnings(export: ExportSpec, fields: Iterable[str], *, p
             unknown.setdefault(name, []).append("where")
     if not unknown:
         return []
-    reads = ", ".join(f"{name!r} ({', '.join(places)})" for name, places in unknown.items())
+    named = list(unknown.items())
+    reads = ", ".join(f"{name!r} ({_places(places)})" for name, places in named[:_LISTED])
+    if len(named) > _LISTED:
+        reads += f" and {len(named) - _LISTED} more"
     return [
         f"{path} ({export.name!r}) reads fields that no source has and no rule sets: {reads}. They read as"
         " empty on every item (a misspelled field name? A value without braces is a field name: write a"
         " fixed text with a rule's `set`, or as a template such as '{price} USD')"
     ]
+
+
+#: the fields (and, per field, the places) one export's warning names: a spec may hold thousands
+_LISTED = 20
+
+
+def _places(places: list[str]) -> str:
+    shown = ", ".join(places[:_LISTED])
+    return shown + (f" and {len(places) - _LISTED} more" if len(places) > _LISTED else "")

@@ -91,3 +91,12 @@ def test_an_export_reading_known_fields_and_its_own_rules_fields_has_no_warning(
     }
     assert export_warnings(export, [*FIELDS, "images"]) == []
     assert export_warnings({}) == [], "without fields every field is written as itself"
+
+
+def test_an_export_reading_thousands_of_unknown_names_gets_one_bounded_warning() -> None:
+    fields = {"id": "id", **{f"a{i}": f"missing_{i}" for i in range(3000)}, **{f"b{i}": "US" for i in range(3000)}}
+    (warning,) = export_warnings({"fields": fields})
+    assert "'missing_19' (fields.a19) and 2981 more" in warning and "missing_20" not in warning
+    assert len(warning) < 2000
+    (warning,) = export_warnings({"fields": {f"b{i}": "US" for i in range(30)}})
+    assert "'US' (fields.b0, fields.b1," in warning and "fields.b19 and 10 more)" in warning
