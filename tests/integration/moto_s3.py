@@ -6,7 +6,6 @@ buckets over HTTP exactly as they would reach S3 or MinIO.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,8 @@ from typing import Any
 
 import httpx
 
+from tests.ports import free_ports
+
 MOTO_SERVER = str(Path(sys.executable).with_name("moto_server"))
 
 #: moto accepts any credentials; botocore only needs some, and a region.
@@ -28,16 +29,10 @@ S3_ENV = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def moto_s3_server(log: Path | None = None) -> Iterator[str]:
     """Start `moto_server` on 127.0.0.1, yield its endpoint URL, stop it at the end."""
-    port = free_port()
+    port = free_ports()
     out = log.open("wb") if log else subprocess.DEVNULL
     proc = subprocess.Popen([MOTO_SERVER, "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=out)
     endpoint = f"http://127.0.0.1:{port}"

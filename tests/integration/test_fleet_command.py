@@ -7,7 +7,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,17 +22,12 @@ import pytest
 
 from tests.integration.conftest import new_company
 from tests.integration.test_api import add_project
+from tests.ports import free_ports
 
 pytestmark = pytest.mark.integration
 
 NAMES = ("fleet", "api", "pipeline", "import", "rules", "export", "beat", "flower")
 WORKER_QUEUES = ("pipeline", "import", "rules", "export")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -81,7 +75,7 @@ def _cmdlines(procs: list[psutil.Process]) -> list[str]:
 @pytest.fixture()
 def fleet(database_url: str, tmp_path: Path) -> Iterator[RunningFleet]:
     """`firefeed fleet` as a subprocess: FIREFEED_BROKER_URL unset, the session database, free ports."""
-    port = _free_port()
+    port = free_ports()
     env = {k: v for k, v in os.environ.items() if not k.startswith("FIREFEED_")}
     env.update(
         FIREFEED_DATABASE_URL=database_url,
@@ -93,7 +87,7 @@ def fleet(database_url: str, tmp_path: Path) -> Iterator[RunningFleet]:
         RULES_CONCURRENCY="1",
         EXPORT_CONCURRENCY="1",
     )
-    argv = [sys.executable, "-m", "firefeed.cli", "fleet", "--port", str(port), "--flower-port", str(_free_port())]
+    argv = [sys.executable, "-m", "firefeed.cli", "fleet", "--port", str(port), "--flower-port", str(free_ports())]
     proc = subprocess.Popen(
         argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )

@@ -20,8 +20,8 @@ import pytest
 
 from firefeed.runs.service import RunStore
 from tests.integration.conftest import cli, new_company
-from tests.integration.moto_s3 import free_port
 from tests.integration.test_api import add_project
+from tests.ports import free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -71,7 +71,7 @@ def test_runs_requested_from_an_api_without_a_broker_run_in_its_process_one_at_a
 ) -> None:
     company, auth = new_company()
     first, second = (add_project(company, tmp_path / name) for name in ("one", "two"))
-    port = free_port()
+    port = free_ports()
     proc = _api(no_broker, port)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=20) as client:
@@ -96,7 +96,7 @@ def test_an_api_without_a_broker_takes_up_the_runs_left_pending(no_broker: dict[
     company, auth = new_company()
     project = add_project(company, tmp_path / "left")
     run_id = RunStore().request_run(project, "api", company=company)  # accepted by an API that then stopped
-    port = free_port()
+    port = free_ports()
     proc = _api(no_broker, port)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=20) as client:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import time
 import uuid
@@ -19,6 +18,7 @@ from firefeed.runs.service import RunStore
 from firefeed.spec.loader import load_spec_file
 from tests.integration.celery_workers import FIREFEED, celery_workers, flush_broker
 from tests.integration.conftest import write_csv
+from tests.ports import free_ports
 from tests.services import broker_url, requires_shared_broker
 from tests.unit.test_metrics import promtool_check
 
@@ -27,29 +27,6 @@ pytestmark = pytest.mark.integration
 # Redis database of these tests (the distributed tests use 13, the trigger tests 12, the metrics tests 11).
 FLEET_REDIS_URL = os.environ.get("FIREFEED_TEST_FLEET_REDIS_URL", "redis://127.0.0.1:6379/10")
 FLOWER_AUTH = ("ops", "flower-secret")
-
-
-def _free_port_run(n: int) -> int:
-    """A base port with `n` free ports after it (the worker metrics ports)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n > 65535:
-            continue
-        try:
-            socks = []
-            for p in range(base, base + n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no run of free ports")
 
 
 def _wait_http(url: str, timeout: float = 30, **kw: Any) -> httpx.Response:
@@ -70,8 +47,8 @@ def _wait_http(url: str, timeout: float = 30, **kw: Any) -> httpx.Response:
 def fleet(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """Flower first (it only sees events sent while it listens), then one worker per queue, then one run."""
     base = tmp_path_factory.mktemp("fleet")
-    metrics_base = _free_port_run(5)
-    flower_port = _free_port_run(1)
+    metrics_base = free_ports(5)
+    flower_port = free_ports(1)
     env = dict(
         os.environ,
         FIREFEED_DATABASE_URL=database_url,

@@ -1,0 +1,44 @@
+"""Free local ports for the servers a test starts in another process (workers' metrics, Flower, moto).
+
+A port the kernel picks (bind to port 0) lies in its ephemeral range, from which every outgoing
+connection takes its local port too: between the test choosing it and the child process binding
+it (a worker takes seconds to start), a connection to Redis or Postgres may take it, and the child
+then finds it in use (a worker's metrics port was). Ports below that range are never handed out
+that way, so these are chosen there, and never twice in one test session.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+from pathlib import Path
+
+_LOWEST = 20000
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_ports(n: int = 1) -> int:
+    """The first of `n` consecutive free ports on 127.0.0.1, below the ephemeral range."""
+    top = _ephemeral_low() - n
+    low = _LOWEST if top > _LOWEST + 1000 else 1024
+    for _ in range(200):
+        base = random.randrange(low, top)
+        ports = set(range(base, base + n))
+        if ports & _handed_out:
+            continue
+        try:
+            for port in ports:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        _handed_out.update(ports)
+        return base
+    raise RuntimeError(f"no {n} free consecutive ports below {top + n}")
