@@ -410,7 +410,11 @@ def drop_unnamed_tables(ctx: RunContext) -> None:
     spec = ctx.spec
     keep = _file_tables(spec.project, {src.name for src in spec.sources}, {lk.name for lk in spec.lookups})
     try:
-        former = _file_tables(spec.project, *ctx.store.former_names(spec.project, ctx.run_id))
+        former = _file_tables(spec.project, *ctx.store.former_names(spec.project))
+    except Exception:  # the names of former specs only add to what the names' pattern finds
+        log.exception("could not read the names of the project's former specs")
+        former = set()
+    try:
         try:
             ctx.store.project("lkp_" + spec.project)
             legacy = False  # its sources' staging tables are named like our old lookup staging

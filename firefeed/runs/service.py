@@ -6,12 +6,12 @@ import hashlib
 import json
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, true, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
@@ -23,7 +23,6 @@ from firefeed.db.engine import get_engine, raw_connection, session_factory
 from firefeed.db.models import Company, Export, PipelineRun, PipelineStep, Project, Rule, Source, SpecVersion
 from firefeed.db.sqlfile import load_queries
 from firefeed.errors import NotFoundError, PipelineBusyError, RunCancelledError
-from firefeed.runs.contract import RunStatus
 from firefeed.runs.lock import ACTIVE, Db, active_run_id, project_head, with_project_pipeline_lock
 from firefeed.runs.statements import HeldConnection, run_statement
 from firefeed.secrets.references import check_spec as check_references
@@ -34,6 +33,7 @@ from firefeed.spec.model import ProjectSpec
 STEPS = ("FETCH", "PARSE", "MERGE", "RULES", "EXPORT")
 TRIGGERS = ("cli", "api", "beat", "task", "process")
 #: how many of a project's latest spec versions a run that succeeded looks back on for tables to drop
+#: (each applied spec that was run is one)
 FORMER_SPECS = 50
 
 log = logging.getLogger(__name__)
@@ -188,34 +188,29 @@ class RunStore:
             return self.project_spec(row.project_id)
         return parse_spec(row.spec), Path(row.spec_dir) if row.spec_dir else None
 
-    def former_names(self, project_id: str, run_id: str) -> tuple[set[str], set[str]]:
-        """(source names, lookup names) of the spec versions the project's runs were requested with since
-        its previous run that succeeded (the latest FORMER_SPECS versions at most).
+    def former_names(self, project_id: str) -> tuple[set[str], set[str]]:
+        """(source names, lookup names) of the latest FORMER_SPECS spec versions the project's runs were
+        requested with, failed runs' included.
 
-        Those runs may have staged and keyed tables that the run succeeding now no longer names. Their
+        Such a run may have staged and keyed tables that the run succeeding now no longer names. Their
         names are computed from the project's id and these names, so they are found even where the
         identifier limit cut the project's id (`identifiers.project_file_table` cannot tell those from
-        a longer project's)."""
-        key = uuid.UUID(str(run_id))
+        a longer project's). Not only since the previous success: a table that success found in use
+        (`_drop_unless_busy`) is found again. Only the two lists are read, not whole documents."""
         with self.sessions() as s:
-            since = s.scalar(
-                select(func.max(PipelineRun.requested_at)).where(
-                    PipelineRun.project_id == project_id,
-                    PipelineRun.status == RunStatus.SUCCEEDED,
-                    PipelineRun.id != key,
-                )
-            )
-            latest = func.max(PipelineRun.requested_at)
             versions = (
                 select(PipelineRun.spec_version_id)
                 .where(PipelineRun.project_id == project_id, PipelineRun.spec_version_id.is_not(None))
-                .where(PipelineRun.requested_at >= since if since is not None else true())
                 .group_by(PipelineRun.spec_version_id)
-                .order_by(latest.desc())
+                .order_by(func.max(PipelineRun.requested_at).desc())
                 .limit(FORMER_SPECS)
             )
-            specs = s.scalars(select(SpecVersion.spec).where(SpecVersion.id.in_(versions.scalar_subquery()))).all()
-        return _names(specs, "sources"), _names(specs, "lookups")
+            rows = s.execute(
+                select(SpecVersion.spec["sources"], SpecVersion.spec["lookups"]).where(
+                    SpecVersion.id.in_(versions.scalar_subquery())
+                )
+            ).all()
+        return _names(row[0] for row in rows), _names(row[1] for row in rows)
 
     def source_rows(self, project_id: str) -> dict[str, Source]:
         with self.sessions() as s:
@@ -399,11 +394,10 @@ class RunStore:
         run_statement(self.engine, self.held, "save_report", {"run_id": str(run_id), "report": json.dumps(report)})
 
 
-def _names(specs: Sequence[Any], section: str) -> set[str]:
-    """The `name` of each entry of `section` in stored spec documents (any shape they were stored in)."""
+def _names(sections: Iterable[Any]) -> set[str]:
+    """The `name` of each entry of stored `sources` or `lookups` lists (any shape they were stored in)."""
     names: set[str] = set()
-    for spec in specs:
-        entries = spec.get(section) if isinstance(spec, dict) else None
+    for entries in sections:
         for entry in entries if isinstance(entries, list) else ():
             if isinstance(entry, dict) and isinstance(entry.get("name"), str):
                 names.add(entry["name"])

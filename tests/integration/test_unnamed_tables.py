@@ -160,23 +160,25 @@ def test_which_names_are_a_projects_own(table: str, project: str, claimed: bool)
     assert project_file_table(table, project) is claimed
 
 
+@pytest.mark.parametrize("project", ["held", "h" * 60], ids=["short id", "id cut at the limit"])
 def test_a_table_someone_holds_is_left_for_the_next_run(
-    run_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    run_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, project: str
 ) -> None:
     """`firefeed values` may be copying a lookup table of the previous spec: the run does not wait past
-    UNUSED_DROP_LOCK_S for it (its files are published), and the next run drops it."""
+    UNUSED_DROP_LOCK_S for it (its files are published), and the next run drops it, also where only the
+    spec that named it can say whose it is (a name cut at the identifier limit)."""
     from firefeed.schema import service
 
     monkeypatch.setattr(service, "UNUSED_DROP_LOCK_S", 0.2)
     _files(tmp_path)
-    code, report = run_json(_spec(tmp_path, "held", ["main"], ["cats"]))
+    code, report = run_json(_spec(tmp_path, project, ["main"], ["cats"]))
     assert code == 0, report
-    old = lookup_table("held", "cats")
+    old = lookup_table(project, "cats")
     with raw_connection() as reader, reader.cursor() as cur:
         cur.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(SCHEMA, old)))  # holds its lock
-        code, report = run_json(_spec(tmp_path, "held", ["main"], ["categories"]))
+        code, report = run_json(_spec(tmp_path, project, ["main"], ["categories"]))
         assert code == 0, report
         assert old in _tables()
-    code, report = run_json(_spec(tmp_path, "held", ["main"], ["categories"]))
+    code, report = run_json(_spec(tmp_path, project, ["main"], ["categories"]))
     assert code == 0, report
     assert old not in _tables()
