@@ -109,7 +109,7 @@ def format_lookups(actions: list[dict[str, Any]], tables: list[dict[str, Any]]) 
             shown = a["unmatched_values"][:_UNMATCHED_SHOWN]
             top = ", ".join(f"{_short_value(v['value'])} ({v['count']:,})" for v in shown)
             rest = len(a["unmatched_values"]) - len(shown)
-            lines.append(f"    unmatched: {top}" + (f", and {rest} more in --json" if rest else ""))
+            lines.append(f"    unmatched: {top}" + (f", and {rest} more in the report" if rest else ""))
     return lines
 
 

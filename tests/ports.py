@@ -15,6 +15,7 @@ from pathlib import Path
 
 _LOWEST = 20000
 _handed_out: set[int] = set()
+_random = random.SystemRandom()  # a test that seeds `random` does not make these predictable
 
 
 def _ephemeral_low() -> int:
@@ -28,8 +29,10 @@ def free_ports(n: int = 1) -> int:
     """The first of `n` consecutive free ports on 127.0.0.1, below the ephemeral range."""
     top = _ephemeral_low() - n
     low = _LOWEST if top > _LOWEST + 1000 else 1024
+    if top <= low:
+        raise RuntimeError(f"no ports below the ephemeral range (it starts at {top + n}) to choose from")
     for _ in range(200):
-        base = random.randrange(low, top)
+        base = _random.randrange(low, top)
         ports = set(range(base, base + n))
         if ports & _handed_out:
             continue

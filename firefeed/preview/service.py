@@ -197,7 +197,7 @@ def preview_spec(
             ExportPreview(name=exp.name, rules=_summaries(exp.parsed_rules, e), items=_items(spec, e))
             for exp, e in channels
         ],
-        warnings=spec_warnings(spec, merged.fields, effects.fields),
+        warnings=_warnings(spec, merged.fields, effects.fields),
         duration_s=round(time.perf_counter() - started, 3),
     )
 
@@ -433,3 +433,16 @@ def _items(spec: ProjectSpec, effects: Effects) -> list[PreviewItem]:
                 break
         items.append(PreviewItem(key=key, source=names[src], excluded_by=excluded_by, rules=reached))
     return items
+
+
+#: what a preview's field warning adds when a source's fields are found item by item
+SAMPLED = " (the preview read only the sample of a JSON or XML source: its later items may have the field)"
+
+
+def _warnings(spec: ProjectSpec, merged: Sequence[str], result: Sequence[str]) -> list[str]:
+    """A run's field warnings. A csv/tsv header names all its fields, but a JSON or XML source's fields
+    are those of the items read, so there the warning says it may be the sample's."""
+    warnings = spec_warnings(spec, merged, result)
+    if any(src.resolved_format not in ("csv", "tsv") for src in spec.sources):
+        warnings = [w + SAMPLED for w in warnings]
+    return warnings

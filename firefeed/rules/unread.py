@@ -81,20 +81,20 @@ def unread_export_field_warnings(export: ExportSpec, fields: Iterable[str], *, p
     for rule in export.parsed_rules:
         if rule.enabled:
             known.update(a.field for a in (*rule.then, *rule.else_) if not isinstance(a, Exclude))
-    unknown: dict[str, list[str]] = {}  # field -> where it is read
+    unknown: dict[str, dict[str, None]] = {}  # field -> where it is read, each place once
     for out, value in (export.fields or {}).items():
         names = parse_template(value, f"{path}.fields.{out}").fields if "{" in value or "}" in value else (value,)
         for name in names:
             if name not in known:
-                unknown.setdefault(name, []).append(f"fields.{out}")
+                unknown.setdefault(name, {})[f"fields.{out}"] = None
     where = export.where_condition
     for name in condition_fields(where) if where is not None else ():
         if name not in known and name != ELEMENT:
-            unknown.setdefault(name, []).append("where")
+            unknown.setdefault(name, {})["where"] = None
     if not unknown:
         return []
     named = list(unknown.items())
-    reads = ", ".join(f"{name!r} ({_places(places)})" for name, places in named[:_LISTED])
+    reads = ", ".join(f"{name!r} ({_places(list(places))})" for name, places in named[:_LISTED])
     if len(named) > _LISTED:
         reads += f" and {len(named) - _LISTED} more"
     return [

@@ -219,6 +219,33 @@ def test_the_preview_gives_the_warnings_a_run_gives_in_its_json_and_its_table(ru
     assert code == 0 and f"  warning: {ours[1]}" in table.splitlines()
 
 
+def test_a_json_sources_field_past_the_sample_is_warned_about_as_maybe_the_samples(
+    run_env: Path, tmp_path: Path
+) -> None:
+    """A JSON source's fields are those of the items read: a field only later items have is not in a
+    preview's sample, so its warning says so, and the run, which reads every item, gives none."""
+    items = [{"id": f"J{i}", "title": f"t{i}", **({"sale_price": "5"} if i == 25 else {})} for i in range(30)]
+    (tmp_path / "items.json").write_text(json.dumps(items), encoding="utf-8")
+    spec = {
+        "company": "pv_" + uuid.uuid4().hex[:8],
+        "project": "pv_" + uuid.uuid4().hex[:10],
+        "sources": [{"name": "api", "url": "items.json"}],
+        "rules": [{"name": "sale", "when": {"field": "sale_price", "op": "not_empty"},
+                   "then": [{"set": "custom_label_0", "value": "sale"}]}],
+        "exports": [{"name": "csv", "format": "csv", "path": "out.csv"}],
+    }  # fmt: skip
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    (warning,) = preview_json(str(path), "--items", "5")["warnings"]
+    assert warning.startswith("rules[0] ('sale') reads 'sale_price', which no source has")
+    assert warning.endswith(
+        "(the preview read only the sample of a JSON or XML source: its later items may have the field)"
+    )
+    code, out = cli("run", str(path), "--json")
+    assert code == 0, out
+    assert not [w for w in json.loads(out).get("warnings", []) if "no source has" in w]
+
+
 def _table_digests(engine: Engine, schema: str) -> dict[str, str]:
     """Every table of a schema and an md5 of all its rows (in a stable order)."""
     with raw_connection(engine) as conn, conn.cursor() as cur:

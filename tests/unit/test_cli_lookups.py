@@ -21,13 +21,13 @@ def test_the_table_shows_ten_values_and_says_how_many_more_the_report_lists() ->
     lines = format_lookups([_action(values)], [])
     assert lines[0] == "  lookup cats in 'gpc' then[0]: 5 matched, 189 unmatched"
     assert lines[1].startswith("    unmatched: cat 0 (20), cat 1 (19), ")
-    assert "cat 9 (11), and 4 more in --json" in lines[1] and "cat 10" not in lines[1]
+    assert "cat 9 (11), and 4 more in the report" in lines[1] and "cat 10" not in lines[1]
 
 
 def test_an_empty_value_and_a_long_one_are_marked() -> None:
     lines = format_lookups([_action([("", 3), ("x" * 60, 1)])], [])
     assert lines[1] == f"    unmatched: (empty) (3), {'x' * 39}… (1)"
-    assert "more in --json" not in lines[1]
+    assert "more in the report" not in lines[1]
 
 
 def test_lookup_tables_list_their_rows_and_skipped_keys() -> None:

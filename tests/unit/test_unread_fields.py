@@ -100,3 +100,15 @@ def test_an_export_reading_thousands_of_unknown_names_gets_one_bounded_warning()
     assert len(warning) < 2000
     (warning,) = export_warnings({"fields": {f"b{i}": "US" for i in range(30)}})
     assert "'US' (fields.b0, fields.b1," in warning and "fields.b19 and 10 more)" in warning
+
+
+def test_a_place_reading_a_field_twice_is_named_once() -> None:
+    (warning,) = export_warnings(
+        {
+            "fields": {"x": "{colour}{colour}"},
+            "where": {
+                "any": [{"field": "colour", "op": "eq", "value": "a"}, {"field": "colour", "op": "eq", "value": "b"}]
+            },
+        }
+    )
+    assert "'colour' (fields.x, where)." in warning
