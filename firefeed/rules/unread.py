@@ -30,7 +30,14 @@ def spec_warnings(spec: ProjectSpec, merged: Sequence[str], result: Sequence[str
         # An export's own rules start from the project's result (P29).
         warnings += unread_field_warnings(exp.parsed_rules, result, path=f"exports[{i}].rules")
         warnings += unread_export_field_warnings(exp, result, path=f"exports[{i}]")
+    if len(warnings) > MAX_WARNINGS:
+        rest = len(warnings) - MAX_WARNINGS
+        warnings = [*warnings[:MAX_WARNINGS], f"and {rest} more rules or exports read fields nothing makes"]
     return warnings
+
+
+#: the field warnings a run or a preview lists (a spec may hold thousands of rules)
+MAX_WARNINGS = 50
 
 
 def _reads(action: Action) -> list[str]:
@@ -63,7 +70,7 @@ def unread_field_warnings(rules: Sequence[Rule], fields: Iterable[str], *, path:
             if not isinstance(action, Exclude):
                 known.add(action.field)
         if unknown:
-            names = ", ".join(repr(f) for f in unknown)
+            names = _listed([repr(f) for f in unknown])
             warnings.append(
                 f"{path}[{rule.index - 1}] ({rule.name!r}) reads {names}, which no source has and no earlier rule"
                 " sets: it reads as empty on every item (a misspelled field name?)"
@@ -93,10 +100,7 @@ def unread_export_field_warnings(export: ExportSpec, fields: Iterable[str], *, p
             unknown.setdefault(name, {})["where"] = None
     if not unknown:
         return []
-    named = list(unknown.items())
-    reads = ", ".join(f"{name!r} ({_places(list(places))})" for name, places in named[:_LISTED])
-    if len(named) > _LISTED:
-        reads += f" and {len(named) - _LISTED} more"
+    reads = _listed([f"{name!r} ({_listed(list(places))})" for name, places in unknown.items()])
     return [
         f"{path} ({export.name!r}) reads fields that no source has and no rule sets: {reads}. They read as"
         " empty on every item (a misspelled field name? A value without braces is a field name: write a"
@@ -104,10 +108,10 @@ def unread_export_field_warnings(export: ExportSpec, fields: Iterable[str], *, p
     ]
 
 
-#: the fields (and, per field, the places) one export's warning names: a spec may hold thousands
+#: the fields one warning names (and, per field, the places an export's names): a spec may hold thousands
 _LISTED = 20
 
 
-def _places(places: list[str]) -> str:
-    shown = ", ".join(places[:_LISTED])
-    return shown + (f" and {len(places) - _LISTED} more" if len(places) > _LISTED else "")
+def _listed(items: list[str]) -> str:
+    shown = ", ".join(items[:_LISTED])
+    return shown + (f" and {len(items) - _LISTED} more" if len(items) > _LISTED else "")

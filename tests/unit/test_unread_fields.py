@@ -112,3 +112,23 @@ def test_a_place_reading_a_field_twice_is_named_once() -> None:
         }
     )
     assert "'colour' (fields.x, where)." in warning
+
+
+def test_a_rule_reading_many_unknown_fields_and_many_such_rules_stay_bounded() -> None:
+    from firefeed.rules.unread import MAX_WARNINGS, spec_warnings
+    from firefeed.spec.loader import parse_spec
+
+    wide = {"name": "wide", "then": [{"set": "t", "value": " ".join(f"{{u{i}}}" for i in range(30))}]}
+    many = [{"name": f"r{i}", "when": {"field": f"m{i}", "op": "empty"}, "then": []} for i in range(80)]
+    spec = parse_spec(
+        {
+            "company": "c",
+            "project": "p",
+            "sources": [{"name": "a", "url": "a.csv"}],
+            "rules": [wide, *many],
+            "exports": [{"name": "out", "format": "csv", "path": "out.csv"}],
+        }
+    )
+    found = spec_warnings(spec, FIELDS, FIELDS)
+    assert len(found) == MAX_WARNINGS + 1 and found[-1] == "and 31 more rules or exports read fields nothing makes"
+    assert "'u19' and 10 more, which no source has" in found[0]
