@@ -29,8 +29,8 @@ from firefeed.rules._plan import PassPlan, flag_column, lookup_report_columns, p
 from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import Rule, branch_excludes
 from firefeed.rules.sqlgen import count_select, exclusion_delete, groups_select, pass_insert, pass_select
-from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, company_schema, ident
-from firefeed.schema.service import SchemaService, table_pages
+from firefeed.schema.identifiers import KEY, ORD, RULES_TMP_PREFIX, SRC, column_for_field, company_schema, ident
+from firefeed.schema.service import GROUPS_HASH_MAX_BYTES, SchemaService, table_pages
 
 __all__ = [
     "ChunkCounts",
@@ -38,6 +38,7 @@ __all__ = [
     "copy_as_lists",
     "count_rows",
     "counts_nothing",
+    "keeps_order",
     "lookup_counts",
     "make_groups",
     "page_parts",
@@ -56,6 +57,8 @@ __all__ = [
 # rules: 41 s with JIT, 20 s without).
 _PASS_SETTINGS = (
     "SET LOCAL max_parallel_workers_per_gather = 0",
+    # A merge join sorts its sides: the groups join (sqlgen._grouped) hashes the groups instead.
+    "SET LOCAL enable_mergejoin = off",
     "SET LOCAL synchronize_seqscans = off",
     "SET LOCAL work_mem = '64MB'",
     "SET LOCAL jit = off",
@@ -197,6 +200,7 @@ def run_pass_whole(
     with _pass_cursor(conn) as cur:
         rows_in, when_count = _excluding_counts(cur, plan, source, lo, hi, rows_in, joined, pages=True)
         select = pass_select(plan, source, lo, hi, groups=joined, pages=True)
+        _keep_order(cur, select)
         flags = [flag_column(r) for r in plan.flagged]
         columns = [ORD, KEY, SRC, *plan.columns(), *(c for c, _ in plan.extra())]
         table, rows_out = schema_service.create_rules_tmp_as(
@@ -208,6 +212,75 @@ def run_pass_whole(
             cur.execute(sql.SQL("SELECT {} FROM {}").format(counts, ident(company_schema(company), table)))
             flagged = {r.name: int(n) for r, n in zip(plan.flagged, cur.fetchone(), strict=True)}
     return table, _chunk_counts(plan, rows_in, rows_out, flagged, when_count)
+
+
+#: plan nodes that may yield rows in another order than the scan that drives them
+_REORDERING = {"Sort", "Incremental Sort", "Merge Join", "Gather", "Gather Merge"}
+
+
+def keeps_order(cur: Any, select: Any) -> bool:
+    """Whether Postgres plans `select` (a pass's SELECT) so that its rows come out in the order its items
+    table is read: down the plan's outer side nothing sorts or gathers, every join is driven by its outer
+    (left) side, and the scan that drives it all is not a groups table; and every groups table the plan
+    hashes fits GROUPS_HASH_MAX_BYTES (one batch: a hash join in batches yields its rows batch by batch).
+
+    The groups join (sqlgen._grouped) is a plain LEFT JOIN so that the planner may hash the groups,
+    0.6 s a half of 1M items less than an index probe per item; for a small part of many groups it
+    would hash the items instead, and yield the groups' order."""
+    cur.execute(sql.SQL("EXPLAIN (FORMAT JSON) ") + select.sql, select.params)
+    doc = cur.fetchone()[0]
+    node = (doc[0] if isinstance(doc, list) else doc)["Plan"]
+    while True:
+        kind, children = node.get("Node Type", ""), node.get("Plans", [])
+        if kind in _REORDERING or node.get("Join Type") in ("Right", "Full", "Right Anti"):
+            return False
+        driving = [c for c in children if c.get("Parent Relationship") in ("Outer", "Subquery", "Member")]
+        if not driving:
+            name = node.get("Relation Name") or ""
+            break
+        node = driving[0]
+    if name.startswith(RULES_TMP_PREFIX) and name.endswith("_g"):
+        return False
+    hashed = sorted(_hashed_groups(_nodes(doc)))
+    if hashed:
+        # A groups table's name holds its run's id: no other schema has one of that name.
+        cur.execute(
+            "SELECT coalesce(max(pg_relation_size(oid)), 0) FROM pg_class WHERE relname = ANY(%s) AND relkind = 'r'",
+            (hashed,),
+        )
+        return int(cur.fetchone()[0]) <= GROUPS_HASH_MAX_BYTES
+    return True
+
+
+def _nodes(doc: Any) -> Iterator[dict[str, Any]]:
+    stack = [(doc[0] if isinstance(doc, list) else doc)["Plan"]]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(node.get("Plans", []))
+
+
+def _hashed_groups(nodes: Iterator[dict[str, Any]]) -> set[str]:
+    """The name of each groups table scanned under a Hash node."""
+    found: set[str] = set()
+    for node in nodes:
+        if node.get("Node Type") == "Hash":
+            for inner in _nodes({"Plan": node}):
+                name = inner.get("Relation Name") or ""
+                if name.startswith(RULES_TMP_PREFIX) and name.endswith("_g"):
+                    found.add(name)
+    return found
+
+
+def _keep_order(cur: Any, select: Any) -> None:
+    """Plan `select` with hash joins rather than nested loops (the planner would probe the groups' index
+    per item), as `keeps_order` wants it, in the caller's transaction; else without hash joins (the
+    groups are then read by their index, per item). A plan that still reorders runs as it is: the
+    export's order check finds its rows out of order and reads them sorted."""
+    cur.execute("SET LOCAL enable_nestloop = off")
+    if not keeps_order(cur, select):
+        cur.execute("SET LOCAL enable_nestloop = on")
+        cur.execute("SET LOCAL enable_hashjoin = off")
 
 
 def counts_nothing(plan: PassPlan) -> bool:

@@ -169,7 +169,11 @@ class _Builder:
     """
 
     def __init__(
-        self, plan: PassPlan, source: sql.Composable, where: Frag | None, groups: sql.Composable | None = None
+        self,
+        plan: PassPlan,
+        source: sql.Composable,
+        where: Frag | None,
+        groups: sql.Composable | None = None,
     ) -> None:
         self.plan = plan
         # Lookup tables live in the schema of the table the pass reads (a company's, or a scratch area's).
@@ -317,20 +321,19 @@ class _Builder:
         each aggregate. A blank group value makes an item a group of its own (P18).
 
         Without `groups` the aggregate is computed here, from the table itself. With it (a table
-        `groups_select` filled from the whole pass input, indexed by its keys), each item reads its
-        group's row LATERAL: a nested loop over the items, so the rows come out in the items' order
-        whatever the tables' sizes (a hash join may hash the items' side, and yield the groups' order).
+        `groups_select` filled from the whole pass input, indexed by its keys), the items are joined to
+        it: as the planner likes, hashed (the items read in order, each finding its group in the hash)
+        or by an index probe per item. A statement that writes rows checks its plan keeps the items'
+        order (executor.keeps_order) and else probes.
         """
         group = self.plan.group
         assert group is not None
         mine = self.group_text(group)
         if groups is not None:
-            picked = [_col(GROUP_FIRST_COLUMN), *(_col(aggregate_column(a.tag)) for a in self.plan.aggregates)]
             return fmt(
-                '{0} AS t LEFT JOIN LATERAL (SELECT {1} FROM {2} WHERE "_ff_gk" = {3} '
-                'AND "_ff_gk2" = CASE WHEN {3} = \'\' THEN {4} ELSE -1 END LIMIT 1) AS "_ff_gj" ON true',
+                '{0} AS t LEFT JOIN {1} AS "_ff_gj" '
+                'ON "_ff_gk" = {2} AND "_ff_gk2" = CASE WHEN {2} = \'\' THEN {3} ELSE -1 END',
                 of(source),
-                join(picked, ", "),
                 of(groups),
                 mine,
                 fmt("t.{0}", _col(ORD)),

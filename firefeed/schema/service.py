@@ -381,9 +381,9 @@ class SchemaService:
     ) -> str:
         """Create and fill the groups table of grouped pass `pass_no` (sqlgen.groups_select); its name.
 
-        Indexed by its keys (`_ff_gk`, `_ff_gk2`): each item of the pass reads its group's row by them.
-        The work_mem of a pass lets the (parallel) aggregate hash its groups instead of sorting every
-        item by group (250k groups of 1M items: 1.7 s -> 1.1 s a half).
+        Indexed by its keys (`_ff_gk`, `_ff_gk2`): each item of the pass may read its group's row by
+        them. The work_mem of a pass lets the (parallel) aggregate hash its groups instead of sorting
+        every item by group (250k groups of 1M items: 1.7 s -> 1.1 s a half).
         """
         table = rules_groups_table(run_id, pass_no)
         target = ident(company_schema(company), table)
@@ -562,6 +562,11 @@ class SchemaService:
                 cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(schema, published)))
                 cur.execute(sql.SQL("ALTER TABLE {} SET LOGGED").format(ident(schema, run_table)))
                 cur.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(ident(schema, run_table), ident(published)))
+
+
+#: a groups table up to this size may be hashed by a pass joining it (in one batch of a pass's 64MB work_mem,
+#: hash_mem_multiplier 1 or more: about twice the table's size in memory); a larger one is probed
+GROUPS_HASH_MAX_BYTES = 24 * 1024 * 1024
 
 
 def table_pages(cur: Any, schema: str, table: str) -> int:

@@ -25,6 +25,8 @@ from firefeed.pipeline.rule_passes import (
     execute_chunk,
     pass_plan,
 )
+from firefeed.rules import executor
+from firefeed.rules.executor import keeps_order
 from firefeed.rules.model import Rule, parse_rules
 from firefeed.rules.sqlgen import pages_filter
 from firefeed.runs.contract import ChunkResult, RulesChunkParams
@@ -342,3 +344,75 @@ def test_a_grouped_pass_over_parts_joins_the_groups_of_all_of_them(engine: Engin
     finally:
         for run_id in runs:
             service.drop_rules_tmp_for_run(COMPANY, run_id)
+
+
+def test_a_grouped_pass_over_halves_keeps_feed_order_when_its_plan_would_hash_the_items(
+    engine: Engine, source: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each half joins the groups table by a plain LEFT JOIN; its few items against the groups make the
+    planner hash the items (the groups' order), which `keeps_order` refuses, so the half runs without hash
+    joins (an index probe per item). The halves give the whole run's values, and each half's table is
+    stored in feed order (a plain scan of the result yields _ff_ord ascending: the export reads it so)."""
+    seen: list[bool] = []
+
+    def spy(cur: Any, select: Any) -> bool:
+        seen.append(keeps_order(cur, select))
+        return seen[-1]
+
+    monkeypatch.setattr(executor, "keeps_order", spy)
+    service = SchemaService(engine)
+    rules = parse_rules(GROUP_RULES[:2], key_field=KEY_FIELD, group="brand")  # every item kept
+    runs: list[str] = []
+    try:
+        whole, run_id = _in_process(engine, source, rules, split=False)
+        runs.append(run_id)
+        halves, run_id = _in_process(engine, source, rules, split=True)
+        runs.append(run_id)
+        assert False in seen
+        assert _read_sorted(engine, halves.table, halves.fields) == _read_sorted(engine, whole.table, whole.fields)
+        with raw_connection(engine) as conn, conn.cursor() as cur:
+            cur.execute(sql.SQL("SELECT {} FROM {}").format(ident(ORD), ident(company_schema(COMPANY), halves.table)))
+            order = [r[0] for r in cur.fetchall()]
+        assert len(order) == ITEMS and order == sorted(order)
+    finally:
+        for run_id in runs:
+            service.drop_rules_tmp_for_run(COMPANY, run_id)
+
+
+def test_keeps_order_accepts_a_hash_of_the_groups_and_refuses_one_of_the_items(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """keeps_order reads the plan: many items and few groups hash the groups (the items' order kept);
+    few items and many groups hash the items, which yields the groups' order: refused; and so is a hash of
+    a groups table larger than GROUPS_HASH_MAX_BYTES (it could take several batches)."""
+    schema = company_schema(COMPANY)
+    SchemaService(engine).create_company_schema(COMPANY)
+    tag = uuid.uuid4().hex[:8]
+    many, few, groups = f"many_{tag}", f"rules_tmp_{tag}_1_g", f"grp_{tag}"
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        cur.execute("SET LOCAL enable_mergejoin = off")
+        for name, rows in ((many, 20000), (few, 3)):
+            cur.execute(
+                sql.SQL("CREATE TABLE {} AS SELECT g AS o, mod(g, 50)::text AS k FROM generate_series(1, %s) g").format(
+                    ident(schema, name)
+                ),
+                (rows,),
+            )
+        cur.execute(
+            sql.SQL("CREATE TABLE {} AS SELECT g::text AS k FROM generate_series(1, 20000) g").format(
+                ident(schema, groups)
+            )
+        )
+        cur.execute(sql.SQL("ANALYZE {}, {}, {}").format(*(ident(schema, t) for t in (many, few, groups))))
+
+        def joined(items: str, grouped: str) -> Any:
+            text = sql.SQL("SELECT t.o FROM {} AS t LEFT JOIN {} AS g ON g.k = t.k").format(
+                ident(schema, items), ident(schema, grouped)
+            )
+            return type("Select", (), {"sql": text, "params": []})()
+
+        assert keeps_order(cur, joined(many, few))  # the 3-row groups table is hashed
+        assert not keeps_order(cur, joined(few, groups))  # the 3 items are hashed: refused
+        monkeypatch.setattr(executor, "GROUPS_HASH_MAX_BYTES", 0)
+        assert not keeps_order(cur, joined(many, few))  # a groups table over the size: refused
+        conn.rollback()
