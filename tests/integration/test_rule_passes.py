@@ -128,6 +128,17 @@ def _in_process(
     return result, run_id
 
 
+def _whole_and_halves(
+    engine: Engine, source: str, rules: list[Rule], runs: list[str]
+) -> tuple[RulesResult, RulesResult]:
+    """The rules run in one part, then in halves; each run's id is added to `runs` (to drop its tables)."""
+    whole, run_id = _in_process(engine, source, rules, split=False)
+    runs.append(run_id)
+    halves, run_id = _in_process(engine, source, rules, split=True)
+    runs.append(run_id)
+    return whole, halves
+
+
 def _chunked(
     engine: Engine, source: str, rules: list[Rule], fields: list[str] = FIELDS, max_slices: int = 16
 ) -> tuple[RulesResult, str, SliceRecorder]:
@@ -158,10 +169,7 @@ def test_in_process_and_chunk_job_passes_give_the_same_items_and_counts(engine: 
     rules = parse_rules(RAW_RULES, key_field=KEY_FIELD)
     runs: list[str] = []
     try:
-        whole, run_id = _in_process(engine, source, rules, split=False)
-        runs.append(run_id)
-        halves, run_id = _in_process(engine, source, rules, split=True)
-        runs.append(run_id)
+        whole, halves = _whole_and_halves(engine, source, rules, runs)
         chunked, run_id, recorder = _chunked(engine, source, rules)
         runs.append(run_id)
 
@@ -322,10 +330,7 @@ def test_a_grouped_pass_over_parts_joins_the_groups_of_all_of_them(engine: Engin
     rules = parse_rules(GROUP_RULES, key_field=KEY_FIELD, group="brand")
     runs: list[str] = []
     try:
-        whole, run_id = _in_process(engine, source, rules, split=False)
-        runs.append(run_id)
-        halves, run_id = _in_process(engine, source, rules, split=True)
-        runs.append(run_id)
+        whole, halves = _whole_and_halves(engine, source, rules, runs)
         chunked, run_id, recorder = _chunked(engine, source, rules)
         runs.append(run_id)
         assert whole.rows_out == 3  # three brands
@@ -364,10 +369,7 @@ def test_a_grouped_pass_over_halves_keeps_feed_order_when_its_plan_would_hash_th
     rules = parse_rules(GROUP_RULES[:2], key_field=KEY_FIELD, group="brand")  # every item kept
     runs: list[str] = []
     try:
-        whole, run_id = _in_process(engine, source, rules, split=False)
-        runs.append(run_id)
-        halves, run_id = _in_process(engine, source, rules, split=True)
-        runs.append(run_id)
+        whole, halves = _whole_and_halves(engine, source, rules, runs)
         assert False in seen
         assert _read_sorted(engine, halves.table, halves.fields) == _read_sorted(engine, whole.table, whole.fields)
         with raw_connection(engine) as conn, conn.cursor() as cur:
