@@ -29,8 +29,16 @@ from firefeed.rules._plan import PassPlan, flag_column, lookup_report_columns, p
 from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import Rule, branch_excludes
 from firefeed.rules.sqlgen import count_select, exclusion_delete, groups_select, pass_insert, pass_select
-from firefeed.schema.identifiers import KEY, ORD, RULES_TMP_PREFIX, SRC, column_for_field, company_schema, ident
-from firefeed.schema.service import GROUPS_HASH_MAX_BYTES, SchemaService, table_pages
+from firefeed.schema.identifiers import (
+    KEY,
+    ORD,
+    SRC,
+    column_for_field,
+    company_schema,
+    ident,
+    is_rules_groups_table,
+)
+from firefeed.schema.service import SchemaService, table_pages
 
 __all__ = [
     "ChunkCounts",
@@ -216,6 +224,9 @@ def run_pass_whole(
 
 #: plan nodes that may yield rows in another order than the scan that drives them
 _REORDERING = {"Sort", "Incremental Sort", "Merge Join", "Gather", "Gather Merge"}
+#: a groups table up to this size may be hashed by a pass joining it (in one batch of a pass's 64MB work_mem,
+#: hash_mem_multiplier 1 or more: about twice the table's size in memory); a larger one is probed
+GROUPS_HASH_MAX_BYTES = 24 * 1024 * 1024
 
 
 def keeps_order(cur: Any, select: Any) -> bool:
@@ -229,19 +240,18 @@ def keeps_order(cur: Any, select: Any) -> bool:
     would hash the items instead, and yield the groups' order."""
     cur.execute(sql.SQL("EXPLAIN (FORMAT JSON) ") + select.sql, select.params)
     doc = cur.fetchone()[0]
-    node = (doc[0] if isinstance(doc, list) else doc)["Plan"]
+    root = (doc[0] if isinstance(doc, list) else doc)["Plan"]
+    node = root
     while True:
-        kind, children = node.get("Node Type", ""), node.get("Plans", [])
-        if kind in _REORDERING or node.get("Join Type") in ("Right", "Full", "Right Anti"):
+        if node.get("Node Type") in _REORDERING or node.get("Join Type") in ("Right", "Full", "Right Anti"):
             return False
-        driving = [c for c in children if c.get("Parent Relationship") in ("Outer", "Subquery", "Member")]
+        driving = [c for c in node.get("Plans", ()) if c.get("Parent Relationship") in ("Outer", "Subquery", "Member")]
         if not driving:
-            name = node.get("Relation Name") or ""
             break
         node = driving[0]
-    if name.startswith(RULES_TMP_PREFIX) and name.endswith("_g"):
+    if is_rules_groups_table(node.get("Relation Name") or ""):
         return False
-    hashed = sorted(_hashed_groups(_nodes(doc)))
+    hashed = sorted(_hashed_groups(root))
     if hashed:
         # A groups table's name holds its run's id: no other schema has one of that name.
         cur.execute(
@@ -252,23 +262,17 @@ def keeps_order(cur: Any, select: Any) -> bool:
     return True
 
 
-def _nodes(doc: Any) -> Iterator[dict[str, Any]]:
-    stack = [(doc[0] if isinstance(doc, list) else doc)["Plan"]]
-    while stack:
-        node = stack.pop()
-        yield node
-        stack.extend(node.get("Plans", []))
-
-
-def _hashed_groups(nodes: Iterator[dict[str, Any]]) -> set[str]:
-    """The name of each groups table scanned under a Hash node."""
+def _hashed_groups(root: dict[str, Any]) -> set[str]:
+    """The name of each groups table scanned under a Hash node of the plan `root`."""
     found: set[str] = set()
-    for node in nodes:
-        if node.get("Node Type") == "Hash":
-            for inner in _nodes({"Plan": node}):
-                name = inner.get("Relation Name") or ""
-                if name.startswith(RULES_TMP_PREFIX) and name.endswith("_g"):
-                    found.add(name)
+    stack = [(root, False)]
+    while stack:
+        node, hashed = stack.pop()
+        hashed = hashed or node.get("Node Type") == "Hash"
+        name = node.get("Relation Name") or ""
+        if hashed and is_rules_groups_table(name):
+            found.add(name)
+        stack.extend((child, hashed) for child in node.get("Plans", ()))
     return found
 
 

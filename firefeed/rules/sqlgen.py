@@ -169,11 +169,7 @@ class _Builder:
     """
 
     def __init__(
-        self,
-        plan: PassPlan,
-        source: sql.Composable,
-        where: Frag | None,
-        groups: sql.Composable | None = None,
+        self, plan: PassPlan, source: sql.Composable, where: Frag | None, groups: sql.Composable | None = None
     ) -> None:
         self.plan = plan
         # Lookup tables live in the schema of the table the pass reads (a company's, or a scratch area's).

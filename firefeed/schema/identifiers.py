@@ -158,6 +158,11 @@ def rules_groups_table(run_id: str, pass_no: int) -> str:
     return f"{rules_tmp_table(run_id, pass_no)}_g"
 
 
+def is_rules_groups_table(name: str) -> bool:
+    """Whether `name` is one `rules_groups_table` gives."""
+    return name.startswith(RULES_TMP_PREFIX) and name.endswith("_g")
+
+
 EXPORT_TMP_PREFIX = "export_tmp_"
 
 

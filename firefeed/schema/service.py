@@ -564,11 +564,6 @@ class SchemaService:
                 cur.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(ident(schema, run_table), ident(published)))
 
 
-#: a groups table up to this size may be hashed by a pass joining it (in one batch of a pass's 64MB work_mem,
-#: hash_mem_multiplier 1 or more: about twice the table's size in memory); a larger one is probed
-GROUPS_HASH_MAX_BYTES = 24 * 1024 * 1024
-
-
 def table_pages(cur: Any, schema: str, table: str) -> int:
     """The heap pages of `table`, on the caller's cursor (EXPORT asks inside its own read transaction)."""
     cur.execute(_sql("table_pages"), {"qualified": sql_qualified(schema, table)})
