@@ -6,6 +6,6 @@ and SHA-256.
 """
 
 from firefeed.export.paths import resolve_export_path
-from firefeed.export.writer import ExportResult, reads_rows, write_export
+from firefeed.export.writer import ExportResult, reads_rows, view_reads_in_order, write_export
 
-__all__ = ["ExportResult", "reads_rows", "resolve_export_path", "write_export"]
+__all__ = ["ExportResult", "reads_rows", "resolve_export_path", "view_reads_in_order", "write_export"]

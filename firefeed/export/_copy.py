@@ -12,7 +12,11 @@ already returns that order; we use it only where it is guaranteed:
   scan happens to be), no parallel workers (they interleave blocks), no index
   or bitmap scan (a `where` could otherwise pick an index order);
 * a check (one scan of the `_ff_ord` column that stops at the first item out
-  of order; 0.4 s on 1M items) proves the physical order is `_ff_ord` order.
+  of order; 0.4 s on 1M items) proves the physical order is `_ff_ord` order;
+* when the table is a view that joins (an export's channel rules viewed over
+  the project's grouped last pass), the COPY's own plan is read too: it must
+  drive every join by the items' scan and hash the groups in one batch
+  (`firefeed.db.plans.keeps_order`), else the rows are sorted.
 
 When the check fails (chunk jobs that ran side by side, rows updated in place)
 the COPY reads by `_ff_ord`: through an `_ff_ord` index when the table has one
@@ -33,6 +37,7 @@ import psycopg2.extensions
 from psycopg2 import sql
 
 from firefeed.db.engine import render_for_binding
+from firefeed.db.plans import ORDER_SETTINGS, keeps_order
 from firefeed.export._atomic import Sink
 from firefeed.export.select import Piece, sql_text
 from firefeed.schema.identifiers import ORD, ident
@@ -61,6 +66,22 @@ def in_physical_order(cur: Any, schema: str, table: str) -> bool:
     ).format(ord=ident(ORD), t=ident(schema, table))
     cur.execute(query)
     return bool(cur.fetchone()[0])
+
+
+def reads_in_order(conn: Any, schema: str, table: str) -> bool:
+    """Whether `copy_items` would read all of `table` (a view computing its rows) in order without sorting.
+
+    An export's channel rules are a view over the project's result only when this holds: their
+    readers then compute the project's last pass as they read (`firefeed.pipeline.steps.channel_rules`).
+    """
+    _ready(conn)
+    with conn.cursor() as cur:
+        _begin_read(cur)
+        for setting in ORDER_SETTINGS:
+            cur.execute(setting)
+        ordered = keeps_order(cur, sql.SQL("SELECT * FROM {}").format(ident(schema, table)))
+        conn.rollback()
+        return ordered
 
 
 def _ready(conn: Any) -> None:
@@ -104,15 +125,26 @@ def _read_in_index_order(cur: Any) -> None:
 
 
 def copy_items(conn: Any, *, schema: str, table: str, row: Piece, where: Piece, options: str, sink: Sink) -> int:
-    """COPY `SELECT row FROM schema.table [where]` in `_ff_ord` order into `sink`; the row count."""
+    """COPY `SELECT row FROM schema.table [where]` in `_ff_ord` order into `sink`; the row count.
+
+    `table` may be a view that computes its rows from the pass tables (an export's channel rules over
+    the project's last pass, joining its groups): its heaps are checked like a table's, and the COPY's
+    own plan must then read them in order too (`plans.keeps_order`: the groups hashed in one batch,
+    each item probing them as it is read), else it is read sorted.
+    """
     _ready(conn)
     with conn.cursor() as cur:
         _begin_read(cur)
-        query = sql_text("COPY (SELECT ") + row + Piece(sql.SQL(" FROM {}").format(ident(schema, table))) + where
+        for setting in ORDER_SETTINGS:
+            cur.execute(setting)
+        select = sql_text("SELECT ") + row + Piece(sql.SQL(" FROM {}").format(ident(schema, table))) + where
         if not in_physical_order(cur, schema, table):
             _read_in_index_order(cur)
-            query = query + Piece(sql.SQL(" ORDER BY {}").format(ident(ORD)))
-        cur.copy_expert(render(query + sql_text(f") TO STDOUT WITH ({options})"), cur), sink)
+            select = select + Piece(sql.SQL(" ORDER BY {}").format(ident(ORD)))
+        elif not keeps_order(cur, render(select, cur)):
+            select = select + Piece(sql.SQL(" ORDER BY {}").format(ident(ORD)))
+        query = sql_text("COPY (") + select + sql_text(f") TO STDOUT WITH ({options})")
+        cur.copy_expert(render(query, cur), sink)
         return int(cur.rowcount)
 
 

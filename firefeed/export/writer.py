@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 from firefeed.db.engine import raw_connection
 from firefeed.errors import ExportError, FireFeedError
 from firefeed.export._atomic import atomic_output
-from firefeed.export._copy import copy_item_groups, copy_items
+from firefeed.export._copy import copy_item_groups, copy_items, reads_in_order
 from firefeed.export.delimited import render_delimited
 from firefeed.export.google_xml import XmlGroups, render_google_xml
 from firefeed.export.jsonish import render_json, render_jsonl
@@ -55,6 +55,12 @@ def _rendering(export: ExportSpec, columns: Sequence[OutputColumn], title: str |
             columns, title=name, link=export.channel_link or "", description=export.channel_description or name
         )
     raise ExportError(export.name, f"unknown format {export.format!r}")
+
+
+def view_reads_in_order(engine: Engine, schema: str, table: str) -> bool:
+    """Whether the file's COPY would read the view `table` in `_ff_ord` order without a sort (`_copy`)."""
+    with raw_connection(engine) as conn:
+        return reads_in_order(conn, schema, table)
 
 
 def reads_rows(export: ExportSpec) -> bool:

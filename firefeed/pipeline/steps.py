@@ -24,7 +24,7 @@ from firefeed.pipeline.context import RunContext
 from firefeed.pipeline.merge import MergeResult, StagedSource, merge_sources
 from firefeed.pipeline.stage import StageResult
 from firefeed.runs.contract import RulesResult
-from firefeed.schema.identifiers import lookup_staging_table, lookup_table, staging_table
+from firefeed.schema.identifiers import company_schema, lookup_staging_table, lookup_table, staging_table
 from firefeed.spec.model import FeedSpec, ProjectSpec, SourceSpec
 from firefeed.storage import export_storage, run_storage
 from firefeed.storage.keys import download_key, partial_key, run_prefix
@@ -334,11 +334,12 @@ def channel_rules(
     which the other exports read unchanged. In one piece when the spec has several exports (their jobs
     already run side by side); a lone export's rules run in halves like the project's, reading the
     project's two halves when its result is their view (`InProcessPasses.segments`)."""
-    from firefeed.export import reads_rows
+    from firefeed.export import reads_rows, view_reads_in_order
     from firefeed.pipeline.rule_passes import run_rules
     from firefeed.rules.executor import copy_as_lists
 
     exp = ctx.spec.exports[index]
+    schema = company_schema(ctx.spec.company)
     first_pass = (index + 1) * CHANNEL_PASS_STRIDE + 1
     # Fields the export's rules make lists that the project's leave as text: its copy holds them as lists.
     into_lists = [f for f in fields if f in exp.list_fields and f not in ctx.spec.list_fields]
@@ -353,6 +354,7 @@ def channel_rules(
             fields=fields,
             into_lists=into_lists,
         )
+    holds_rows = ctx.schema.holds_rows(ctx.spec.company, table)
     return run_rules(
         ctx.engine,
         ctx.schema,
@@ -367,9 +369,11 @@ def channel_rules(
         rows=rows,
         first_pass=first_pass,
         path=f"exports[{index}].rules",
-        # Read whole by the file and the diagnostics, once each: a last pass counting nothing is a view,
-        # unless what it reads is itself computed (a pass view) or it joins groups (see apply_passes).
-        view_last=reads_rows(exp) and ctx.schema.holds_rows(ctx.spec.company, table),
+        # Read whole by the file and the diagnostics, once each: a last pass counting nothing is a view
+        # (no second write of every item), unless it joins groups of its own (see apply_passes). What it
+        # reads may itself be computed (the project's last pass viewed, joining its groups) when the file
+        # would still read it in order, hashing the groups: else its rows are written.
+        view_last=reads_rows(exp) and (holds_rows or view_reads_in_order(ctx.engine, schema, table)),
         view_groups=False,
     )
 

@@ -23,6 +23,7 @@ from psycopg2 import sql
 from sqlalchemy import Engine
 
 from firefeed.db.engine import raw_connection
+from firefeed.db.plans import keeps_order
 from firefeed.rules._frag import of
 from firefeed.rules._lists_sql import from_text
 from firefeed.rules._plan import PassPlan, flag_column, lookup_report_columns, plan_passes
@@ -36,7 +37,6 @@ from firefeed.schema.identifiers import (
     column_for_field,
     company_schema,
     ident,
-    is_rules_groups_table,
 )
 from firefeed.schema.service import SchemaService, table_pages
 
@@ -46,7 +46,6 @@ __all__ = [
     "copy_as_lists",
     "count_rows",
     "counts_nothing",
-    "keeps_order",
     "lookup_counts",
     "make_groups",
     "page_parts",
@@ -222,67 +221,13 @@ def run_pass_whole(
     return table, _chunk_counts(plan, rows_in, rows_out, flagged, when_count)
 
 
-#: plan nodes that may yield rows in another order than the scan that drives them
-_REORDERING = {"Sort", "Incremental Sort", "Merge Join", "Gather", "Gather Merge"}
-#: a groups table up to this size may be hashed by a pass joining it (in one batch of a pass's 64MB work_mem,
-#: hash_mem_multiplier 1 or more: about twice the table's size in memory); a larger one is probed
-GROUPS_HASH_MAX_BYTES = 24 * 1024 * 1024
-
-
-def keeps_order(cur: Any, select: Any) -> bool:
-    """Whether Postgres plans `select` (a pass's SELECT) so that its rows come out in the order its items
-    table is read: down the plan's outer side nothing sorts or gathers, every join is driven by its outer
-    (left) side, and the scan that drives it all is not a groups table; and every groups table the plan
-    hashes fits GROUPS_HASH_MAX_BYTES (one batch: a hash join in batches yields its rows batch by batch).
-
-    The groups join (sqlgen._grouped) is a plain LEFT JOIN so that the planner may hash the groups,
-    0.6 s a half of 1M items less than an index probe per item; for a small part of many groups it
-    would hash the items instead, and yield the groups' order."""
-    cur.execute(sql.SQL("EXPLAIN (FORMAT JSON) ") + select.sql, select.params)
-    doc = cur.fetchone()[0]
-    root = (doc[0] if isinstance(doc, list) else doc)["Plan"]
-    node = root
-    while True:
-        if node.get("Node Type") in _REORDERING or node.get("Join Type") in ("Right", "Full", "Right Anti"):
-            return False
-        driving = [c for c in node.get("Plans", ()) if c.get("Parent Relationship") in ("Outer", "Subquery", "Member")]
-        if not driving:
-            break
-        node = driving[0]
-    if is_rules_groups_table(node.get("Relation Name") or ""):
-        return False
-    hashed = sorted(_hashed_groups(root))
-    if hashed:
-        # A groups table's name holds its run's id: no other schema has one of that name.
-        cur.execute(
-            "SELECT coalesce(max(pg_relation_size(oid)), 0) FROM pg_class WHERE relname = ANY(%s) AND relkind = 'r'",
-            (hashed,),
-        )
-        return int(cur.fetchone()[0]) <= GROUPS_HASH_MAX_BYTES
-    return True
-
-
-def _hashed_groups(root: dict[str, Any]) -> set[str]:
-    """The name of each groups table scanned under a Hash node of the plan `root`."""
-    found: set[str] = set()
-    stack = [(root, False)]
-    while stack:
-        node, hashed = stack.pop()
-        hashed = hashed or node.get("Node Type") == "Hash"
-        name = node.get("Relation Name") or ""
-        if hashed and is_rules_groups_table(name):
-            found.add(name)
-        stack.extend((child, hashed) for child in node.get("Plans", ()))
-    return found
-
-
 def _keep_order(cur: Any, select: Any) -> None:
     """Plan `select` with hash joins rather than nested loops (the planner would probe the groups' index
     per item), as `keeps_order` wants it, in the caller's transaction; else without hash joins (the
     groups are then read by their index, per item). A plan that still reorders runs as it is: the
     export's order check finds its rows out of order and reads them sorted."""
     cur.execute("SET LOCAL enable_nestloop = off")
-    if not keeps_order(cur, select):
+    if not keeps_order(cur, select.sql, select.params):
         cur.execute("SET LOCAL enable_nestloop = on")
         cur.execute("SET LOCAL enable_hashjoin = off")
 

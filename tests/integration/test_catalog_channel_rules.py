@@ -411,9 +411,12 @@ def test_a_lone_pass_of_an_exports_rules_that_counts_nothing_is_a_view_its_reade
     view over the project's result when that holds rows (here two halves' tables), computed as the file and
     its diagnostics read it: the file, the counts and the diagnostics are those of the same rules written as
     a table (a `when` every item meets makes the pass count, so it is a table). Over a result that is itself
-    a view of a pass (the project's last pass counting nothing), or for google-xml (whose writer reads heap
-    pages), the pass stays a table."""
+    a view of a pass (the project's last pass counting nothing), it is a view when the file would read that in
+    order (its groups hashed in one batch), else a table; for google-xml (whose writer reads heap pages) it
+    stays a table."""
+    import firefeed.export._copy as export_copy
     import firefeed.pipeline.rule_passes as rule_passes
+    from firefeed.db import plans
 
     cats = ["Rings", "Hats", "Rings", "Mugs", "", "Mugs", "Rings", "Hats"]
     body = [
@@ -468,9 +471,32 @@ def test_a_lone_pass_of_an_exports_rules_that_counts_nothing_is_a_view_its_reade
     ], items[:2]
     assert "3" not in [i["id"] for i in items]
 
+    # Over the project's last pass viewed (a group aggregate, both halves joining one groups table), the
+    # export's pass is a view too when the file's COPY reads the groups hashed, in order.
     views.clear()
-    assert _run(tmp_path, spec("channel_over_a_view", last=False))["exports"][0]["rules"]["matched"]["mark"] == 8
+    over = _run(tmp_path, spec("channel_over_a_view", last=False))
+    assert over["exports"][0]["rules"]["matched"]["mark"] == 8
+    assert views == [201, 202, 10_000_001], views
+    views.clear()
+    with monkeypatch.context() as m:
+        m.setattr(plans, "GROUPS_HASH_MAX_BYTES", 0)  # no hash of the groups in one batch: written as tables
+        copied = _run(tmp_path, spec("channel_over_a_copy", last=False))
     assert views == [201, 202], views  # the project's last pass only (read once, by the export's copy)
+    views.clear()
+    real = plans.keeps_order
+    with monkeypatch.context() as m:
+        # The view is made (the check before the pass), then the COPY's own plan would reorder: read sorted.
+        m.setattr(export_copy, "keeps_order", lambda cur, q, p=None: not isinstance(q, bytes) and real(cur, q, p))
+        _run(tmp_path, spec("channel_over_a_view_sorted", last=False))
+    assert views == [201, 202, 10_000_001], views
+    files = [
+        (run_env / "catalog" / p / "shop.json").read_bytes()
+        for p in ("channel_over_a_view", "channel_over_a_copy", "channel_over_a_view_sorted")
+    ]
+    assert files[0] == files[1] == files[2]
+    assert [i["id"] for i in json.loads(files[0])] == [str(i) for i in range(8)]
+    for key in ("rows", "sha256", "diagnostics", "rules"):
+        assert over["exports"][0].get(key) == copied["exports"][0].get(key), key
     views.clear()
     _run(tmp_path, spec("channel_for_xml", fmt="google-xml"))
     assert views == [], views

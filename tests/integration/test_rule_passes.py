@@ -16,6 +16,7 @@ import pytest
 from psycopg2 import sql
 from sqlalchemy import Engine
 
+from firefeed.db import plans
 from firefeed.db.engine import raw_connection
 from firefeed.pipeline.rule_passes import (
     ChunkJobPasses,
@@ -26,7 +27,6 @@ from firefeed.pipeline.rule_passes import (
     pass_plan,
 )
 from firefeed.rules import executor
-from firefeed.rules.executor import keeps_order
 from firefeed.rules.model import Rule, parse_rules
 from firefeed.rules.sqlgen import pages_filter
 from firefeed.runs.contract import ChunkResult, RulesChunkParams
@@ -351,26 +351,26 @@ def test_a_grouped_pass_over_parts_joins_the_groups_of_all_of_them(engine: Engin
             service.drop_rules_tmp_for_run(COMPANY, run_id)
 
 
-def test_a_grouped_pass_over_halves_keeps_feed_order_when_its_plan_would_hash_the_items(
+def test_a_grouped_pass_over_halves_whose_plan_would_reorder_probes_the_groups_in_feed_order(
     engine: Engine, source: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each half joins the groups table by a plain LEFT JOIN; its few items against the groups make the
-    planner hash the items (the groups' order), which `keeps_order` refuses, so the half runs without hash
-    joins (an index probe per item). The halves give the whole run's values, and each half's table is
-    stored in feed order (a plain scan of the result yields _ff_ord ascending: the export reads it so)."""
+    """Each half joins the groups table by a plain LEFT JOIN; when its plan would not keep the items' order
+    (`keeps_order` refuses it: here always), the half runs without hash joins (an index probe per item). The
+    halves give the whole run's values, and each half's table is stored in feed order (a plain scan of the
+    result yields _ff_ord ascending: the export reads it so)."""
     seen: list[bool] = []
 
-    def spy(cur: Any, select: Any) -> bool:
-        seen.append(keeps_order(cur, select))
-        return seen[-1]
+    def refuse(cur: Any, statement: Any, params: Any = None) -> bool:
+        seen.append(plans.keeps_order(cur, statement, params))
+        return False
 
-    monkeypatch.setattr(executor, "keeps_order", spy)
+    monkeypatch.setattr(executor, "keeps_order", refuse)
     service = SchemaService(engine)
-    rules = parse_rules(GROUP_RULES[:2], key_field=KEY_FIELD, group="brand")  # every item kept
+    rules = parse_rules(GROUP_RULES[:2], key_field=KEY_FIELD, group="title")  # every item kept, a group each
     runs: list[str] = []
     try:
         whole, halves = _whole_and_halves(engine, source, rules, runs)
-        assert False in seen
+        assert len(seen) >= 2  # both halves' passes were planned, then run as probes
         assert _read_sorted(engine, halves.table, halves.fields) == _read_sorted(engine, whole.table, whole.fields)
         with raw_connection(engine) as conn, conn.cursor() as cur:
             cur.execute(sql.SQL("SELECT {} FROM {}").format(ident(ORD), ident(company_schema(COMPANY), halves.table)))
@@ -408,13 +408,19 @@ def test_keeps_order_accepts_a_hash_of_the_groups_and_refuses_one_of_the_items(
         cur.execute(sql.SQL("ANALYZE {}, {}, {}").format(*(ident(schema, t) for t in (many, few, groups))))
 
         def joined(items: str, grouped: str) -> Any:
-            text = sql.SQL("SELECT t.o FROM {} AS t LEFT JOIN {} AS g ON g.k = t.k").format(
+            return sql.SQL("SELECT t.o FROM {} AS t LEFT JOIN {} AS g ON g.k = t.k").format(
                 ident(schema, items), ident(schema, grouped)
             )
-            return type("Select", (), {"sql": text, "params": []})()
 
-        assert keeps_order(cur, joined(many, few))  # the 3-row groups table is hashed
-        assert not keeps_order(cur, joined(few, groups))  # the 3 items are hashed: refused
-        monkeypatch.setattr(executor, "GROUPS_HASH_MAX_BYTES", 0)
-        assert not keeps_order(cur, joined(many, few))  # a groups table over the size: refused
+        assert plans.keeps_order(cur, joined(many, few))  # the 3-row groups table is hashed
+        assert not plans.keeps_order(cur, joined(few, groups))  # the 3 items are hashed: refused
+        # A view of parts is an Append: each member must keep its order, the second as much as the first.
+        assert plans.keeps_order(cur, joined(many, few) + sql.SQL(" UNION ALL ") + joined(many, few))
+        assert not plans.keeps_order(cur, joined(many, few) + sql.SQL(" UNION ALL ") + joined(few, groups))
+        # Each hash is kept to the statement's end: the hashes of one statement are bounded together too.
+        both = joined(many, few) + sql.SQL(" UNION ALL ") + joined(many, few)
+        monkeypatch.setattr(plans, "GROUPS_HASH_TOTAL_BYTES", 8192)  # the 3-row table's one page, once
+        assert plans.keeps_order(cur, joined(many, few)) and not plans.keeps_order(cur, both)
+        monkeypatch.setattr(plans, "GROUPS_HASH_MAX_BYTES", 0)
+        assert not plans.keeps_order(cur, joined(many, few))  # a groups table over the size: refused
         conn.rollback()

@@ -1,0 +1,91 @@
+"""Whether Postgres returns a statement's rows in the order it reads its items' heaps, from its plan.
+
+Items are stored in feed order, and every writer and reader of them (a rule pass's
+CREATE TABLE AS, an export's COPY) relies on a plain sequential scan returning that
+order instead of sorting a million wide rows. A statement that joins a groups table
+(sqlgen._grouped) keeps it only with some plans: a hash of the groups probed by
+each item read in order does; a hash of the items, a merge join or a hash join in
+several batches does not. `keeps_order` reads the plan EXPLAIN gives for the
+settings in force (`ORDER_SETTINGS`, in the caller's transaction) and says which.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg2 import sql
+
+from firefeed.schema.identifiers import is_rules_groups_table
+
+#: plan nodes that may yield rows in another order than the scans that drive them
+_REORDERING = {"Sort", "Incremental Sort", "Merge Join", "Merge Append", "Gather", "Gather Merge"}
+#: joins driven by their inner side: a hash of the outer rows, probed in the inner side's order
+_INNER_DRIVEN = {"Right", "Full", "Right Anti"}
+#: a groups table up to this size may be hashed by a statement joining it (in one batch of ORDER_WORK_MEM,
+#: hash_mem_multiplier 1 or more: about twice the table's size in memory); a larger one is probed or sorted
+GROUPS_HASH_MAX_BYTES = 24 * 1024 * 1024
+#: the groups tables one statement hashes, added up (each hash is kept to the statement's end: a COPY over a
+#: view of many parts builds one per part): the statement's memory stays a bounded share of the server
+GROUPS_HASH_TOTAL_BYTES = 64 * 1024 * 1024
+ORDER_WORK_MEM = "64MB"
+#: what a statement reading items in order runs under: joins hashed in one batch, never merged
+ORDER_SETTINGS = (
+    f"SET LOCAL work_mem = '{ORDER_WORK_MEM}'",
+    "SET LOCAL enable_mergejoin = off",
+    "SET LOCAL enable_nestloop = off",
+)
+
+
+def keeps_order(cur: Any, statement: sql.Composable | bytes, params: Any = None) -> bool:
+    """Whether Postgres plans `statement` (a SELECT) so that its rows come out in the order its heaps are read:
+    down every driving branch of the plan (the outer side of a join, each member of an Append, in turn)
+    nothing sorts or gathers, no join is driven by its inner side and no scan that drives it is a groups
+    table; and every groups table the plan hashes fits GROUPS_HASH_MAX_BYTES (one batch: a hash join in
+    batches yields its rows batch by batch), and all its hashes together GROUPS_HASH_TOTAL_BYTES.
+    `statement` is composed SQL with `params`, or final bytes."""
+    if isinstance(statement, bytes):
+        cur.execute(b"EXPLAIN (FORMAT JSON) " + statement)
+    else:
+        cur.execute(sql.SQL("EXPLAIN (FORMAT JSON) ") + statement, params)
+    doc = cur.fetchone()[0]
+    root = (doc[0] if isinstance(doc, list) else doc)["Plan"]
+    if not _driven_in_order(root):
+        return False
+    hashed = _hashed_groups(root)
+    if hashed:
+        # A groups table's name holds its run's id: no other schema has one of that name.
+        cur.execute(
+            "SELECT relname, pg_relation_size(oid) FROM pg_class WHERE relname = ANY(%s) AND relkind = 'r'",
+            (sorted(set(hashed)),),
+        )
+        size = dict(cur.fetchall())
+        sizes = [int(size.get(name, 0)) for name in hashed]
+        return max(sizes) <= GROUPS_HASH_MAX_BYTES and sum(sizes) <= GROUPS_HASH_TOTAL_BYTES
+    return True
+
+
+def _driven_in_order(node: dict[str, Any]) -> bool:
+    if node.get("Node Type") in _REORDERING or node.get("Join Type") in _INNER_DRIVEN:
+        return False
+    children = node.get("Plans", ())
+    members = [c for c in children if c.get("Parent Relationship") == "Member"]
+    if members:
+        return all(_driven_in_order(m) for m in members)  # an Append: each member, one after the other
+    driving = [c for c in children if c.get("Parent Relationship") in ("Outer", "Subquery")]
+    if driving:
+        return _driven_in_order(driving[0])
+    return not is_rules_groups_table(node.get("Relation Name") or "")
+
+
+def _hashed_groups(root: dict[str, Any]) -> list[str]:
+    """The name of the groups table of each scan under a Hash node of the plan `root` (a name per hash)."""
+    found: list[str] = []
+    stack = [(root, False)]
+    while stack:
+        node, hashed = stack.pop()
+        hashed = hashed or node.get("Node Type") == "Hash"
+        name = node.get("Relation Name") or ""
+        if hashed and is_rules_groups_table(name):
+            found.append(name)
+        stack.extend((child, hashed) for child in node.get("Plans", ()))
+    return found
