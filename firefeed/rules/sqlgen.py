@@ -320,19 +320,23 @@ class _Builder:
         `groups_select` filled from the whole pass input, indexed by its keys), the items are joined to
         it: as the planner likes, hashed (the items read in order, each finding its group in the hash)
         or by an index probe per item. A statement that writes rows checks its plan keeps the items'
-        order (executor.keeps_order) and else probes.
+        order (executor.keeps_order) and else probes. Each item's group value is computed once, below
+        a barrier (`_ff_gt`): written into the join's condition, a hash join computed it four times an
+        item (two hash keys, then both again to check a match), ~1 us each on 1M items.
         """
         group = self.plan.group
         assert group is not None
         mine = self.group_text(group)
         if groups is not None:
+            keyed = fmt('SELECT t.*, {0} AS "_ff_gt" FROM {1} AS t', mine, of(source))
+            if self.where is not None:  # the cut reads the table's own rows (t.ctid): inside, below the join
+                keyed, self.where = fmt("{0} WHERE {1}", keyed, self.where), None
             return fmt(
-                '{0} AS t LEFT JOIN {1} AS "_ff_gj" '
-                'ON "_ff_gk" = {2} AND "_ff_gk2" = CASE WHEN {2} = \'\' THEN {3} ELSE -1 END',
-                of(source),
+                '({0} OFFSET 0) AS t LEFT JOIN {1} AS "_ff_gj" '
+                'ON "_ff_gk" = t."_ff_gt" AND "_ff_gk2" = CASE WHEN t."_ff_gt" = \'\' THEN t.{2} ELSE -1 END',
+                keyed,
                 of(groups),
-                mine,
-                fmt("t.{0}", _col(ORD)),
+                _col(ORD),
             )
         return fmt(
             '{0} AS t LEFT JOIN ({1}) AS "_ff_gj" '
