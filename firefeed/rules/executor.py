@@ -333,6 +333,8 @@ def lookup_counts(
     schema = company_schema(company)
     out: list[dict[str, Any]] = []
     with raw_connection(engine) as conn, conn.cursor() as cur:
+        # A scan of 1M items that JIT compiled first: 0.19 s of its 0.8 s.
+        cur.execute("SET LOCAL jit = off")
         for rule, part in actions:
             value, matched = (ident(c) for c, _ in lookup_report_columns(part.tag))
             rows = sql.SQL(" UNION ALL ").join(

@@ -390,6 +390,8 @@ class SchemaService:
         target = ident(company_schema(company), table)
         with raw_connection(self.engine) as conn, conn.cursor() as cur:
             cur.execute("SET LOCAL work_mem = '64MB'")
+            # As in the passes: compiling the aggregate's expressions (JIT) cost more than it saved (60 ms).
+            cur.execute("SET LOCAL jit = off")
             cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(target))
             cur.execute(sql.SQL("CREATE UNLOGGED TABLE {} AS ").format(target) + select, list(params) or None)
             # Unique (one row per group): a reader that uses none of a group's values drops the join.
