@@ -608,16 +608,18 @@ def count_select(
     pages: bool = False,
 ) -> Frag:
     """Rows of the pass input, and how many match the excluding rule's `when` (its match count)."""
-    builder = _Builder(plan, source, None, groups)
+    where = _cut(lo, hi, pages)
+    # A grouped relation takes the cut inside, where its rows are the table's own (t.ctid).
+    builder = _Builder(plan, source, where if plan.grouped else None, groups)
     rule = plan.excluding
     matched = raw("count(*)")
     if rule is not None and rule.when is not None:
         matched = fmt("count(*) FILTER (WHERE {0})", condition_frag(rule.when, builder.base, None, plan.lists))
     if plan.grouped:
         text = fmt("SELECT count(*), {0} FROM {1}", matched, builder.relation)
+        where = builder.where
     else:
         text = fmt("SELECT count(*), {0} FROM {1} AS t", matched, of(source))
-    where = _cut(lo, hi, pages)
     return fmt("{0} WHERE {1}", text, where) if where is not None else text
 
 
