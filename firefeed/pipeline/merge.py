@@ -48,7 +48,7 @@ class StagedSource:
     fields: Sequence[str]
     mode: str = "enrich"
     allowed: Sequence[str] | None = None
-    #: the fields this source declares as lists: staged as array literals (SPEC 9)
+    #: the fields this source declares as lists: staged as text[] (SPEC 9)
     lists: frozenset[str] = frozenset()
     #: `key_from` (SPEC 9, P15): the key is this template over the source's own fields, not its key column
     key_from: Template | None = None
@@ -127,7 +127,7 @@ def merge_sources(
     """Rebuild the project's items table from the staged sources, in one transaction.
 
     `list_fields` (SPEC 9) become text[] columns: a declaring source's staged
-    array literal is cast, another source's text is a one-element list, and a
+    text[] is taken as it is, another source's text is a one-element list, and a
     later source's non-empty value replaces the whole list (P14). `staged_rows`: the
     sources' rows, when known; for a few (`side_work_first`) the keys are counted first, on
     the connection that then writes the items.
@@ -233,8 +233,7 @@ def _list_key_from(src: StagedSource, column: Callable[[str], sql.Composable]) -
     def value(name: str) -> Frag:
         col = column(name)
         if name in declared and name in src.fields:
-            # the staged text of a declared list: an array literal, "" for no elements
-            return of(sql.SQL("(CASE WHEN {0} = '' THEN '{{}}'::text[] ELSE {0}::text[] END)").format(col))
+            return of(col)  # a declared list's staged column is text[]
         return of(sql.SQL("'{}'::text[]")) if name in declared else of(col)
 
     return template_frag(src.key_from, value, ListFields(declared, declared))
@@ -382,10 +381,14 @@ def _list_expr(
     expr: sql.Composable = sql.SQL("'{}'::text[]")
     for j in providers:
         col = sql.SQL("{a}.{c}").format(a=alias[j], c=ident(column_for_field(field)))
-        # A declaring source staged an array literal (a text's starts at 0, `[0:0]={...}`, P4); any other
-        # source's text is a text (P14), an array from 0 (rules/_lists_sql.from_text).
-        value = sql.SQL("{}::text[]").format(col) if field in sources[j].lists else from_text(of(col)).sql
-        expr = sql.SQL("CASE WHEN {ok} AND {col} <> '' THEN {value} ELSE {prev} END").format(
-            ok=origin_ok[j], col=col, value=value, prev=expr
+        if field in sources[j].lists:
+            # A declaring source staged an array (text[]; a text's starts at 0, `[0:0]={...}`, P4).
+            present = sql.SQL("cardinality({}) > 0").format(col)
+            value: sql.Composable = col
+        else:
+            # Any other source's text is a text (P14), an array from 0 (rules/_lists_sql.from_text).
+            present, value = sql.SQL("{} <> ''").format(col), from_text(of(col)).sql
+        expr = sql.SQL("CASE WHEN {ok} AND {present} THEN {value} ELSE {prev} END").format(
+            ok=origin_ok[j], present=present, value=value, prev=expr
         )
     return expr

@@ -126,15 +126,18 @@ def _stage_once(
         first = feed.take()
         assert isinstance(first, Fields), first
         columns = _columns(reader, first.names)
+        # The source's list fields (SPEC 9) are text[]: COPY parses the array literals the reader wrote.
+        declared = getattr(reader, "lists", None) or ()
+        lists = {column_for_field(f) for f in declared}
         schema = company_schema(company)
         statement = _copy_statement(schema, table, columns)
         with raw_connection(engine) as conn, conn.cursor() as cur:
-            schema_service.create_staging_table(company, table, columns, conn=conn)
+            schema_service.create_staging_table(company, table, columns, lists=lists, conn=conn)
             while not isinstance(frame := feed.peek(), End):
                 if isinstance(frame, Fields):
                     feed.take()
                     new = _columns(reader, frame.names, len(columns))
-                    schema_service.add_columns(company, table, new, conn=conn)
+                    schema_service.add_columns(company, table, new, lists=lists, conn=conn)
                     columns.extend(new)
                     statement = _copy_statement(schema, table, columns)
                     continue
@@ -161,7 +164,8 @@ def stage_source(
 
     Columns are `_ff_ord` (1..n in feed order), `_ff_line` (the row's line in
     the file), then one text column per field (`column_for_field`), added as
-    the feed reveals new fields. Every value is non-NULL; "" stays "".
+    the feed reveals new fields; a list field's (the reader's `lists`) is text[].
+    Every value is non-NULL; "" stays "", and an empty list is `{}`.
     ParseError from the reader propagates; the chunks committed so far stay,
     since the table is rebuilt by the next parse anyway.
     """

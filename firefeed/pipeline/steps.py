@@ -79,6 +79,8 @@ def parse_signature(src: SourceSpec) -> str:
     doc = src.model_dump(mode="json", exclude={"headers", "mode", "fields", "name", "key_from"})
     if doc.get("lists") is None:
         doc.pop("lists", None)  # a source without lists keeps the signature it always had
+    else:
+        doc["_lists_staged"] = "text[]"  # lists staged as text by an earlier version are parsed again
     doc["_parser"] = PARSER_VERSION
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 

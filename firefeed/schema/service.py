@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Container, Iterable, Iterator, Sequence
 from typing import Any
 
 from psycopg2 import errors as pg_errors
@@ -63,6 +63,13 @@ UNUSED_DROP_LOCK_S = 5.0
 
 _TEXT_COL = sql.SQL("{} text NOT NULL DEFAULT ''")
 _LIST_COL = sql.SQL("{} text[] NOT NULL DEFAULT '{{}}'")
+
+
+def _staged_col(column: str, lists: Container[str]) -> sql.Composed:
+    """A column of items (staged or passed): text[] for a list field's, else text (never NULL either way)."""
+    return (_LIST_COL if column in lists else _TEXT_COL).format(ident(column))
+
+
 _CATALOG_RACES = (
     pg_errors.UniqueViolation,
     pg_errors.DuplicateObject,
@@ -179,34 +186,41 @@ class SchemaService:
             cur.execute(sql.SQL("ANALYZE {}").format(target))
         return rows
 
-    def create_staging_table(self, company: str, table: str, columns: Iterable[str], *, conn: Any = None) -> None:
+    def create_staging_table(
+        self, company: str, table: str, columns: Iterable[str], *, lists: Container[str] = (), conn: Any = None
+    ) -> None:
         """A fresh staging table for one source's rows (dropped and recreated on each parse).
 
         With `conn`, the DDL joins the caller's open transaction: the loader creates the
         table and COPYs into it in one transaction, so Postgres appends rows in feed
-        order (no free-space reuse) and can freeze them as they are written.
+        order (no free-space reuse) and can freeze them as they are written. `lists`: the
+        columns of the source's list fields (SPEC 9), text[] (their COPY parses the readers'
+        array literals); every other column is text.
         """
         schema = company_schema(company)
         cols = [
             sql.SQL("{} bigint NOT NULL").format(ident(ORD)),
             sql.SQL("{} integer NOT NULL").format(ident("_ff_line")),
         ]
-        cols += [_TEXT_COL.format(ident(c)) for c in columns]
+        cols += [_staged_col(c, lists) for c in columns]
         with _connection(self.engine, conn) as c, c.cursor() as cur:
             cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(schema, table)))
             cur.execute(sql.SQL("CREATE UNLOGGED TABLE {} ({})").format(ident(schema, table), sql.SQL(", ").join(cols)))
 
-    def add_columns(self, company: str, table: str, columns: Iterable[str], *, conn: Any = None) -> list[str]:
+    def add_columns(
+        self, company: str, table: str, columns: Iterable[str], *, lists: Container[str] = (), conn: Any = None
+    ) -> list[str]:
         """Add text columns that are missing (addColumn semantics: never a rebuild). Returns the added ones.
 
-        With `conn`, in the caller's open transaction (which may have created the table).
+        With `conn`, in the caller's open transaction (which may have created the table); `lists`
+        are text[] columns (`create_staging_table`).
         """
         schema = company_schema(company)
         existing = set(self.table_columns(company, table, conn=conn))
         missing = [c for c in dict.fromkeys(columns) if c not in existing]
         if not missing:
             return []
-        adds = sql.SQL(", ").join(sql.SQL("ADD COLUMN IF NOT EXISTS ") + _TEXT_COL.format(ident(c)) for c in missing)
+        adds = sql.SQL(", ").join(sql.SQL("ADD COLUMN IF NOT EXISTS ") + _staged_col(c, lists) for c in missing)
         # A constant default makes ADD COLUMN a catalog-only change in Postgres 11+.
         statement = sql.SQL("ALTER TABLE {} ").format(ident(schema, table)) + adds
         if conn is None:
@@ -349,7 +363,7 @@ class SchemaService:
             sql.SQL("{} integer NOT NULL").format(ident(SRC)),
         ]
         lists = set(list_columns)
-        cols += [(_LIST_COL if c in lists else _TEXT_COL).format(ident(c)) for c in columns]
+        cols += [_staged_col(c, lists) for c in columns]
         cols += [sql.SQL("{} " + typ).format(ident(name)) for name, typ in extra]
         with raw_connection(self.engine) as conn, conn.cursor() as cur:
             cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(schema, table)))

@@ -162,4 +162,4 @@ def test_a_split_cell_is_the_array_literal_of_its_parts(cell: str, separator: st
     """The fast path for cells with nothing to escape writes what array_literal writes."""
     from firefeed.pipeline.parse._lists import array_literal, split_cell
 
-    assert split_cell(cell, separator) == (array_literal(cell.split(separator)) if cell else "")
+    assert split_cell(cell, separator) == array_literal(cell.split(separator) if cell else [])

@@ -1,4 +1,4 @@
-"""List fields as the readers stage them (SPEC 9, P3-P5): Postgres array literals, "" for no elements."""
+"""List fields as the readers stage them (SPEC 9, P3-P5): Postgres array literals, `{}` for no elements."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ def test_csv_cells_split_on_the_separator_trimmed_without_empty_elements(tmp_pat
     path = tmp_path / "feed.csv"
     path.write_text('id,images,tags\n1,"a.jpg, b.jpg,,\u00a0c.jpg ",x|y\n2,,|\n3,"q""uo\\te",one\n', encoding="utf-8")
     got = rows(path, "csv", {"images": ",", "tags": "|"})
-    assert [r["images"] for r in got] == ['{"a.jpg","b.jpg","c.jpg"}', "", '{"q\\"uo\\\\te"}']
-    assert [r["tags"] for r in got] == ['{"x","y"}', "", '{"one"}']
+    assert [r["images"] for r in got] == ['{"a.jpg","b.jpg","c.jpg"}', "{}", '{"q\\"uo\\\\te"}']
+    assert [r["tags"] for r in got] == ['{"x","y"}', "{}", '{"one"}']
 
 
 def test_a_separator_is_taken_literally(tmp_path: Path) -> None:
@@ -40,7 +40,7 @@ def test_json_arrays_of_scalars_are_lists_and_others_stay_text(tmp_path: Path) -
     assert item["images"] == '{"a","1.50","true"}'
     assert item["nested"] == '[0:0]={"[{\\"x\\":1}]"}'  # a text (P4): an array from 0
     assert item["one"] == '{"a,b"}'  # a scalar is one element, never split (P4)
-    assert item["none"] == ""
+    assert item["none"] == "{}"
     assert item["ship.tags"] == '{"p","q"}'
     assert item["other"] == '["not","a list"]'  # not a list field: compact JSON text, as before
 
@@ -75,7 +75,9 @@ def test_a_list_field_takes_its_place_at_its_first_element_in_every_format(tmp_p
     reader = open_reader(path, source="main", format=fmt, lists={"img": ","})
     got = [dict(zip(reader.fields, values, strict=False)) for _line, values in reader]
     assert reader.fields == ["id", "title", "img", "color"]
-    assert [(r["img"], r["color"]) for r in got] == [('{"a","b"}', "red"), ("", "blue")]
+    # An empty csv cell is the empty list; an item of xml or json without the field has "" (staged as `{}`).
+    empty = "{}" if fmt == "csv" else ""
+    assert [(r["img"], r["color"]) for r in got] == [('{"a","b"}', "red"), (empty, "blue")]
 
 
 def test_an_xml_list_first_seen_in_a_later_item_comes_after_the_fields_seen_before_it(tmp_path: Path) -> None:
@@ -120,3 +122,24 @@ def test_lists_survive_the_parser_child_process(tmp_path: Path, child: bool, mon
     with _child.copy_frames(reader, 1000) as got:
         data = b"".join(f.data for f in got if hasattr(f, "data"))
     assert b'{"a49","b49"}' in data
+
+
+@pytest.mark.parametrize("fmt", ["xml", "json"])
+def test_a_list_field_an_item_lacks_is_staged_as_the_empty_list(tmp_path: Path, fmt: str) -> None:
+    """The staging column of a list field is text[], which takes no "": the frames COPY reads hold `{}` for
+    an item without the field."""
+    from firefeed.pipeline.parse._chunks import frames
+
+    feeds = {
+        "xml": "<items><item><id>1</id><color>red</color></item><item><id>2</id><img>a</img></item>"
+        "<item><id>3</id><color>blue</color></item></items>",
+        "json": '[{"id": 1, "color": "red"}, {"id": 2, "img": ["a"]}, {"id": 3, "color": "blue"}]',
+    }
+    path = tmp_path / f"feed.{fmt}"
+    path.write_text(feeds[fmt], encoding="utf-8")
+    reader = open_reader(path, source="main", format=fmt, lists={"img": ","})
+    data = b"".join(f.data for f in frames(reader, 1000) if hasattr(f, "data"))
+    lines = [line.split(b"\t") for line in data.splitlines()]
+    at = reader.fields.index("img") + 2  # after _ff_ord and _ff_line
+    # Item 1 came before the field was seen: its COPY has no such column (the column's default, `{}`, fills it).
+    assert [line[at] if at < len(line) else None for line in lines] == [None, b'{"a"}', b"{}"]

@@ -44,8 +44,9 @@ def open_reader(
     """The reader for one decompressed, local feed file (it may be opened more than once).
 
     Settings that do not apply to the format are ignored. `lists` are the
-    source's list fields (SPEC 9), staged as Postgres array literals. A file that cannot
-    be opened, or an unknown encoding, raises ParseError naming the source.
+    source's list fields (SPEC 9), written as Postgres array literals into text[]
+    columns. A file that cannot be opened, or an unknown encoding, raises ParseError
+    naming the source.
     """
     reader: CsvReader | JsonReader | JsonlReader | XmlReader
     try:

@@ -22,6 +22,7 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 
 from firefeed.pipeline.parse._base import FeedReader
+from firefeed.pipeline.parse._lists import fill_empty_lists
 
 #: rows encoded per block: ~350 KB of a typical feed, small enough to overlap well with the COPY
 BLOCK_ROWS = 500
@@ -81,14 +82,21 @@ def _frames(reader: FeedReader, rows: Iterator[Row], chunk_rows: int, escape: bo
     pending: Row | None = next(rows, None)
     width = len(reader.fields)
     yield Fields(list(reader.fields))
+    # A list field an item lacks is "" in its row: staged as `{}` (its column is text[]). A csv reader's rows
+    # hold a literal at every list field already (`lists_filled`).
+    lists = () if getattr(reader, "lists_filled", False) else (getattr(reader, "lists", None) or ())
+    positions = [i for i, name in enumerate(reader.fields) if name in lists]
     first = 1
     while pending is not None:
         if len(pending[1]) > width:
             width = len(reader.fields)
             yield Fields(list(reader.fields))
+            positions = [i for i, name in enumerate(reader.fields) if name in lists]
         left = chunk_rows
         while pending is not None:
             items, pending = _take(rows, pending, min(left, BLOCK_ROWS), width)
+            if positions:
+                fill_empty_lists(items, positions)
             left -= len(items)
             last = left == 0 or pending is None or len(pending[1]) > width
             joined = join_block(items, first, width, rs_possible=getattr(reader, "rs_seen", True))

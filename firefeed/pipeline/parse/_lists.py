@@ -1,29 +1,34 @@
-"""List fields as the readers stage them (SPEC 9, P3-P5): a Postgres array literal in a text column.
+"""List fields as the readers stage them (SPEC 9, P3-P5): a Postgres array literal, `{}` when empty.
 
-MERGE casts a declared list field's staged text to `text[]` (`''` is the
-empty list), so the staging tables and their COPY stay all text. Elements are
+The staging table's column of a declared list field is text[], so the COPY that
+stages the rows parses the literal (in PARSE, whose backend has time to spare
+while the reader is the bottleneck), and MERGE reads an array (a cast there cost
+0.9 s of a 1M-item catalog's single-backend CREATE TABLE AS). Elements are
 trimmed (Unicode white space, `str.strip`) and empty ones dropped; each is
-quoted, with `\\` and `"` escaped, so any text survives the cast exactly. A
+quoted, with `\\` and `"` escaped, so any text survives the parsing exactly. A
 JSON array that stays text (it holds an object or an array, P4) is staged as
 a text: `[0:0]={"..."}`, an array whose lower bound is 0 (rules/_lists_sql.from_text).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from firefeed.pipeline.parse._json_values import Num, compact
 
+#: the staged literal of a list without elements (and the readers' value of a list field an item lacks)
+EMPTY = "{}"
+
 
 def array_literal(elements: Iterable[str]) -> str:
-    """`{"a","b"}` for the trimmed, non-empty elements; "" when none is left (P1, P3)."""
+    """`{"a","b"}` for the trimmed, non-empty elements; `{}` when none is left (P1, P3)."""
     quoted = []
     for element in elements:
         text = element.strip()
         if text:
             quoted.append('"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"')
-    return "{" + ",".join(quoted) + "}" if quoted else ""
+    return "{" + ",".join(quoted) + "}"
 
 
 #: before the braces of a staged text (one element, lower bound 0)
@@ -31,7 +36,7 @@ TEXT_PREFIX = "[0:0]="
 
 
 def literal_elements(text: str) -> tuple[str, ...]:
-    """The elements of a staged list (what `array_literal` wrote; "" has none)."""
+    """The elements of a staged list (what `array_literal` wrote; `{}`, or "" from a reader, has none)."""
     out: list[str] = []
     start = len(TEXT_PREFIX) if text.startswith(TEXT_PREFIX) else 0
     i, end = start + 1, len(text) - 1  # inside the braces
@@ -56,12 +61,12 @@ def split_cell(cell: str, separator: str) -> str:
     a comprehension another 15%: 0.60 against 0.70 us a cell of five URLs).
     """
     if not cell:
-        return ""
+        return EMPTY
     if '"' in cell or "\\" in cell:
         return array_literal(cell.split(separator))
     # Kept elements are never "", so the joined text is "" exactly when none is kept.
     joined = '","'.join(filter(None, map(str.strip, cell.split(separator))))
-    return '{"' + joined + '"}' if joined else ""
+    return '{"' + joined + '"}' if joined else EMPTY
 
 
 def json_list(value: Any) -> str | None:
@@ -79,7 +84,7 @@ def json_list(value: Any) -> str | None:
             return TEXT_PREFIX + array_literal([compact(value)])  # a text (P4), never "": it holds [...]
         return array_literal(_scalar(v) for v in value if v is not None)
     if value is None:
-        return ""
+        return EMPTY
     return array_literal([_scalar(value)])
 
 
@@ -108,6 +113,15 @@ def _scalar(value: Any) -> str:
     if type(value) is Num:
         return str.__str__(value)
     return str(value)
+
+
+def fill_empty_lists(rows: Iterable[tuple[int, list[str]]], positions: Sequence[int]) -> None:
+    """Set, in place, each row's value at `positions` (list fields) to `{}` where it is "": a field the item
+    lacks (readers fill those with "") staged into a text[] column, which takes no ""."""
+    for _, values in rows:
+        for i in positions:
+            if not values[i]:
+                values[i] = EMPTY
 
 
 def list_positions(fields: list[str], lists: Mapping[str, str]) -> list[tuple[int, str]]:

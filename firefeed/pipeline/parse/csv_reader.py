@@ -135,6 +135,8 @@ class CsvReader:
 
     #: the source's list fields -> separator (SPEC 9); set by open_reader
     lists: dict[str, str] = {}
+    #: every row holds an array literal at each list field (`split_cell`, after short rows are padded)
+    lists_filled = True
 
     def __iter__(self) -> Iterator[tuple[int, list[str]]]:
         rows = restartable(self, self._text, self._attempt)
