@@ -495,3 +495,32 @@ def test_a_text_in_a_list_field_is_escaped_in_json_like_any_text(run_env: Path, 
     out = run_env / "lists" / "escaped_text"
     assert json.loads((out / "out.json").read_text(encoding="utf-8"))[0]["tags"] == 'q"u\\o\tte\u2028'
     assert json.loads((out / "out.jsonl").read_text(encoding="utf-8"))["tags"] == 'q"u\\o\tte\u2028'
+
+
+HOSTILE_ELEMENTS = ['a\\b', 'say "hi"', "{x,y}", "NULL", "tab\there", "é ü", "[0:1]={a}"]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "xml"])
+def test_list_elements_that_read_like_array_syntax_are_staged_exactly(run_env: Path, tmp_path: Path, fmt: str) -> None:
+    """A list field's staging column is text[], parsed by the COPY that stages it: elements holding quotes,
+    backslashes, braces, `NULL`, a tab or an array's bounds are each one element, as written (trimmed),
+    and an item without elements (an empty cell, an empty array, no element) has none."""
+    if fmt == "csv":
+        body = [["1", "|".join([*HOSTILE_ELEMENTS, " ", ""])], ["2", ""]]
+        write_csv(tmp_path / "feed.csv", ["id", "tags"], body)
+    elif fmt == "json":
+        items = [{"id": "1", "tags": [*HOSTILE_ELEMENTS, " ", None]}, {"id": "2", "tags": []}]
+        (tmp_path / "feed.json").write_text(json.dumps(items), encoding="utf-8")
+    else:
+        root = etree.Element("items")
+        for n, tags in (("1", [*HOSTILE_ELEMENTS, " "]), ("2", [])):
+            item = etree.SubElement(root, "item")
+            etree.SubElement(item, "id").text = n
+            for tag in tags:
+                etree.SubElement(item, "tags").text = tag
+        (tmp_path / "feed.xml").write_bytes(etree.tostring(root))
+    source = {"name": "main", "url": f"feed.{fmt}", "format": fmt, "lists": {"tags": "|"}}
+    exports = [{"name": "json", "format": "json", "path": "out.json"}]
+    _run(_write_spec(tmp_path, f"hostile_{fmt}", [source], exports))
+    items = json.loads((run_env / "lists" / f"hostile_{fmt}" / "out.json").read_text(encoding="utf-8"))
+    assert [i["tags"] for i in items] == [HOSTILE_ELEMENTS, ""]
