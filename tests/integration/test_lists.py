@@ -497,7 +497,7 @@ def test_a_text_in_a_list_field_is_escaped_in_json_like_any_text(run_env: Path, 
     assert json.loads((out / "out.jsonl").read_text(encoding="utf-8"))["tags"] == 'q"u\\o\tte\u2028'
 
 
-HOSTILE_ELEMENTS = ['a\\b', 'say "hi"', "{x,y}", "NULL", "tab\there", "é ü", "[0:1]={a}"]
+HOSTILE_ELEMENTS = ["a\\b", 'say "hi"', "{x,y}", "NULL", "tab\there", "é ü", "[0:1]={a}"]
 
 
 @pytest.mark.parametrize("fmt", ["csv", "json", "xml"])
