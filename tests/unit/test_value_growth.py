@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from firefeed.errors import SpecError
@@ -263,7 +263,11 @@ def test_a_chain_of_one_character_replaces_never_grows_a_value_past_its_bound(
     """What `replace` does in SQL (every occurrence, left to right) done in Python: the bytes a value
     becomes are at most its bytes times the chain's bound over REFERENCE_BYTES."""
     raw = [{"then": [{"replace": "d", "find": f, "with": w}]} for f, w in steps]
-    growth = _times(raw, limit=1e12)["d"]
+    try:
+        growth = _times(raw, limit=1e12)["d"]
+    except SpecError:
+        # 40 steps that each multiply can pass the limit: such a spec is refused, nothing of it runs.
+        assume(False)
     value = text
     for find, with_ in steps:
         value = value.replace(find, with_)
