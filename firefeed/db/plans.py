@@ -37,20 +37,36 @@ ORDER_SETTINGS = (
 
 
 def keeps_order(cur: Any, statement: sql.Composable | bytes, params: Any = None) -> bool:
+    """Whether `statement`'s plan returns its rows in the order its heaps are read (`ordered_scans`)."""
+    return ordered_scans(cur, statement, params, verbose=False) is not None
+
+
+def ordered_scans(
+    cur: Any, statement: sql.Composable | bytes, params: Any = None, *, verbose: bool = True
+) -> list[tuple[str, str]] | None:
     """Whether Postgres plans `statement` (a SELECT) so that its rows come out in the order its heaps are read:
     down every driving branch of the plan (the outer side of a join, each member of an Append, in turn)
     nothing sorts or gathers, no join is driven by its inner side and no scan that drives it is a groups
     table; and every groups table the plan hashes fits GROUPS_HASH_MAX_BYTES (one batch: a hash join in
     batches yields its rows batch by batch), and all its hashes together GROUPS_HASH_TOTAL_BYTES.
-    `statement` is composed SQL with `params`, or final bytes."""
+    `statement` is composed SQL with `params`, or final bytes.
+
+    When it does, the (schema, table) of each scan that drives it, in the order they are read: its rows
+    come out in `_ff_ord` order when those heaps, read one after the other, are (the export's order check
+    reads them, not the view over them, whose joins and expressions it does not need); a driving leaf
+    that is not a table is ("", ""). Else None. The schemas need `verbose` (a larger plan: a pass's
+    statement, which only needs the answer, is planned without it, and its scans' schemas are "").
+    """
+    explain = "EXPLAIN (FORMAT JSON, VERBOSE) " if verbose else "EXPLAIN (FORMAT JSON) "
     if isinstance(statement, bytes):
-        cur.execute(b"EXPLAIN (FORMAT JSON) " + statement)
+        cur.execute(explain.encode() + statement)
     else:
-        cur.execute(sql.SQL("EXPLAIN (FORMAT JSON) ") + statement, params)
+        cur.execute(sql.SQL(explain) + statement, params)
     doc = cur.fetchone()[0]
     root = (doc[0] if isinstance(doc, list) else doc)["Plan"]
-    if not _driven_in_order(root):
-        return False
+    scans: list[tuple[str, str]] = []
+    if not _driven_in_order(root, scans):
+        return None
     hashed = _hashed_groups(root)
     if hashed:
         # A groups table's name holds its run's id: no other schema has one of that name.
@@ -60,21 +76,27 @@ def keeps_order(cur: Any, statement: sql.Composable | bytes, params: Any = None)
         )
         size = dict(cur.fetchall())
         sizes = [int(size.get(name, 0)) for name in hashed]
-        return max(sizes) <= GROUPS_HASH_MAX_BYTES and sum(sizes) <= GROUPS_HASH_TOTAL_BYTES
-    return True
+        if max(sizes) > GROUPS_HASH_MAX_BYTES or sum(sizes) > GROUPS_HASH_TOTAL_BYTES:
+            return None
+    return scans
 
 
-def _driven_in_order(node: dict[str, Any]) -> bool:
+def _driven_in_order(node: dict[str, Any], scans: list[tuple[str, str]]) -> bool:
+    """Whether `node` yields rows in the order of the scans that drive it, which are added to `scans`."""
     if node.get("Node Type") in _REORDERING or node.get("Join Type") in _INNER_DRIVEN:
         return False
     children = node.get("Plans", ())
     members = [c for c in children if c.get("Parent Relationship") == "Member"]
     if members:
-        return all(_driven_in_order(m) for m in members)  # an Append: each member, one after the other
+        return all(_driven_in_order(m, scans) for m in members)  # an Append: each member, one after the other
     driving = [c for c in children if c.get("Parent Relationship") in ("Outer", "Subquery")]
     if driving:
-        return _driven_in_order(driving[0])
-    return not is_rules_groups_table(node.get("Relation Name") or "")
+        return _driven_in_order(driving[0], scans)
+    name = node.get("Relation Name") or ""
+    if is_rules_groups_table(name):
+        return False
+    scans.append((str(node.get("Schema") or ""), name) if name else ("", ""))
+    return True
 
 
 def _hashed_groups(root: dict[str, Any]) -> list[str]:

@@ -474,19 +474,30 @@ def test_a_lone_pass_of_an_exports_rules_that_counts_nothing_is_a_view_its_reade
     # Over the project's last pass viewed (a group aggregate, both halves joining one groups table), the
     # export's pass is a view too when the file's COPY reads the groups hashed, in order.
     views.clear()
-    over = _run(tmp_path, spec("channel_over_a_view", last=False))
+    checked: list[list[tuple[str, str]]] = []
+    heaps_in_order = export_copy.heaps_in_order
+
+    def check(cur: Any, tables: Any) -> bool:
+        checked.append(list(tables))
+        return heaps_in_order(cur, tables)
+
+    with monkeypatch.context() as m:
+        m.setattr(export_copy, "heaps_in_order", check)
+        over = _run(tmp_path, spec("channel_over_a_view", last=False))
     assert over["exports"][0]["rules"]["matched"]["mark"] == 8
     assert views == [201, 202, 10_000_001], views
+    # The order check read the two pass tables under the views 201 and 202 (the COPY's driving scans), in order.
+    ((first, second),) = checked
+    assert first[1].endswith("_101") and second[1].endswith("_102") and first[0] == second[0] == "company_catalog"
     views.clear()
     with monkeypatch.context() as m:
         m.setattr(plans, "GROUPS_HASH_MAX_BYTES", 0)  # no hash of the groups in one batch: written as tables
         copied = _run(tmp_path, spec("channel_over_a_copy", last=False))
     assert views == [201, 202], views  # the project's last pass only (read once, by the export's copy)
     views.clear()
-    real = plans.keeps_order
     with monkeypatch.context() as m:
         # The view is made (the check before the pass), then the COPY's own plan would reorder: read sorted.
-        m.setattr(export_copy, "keeps_order", lambda cur, q, p=None: not isinstance(q, bytes) and real(cur, q, p))
+        m.setattr(export_copy, "ordered_scans", lambda *_args, **_kw: None)
         _run(tmp_path, spec("channel_over_a_view_sorted", last=False))
     assert views == [201, 202, 10_000_001], views
     files = [
