@@ -88,9 +88,7 @@ def reads_in_order(conn: Any, schema: str, table: str) -> bool:
     """
     _ready(conn)
     with conn.cursor() as cur:
-        _begin_read(cur)
-        for setting in ORDER_SETTINGS:
-            cur.execute(setting)
+        _begin_ordered_read(cur)
         ordered = keeps_order(cur, sql.SQL("SELECT * FROM {}").format(ident(schema, table)))
         conn.rollback()
         return ordered
@@ -108,6 +106,13 @@ def _begin_read(cur: Any) -> None:
     """A read-only REPEATABLE READ transaction scanning the heap in order."""
     cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
     for setting in _SCAN_SETTINGS:
+        cur.execute(setting)
+
+
+def _begin_ordered_read(cur: Any) -> None:
+    """`_begin_read` for a statement that may join (a view): joins hashed in one batch, as `plans` checks."""
+    _begin_read(cur)
+    for setting in ORDER_SETTINGS:
         cur.execute(setting)
 
 
@@ -140,15 +145,13 @@ def copy_items(conn: Any, *, schema: str, table: str, row: Piece, where: Piece, 
     """COPY `SELECT row FROM schema.table [where]` in `_ff_ord` order into `sink`; the row count.
 
     `table` may be a view that computes its rows from the pass tables (an export's channel rules over
-    the project's last pass, joining its groups): its heaps are checked like a table's, and the COPY's
-    own plan must then read them in order too (`plans.keeps_order`: the groups hashed in one batch,
-    each item probing them as it is read), else it is read sorted.
+    the project's last pass, joining its groups): the COPY's plan is read first and must keep the order
+    of the heaps it scans (`plans.ordered_scans`: the groups hashed in one batch, each item probing them
+    as it is read), else the rows are sorted; then those heaps are checked as a table is.
     """
     _ready(conn)
     with conn.cursor() as cur:
-        _begin_read(cur)
-        for setting in ORDER_SETTINGS:
-            cur.execute(setting)
+        _begin_ordered_read(cur)
         select = sql_text("SELECT ") + row + Piece(sql.SQL(" FROM {}").format(ident(schema, table))) + where
         scans = ordered_scans(cur, render(select, cur))
         if scans is None:

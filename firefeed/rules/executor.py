@@ -30,14 +30,7 @@ from firefeed.rules._plan import PassPlan, flag_column, lookup_report_columns, p
 from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import Rule, branch_excludes
 from firefeed.rules.sqlgen import count_select, exclusion_delete, groups_select, pass_insert, pass_select
-from firefeed.schema.identifiers import (
-    KEY,
-    ORD,
-    SRC,
-    column_for_field,
-    company_schema,
-    ident,
-)
+from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, company_schema, ident
 from firefeed.schema.service import SchemaService, table_pages
 
 __all__ = [

@@ -396,9 +396,9 @@ class SchemaService:
         """Create and fill the groups table of grouped pass `pass_no` (sqlgen.groups_select); its name.
 
         Indexed by its keys (`_ff_gk`, `_ff_gk2`), unique: each item of the pass may read its group's row
-        by them, and a reader of a pass view that uses none of the group's values (the export's order
-        check) has the join removed. The work_mem of a pass lets the (parallel) aggregate hash its groups
-        instead of sorting every item by group (250k groups of 1M items: 1.7 s -> 1.1 s a half).
+        by them, and a reader of a pass view that uses none of the group's values has the join removed.
+        The work_mem of a pass lets the (parallel) aggregate hash its groups instead of sorting every
+        item by group (250k groups of 1M items: 1.7 s -> 1.1 s a half).
         """
         table = rules_groups_table(run_id, pass_no)
         target = ident(company_schema(company), table)

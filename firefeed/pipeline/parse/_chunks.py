@@ -85,13 +85,17 @@ def _frames(reader: FeedReader, rows: Iterator[Row], chunk_rows: int, escape: bo
     # A list field an item lacks is "" in its row: staged as `{}` (its column is text[]). A csv reader's rows
     # hold a literal at every list field already (`lists_filled`).
     lists = () if getattr(reader, "lists_filled", False) else (getattr(reader, "lists", None) or ())
-    positions = [i for i, name in enumerate(reader.fields) if name in lists]
+
+    def list_columns() -> list[int]:
+        return [i for i, name in enumerate(reader.fields) if name in lists]
+
+    positions = list_columns()
     first = 1
     while pending is not None:
         if len(pending[1]) > width:
             width = len(reader.fields)
             yield Fields(list(reader.fields))
-            positions = [i for i, name in enumerate(reader.fields) if name in lists]
+            positions = list_columns()
         left = chunk_rows
         while pending is not None:
             items, pending = _take(rows, pending, min(left, BLOCK_ROWS), width)
