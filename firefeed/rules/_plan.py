@@ -160,8 +160,8 @@ GROUP_TEXT_COLUMN = "_ff_gt"
 
 
 def lookup_report_columns(tag: str) -> list[tuple[str, str]]:
-    """A lookup action's report columns: the trimmed value it matched (NULL: it did not run on the
-    item), and whether a row matched it."""
+    """A lookup action's report columns: the trimmed value it found no row for, and whether it found
+    one (both NULL where it did not run on the item; the value NULL too where it found one)."""
     return [(f"_ff_lv{tag}", "text"), (f"_ff_lm{tag}", "boolean")]
 
 

@@ -320,7 +320,7 @@ def lookup_counts(
 ) -> list[dict[str, Any]]:
     """The report of each lookup action of a pass (`PassPlan.lookups`, P23), read from the pass tables it wrote.
 
-    Only items the action ran on have a value; unmatched values are listed most frequent
+    Only items the action ran on have a matched flag, only unmatched ones a value; values are listed most frequent
     first, ties in feed order (the first item holding each), at most TOP_UNMATCHED.
     """
     schema = company_schema(company)
@@ -331,7 +331,7 @@ def lookup_counts(
         for rule, part in actions:
             value, matched = (ident(c) for c, _ in lookup_report_columns(part.tag))
             rows = sql.SQL(" UNION ALL ").join(
-                sql.SQL("SELECT {v} AS v, {m} AS m, {o} AS o FROM {t} WHERE {v} IS NOT NULL").format(
+                sql.SQL("SELECT {v} AS v, {m} AS m, {o} AS o FROM {t} WHERE {m} IS NOT NULL").format(
                     v=value, m=matched, o=ident(ORD), t=ident(schema, t)
                 )
                 for t in tables
