@@ -334,9 +334,8 @@ class _Builder:
         """
         group = self.plan.group
         assert group is not None
-        mine = self.group_text(group)
         if self.plan.keyed_input:
-            # The writer of the table computed each item's group value (`PassPlan.keys_group`).
+            # The writer of the table computed each item's group value (`PassPlan.keys_group`): no barrier.
             return fmt(
                 '{0} AS t LEFT JOIN {1} AS "_ff_gj" '
                 'ON "_ff_gk" = t.{2} AND "_ff_gk2" = CASE WHEN t.{2} = \'\' THEN t.{3} ELSE -1 END',
@@ -345,6 +344,7 @@ class _Builder:
                 _col(GROUP_TEXT_COLUMN),
                 _col(ORD),
             )
+        mine = self.group_text(group)
         if groups is not None:
             keyed = fmt('SELECT t.*, {0} AS "_ff_gt" FROM {1} AS t', mine, of(source))
             if self.where is not None:  # the cut reads the table's own rows (t.ctid): inside, below the join
