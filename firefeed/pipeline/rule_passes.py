@@ -44,6 +44,7 @@ from firefeed.rules.executor import (
     count_rows,
     counts_nothing,
     lookup_counts,
+    lookup_counts_known,
     make_groups,
     page_parts,
     pass_view,
@@ -170,6 +171,7 @@ def apply_passes(
     excluded = 0
     lookups: list[dict[str, Any]] = []
     later: list[tuple[Rule, LookupSet]] = []  # lookups of rules the next pass counts (PassPlan.deferred)
+    written_counts: list[ChunkCounts] = []  # the parts' counts of the pass that ran `later`
     for plan in plans:
         if check_cancel is not None:
             check_cancel()
@@ -205,15 +207,19 @@ def apply_passes(
         if groups is not None and not viewed:
             schema.drop_table(company, groups)
         tables = [table for table, _ in outcomes]
+        counted = [counts for _, counts in outcomes]
         if later:
             # The previous pass's deferred lookups, among the rows this DELETE kept.
-            lookups.extend(lookup_counts(schema.engine, company, later, tables))
+            known = lookup_counts_known(later, written_counts, counted)
+            lookups.extend(known if known is not None else lookup_counts(schema.engine, company, later, tables))
         deferred = {id(r) for r in plan.deferred}
         later = [(rule, part) for rule, part in plan.lookups if id(rule) in deferred]
+        written_counts = counted
         if len(later) < len(plan.lookups):
             # Read now: the next pass drops these tables.
             now = [(rule, part) for rule, part in plan.lookups if id(rule) not in deferred]
-            lookups.extend(lookup_counts(schema.engine, company, now, tables))
+            known = lookup_counts_known(now, counted)
+            lookups.extend(known if known is not None else lookup_counts(schema.engine, company, now, tables))
         rows_in = rows_out = 0
         for seg, (table, counts) in zip(segments, outcomes, strict=True):
             written.add(table)

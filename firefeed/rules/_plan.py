@@ -124,12 +124,7 @@ class PassPlan:
     @property
     def lookups(self) -> tuple[tuple[Rule, LookupSet], ...]:
         """The lookup actions the pass runs (each by its first part), in rule and action order."""
-        return tuple(
-            (rule, a)
-            for rule in self.rules
-            for a in (*effective(rule.then), *effective(rule.else_))
-            if isinstance(a, LookupSet) and a.first
-        )
+        return lookups_of(self.rules)
 
     def extra(self) -> list[tuple[str, str]]:
         """The pass table's own columns after the fields: the rules' flags, then each lookup's
@@ -143,6 +138,16 @@ class PassPlan:
     def list_columns(self) -> list[str]:
         """The columns of `fields_out` that hold lists (text[])."""
         return [column_for_field(f) for f in self.fields_out if f in self.lists]
+
+
+def lookups_of(rules: Sequence[Rule]) -> tuple[tuple[Rule, LookupSet], ...]:
+    """The lookup actions `rules` run (each by its first part), in rule and action order."""
+    return tuple(
+        (rule, a)
+        for rule in rules
+        for a in (*effective(rule.then), *effective(rule.else_))
+        if isinstance(a, LookupSet) and a.first
+    )
 
 
 def _group_of(cond: Condition) -> str | None:

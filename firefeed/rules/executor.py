@@ -26,7 +26,7 @@ from firefeed.db.engine import raw_connection
 from firefeed.db.plans import keeps_order
 from firefeed.rules._frag import of
 from firefeed.rules._lists_sql import from_text
-from firefeed.rules._plan import PassPlan, flag_column, lookup_report_columns, plan_passes
+from firefeed.rules._plan import PassPlan, flag_column, lookup_report_columns, lookups_of, plan_passes
 from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import Rule, branch_excludes
 from firefeed.rules.sqlgen import count_select, exclusion_delete, groups_select, pass_insert, pass_select
@@ -40,6 +40,7 @@ __all__ = [
     "count_rows",
     "counts_nothing",
     "lookup_counts",
+    "lookup_counts_known",
     "make_groups",
     "page_parts",
     "pass_view",
@@ -70,6 +71,11 @@ class ChunkCounts:
     rows_in: int
     rows_out: int
     matched: dict[str, int] = field(default_factory=dict)  # per rule name of the pass
+    #: per lookup action of the pass (its tag): (items it matched, items it did not) among the rows
+    #: written, when the pass's flag count read them too (`lookup_counts_known`)
+    lookups: dict[str, tuple[int, int]] | None = None
+    #: a DELETE pass's: the same, for the previous pass's deferred lookups, among the rows it deleted
+    deleted_lookups: dict[str, tuple[int, int]] | None = None
 
 
 def prepare_pass(schema_service: SchemaService, *, company: str, run_id: str, plan: PassPlan) -> str:
@@ -207,11 +213,35 @@ def run_pass_whole(
             company, run_id, plan.number if number is None else number, columns, select.sql, select.params, conn=conn
         )
         flagged: dict[str, int] = {}
+        lookups: dict[str, tuple[int, int]] | None = None
         if flags:
-            counts = sql.SQL(", ").join(sql.SQL("count(*) FILTER (WHERE {})").format(ident(f)) for f in flags)
-            cur.execute(sql.SQL("SELECT {} FROM {}").format(counts, ident(company_schema(company), table)))
-            flagged = {r.name: int(n) for r, n in zip(plan.flagged, cur.fetchone(), strict=True)}
-    return table, _chunk_counts(plan, rows_in, rows_out, flagged, when_count)
+            # The scan that counts the flags counts the lookups' matches too (a lookup with nothing
+            # unmatched needs no scan of its own: `lookup_counts_known`).
+            counts = [sql.SQL("count(*) FILTER (WHERE {})").format(ident(f)) for f in flags]
+            counts.extend(_matched_counts(plan.lookups))
+            cur.execute(
+                sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(counts), ident(company_schema(company), table))
+            )
+            row = cur.fetchone()
+            flagged = {r.name: int(n) for r, n in zip(plan.flagged, row[: len(flags)], strict=True)}
+            lookups = _lookup_pairs(plan.lookups, row[len(flags) :])
+    outcome = _chunk_counts(plan, rows_in, rows_out, flagged, when_count)
+    outcome.lookups = lookups
+    return table, outcome
+
+
+def _matched_counts(actions: Sequence[tuple[Rule, LookupSet]]) -> list[sql.Composable]:
+    """Per lookup action: how many items it matched, how many it did not (NULL: it did not run)."""
+    out: list[sql.Composable] = []
+    for _, part in actions:
+        matched = ident(lookup_report_columns(part.tag)[1][0])
+        out.append(sql.SQL("count(*) FILTER (WHERE {})").format(matched))
+        out.append(sql.SQL("count(*) FILTER (WHERE NOT {})").format(matched))
+    return out
+
+
+def _lookup_pairs(actions: Sequence[tuple[Rule, LookupSet]], row: Sequence[Any]) -> dict[str, tuple[int, int]]:
+    return {part.tag: (int(row[2 * k]), int(row[2 * k + 1])) for k, (_, part) in enumerate(actions)}
 
 
 def _keep_order(cur: Any, select: Any) -> None:
@@ -294,10 +324,27 @@ def run_pass_in_place(conn: Any, plan: PassPlan, table: str, *, company: str, ro
     with _pass_cursor(conn) as cur:
         rows_in, when_count = _excluding_counts(cur, plan, target, None, None, rows_in)
         statement = exclusion_delete(plan, target)
-        cur.execute(statement.sql, statement.params)
-        deleted = int(cur.rowcount)
+        deferred = lookups_of(plan.counts_after)
+        deleted_lookups = None
+        if deferred:
+            # The previous pass's deferred lookups: their matches among the deleted rows, so that their
+            # counts among the kept ones are known without a scan (`lookup_counts_known`).
+            returning = sql.SQL(", ").join(ident(lookup_report_columns(part.tag)[1][0]) for _, part in deferred)
+            cur.execute(
+                sql.SQL("WITH d AS ({} RETURNING {}) SELECT count(*), {} FROM d").format(
+                    statement.sql, returning, sql.SQL(", ").join(_matched_counts(deferred))
+                ),
+                statement.params,
+            )
+            row = cur.fetchone()
+            deleted = int(row[0])
+            deleted_lookups = _lookup_pairs(deferred, row[1:])
+        else:
+            cur.execute(statement.sql, statement.params)
+            deleted = int(cur.rowcount)
         assert rows_in is not None
         counts = _chunk_counts(plan, rows_in, rows_in - deleted, {}, when_count)
+        counts.deleted_lookups = deleted_lookups
         if plan.counts_after:
             # The previous pass's rules that ran before this DELETE: their matches among the kept rows.
             flagged = [r for r in plan.counts_after if r.when is not None]
@@ -351,16 +398,44 @@ def lookup_counts(
             ((_, _, hits, misses, _),) = [r for r in found if r[0]]
             values = sorted((r for r in found if not r[0]), key=lambda r: (-r[2], r[4]))
             top = [{"value": v, "count": int(n)} for _, v, n, _, _ in values]
-            out.append(
-                {
-                    "rule": rule.name,
-                    "action": part.path.rsplit(".", 1)[-1],
-                    "lookup": part.lookup,
-                    "matched": int(hits),
-                    "unmatched": int(misses),
-                    "unmatched_values": top,
-                }
-            )
+            out.append(_lookup_report(rule, part, int(hits), int(misses), top))
+    return out
+
+
+def _lookup_report(rule: Rule, part: LookupSet, hits: int, misses: int, top: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "rule": rule.name,
+        "action": part.path.rsplit(".", 1)[-1],
+        "lookup": part.lookup,
+        "matched": hits,
+        "unmatched": misses,
+        "unmatched_values": top,
+    }
+
+
+def lookup_counts_known(
+    actions: Sequence[tuple[Rule, LookupSet]],
+    written: Sequence[ChunkCounts],
+    deleted: Sequence[ChunkCounts] = (),
+) -> list[dict[str, Any]] | None:
+    """`lookup_counts` of `actions` from the parts' counts, without a scan, when every item they ran on
+    found a row: there are no unmatched values to list. `written`: the counts of the parts of the pass
+    that ran them; `deleted`: those of the DELETE pass since (its `deleted_lookups`). None when a part
+    did not count them or an item is left unmatched: then the pass tables are read (`lookup_counts`).
+
+    A lookup table that covers its feed (what its report asks a user for) costs its report nothing.
+    """
+    out: list[dict[str, Any]] = []
+    for rule, part in actions:
+        hits = misses = 0
+        for counts, sign in [*((c.lookups, 1) for c in written), *((c.deleted_lookups, -1) for c in deleted)]:
+            if counts is None or part.tag not in counts:
+                return None
+            hits += sign * counts[part.tag][0]
+            misses += sign * counts[part.tag][1]
+        if misses:
+            return None
+        out.append(_lookup_report(rule, part, hits, 0, []))
     return out
 
 

@@ -975,3 +975,43 @@ def test_an_index_past_any_list_renders_empty_on_both_routes(engine: Engine) -> 
     _result, got, _want = run_both(engine, items, fields, rules, lists=lists)
     assert (got[0]["far"], got[0]["near"]) == ("[][][]", "ba")
     assert_same(engine, items, fields, rules, lists=lists)
+
+
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("unmatched_kept", [False, True])
+def test_a_lookup_counted_after_a_delete_is_read_from_the_counts_when_nothing_kept_is_unmatched(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch, split: bool, unmatched_kept: bool
+) -> None:
+    """A lookup deferred past a DELETE (_hoist) whose kept items all found a row is reported from the
+    counts of its pass and of the DELETE, with no scan of the pass tables; an unmatched item that
+    stays is still read, value and all. Either way the report is the reference's."""
+    import firefeed.pipeline.rule_passes as rule_passes
+
+    scans: list[int] = []
+    real = rule_passes.lookup_counts
+    monkeypatch.setattr(rule_passes, "lookup_counts", lambda *a, **k: scans.append(1) or real(*a, **k))
+    items = [
+        {KEY_FIELD: str(i), "title": "t", "price": str(i), "brand": "nowhere" if i in (0, 4) else "acme"}
+        for i in range(12)
+    ]
+    if unmatched_kept:
+        items[9]["brand"] = " stray "  # kept (price 9): listed as "stray"
+    rules = [
+        # a `when`: the pass counts its flags, and with them the lookup's matches
+        {
+            "name": "title",
+            "when": {"field": "title", "op": "eq", "value": "t"},
+            "then": [{"set": "title", "value": "x"}],
+        },
+        {"name": "cheap", "when": {"field": "price", "op": "lt", "value": 5}, "then": [{"exclude": True}]},
+        {"name": "map", "then": [{"lookup": "lk", "match": "brand", "set": {"title": "v1"}}]},
+    ]
+    rows = [{LOOKUP_KEY: "acme", "v1": "Acme"}]
+    # Items 0 and 4 ("nowhere") are unmatched but excluded (price < 5): 7 items stay.
+    fields = [KEY_FIELD, *FIELDS]
+    result, _got, _want = run_both(engine, items, fields, rules, split=split, lookups={"lk": rows})
+    (report,) = result.lookups
+    stray = [{"value": "stray", "count": 1}] if unmatched_kept else []
+    assert (report["matched"], report["unmatched"], report["unmatched_values"]) == (7 - len(stray), len(stray), stray)
+    assert_same(engine, items, fields, rules, split=split, lookups={"lk": rows})
+    assert bool(scans) is bool(report["unmatched"])
