@@ -234,10 +234,15 @@ def _matched_counts(actions: Sequence[tuple[Rule, LookupSet]]) -> list[sql.Compo
     """Per lookup action: how many items it matched, how many it did not (NULL: it did not run)."""
     out: list[sql.Composable] = []
     for _, part in actions:
-        matched = ident(lookup_report_columns(part.tag)[1][0])
+        matched = _matched_column(part)
         out.append(sql.SQL("count(*) FILTER (WHERE {})").format(matched))
         out.append(sql.SQL("count(*) FILTER (WHERE NOT {})").format(matched))
     return out
+
+
+def _matched_column(part: LookupSet) -> sql.Identifier:
+    """A lookup action's matched flag column (`lookup_report_columns`)."""
+    return ident(lookup_report_columns(part.tag)[1][0])
 
 
 def _lookup_pairs(actions: Sequence[tuple[Rule, LookupSet]], row: Sequence[Any]) -> dict[str, tuple[int, int]]:
@@ -329,7 +334,7 @@ def run_pass_in_place(conn: Any, plan: PassPlan, table: str, *, company: str, ro
         if deferred:
             # The previous pass's deferred lookups: their matches among the deleted rows, so that their
             # counts among the kept ones are known without a scan (`lookup_counts_known`).
-            returning = sql.SQL(", ").join(ident(lookup_report_columns(part.tag)[1][0]) for _, part in deferred)
+            returning = sql.SQL(", ").join(_matched_column(part) for _, part in deferred)
             cur.execute(
                 sql.SQL("WITH d AS ({} RETURNING {}) SELECT count(*), {} FROM d").format(
                     statement.sql, returning, sql.SQL(", ").join(_matched_counts(deferred))

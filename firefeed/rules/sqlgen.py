@@ -334,36 +334,18 @@ class _Builder:
         """
         group = self.plan.group
         assert group is not None
+        rows = of(groups) if groups is not None else fmt("({0})", self.group_rows(of(source)))
+        key = fmt("t.{0}", _col(GROUP_TEXT_COLUMN))
         if self.plan.keyed_input:
             # The writer of the table computed each item's group value (`PassPlan.keys_group`): no barrier.
-            return fmt(
-                '{0} AS t LEFT JOIN {1} AS "_ff_gj" '
-                'ON "_ff_gk" = t.{2} AND "_ff_gk2" = CASE WHEN t.{2} = \'\' THEN t.{3} ELSE -1 END',
-                of(source),
-                of(groups) if groups is not None else fmt("({0})", self.group_rows(of(source))),
-                _col(GROUP_TEXT_COLUMN),
-                _col(ORD),
-            )
+            return _group_join(fmt("{0} AS t", of(source)), rows, key)
         mine = self.group_text(group)
-        if groups is not None:
-            keyed = fmt('SELECT t.*, {0} AS "_ff_gt" FROM {1} AS t', mine, of(source))
-            if self.where is not None:  # the cut reads the table's own rows (t.ctid): inside, below the join
-                keyed, self.where = fmt("{0} WHERE {1}", keyed, self.where), None
-            return fmt(
-                '({0} OFFSET 0) AS t LEFT JOIN {1} AS "_ff_gj" '
-                'ON "_ff_gk" = t."_ff_gt" AND "_ff_gk2" = CASE WHEN t."_ff_gt" = \'\' THEN t.{2} ELSE -1 END',
-                keyed,
-                of(groups),
-                _col(ORD),
-            )
-        return fmt(
-            '{0} AS t LEFT JOIN ({1}) AS "_ff_gj" '
-            'ON "_ff_gk" = {2} AND "_ff_gk2" = CASE WHEN {2} = \'\' THEN {3} ELSE -1 END',
-            of(source),
-            self.group_rows(of(source)),
-            mine,
-            _col(ORD),
-        )
+        if groups is None:
+            return _group_join(fmt("{0} AS t", of(source)), rows, mine)
+        keyed = fmt("SELECT t.*, {0} AS {1} FROM {2} AS t", mine, _col(GROUP_TEXT_COLUMN), of(source))
+        if self.where is not None:  # the cut reads the table's own rows (t.ctid): inside, below the join
+            keyed, self.where = fmt("{0} WHERE {1}", keyed, self.where), None
+        return _group_join(fmt("({0} OFFSET 0) AS t", keyed), rows, key)
 
     def group_rows(self, members: Frag) -> Frag:
         """One row per group of the items of `members` (a relation): its keys, first position and aggregates."""
@@ -560,6 +542,18 @@ class _Builder:
             self.level_keys = []
             self._end_numbers(i, level, layer)
         raise AssertionError("a pass has at least one level")
+
+
+def _group_join(items: Frag, groups: Frag, key: Frag) -> Frag:
+    """`items` (aliased t) each joined to its group's row of `groups` by group value `key` (P18: a blank
+    value is a group of its own, keyed by the item's position)."""
+    return fmt(
+        '{0} LEFT JOIN {1} AS "_ff_gj" ON "_ff_gk" = {2} AND "_ff_gk2" = CASE WHEN {2} = \'\' THEN t.{3} ELSE -1 END',
+        items,
+        groups,
+        key,
+        _col(ORD),
+    )
 
 
 def lookup_match_column(tag: str) -> str:
