@@ -16,7 +16,7 @@ primary items come first and appended ones follow in their source's order.
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -26,7 +26,8 @@ from sqlalchemy import Engine
 
 from firefeed.db.engine import raw_connection, side_work_first
 from firefeed.errors import MergeError
-from firefeed.rules._frag import Frag, of
+from firefeed.pipeline.parse._lists import delimited_lists
+from firefeed.rules._frag import Frag, fmt, of, val
 from firefeed.rules._lists_sql import from_text
 from firefeed.rules.template import FieldRef, Template
 from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, company_schema, ident
@@ -52,11 +53,22 @@ class StagedSource:
     lists: frozenset[str] = frozenset()
     #: `key_from` (SPEC 9, P15): the key is this template over the source's own fields, not its key column
     key_from: Template | None = None
+    #: those of `lists` staged delimited, as text (field -> separator; parse._lists)
+    delimited: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, source: SourceSpec, table: str, fields: Sequence[str]) -> StagedSource:
         """`source`'s rows staged in `table` with `fields`, merged as its spec says."""
-        return cls(source.name, table, fields, source.mode, source.fields, source.list_fields, source.key_template)
+        return cls(
+            source.name,
+            table,
+            fields,
+            source.mode,
+            source.fields,
+            source.list_fields,
+            source.key_template,
+            delimited_lists(source.resolved_format, source.lists),
+        )
 
 
 @dataclass
@@ -233,10 +245,15 @@ def _list_key_from(src: StagedSource, column: Callable[[str], sql.Composable]) -
     def value(name: str) -> Frag:
         col = column(name)
         if name in declared and name in src.fields:
-            return of(col)  # a declared list's staged column is text[]
+            return staged_list(of(col), src.delimited.get(name))
         return of(sql.SQL("'{}'::text[]")) if name in declared else of(col)
 
     return template_frag(src.key_from, value, ListFields(declared, declared))
+
+
+def staged_list(column: Frag, separator: str | None) -> Frag:
+    """A declared list's staged column as text[]: itself, or split when staged delimited (`separator`)."""
+    return column if separator is None else fmt("string_to_array({0}, {1})", column, val(separator, "text"))
 
 
 def _key_stats(engine: Engine, schema: str, key_field: str, sources: Sequence[StagedSource]) -> list[SourceKeyStats]:
@@ -350,9 +367,12 @@ def _items_select(
             providers.setdefault(f, []).append(j)
 
     select_cols: list[sql.Composable] = [ord_expr, key_expr, src_expr, key_expr]
+    select_params: list[Any] = []  # the columns' values, bound before the FROM's
     for f in fields[1:]:
         if f in list_fields:
-            select_cols.append(_list_expr(f, providers.get(f, []), alias, sources, origin_ok))
+            listed = _list_expr(f, providers.get(f, []), alias, sources, origin_ok, not appends)
+            select_cols.append(listed.sql)
+            select_params.extend(listed.params)
             continue
         expr: sql.Composable = sql.SQL("''")
         for j in providers.get(f, []):
@@ -367,7 +387,7 @@ def _items_select(
 
     columns = [ORD, KEY, SRC] + [column_for_field(f) for f in fields]
     select = sql.SQL("SELECT ") + sql.SQL(", ").join(select_cols) + sql.SQL(" FROM ") + items + sql.SQL("").join(joins)
-    return columns, select, params
+    return columns, select, [*select_params, *params]
 
 
 def _list_expr(
@@ -376,19 +396,23 @@ def _list_expr(
     alias: Sequence[sql.Composable],
     sources: Sequence[StagedSource],
     origin_ok: Sequence[sql.Composable],
-) -> sql.Composable:
+    only_primary: bool,
+) -> Frag:
     """A list field's text[] value: the last source with a non-empty value wins (P14)."""
-    expr: sql.Composable = sql.SQL("'{}'::text[]")
+    expr = of(sql.SQL("'{}'::text[]"))
     for j in providers:
-        col = sql.SQL("{a}.{c}").format(a=alias[j], c=ident(column_for_field(field)))
-        if field in sources[j].lists:
+        col = of(sql.SQL("{a}.{c}").format(a=alias[j], c=ident(column_for_field(field))))
+        if field in sources[j].delimited:
+            # Staged delimited: "" exactly when no element was kept (parse._lists).
+            present, value = fmt("{0} <> ''", col), staged_list(col, sources[j].delimited[field])
+        elif field in sources[j].lists:
             # A declaring source staged an array (text[]; a text's starts at 0, `[0:0]={...}`, P4).
-            present = sql.SQL("cardinality({}) > 0").format(col)
-            value: sql.Composable = col
+            present, value = fmt("cardinality({0}) > 0", col), col
         else:
             # Any other source's text is a text (P14), an array from 0 (rules/_lists_sql.from_text).
-            present, value = sql.SQL("{} <> ''").format(col), from_text(of(col)).sql
-        expr = sql.SQL("CASE WHEN {ok} AND {present} THEN {value} ELSE {prev} END").format(
-            ok=origin_ok[j], present=present, value=value, prev=expr
-        )
+            present, value = fmt("{0} <> ''", col), from_text(col)
+        if j == 0 and only_primary and len(providers) == 1 and field in sources[j].lists:
+            expr = value  # every item is the primary's, and its list as staged is the value (`{}` if none)
+            continue
+        expr = fmt("CASE WHEN {0} AND {1} THEN {2} ELSE {3} END", of(origin_ok[j]), present, value, expr)
     return expr

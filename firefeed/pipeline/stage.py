@@ -127,8 +127,10 @@ def _stage_once(
         assert isinstance(first, Fields), first
         columns = _columns(reader, first.names)
         # The source's list fields (SPEC 9) are text[]: COPY parses the array literals the reader wrote.
+        # Those a csv reader stages delimited are text (MERGE splits them; parse._lists).
         declared = getattr(reader, "lists", None) or ()
-        lists = {column_for_field(f) for f in declared}
+        delimited = getattr(reader, "delimited", None) or {}
+        lists = {column_for_field(f) for f in declared if f not in delimited}
         schema = company_schema(company)
         statement = _copy_statement(schema, table, columns)
         with raw_connection(engine) as conn, conn.cursor() as cur:
@@ -164,8 +166,9 @@ def stage_source(
 
     Columns are `_ff_ord` (1..n in feed order), `_ff_line` (the row's line in
     the file), then one text column per field (`column_for_field`), added as
-    the feed reveals new fields; a list field's (the reader's `lists`) is text[].
-    Every value is non-NULL; "" stays "", and an empty list is `{}`.
+    the feed reveals new fields; a list field's (the reader's `lists`) is text[], but for those the
+    reader stages delimited (its `delimited`). Every value is non-NULL; "" stays "", and an empty
+    list is `{}` (or "" delimited).
     ParseError from the reader propagates; the chunks committed so far stay,
     since the table is rebuilt by the next parse anyway.
     """

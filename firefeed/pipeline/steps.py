@@ -80,7 +80,8 @@ def parse_signature(src: SourceSpec) -> str:
     if doc.get("lists") is None:
         doc.pop("lists", None)  # a source without lists keeps the signature it always had
     else:
-        doc["_lists_staged"] = "text[]"  # lists staged as text by an earlier version are parsed again
+        # Lists staged otherwise by an earlier version (all as text, or all as text[]) are parsed again.
+        doc["_lists_staged"] = "text[]; csv one-character separator: delimited text"
     doc["_parser"] = PARSER_VERSION
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 

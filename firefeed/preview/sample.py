@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from firefeed.pipeline.parse import FeedReader, ParseStats
-from firefeed.pipeline.parse._lists import literal_elements
+from firefeed.pipeline.parse._lists import delimited_elements, literal_elements
 from firefeed.rules.template import Template
 from firefeed.textutil import strip_ws
 
@@ -52,7 +52,7 @@ class SampleReader:
         self.keys = keys
         self.check = check
         self.key_from = key_from  # the source's `key_from` (SPEC 9): its rows' keys are rendered, as MERGE does
-        self.lists = lists  # the source's list fields, staged as array literals: key_from reads their elements
+        self.lists = lists  # the source's list fields, as the inner reader stages them: key_from reads their elements
         self.kept: list[str] = []
         self.rows_read = 0
 
@@ -72,6 +72,16 @@ class SampleReader:
     def stats(self, value: ParseStats) -> None:
         self.inner.stats = value
 
+    @property
+    def delimited(self) -> dict[str, str]:
+        """The list fields the inner reader stages delimited (parse._lists)."""
+        return dict(getattr(self.inner, "delimited", None) or {})
+
+    @property
+    def lists_filled(self) -> bool:
+        """Whether the inner reader's rows hold a staged value at every list field."""
+        return bool(getattr(self.inner, "lists_filled", False))
+
     def _wanted(self) -> int:
         return self.first if self.first is not None else len(self.keys or ())
 
@@ -83,6 +93,7 @@ class SampleReader:
         seen: set[str] = set()
         rows = iter(self.inner)
         at, width = -1, -1  # the key's index in the fields, recomputed when the fields grow
+        delimited = self.delimited
         try:
             for line, values in rows:
                 self.rows_read += 1
@@ -95,7 +106,11 @@ class SampleReader:
                 if self.key_from is not None:
                     row: dict[str, Any] = dict(zip(fields, values, strict=False))
                     for name in self.lists & row.keys():
-                        row[name] = literal_elements(row[name])
+                        separator = delimited.get(name)
+                        staged = row[name]
+                        row[name] = (
+                            literal_elements(staged) if separator is None else delimited_elements(staged, separator)
+                        )
                     key = strip_ws(self.key_from.render(row))
                 else:
                     key = strip_ws(values[at]) if 0 <= at < len(values) else ""

@@ -163,3 +163,32 @@ def test_a_split_cell_is_the_array_literal_of_its_parts(cell: str, separator: st
     from firefeed.pipeline.parse._lists import array_literal, split_cell
 
     assert split_cell(cell, separator) == array_literal(cell.split(separator) if cell else [])
+
+
+#: list cells without white space (most real ones: the staging's fast path) and with it
+_CLEAN = list('ab,;|"\\é{}')
+list_cells = st.one_of(
+    st.text(alphabet=st.sampled_from(_CLEAN), max_size=30),
+    st.text(alphabet=st.sampled_from([*_CLEAN, " ", "\t", "\u00a0", "\u2003", "\x1c", "\x1f"]), max_size=30),
+)
+
+
+@given(cell=list_cells, separator=st.sampled_from([",", ";", "|", "\t", " "]))
+def test_a_delimited_cell_splits_back_into_the_trimmed_non_empty_elements(cell: str, separator: str) -> None:
+    """What a csv list with a one-character separator stages (text MERGE splits on the separator) holds
+    exactly the elements the array literal would: trimmed of any white space, none empty."""
+    from firefeed.pipeline.parse._lists import array_literal, delimited_cell, delimited_elements, literal_elements
+
+    staged = delimited_cell(cell, separator)
+    want = literal_elements(array_literal(cell.split(separator) if cell else []))
+    assert delimited_elements(staged, separator) == want
+    assert (staged == "") == (want == ())
+
+
+def test_only_csv_lists_with_a_one_character_separator_are_staged_delimited() -> None:
+    from firefeed.pipeline.parse._lists import delimited_lists
+
+    lists = {"images": ",", "tags": " | ", "sizes": "\t"}
+    assert delimited_lists("csv", lists) == {"images": ",", "sizes": "\t"}
+    assert delimited_lists("tsv", lists) == {"images": ",", "sizes": "\t"}
+    assert delimited_lists("json", lists) == delimited_lists("xml", lists) == delimited_lists("csv", None) == {}

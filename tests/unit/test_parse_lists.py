@@ -1,4 +1,5 @@
-"""List fields as the readers stage them (SPEC 9, P3-P5): Postgres array literals, `{}` for no elements."""
+"""List fields as the readers stage them (SPEC 9, P3-P5): Postgres array literals, `{}` for no elements, or,
+for a csv/tsv list with a one-character separator, the elements joined by it, "" for none."""
 
 from __future__ import annotations
 
@@ -17,10 +18,16 @@ def rows(path: Path, fmt: str, lists: dict[str, str]) -> list[dict[str, str]]:
 
 def test_csv_cells_split_on_the_separator_trimmed_without_empty_elements(tmp_path: Path) -> None:
     path = tmp_path / "feed.csv"
-    path.write_text('id,images,tags\n1,"a.jpg, b.jpg,,\u00a0c.jpg ",x|y\n2,,|\n3,"q""uo\\te",one\n', encoding="utf-8")
-    got = rows(path, "csv", {"images": ",", "tags": "|"})
-    assert [r["images"] for r in got] == ['{"a.jpg","b.jpg","c.jpg"}', "{}", '{"q\\"uo\\\\te"}']
-    assert [r["tags"] for r in got] == ['{"x","y"}', "{}", '{"one"}']
+    path.write_text(
+        'id,images,tags,sizes\n1,"a.jpg, b.jpg,,\u00a0c.jpg ",x|y,S; M\n2,,|, ; \n3,"q""uo\\te",one,L\n',
+        encoding="utf-8",
+    )
+    got = rows(path, "csv", {"images": ",", "tags": "|", "sizes": "; "})
+    # one-character separators: staged delimited (the trimmed, non-empty elements joined by it)
+    assert [r["images"] for r in got] == ["a.jpg,b.jpg,c.jpg", "", 'q"uo\\te']
+    assert [r["tags"] for r in got] == ["x|y", "", "one"]
+    # a longer one: an array literal
+    assert [r["sizes"] for r in got] == ['{"S","M"}', "{}", '{"L"}']
 
 
 def test_a_separator_is_taken_literally(tmp_path: Path) -> None:
@@ -75,9 +82,10 @@ def test_a_list_field_takes_its_place_at_its_first_element_in_every_format(tmp_p
     reader = open_reader(path, source="main", format=fmt, lists={"img": ","})
     got = [dict(zip(reader.fields, values, strict=False)) for _line, values in reader]
     assert reader.fields == ["id", "title", "img", "color"]
-    # An empty csv cell is the empty list; an item of xml or json without the field has "" (staged as `{}`).
-    empty = "{}" if fmt == "csv" else ""
-    assert [(r["img"], r["color"]) for r in got] == [('{"a","b"}', "red"), (empty, "blue")]
+    # An empty csv cell is the empty list (delimited: ""); an item of xml or json without the field has ""
+    # (staged as `{}`).
+    first = "a,b" if fmt == "csv" else '{"a","b"}'
+    assert [(r["img"], r["color"]) for r in got] == [(first, "red"), ("", "blue")]
 
 
 def test_an_xml_list_first_seen_in_a_later_item_comes_after_the_fields_seen_before_it(tmp_path: Path) -> None:
@@ -118,10 +126,11 @@ def test_lists_survive_the_parser_child_process(tmp_path: Path, child: bool, mon
     path = tmp_path / "feed.csv"
     path.write_text("id,images\n" + "".join(f"{i},a{i}|b{i}\n" for i in range(50)), encoding="utf-8")
     monkeypatch.setattr(_child, "_worth_a_process", lambda reader: child)
-    reader = open_reader(path, source="main", format="csv", lists={"images": "|"})
+    reader = open_reader(path, source="main", format="csv", lists={"images": "|", "other": "||"})
     with _child.copy_frames(reader, 1000) as got:
         data = b"".join(f.data for f in got if hasattr(f, "data"))
-    assert b'{"a49","b49"}' in data
+    assert b"\ta49|b49\n" in data  # staged delimited, by the child's reader as by this one's
+    assert reader.delimited == {"images": "|"}
 
 
 @pytest.mark.parametrize("fmt", ["xml", "json"])

@@ -83,8 +83,10 @@ def _frames(reader: FeedReader, rows: Iterator[Row], chunk_rows: int, escape: bo
     width = len(reader.fields)
     yield Fields(list(reader.fields))
     # A list field an item lacks is "" in its row: staged as `{}` (its column is text[]). A csv reader's rows
-    # hold a literal at every list field already (`lists_filled`).
-    lists = () if getattr(reader, "lists_filled", False) else (getattr(reader, "lists", None) or ())
+    # hold a staged value at every list field already (`lists_filled`); one staged delimited is text.
+    filled = getattr(reader, "lists_filled", False)
+    delimited = getattr(reader, "delimited", None) or {}
+    lists = () if filled else [f for f in getattr(reader, "lists", None) or () if f not in delimited]
 
     def list_columns() -> list[int]:
         return [i for i, name in enumerate(reader.fields) if name in lists]

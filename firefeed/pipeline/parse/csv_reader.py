@@ -17,14 +17,14 @@ from __future__ import annotations
 import csv
 import itertools
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
 from firefeed.errors import ParseError
 from firefeed.pipeline.parse._base import ParseStats, RowCounter, restartable
 from firefeed.pipeline.parse._encoding import FeedText
-from firefeed.pipeline.parse._lists import list_positions, split_cell
+from firefeed.pipeline.parse._lists import delimited_cell, delimited_lists, list_positions, split_cell
 from firefeed.pipeline.parse._names import header_names
 
 #: delimiter candidates, in the order that breaks ties
@@ -135,8 +135,14 @@ class CsvReader:
 
     #: the source's list fields -> separator (SPEC 9); set by open_reader
     lists: dict[str, str] = {}
-    #: every row holds an array literal at each list field (`split_cell`, after short rows are padded)
+    #: every row holds its staged value at each list field (after short rows are padded): the cell
+    #: delimited (`delimited_cell`, see `delimited`) or an array literal (`split_cell`)
     lists_filled = True
+
+    @property
+    def delimited(self) -> dict[str, str]:
+        """The list fields staged delimited, as text (field -> separator; parse._lists)."""
+        return delimited_lists("csv", self.lists)
 
     def __iter__(self) -> Iterator[tuple[int, list[str]]]:
         rows = restartable(self, self._text, self._attempt)
@@ -145,13 +151,17 @@ class CsvReader:
     def _split_lists(self, rows: Iterator[tuple[int, list[str]]]) -> Iterator[tuple[int, list[str]]]:
         """Each list field's cell as its elements (P3): split, trimmed, empty ones dropped."""
         fields: list[str] | None = None
-        positions: list[tuple[int, str]] = []
+        positions: list[tuple[int, str, Callable[[str, str], str]]] = []
+        delimited = self.delimited
         for line, row in rows:
             if self.fields is not fields:  # the header is known from the first row on (again after a restart)
                 fields = self.fields
-                positions = list_positions(fields, self.lists)
-            for i, separator in positions:
-                row[i] = split_cell(row[i], separator)
+                positions = [
+                    (i, separator, delimited_cell if fields[i] in delimited else split_cell)
+                    for i, separator in list_positions(fields, self.lists)
+                ]
+            for i, separator, stage in positions:
+                row[i] = stage(row[i], separator)
             yield line, row
 
     def _attempt(self, counter: RowCounter) -> Iterator[tuple[int, list[str]]]:
