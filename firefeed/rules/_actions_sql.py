@@ -126,12 +126,14 @@ def _trim(x: Frag) -> Frag:
 
 def _truncate(x: Frag, n: int) -> Frag:
     # Past the first n characters: unless the next one is white space, cut the head after its
-    # last white space (kept whole when it has none); then drop trailing white space.
+    # last white space (kept whole when it has none); then drop trailing white space. A text of at
+    # most n bytes has at most n characters: its characters are counted only when the bytes don't tell.
     head = fmt("left({0}, {1})", x, val(n, "integer"))
     next_is_ws = fmt("strpos({0}, substr({1}, {2}, 1)) > 0", val(WHITESPACE, "text"), x, val(n + 1, "integer"))
     cut = fmt("coalesce(substring({0} FROM {1}), {0})", head, val(_UP_TO_LAST_WS, "text"))
     return fmt(
-        "(CASE WHEN char_length({0}) <= {1} THEN {0} ELSE rtrim(CASE WHEN {2} THEN {3} ELSE {4} END, {5}) END)",
+        "(CASE WHEN octet_length({0}) <= {1} OR char_length({0}) <= {1} THEN {0}"
+        " ELSE rtrim(CASE WHEN {2} THEN {3} ELSE {4} END, {5}) END)",
         x, val(n, "integer"), next_is_ws, head, cut, val(WHITESPACE, "text"),
     )  # fmt: skip
 

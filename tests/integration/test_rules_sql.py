@@ -85,6 +85,10 @@ CONDITIONS: list[dict[str, Any]] = [
         ("lte", "1.299", {}),
         ("length_gt", "5", {}),
         ("length_lt", "2", {}),
+        # more bytes than characters: the byte count alone would decide these wrongly
+        ("length_gt", "26", {}),  # "ǅemal ßtraße İSTANBUL ΟΔΟΣ": 26 characters, 34 bytes
+        ("length_lt", "27", {}),
+        ("length_gt", "10", {}),  # "Ünï cödé ✓": 10 characters, 16 bytes
     ]
 ]
 
@@ -105,6 +109,7 @@ ACTIONS: list[dict[str, Any]] = [
     {"truncate": "t", "length": 30},
     {"truncate": "t", "length": 3},
     {"truncate": "t", "length": 0},
+    {"truncate": "t", "length": 26},  # "ǅemal ßtraße İSTANBUL ΟΔΟΣ" stays whole: 26 characters in 34 bytes
     {"math": "t", "op": "multiply", "value": "2"},
     {"math": "t", "op": "add", "value": "0", "round": "2"},
     {"math": "t", "op": "subtract", "value": "0.005", "round": "0"},
