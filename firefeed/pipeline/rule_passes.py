@@ -104,11 +104,19 @@ class PassRunner(Protocol):
         ...
 
     def run_pass(
-        self, plan: PassPlan, segments: Sequence[Segment], *, in_place: bool, groups: str | None
+        self,
+        plan: PassPlan,
+        segments: Sequence[Segment],
+        *,
+        in_place: bool,
+        groups: str | None,
+        before: Sequence[ChunkCounts] = (),
     ) -> list[tuple[str, ChunkCounts]]:
         """Execute one pass over every part: per part, the table that now holds it and its counts.
         `in_place`: delete the excluded rows from each part's own table instead of writing a new one.
-        `groups`: the groups table a grouped pass over several parts joins."""
+        `groups`: the groups table a grouped pass over several parts joins. `before`: the previous
+        pass's counts per part, which a pass in place may count its `counts_after` from (else it
+        reads its rows again)."""
         ...
 
     def finish(self, segments: Sequence[Segment], source_table: str, view: int) -> str:
@@ -203,7 +211,8 @@ def apply_passes(
                 for h, seg in enumerate(segments, 1)
             ]
         else:
-            outcomes = runner.run_pass(plan, segments, in_place=in_place, groups=groups)
+            before = written_counts if in_place and len(written_counts) == len(segments) else []
+            outcomes = runner.run_pass(plan, segments, in_place=in_place, groups=groups, before=before)
         if groups is not None and not viewed:
             schema.drop_table(company, groups)
         tables = [table for table, _ in outcomes]
@@ -283,12 +292,22 @@ class InProcessPasses(_Parts):
         return [Segment(lo, hi, source_table) for lo, hi in halves]
 
     def run_pass(
-        self, plan: PassPlan, segments: Sequence[Segment], *, in_place: bool, groups: str | None
+        self,
+        plan: PassPlan,
+        segments: Sequence[Segment],
+        *,
+        in_place: bool,
+        groups: str | None,
+        before: Sequence[ChunkCounts] = (),
     ) -> list[tuple[str, ChunkCounts]]:
         def one(h: int, seg: Segment) -> tuple[str, ChunkCounts]:
             with raw_connection(self.engine) as conn:
                 if in_place:
-                    return seg.table, run_pass_in_place(conn, plan, seg.table, company=self.company, rows_in=seg.rows)
+                    known = before[h - 1].deferred_matched if before else None
+                    counts = run_pass_in_place(
+                        conn, plan, seg.table, company=self.company, rows_in=seg.rows, before=known
+                    )
+                    return seg.table, counts
                 return run_pass_whole(
                     conn,
                     self.schema,
@@ -393,8 +412,16 @@ class ChunkJobPasses(_Parts):
         return [Segment(lo, hi, source_table) for lo, hi in parts]
 
     def run_pass(
-        self, plan: PassPlan, segments: Sequence[Segment], *, in_place: bool, groups: str | None
+        self,
+        plan: PassPlan,
+        segments: Sequence[Segment],
+        *,
+        in_place: bool,
+        groups: str | None,
+        before: Sequence[ChunkCounts] = (),
     ) -> list[tuple[str, ChunkCounts]]:
+        # `before` is not sent: a chunk job's result does not carry the counts it would need (ChunkResult),
+        # so a job in place counts its `counts_after` among the kept rows by reading them.
         parts = []
         for h, seg in enumerate(segments, 1):
             if in_place:

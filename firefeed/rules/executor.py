@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +76,9 @@ class ChunkCounts:
     lookups: dict[str, tuple[int, int]] | None = None
     #: a DELETE pass's: the same, for the previous pass's deferred lookups, among the rows it deleted
     deleted_lookups: dict[str, tuple[int, int]] | None = None
+    #: the pass's deferred rules with a `when` (the next pass counts them): their matches among the rows
+    #: written, from which that DELETE pass subtracts those it deletes (`run_pass_in_place(before=...)`)
+    deferred_matched: dict[str, int] | None = None
 
 
 def prepare_pass(schema_service: SchemaService, *, company: str, run_id: str, plan: PassPlan) -> str:
@@ -139,7 +142,9 @@ def _chunk_counts(
     matched = {
         r.name: _rule_matches(plan, r, rows_in, rows_out, flagged, when_count) for r in plan.rules if id(r) not in later
     }
-    return ChunkCounts(rows_in, rows_out, matched)
+    counted = [r for r in plan.deferred if r.when is not None]
+    known = {r.name: flagged[r.name] for r in counted if r.name in flagged}
+    return ChunkCounts(rows_in, rows_out, matched, deferred_matched=known if len(known) == len(counted) else None)
 
 
 def run_pass_chunk(
@@ -319,47 +324,69 @@ def copy_as_lists(
     return table
 
 
-def run_pass_in_place(conn: Any, plan: PassPlan, table: str, *, company: str, rows_in: int | None) -> ChunkCounts:
+def run_pass_in_place(
+    conn: Any,
+    plan: PassPlan,
+    table: str,
+    *,
+    company: str,
+    rows_in: int | None,
+    before: Mapping[str, int] | None = None,
+) -> ChunkCounts:
     """Run a `deletes_only` pass by deleting the rows it excludes from `table`, a pass table of this run.
 
     Copying the kept rows to a new table costs as much as any pass (a few seconds
     per million items); deleting the excluded ones only costs evaluating the rule.
+
+    The previous pass's rules it counts (`counts_after`) are counted among the rows it keeps. With
+    `before` (those with a `when`: their matches in `table` before the DELETE, the previous pass's
+    `deferred_matched`), the DELETE returns the flags of the rows it deletes and their counts are a
+    subtraction; without, the kept rows are read again (a scan of the whole table).
     """
     target = ident(company_schema(company), table)
+    flagged = [r for r in plan.counts_after if r.when is not None]
+    subtract = before is not None and all(r.name in before for r in flagged)
     with _pass_cursor(conn) as cur:
         rows_in, when_count = _excluding_counts(cur, plan, target, None, None, rows_in)
         statement = exclusion_delete(plan, target)
         deferred = lookups_of(plan.counts_after)
+        returned = flagged if subtract else []
         deleted_lookups = None
-        if deferred:
-            # The previous pass's deferred lookups: their matches among the deleted rows, so that their
-            # counts among the kept ones are known without a scan (`lookup_counts_known`).
-            returning = sql.SQL(", ").join(_matched_column(part) for _, part in deferred)
+        deleted_flags: list[int] = []
+        if deferred or returned:
+            # What the deleted rows held of the previous pass's deferred lookups and flags, so that their
+            # counts among the kept ones are known without a scan (`lookup_counts_known`, `before`).
+            flags = [ident(flag_column(r)) for r in returned]
+            returning = sql.SQL(", ").join([*(_matched_column(part) for _, part in deferred), *flags])
+            counts_sql = [*_matched_counts(deferred), *(sql.SQL("count(*) FILTER (WHERE {})").format(f) for f in flags)]
             cur.execute(
                 sql.SQL("WITH d AS ({} RETURNING {}) SELECT count(*), {} FROM d").format(
-                    statement.sql, returning, sql.SQL(", ").join(_matched_counts(deferred))
+                    statement.sql, returning, sql.SQL(", ").join(counts_sql)
                 ),
                 statement.params,
             )
             row = cur.fetchone()
             deleted = int(row[0])
-            deleted_lookups = _lookup_pairs(deferred, row[1:])
+            if deferred:
+                deleted_lookups = _lookup_pairs(deferred, row[1 : 1 + 2 * len(deferred)])
+            deleted_flags = [int(n) for n in row[1 + 2 * len(deferred) :]]
         else:
             cur.execute(statement.sql, statement.params)
             deleted = int(cur.rowcount)
         assert rows_in is not None
         counts = _chunk_counts(plan, rows_in, rows_in - deleted, {}, when_count)
         counts.deleted_lookups = deleted_lookups
-        if plan.counts_after:
+        if returned:
+            assert before is not None
+            counts.matched.update((r.name, before[r.name] - n) for r, n in zip(returned, deleted_flags, strict=True))
+        elif flagged:
             # The previous pass's rules that ran before this DELETE: their matches among the kept rows.
-            flagged = [r for r in plan.counts_after if r.when is not None]
-            if flagged:
-                filters = sql.SQL(", ").join(
-                    sql.SQL("count(*) FILTER (WHERE {})").format(ident(flag_column(r))) for r in flagged
-                )
-                cur.execute(sql.SQL("SELECT {} FROM {}").format(filters, target))
-                counts.matched.update((r.name, int(n)) for r, n in zip(flagged, cur.fetchone(), strict=True))
-            counts.matched.update((r.name, counts.rows_out) for r in plan.counts_after if r.when is None)
+            filters = sql.SQL(", ").join(
+                sql.SQL("count(*) FILTER (WHERE {})").format(ident(flag_column(r))) for r in flagged
+            )
+            cur.execute(sql.SQL("SELECT {} FROM {}").format(filters, target))
+            counts.matched.update((r.name, int(n)) for r, n in zip(flagged, cur.fetchone(), strict=True))
+        counts.matched.update((r.name, counts.rows_out) for r in plan.counts_after if r.when is None)
     return counts
 
 
