@@ -214,10 +214,18 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
             warnings=[str(w) for w in stats.get("warnings", [])],
             not_modified=True,
         )
+    from firefeed.pipeline.fetch import file_digest
+
     assert fetched.path is not None
     # Staging is about to change: forget the old validators until this parse succeeds.
     ctx.store.update_source(ctx.spec.project, src.name, parse_signature=None)
-    staged = stage_feed(ctx, src, fetched, table)
+    sha256 = fetched.validators.get("sha256")
+    # A local file fetched unread (nothing to compare): its digest, the next run's validator, is taken beside.
+    pending = sha256 is None and fetched.key is None
+    with file_digest(Path(fetched.path)) if pending else nullcontext(None) as digest:
+        staged = stage_feed(ctx, src, fetched, table)
+        if digest is not None:
+            sha256 = digest()
     st = staged.stats
     if index == 0 and staged.rows == 0:
         what = "the file is empty" if not staged.fields else "the file has a header but no items"
@@ -237,7 +245,7 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
         src.name,
         etag=fetched.validators.get("etag"),
         last_modified=fetched.validators.get("last_modified"),
-        content_sha256=fetched.validators.get("sha256"),
+        content_sha256=sha256,
         parse_signature=parse_signature(src),
         staged_fields=outcome.fields,
         staged_stats={

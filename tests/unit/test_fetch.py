@@ -663,8 +663,29 @@ def test_a_relative_path_is_read_in_place(tmp_path: Path, spec_dir: Path) -> Non
     result = fetch("stock.csv", tmp_path)
     assert result.path == spec_dir / "stock.csv"  # not copied
     assert result.bytes == len(CSV) and not result.not_modified
-    assert result.validators == Validators(sha256=hashlib.sha256(CSV).hexdigest())
+    # nothing to compare with: not read, its digest is taken while it is parsed (`file_digest`)
+    assert result.validators == Validators()
     assert result.final_url == (spec_dir / "stock.csv").as_uri()
+
+
+def test_a_local_file_with_a_previous_digest_is_hashed_to_compare(tmp_path: Path, spec_dir: Path) -> None:
+    result = fetch("stock.csv", tmp_path, previous=Validators(sha256="0" * 64))
+    assert not result.not_modified and result.path == spec_dir / "stock.csv"
+    assert result.validators == Validators(sha256=hashlib.sha256(CSV).hexdigest())
+
+
+def test_a_files_digest_is_taken_beside_the_block_and_only_inside_it(tmp_path: Path) -> None:
+    from firefeed.pipeline.fetch import file_digest
+
+    path = tmp_path / "big.bin"
+    data = bytes(range(256)) * 40_000  # several read chunks
+    path.write_bytes(data)
+    with file_digest(path) as digest:
+        assert digest() == hashlib.sha256(data).hexdigest()
+    with file_digest(path) as late:
+        pass
+    with pytest.raises(RuntimeError, match="after its block"):
+        late()
 
 
 def test_a_file_url_inside_the_spec_folder_is_read(tmp_path: Path, spec_dir: Path) -> None:
@@ -673,8 +694,7 @@ def test_a_file_url_inside_the_spec_folder_is_read(tmp_path: Path, spec_dir: Pat
 
 
 def test_an_unchanged_local_file_is_not_modified(tmp_path: Path, spec_dir: Path) -> None:
-    first = fetch("stock.csv", tmp_path)
-    again = fetch("stock.csv", tmp_path, previous=first.validators)
+    again = fetch("stock.csv", tmp_path, previous=Validators(sha256=hashlib.sha256(CSV).hexdigest()))
     assert again.not_modified and again.path is None
 
 
