@@ -484,12 +484,12 @@ def _fetch_local(
         if not path.is_file():
             raise FetchError(source, f"not a file: {url}")
         final_url = path.as_uri()
-        if previous is None or previous.sha256 is None:
+        kind = detect(path, compression, path.name, source=source)
+        if kind == "none" and (previous is None or previous.sha256 is None):
             size = path.stat().st_size
             if size > settings.fetch_max_bytes:
                 raise FetchError(source, _too_large(settings.fetch_max_bytes))
-            if detect(path, compression, path.name, source=source) == "none":
-                return FetchResult(path, size, False, Validators(), None, final_url)
+            return FetchResult(path, size, False, Validators(), None, final_url)
         digest, size = hashlib.sha256(), 0
         with path.open("rb") as f:
             while chunk := f.read(CHUNK):
@@ -500,7 +500,6 @@ def _fetch_local(
         validators = Validators(sha256=digest.hexdigest())
         if previous is not None and previous.sha256 == validators.sha256:
             return FetchResult(None, size, True, validators, None, final_url)
-        kind = detect(path, compression, path.name, source=source)
         if kind == "none":
             return FetchResult(path, size, False, validators, None, final_url)
         dest_dir.mkdir(parents=True, exist_ok=True)

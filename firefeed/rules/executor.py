@@ -222,7 +222,7 @@ def run_pass_whole(
         if flags:
             # The scan that counts the flags counts the lookups' matches too (a lookup with nothing
             # unmatched needs no scan of its own: `lookup_counts_known`).
-            counts = [sql.SQL("count(*) FILTER (WHERE {})").format(ident(f)) for f in flags]
+            counts = [_count_where(ident(f)) for f in flags]
             counts.extend(_matched_counts(plan.lookups))
             cur.execute(
                 sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(counts), ident(company_schema(company), table))
@@ -240,9 +240,14 @@ def _matched_counts(actions: Sequence[tuple[Rule, LookupSet]]) -> list[sql.Compo
     out: list[sql.Composable] = []
     for _, part in actions:
         matched = _matched_column(part)
-        out.append(sql.SQL("count(*) FILTER (WHERE {})").format(matched))
+        out.append(_count_where(matched))
         out.append(sql.SQL("count(*) FILTER (WHERE NOT {})").format(matched))
     return out
+
+
+def _count_where(flag: sql.Composable) -> sql.Composable:
+    """How many rows hold true in boolean column `flag` (a rule's flag, a lookup's matched column)."""
+    return sql.SQL("count(*) FILTER (WHERE {})").format(flag)
 
 
 def _matched_column(part: LookupSet) -> sql.Identifier:
@@ -358,7 +363,7 @@ def run_pass_in_place(
             # counts among the kept ones are known without a scan (`lookup_counts_known`, `before`).
             flags = [ident(flag_column(r)) for r in returned]
             returning = sql.SQL(", ").join([*(_matched_column(part) for _, part in deferred), *flags])
-            counts_sql = [*_matched_counts(deferred), *(sql.SQL("count(*) FILTER (WHERE {})").format(f) for f in flags)]
+            counts_sql = [*_matched_counts(deferred), *(_count_where(f) for f in flags)]
             cur.execute(
                 sql.SQL("WITH d AS ({} RETURNING {}) SELECT count(*), {} FROM d").format(
                     statement.sql, returning, sql.SQL(", ").join(counts_sql)
@@ -381,9 +386,7 @@ def run_pass_in_place(
             counts.matched.update((r.name, before[r.name] - n) for r, n in zip(returned, deleted_flags, strict=True))
         elif flagged:
             # The previous pass's rules that ran before this DELETE: their matches among the kept rows.
-            filters = sql.SQL(", ").join(
-                sql.SQL("count(*) FILTER (WHERE {})").format(ident(flag_column(r))) for r in flagged
-            )
+            filters = sql.SQL(", ").join(_count_where(ident(flag_column(r))) for r in flagged)
             cur.execute(sql.SQL("SELECT {} FROM {}").format(filters, target))
             counts.matched.update((r.name, int(n)) for r, n in zip(flagged, cur.fetchone(), strict=True))
         counts.matched.update((r.name, counts.rows_out) for r in plan.counts_after if r.when is None)
