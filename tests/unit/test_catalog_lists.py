@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from firefeed.errors import SpecError
@@ -183,6 +183,22 @@ def test_a_delimited_cell_splits_back_into_the_trimmed_non_empty_elements(cell: 
     want = literal_elements(array_literal(cell.split(separator) if cell else []))
     assert delimited_elements(staged, separator) == want
     assert (staged == "") == (want == ())
+
+
+@given(cells=st.lists(list_cells, max_size=12), separator=st.sampled_from([",", ";", "|", "\t", " "]))
+@example(cells=[",a"], separator=",")  # an empty element only at the block's start,
+@example(cells=["a", "", "b,"], separator=",")  # or only at its end,
+@example(cells=["a,", "b"], separator=",")  # or where two cells meet
+@example(cells=["", "a", ""], separator=",")
+@example(cells=["a", "b\u00a0"], separator=",")  # white space only at a cell's end
+def test_a_block_of_cells_is_staged_as_each_cell_on_its_own(cells: list[str], separator: str) -> None:
+    """The parser stages a block's list cells with one check of them all (`delimit_block`): the result must be
+    what each cell staged on its own gives, whichever cells are clean and whichever are not."""
+    from firefeed.pipeline.parse._lists import delimit_block, delimited_cell
+
+    block = [(n, ["x", cell]) for n, cell in enumerate(cells)]
+    delimit_block(block, 1, separator)
+    assert [values[1] for _, values in block] == [delimited_cell(cell, separator) for cell in cells]
 
 
 def test_only_csv_lists_with_a_one_character_separator_are_staged_delimited() -> None:

@@ -152,3 +152,26 @@ def test_a_list_field_an_item_lacks_is_staged_as_the_empty_list(tmp_path: Path, 
     at = reader.fields.index("img") + 2  # after _ff_ord and _ff_line
     # Item 1 came before the field was seen: its COPY has no such column (the column's default, `{}`, fills it).
     assert [line[at] if at < len(line) else None for line in lines] == [None, b'{"a"}', b"{}"]
+
+
+def test_the_blocks_framed_for_the_copy_stage_lists_as_reading_row_by_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's framing stages a block's list cells at once (CsvReader.block_rows); any other reader of the rows
+    stages them one by one. Blocks of clean cells, of dirty ones and of both must give the same values."""
+    from firefeed.pipeline.parse import _chunks
+
+    monkeypatch.setattr(_chunks, "BLOCK_ROWS", 3)
+    images = ["a,b", "c", "d,e", " a , b", "", "a,,b", "x", "p,q", "r,s", ",y", "t", "z,", "u", "v"]
+    path = tmp_path / "feed.csv"
+    lines = [f'{n},"{cell}",s{n} | m{n}' for n, cell in enumerate(images)]
+    path.write_text("id,images,sizes\n" + "\n".join(lines) + "\n15\n", encoding="utf-8")  # the last row short
+    lists = {"images": ",", "sizes": " | "}
+
+    reader = open_reader(path, source="main", format="csv", lists=lists)
+    data = b"".join(f.data for f in _chunks.frames(reader, 1000) if isinstance(f, _chunks.Block))
+    framed = [line.decode().split("\t")[2:] for line in data.splitlines()]  # after _ff_ord and _ff_line
+
+    want = rows(path, "csv", lists)
+    assert [dict(zip(reader.fields, values, strict=True)) for values in framed] == want
+    assert [r["images"] for r in want][:7] == ["a,b", "c", "d,e", "a,b", "", "a,b", "x"]

@@ -77,7 +77,10 @@ class RowCounter:
         self.stats.warnings.append(f"{n} malformed row{'' if n == 1 else 's'} skipped; the first, line {line}: {why}")
 
 
-Rows = Iterator[tuple[int, list[str]]]
+Row = tuple[int, list[str]]
+Rows = Iterator[Row]
+#: stages a block of rows' list cells in place (a reader's `block_rows`)
+StageBlock = Callable[[list[Row]], None]
 
 
 def restartable(reader: Any, feed_text: Any, attempt: Callable[[RowCounter], Rows]) -> Rows:

@@ -21,13 +21,11 @@ from __future__ import annotations
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 
-from firefeed.pipeline.parse._base import FeedReader
+from firefeed.pipeline.parse._base import FeedReader, Row, StageBlock
 from firefeed.pipeline.parse._lists import fill_empty_lists
 
 #: rows encoded per block: ~350 KB of a typical feed, small enough to overlap well with the COPY
 BLOCK_ROWS = 500
-
-Row = tuple[int, list[str]]
 
 
 @dataclass(frozen=True)
@@ -67,9 +65,11 @@ def frames(reader: FeedReader, chunk_rows: int, *, escape: bool = True) -> Gener
     `escape`, blocks are left `joined` where they can be (for `escape_block`
     in another process).
     """
-    rows = iter(reader)
+    # A reader that stages its list cells a block at a time (CsvReader) leaves them to the blocks cut here.
+    block_rows = getattr(reader, "block_rows", None)
+    rows, stage = block_rows() if block_rows is not None else (iter(reader), None)
     try:
-        yield from _frames(reader, rows, max(1, chunk_rows), escape)
+        yield from _frames(reader, rows, stage, max(1, chunk_rows), escape)
     finally:
         # Closing the reader's iterator closes its file now, not whenever it is collected.
         close = getattr(rows, "close", None)
@@ -77,7 +77,9 @@ def frames(reader: FeedReader, chunk_rows: int, *, escape: bool = True) -> Gener
             close()
 
 
-def _frames(reader: FeedReader, rows: Iterator[Row], chunk_rows: int, escape: bool) -> Iterator[Frame]:
+def _frames(
+    reader: FeedReader, rows: Iterator[Row], stage: StageBlock | None, chunk_rows: int, escape: bool
+) -> Iterator[Frame]:
     # The first row is read before anything is framed: by then the reader knows its fields.
     pending: Row | None = next(rows, None)
     width = len(reader.fields)
@@ -101,6 +103,8 @@ def _frames(reader: FeedReader, rows: Iterator[Row], chunk_rows: int, escape: bo
         left = chunk_rows
         while pending is not None:
             items, pending = _take(rows, pending, min(left, BLOCK_ROWS), width)
+            if stage is not None:
+                stage(items)
             if positions:
                 fill_empty_lists(items, positions)
             left -= len(items)

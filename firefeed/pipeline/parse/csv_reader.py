@@ -17,14 +17,14 @@ from __future__ import annotations
 import csv
 import itertools
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
 from firefeed.errors import ParseError
-from firefeed.pipeline.parse._base import ParseStats, RowCounter, restartable
+from firefeed.pipeline.parse._base import ParseStats, Row, RowCounter, Rows, StageBlock, restartable
 from firefeed.pipeline.parse._encoding import FeedText
-from firefeed.pipeline.parse._lists import delimited_cell, delimited_lists, list_positions, split_cell
+from firefeed.pipeline.parse._lists import delimit_block, delimited_lists, list_positions, split_cell
 from firefeed.pipeline.parse._names import header_names
 
 #: delimiter candidates, in the order that breaks ties
@@ -87,6 +87,13 @@ class _RawLines:
         return any('"' in line for line in lines)
 
 
+def _staged_one_by_one(rows: Rows, stage: StageBlock) -> Rows:
+    """The rows, each staged as a block of one: a reader that stops early reads no row ahead."""
+    for row in rows:
+        stage([row])
+        yield row
+
+
 def _is_blank(row: list[str], raw: _RawLines, first: int, last: int) -> bool:
     """Whether the row on lines `first`..`last` is a blank line: white space only, no quoted field.
 
@@ -136,7 +143,7 @@ class CsvReader:
     #: the source's list fields -> separator (SPEC 9); set by open_reader
     lists: dict[str, str] = {}
     #: every row holds its staged value at each list field (after short rows are padded): the cell
-    #: delimited (`delimited_cell`, see `delimited`) or an array literal (`split_cell`)
+    #: delimited (`delimit_block`, see `delimited`) or an array literal (`split_cell`)
     lists_filled = True
 
     @property
@@ -145,24 +152,38 @@ class CsvReader:
         return delimited_lists("csv", self.lists)
 
     def __iter__(self) -> Iterator[tuple[int, list[str]]]:
-        rows = restartable(self, self._text, self._attempt)
-        return self._split_lists(rows) if self.lists else rows
+        rows, stage = self.block_rows()
+        if stage is None:
+            return rows
+        return _staged_one_by_one(rows, stage)
 
-    def _split_lists(self, rows: Iterator[tuple[int, list[str]]]) -> Iterator[tuple[int, list[str]]]:
-        """Each list field's cell as its elements (P3): split, trimmed, empty ones dropped."""
-        fields: list[str] | None = None
-        positions: list[tuple[int, str, Callable[[str, str], str]]] = []
-        delimited = self.delimited
-        for line, row in rows:
-            if self.fields is not fields:  # the header is known from the first row on (again after a restart)
-                fields = self.fields
-                positions = [
-                    (i, separator, delimited_cell if fields[i] in delimited else split_cell)
-                    for i, separator in list_positions(fields, self.lists)
-                ]
-            for i, separator, stage in positions:
-                row[i] = stage(row[i], separator)
-            yield line, row
+    def block_rows(self) -> tuple[Rows, StageBlock | None]:
+        """The rows with their list cells as read, and what stages a block of them in place (None: no lists).
+
+        The framing of a run's COPY (`_chunks.frames`) stages each block it cuts, so a list costs no
+        per-row Python; any other reader of the rows gets them staged one by one (`__iter__`).
+        """
+        rows = restartable(self, self._text, self._attempt)
+        return rows, (self._stage_lists if self.lists else None)
+
+    _staged_for: list[str] | None = None
+    _delimited_at: list[tuple[int, str]] = []
+    _literal_at: list[tuple[int, str]] = []
+
+    def _stage_lists(self, block: list[Row]) -> None:
+        """Each list field's cell of `block` as its elements (P3): split, trimmed, empty ones dropped."""
+        fields = self.fields
+        if fields is not self._staged_for:  # the header is known from the first row on (again after a restart)
+            self._staged_for = fields
+            delimited = self.delimited
+            positions = list_positions(fields, self.lists)
+            self._delimited_at = [(i, sep) for i, sep in positions if fields[i] in delimited]
+            self._literal_at = [(i, sep) for i, sep in positions if fields[i] not in delimited]
+        for i, separator in self._delimited_at:
+            delimit_block(block, i, separator)
+        for i, separator in self._literal_at:
+            for _, values in block:
+                values[i] = split_cell(values[i], separator)
 
     def _attempt(self, counter: RowCounter) -> Iterator[tuple[int, list[str]]]:
         text = self._text.text(newline="")
