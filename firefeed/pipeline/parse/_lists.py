@@ -87,23 +87,26 @@ def delimited_lists(fmt: str, lists: Mapping[str, str] | None) -> dict[str, str]
     return {name: separator for name, separator in lists.items() if len(separator) == 1}
 
 
+def _is_delimited(text: str, separator: str) -> bool:
+    """Whether a non-empty `text` already is trimmed, non-empty elements joined by `separator`: no white
+    space anywhere (`str.split()` gives back one part as long as the text, at C speed) and no empty
+    element (none at either end, no two separators side by side)."""
+    parts = text.split()
+    return (
+        len(parts) == 1
+        and len(parts[0]) == len(text)
+        and text[0] != separator
+        and text[-1] != separator
+        and separator * 2 not in text
+    )
+
+
 def delimited_cell(cell: str, separator: str) -> str:
     """A csv/tsv cell of a list field staged delimited: its trimmed, non-empty elements joined by `separator`.
 
-    The cell itself when it already is that: no white space anywhere (`str.split()` gives back one
-    part as long as the cell, at C speed) and no empty element (none at either end, no two separators
-    side by side).
+    The cell itself when it already is that (`_is_delimited`).
     """
-    if not cell:
-        return cell
-    parts = cell.split()
-    if (
-        len(parts) == 1
-        and len(parts[0]) == len(cell)
-        and cell[0] != separator
-        and cell[-1] != separator
-        and separator * 2 not in cell
-    ):
+    if not cell or _is_delimited(cell, separator):
         return cell
     return separator.join(filter(None, map(str.strip, cell.split(separator))))
 
@@ -117,17 +120,8 @@ def delimit_block(rows: Sequence[tuple[int, list[str]]], at: int, separator: str
     of that text at C speed clears the usual block (URLs); only a block that fails it goes cell by cell.
     """
     joined = separator.join(filter(None, [values[at] for _, values in rows]))
-    if not joined:
-        return  # every cell is "": staged as it is
-    parts = joined.split()
-    if (
-        len(parts) == 1
-        and len(parts[0]) == len(joined)
-        and joined[0] != separator
-        and joined[-1] != separator
-        and separator * 2 not in joined
-    ):
-        return
+    if not joined or _is_delimited(joined, separator):
+        return  # every cell is "", or the block needs nothing: staged as it is
     for _, values in rows:
         values[at] = delimited_cell(values[at], separator)
 
