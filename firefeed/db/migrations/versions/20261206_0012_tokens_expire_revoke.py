@@ -1,0 +1,21 @@
+"""tokens_expire_revoke (placeholder: filled in by the change that needs it)
+
+Revision ID: 20261206_0012
+Revises: 20261201_0011
+Create Date: 2026-12-06 17:00:00
+"""
+
+from collections.abc import Sequence
+
+revision: str = "20261206_0012"
+down_revision: str | None = "20261201_0011"
+branch_labels: Sequence[str] | None = None
+depends_on: Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    pass
+
+
+def downgrade() -> None:
+    pass
