@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -155,16 +156,22 @@ def format_quality(exports: list[dict[str, Any]]) -> list[str]:
 
 
 # -- commands -------------------------------------------------------------
+_PROJECT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from firefeed.pipeline.run import execute_run
     from firefeed.runs.service import RunStore
     from firefeed.spec.loader import load_spec_file
 
     target = Path(args.spec)
+    # A project id has no dot or slash (spec/model.py): anything else is a spec file, and a missing
+    # one is said as such (exit 2), not looked up as an unknown project. The spec is read first: a
+    # bad one is reported without touching the database.
+    spec = load_spec_file(target) if target.is_file() or not _PROJECT_ID.fullmatch(args.spec) else None
     ensure_migrated()
     store = RunStore()
-    if target.is_file():
-        spec = load_spec_file(target)
+    if spec is not None:
         store.apply_spec(spec, spec_dir=target.resolve().parent)
         project = spec.project
     else:
