@@ -28,6 +28,15 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
+def cancel_asked(run: PipelineRun) -> bool:
+    """Whether somebody asked to cancel the run.
+
+    A failing run raises the same flag itself, to stop its own jobs before the project is freed
+    (pipeline/driver.py, `_stop_jobs`), so on a FAILED run the flag says nothing about a person.
+    """
+    return bool(run.cancel_requested) and run.status != "FAILED"
+
+
 def run_summary(run: PipelineRun) -> schemas.RunSummary:
     duration = (run.finished_at - run.started_at).total_seconds() if run.started_at and run.finished_at else None
     return schemas.RunSummary(
@@ -39,7 +48,7 @@ def run_summary(run: PipelineRun) -> schemas.RunSummary:
         started_at=_iso(run.started_at),
         finished_at=_iso(run.finished_at),
         duration_s=round(duration, 3) if duration is not None else None,
-        cancel_requested=bool(run.cancel_requested),
+        cancel_requested=cancel_asked(run),
         links=schemas.run_links(str(run.id), run.project_id),
     )
 
@@ -128,7 +137,7 @@ def company_run(store: RunStore, company: str, run_id: str) -> PipelineRun:
 def run_report(store: RunStore, company: str, run_id: str) -> dict[str, Any]:
     run = company_run(store, company, run_id)
     report = build_report(store, str(run.id))
-    report["cancel_requested"] = bool(run.cancel_requested)
+    report["cancel_requested"] = cancel_asked(run)
     report["links"] = schemas.run_links(str(run.id), run.project_id)
     return report
 

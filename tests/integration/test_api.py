@@ -272,6 +272,19 @@ def test_a_finished_run_is_served_as_its_run_report(http: httpx.Client, tmp_path
     assert (done.status_code, done.json()["status"], done.json()["cancel_requested"]) == (200, "SUCCEEDED", False)
 
 
+def test_a_failed_run_is_not_said_to_be_cancel_requested(http: httpx.Client, tmp_path: Path, run_env: Path) -> None:
+    # A failing run raises the cancel flag itself to stop its jobs; nobody asked for a cancel (#48).
+    company, auth = new_company()
+    project = add_project(company, tmp_path)
+    (tmp_path / "main.csv").unlink()
+    run_id = RunStore().request_run(project, "cli")
+    assert execute_run(run_id)["status"] == "FAILED"
+
+    assert http.get(f"/api/runs/{run_id}", headers=auth).json()["cancel_requested"] is False
+    runs = http.get(f"/api/projects/{project}/pipeline/runs", headers=auth).json()["runs"]
+    assert [(r["status"], r["cancel_requested"]) for r in runs] == [("FAILED", False)]
+
+
 def test_unknown_ids_and_routes_answer_json_errors(http: httpx.Client) -> None:
     _, auth = new_company()
     for path in ("/api/runs/not-a-uuid", f"/api/runs/{uuid.uuid4()}", "/api/projects/nope", "/api/nothing-here"):
