@@ -112,8 +112,9 @@ class SpecVersion(Base):
     """A project's spec as one apply stored it, once: runs refer to it instead of copying the document.
 
     Content-addressed per project: `digest` is SHA-256 of the folder and the document's JSON text,
-    so applying the same spec again reuses its version. Never changed; gone with its project, or
-    pruned with the run history once no run and no project refers to it (`prune_spec_versions`).
+    so applying the same spec again reuses its version. Never changed; gone with its project, pruned
+    with the run history once no run and no project refers to it (`prune_spec_versions`), or by the
+    company's bound when an apply stores a new one (firefeed/runs/spec_versions.py).
     """
 
     __tablename__ = "spec_versions"
@@ -124,6 +125,8 @@ class SpecVersion(Base):
     digest: Mapped[str] = mapped_column(String(64))
     spec: Mapped[dict[str, Any]] = mapped_column(SpecJsonType)
     spec_dir: Mapped[str | None] = mapped_column(Text)
+    # Bytes of the document's JSON text and its folder: what the company's bound sums (spec_versions.py).
+    size_bytes: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
@@ -154,8 +157,9 @@ class PipelineRun(Base):
     error: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
     report: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
     # The spec version current when the run was requested: every job of the run reads this one, so
-    # a spec applied mid-run takes effect with the next run, never half-way through this one.
-    spec_version_id: Mapped[int | None] = mapped_column(ForeignKey("spec_versions.id"), index=True)
+    # a spec applied mid-run takes effect with the next run, never half-way through this one. NULL once the
+    # company's bound deleted an old finished run's version: such a run reads its project's current spec.
+    spec_version_id: Mapped[int | None] = mapped_column(ForeignKey("spec_versions.id", ondelete="SET NULL"), index=True)
     # A person confirmed that this run may publish exports that lose more items than their max_drop.
     accept_drop: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
 
@@ -218,6 +222,12 @@ class ApiToken(Base):
     # The first characters of the token, so an operator can tell tokens apart without the secret.
     token_prefix: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # NULL: never expires. Past it the token is refused (401), from the cache too.
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Set by `firefeed token revoke` or DELETE /api/tokens/{id}; the row stays so the list still shows it.
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # When a request last verified it against the database, to the minute (firefeed/runs/tokens.py).
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class CompanySecret(Base):
