@@ -233,8 +233,18 @@ def _project_exists(store: Any, project: str) -> bool:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    from firefeed.config import get_settings
     from firefeed.db.migrate import current_and_head, upgrade
+    from firefeed.db.reachable import create_database, explain
 
+    try:
+        current_and_head()
+    except Exception as err:
+        reason = explain(err, get_settings().sqlalchemy_url)
+        if reason is None or reason.kind != "missing":
+            raise
+        if create_database(get_settings().sqlalchemy_url):
+            print(f"created database {reason.database} on {reason.where}")
     upgrade()
     current, _ = current_and_head()
     print(f"control plane at revision {current}")
@@ -321,6 +331,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FireFeedError as err:
         _err(str(err))
         return EXIT_FAILED
+    except Exception as err:
+        # A database that is missing, down or refuses the login: a few lines that say so, not a traceback.
+        from firefeed.config import get_settings
+        from firefeed.db.reachable import explain
+
+        reason = explain(err, get_settings().sqlalchemy_url)
+        if reason is None:
+            raise
+        _err(f"{reason.message}\n  {reason.fix}")
+        return EXIT_BAD_INPUT
 
 
 if __name__ == "__main__":

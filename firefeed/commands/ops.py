@@ -97,6 +97,12 @@ def _check_database(report: Report, settings: Any) -> Any:
         with engine.connect() as conn:
             version = conn.execute(text("SHOW server_version")).scalar()
     except Exception as err:
+        from firefeed.db.reachable import explain
+
+        reason = explain(err, url)
+        if reason is not None:
+            report.fail("database", f"{shown}: {reason.message}", reason.fix)
+            return None
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         report.fail("database", f"{shown}: {first}", "check FIREFEED_DATABASE_URL and that Postgres is running")
         return None
@@ -173,10 +179,11 @@ def _check_budget(report: Report, settings: Any, engine: Any) -> None:
 
 def _check_broker(report: Report, settings: Any) -> None:
     if not settings.broker_url:
-        report.warn(
+        report.info(
             "broker",
-            "none set: only `firefeed run` (batch mode) works; workers, beat, triggers and the API need one",
-            "set FIREFEED_BROKER_URL (redis://… or amqp://…) to run the fleet",
+            "none set: `firefeed run` and `firefeed api` run projects in their own process, and `firefeed fleet` "
+            "uses the database as its broker; separate workers, beat and triggers by Celery task name need "
+            "FIREFEED_BROKER_URL (redis://… or amqp://…)",
         )
         return
     from kombu import Connection
