@@ -45,6 +45,9 @@ class Settings(BaseSettings):
     storage_url: str | None = None
     storage_endpoint_url: str | None = None
     chunk_rows: int = Field(default=2000, ge=1)
+    # The longest value PARSE takes from any feed format, in characters (parse/_base.py): a row holding a
+    # longer one is malformed and skipped. 2^28: four bytes a character still fits a Postgres text (1 GB).
+    parse_max_value_chars: int = Field(default=131_072, ge=1, le=1 << 28)
     # A fanned-out run's items are cut into at most this many parts, one chunk job per part and rule pass
     # (each of at least chunk_rows items); at most 99 (a part's number is in its pass table's name).
     rules_max_slices: int = Field(default=16, ge=1, le=99)

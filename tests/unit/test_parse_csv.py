@@ -241,8 +241,8 @@ def test_a_cell_over_the_size_limit_is_a_malformed_row_not_a_crash(tmp_path: Pat
     assert rows == [(3, ["2", "ok"])]
     assert stats.malformed_lines == [2]
     assert stats.warnings == [
-        "1 malformed row skipped; the first, line 2: a cell holds more than 131,072 characters,"
-        " the most a csv/tsv cell may hold"
+        "1 malformed row skipped; the first, line 2: field 't' holds more than 131,072 characters,"
+        " the most a value may hold (FIREFEED_PARSE_MAX_VALUE_CHARS)"
     ]
 
 

@@ -40,13 +40,15 @@ def open_reader(
     delimiter: str = "auto",
     item_path: str = "auto",
     lists: Mapping[str, str] | None = None,
+    max_value_chars: int | None = None,
 ) -> FeedReader:
     """The reader for one decompressed, local feed file (it may be opened more than once).
 
     Settings that do not apply to the format are ignored. `lists` are the
     source's list fields (SPEC 9), written as Postgres array literals into text[]
     columns. A file that cannot be opened, or an unknown encoding, raises ParseError
-    naming the source.
+    naming the source. `max_value_chars` is the longest value taken, the same for every format
+    (default: FIREFEED_PARSE_MAX_VALUE_CHARS); a row holding a longer one is malformed.
     """
     reader: CsvReader | JsonReader | JsonlReader | XmlReader
     try:
@@ -62,6 +64,11 @@ def open_reader(
             raise ParseError(source, f"format must be one of {', '.join(FORMATS)}, not {format!r}")
     except OSError as exc:
         raise ParseError(source, f"cannot read the feed file: {exc.strerror or exc}") from exc
+    if max_value_chars is None:
+        from firefeed.config import get_settings  # here: the parser child imports the readers only
+
+        max_value_chars = get_settings().parse_max_value_chars
+    reader.max_value_chars = max_value_chars
     if lists:
         # SPEC 9: the list fields' values are staged as array literals (parse._lists)
         reader.lists = dict(lists)

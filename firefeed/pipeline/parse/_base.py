@@ -10,6 +10,27 @@ from firefeed.errors import ParseError
 
 #: malformed rows whose line numbers are kept for the report
 MAX_MALFORMED_LINES = 20
+#: the longest value a reader takes, in characters: FIREFEED_PARSE_MAX_VALUE_CHARS's default, which
+#: `open_reader` gives every reader (a reader made directly keeps this)
+MAX_VALUE_CHARS = 131_072
+
+
+def too_long(field: str | None, cap: int) -> str:
+    """Why a row holding a value over the cap is malformed, the same words for every format.
+
+    The one cap on a value (csv cell, JSON value, XML text) keeps a hostile value out of every later
+    step: a 20 MB one-item feed and a rule writing it eight times made one Postgres backend take 1.1 GB.
+    """
+    what = "a value" if field is None else f"field {field!r}"
+    return f"{what} holds more than {cap:,} characters, the most a value may hold (FIREFEED_PARSE_MAX_VALUE_CHARS)"
+
+
+class ValueTooLong(Exception):
+    """A value of the row being read is over the cap; the reader counts the row as malformed."""
+
+    def __init__(self, field: str | None) -> None:
+        super().__init__(field)
+        self.field = field
 
 
 @dataclass

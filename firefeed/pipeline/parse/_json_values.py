@@ -10,6 +10,7 @@ import json
 import re
 from typing import Any
 
+from firefeed.pipeline.parse._base import ValueTooLong
 from firefeed.pipeline.parse._names import FieldIndex, clean_text
 
 
@@ -44,20 +45,29 @@ def compact(value: Any) -> str:
     return _dumps(value)  # true, false, null
 
 
-def flatten(obj: dict[str, Any], index: FieldIndex, dirty: bool, prefix: str = "") -> list[str]:
-    """One item as values aligned with `index.fields` (which grows for names not seen before)."""
+def flatten(obj: dict[str, Any], index: FieldIndex, dirty: bool, cap: int, prefix: str = "") -> list[str]:
+    """One item as values aligned with `index.fields` (which grows for names not seen before).
+
+    A value longer than `cap` characters raises ValueTooLong naming its field (`_base.too_long`).
+    """
     if index.lists:
         from firefeed.pipeline.parse._lists import mark_json_lists
 
         mark_json_lists(obj, index.lists, prefix)
     position = index.position
     row = [""] * len(index.fields)
-    _into(obj, row, position, index, dirty, prefix)
+    _into(obj, row, position, index, dirty, cap, prefix)
     return row
 
 
 def _into(
-    obj: dict[str, Any], row: list[str], position: dict[str, int], index: FieldIndex, dirty: bool, prefix: str
+    obj: dict[str, Any],
+    row: list[str],
+    position: dict[str, int],
+    index: FieldIndex,
+    dirty: bool,
+    cap: int,
+    prefix: str,
 ) -> None:
     for key, value in obj.items():
         if prefix:
@@ -67,7 +77,7 @@ def _into(
             pass
         elif t is dict:
             # An empty object has no fields: like a missing value.
-            _into(value, row, position, index, dirty, key + ".")
+            _into(value, row, position, index, dirty, cap, key + ".")
             continue
         elif value is None:
             value = ""
@@ -77,6 +87,8 @@ def _into(
             value = "false"
         else:
             value = compact(value)
+        if len(value) > cap:
+            raise ValueTooLong(key)
         if dirty:
             value = clean_text(value, index.stats)
         pos = position.get(key)

@@ -22,7 +22,16 @@ from pathlib import Path
 from typing import IO
 
 from firefeed.errors import ParseError
-from firefeed.pipeline.parse._base import ParseStats, Row, RowCounter, Rows, StageBlock, restartable
+from firefeed.pipeline.parse._base import (
+    MAX_VALUE_CHARS,
+    ParseStats,
+    Row,
+    RowCounter,
+    Rows,
+    StageBlock,
+    restartable,
+    too_long,
+)
 from firefeed.pipeline.parse._encoding import FeedText
 from firefeed.pipeline.parse._lists import delimit_block, delimited_lists, list_positions, split_cell
 from firefeed.pipeline.parse._names import header_names
@@ -47,11 +56,23 @@ def detect_delimiter(header: str) -> str:
     return best
 
 
-def _csv_problem(exc: csv.Error) -> str:
-    """What a row's csv error means to the feed's author (the module's text names its own setting)."""
-    if "field larger than field limit" in str(exc):
-        return f"a cell holds more than {csv.field_size_limit():,} characters, the most a csv/tsv cell may hold"
-    return str(exc)
+def _long_cell(record: str, delimiter: str, cap: int) -> int | None:
+    """Which cell of a record's raw text is the first longer than `cap` characters (None: not found).
+
+    Only called for a row csv.reader refused as too long, which says nothing of where: the text is
+    split at quotes, and the delimiters outside them count the cells. A doubled quote counts as none,
+    so a cell within a few characters of the cap may go unnamed.
+    """
+    cell = length = 0
+    for n, part in enumerate(record.split('"')):
+        pieces = [part] if n % 2 else part.split(delimiter)
+        for i, piece in enumerate(pieces):
+            if i:
+                cell, length = cell + 1, 0
+            length += len(piece)
+            if length > cap:
+                return cell
+    return None
 
 
 def _delimiter_option(source: str, delimiter: str, fmt: str) -> str | None:
@@ -81,10 +102,17 @@ class _RawLines:
 
     def quoted(self, first: int, last: int) -> bool:
         """Whether lines `first`..`last` hold a quote character."""
+        return any('"' in line for line in self._take(first, last))
+
+    def text(self, first: int, last: int) -> str:
+        """Lines `first`..`last`, joined."""
+        return "".join(self._take(first, last))
+
+    def _take(self, first: int, last: int) -> list[str]:
         self.forget_before(first)
         lines = list(itertools.islice(self._raw, last - first + 1))
         self.read += len(lines)
-        return any('"' in line for line in lines)
+        return lines
 
 
 def _staged_one_by_one(rows: Rows, stage: StageBlock) -> Rows:
@@ -110,6 +138,9 @@ def _is_blank(row: list[str], raw: _RawLines, first: int, last: int) -> bool:
 
 class CsvReader:
     """Rows of a CSV/TSV file; `fields` is the de-duplicated header."""
+
+    #: the longest cell taken (FIREFEED_PARSE_MAX_VALUE_CHARS); set by open_reader
+    max_value_chars = MAX_VALUE_CHARS
 
     def __init__(self, path: Path, *, source: str, encoding: str, delimiter: str, fmt: str) -> None:
         self.source = source
@@ -185,7 +216,16 @@ class CsvReader:
             for _, values in block:
                 values[i] = split_cell(values[i], separator)
 
+    def _too_long(self, raw: _RawLines, first: int, last: int) -> str:
+        """Why the record on lines `first`..`last` was refused as too long, naming the cell's field."""
+        at = _long_cell(raw.text(first, last), self.delimiter, self.max_value_chars)
+        field = self.fields[at] if at is not None and at < len(self.fields) else None
+        return too_long(field, self.max_value_chars)
+
     def _attempt(self, counter: RowCounter) -> Iterator[tuple[int, list[str]]]:
+        # csv.reader checks the cap in C as it reads (a process-wide setting: set for every pass, as
+        # the parser child and a worker read feeds one after another)
+        csv.field_size_limit(self.max_value_chars)
         text = self._text.text(newline="")
         try:
             lines, self.delimiter = self._header(text)
@@ -194,11 +234,15 @@ class CsvReader:
             reader = csv.reader(lines, delimiter=self.delimiter, quotechar='"', doublequote=True)
             header: list[str] | None = None
             prev = 0
-            for row in reader:
-                if not _is_blank(row, raw, prev + 1, reader.line_num):
-                    header = row
-                    break
-                prev = reader.line_num
+            try:
+                for row in reader:
+                    if not _is_blank(row, raw, prev + 1, reader.line_num):
+                        header = row
+                        break
+                    prev = reader.line_num
+            except csv.Error as exc:
+                # no header, no rows: the feed cannot be read at all
+                raise ParseError(self.source, f"line {prev + 1}: the header cannot be read: {exc}") from None
             if header is None:
                 return
             self.fields = header_names(header, counter.stats)
@@ -229,8 +273,13 @@ class CsvReader:
                             forget_at = prev + _RAW_KEEP
                     break
                 except csv.Error as exc:
-                    counter.malformed(prev + 1, _csv_problem(exc))
+                    if "field larger than field limit" in str(exc):
+                        why = self._too_long(raw, prev + 1, reader.line_num)
+                    else:
+                        why = str(exc)
+                    counter.malformed(prev + 1, why)
                     prev = reader.line_num
+                    raw.forget_before(prev + 1)
         finally:
             counter.stats.nul_removed += self._text.nul_removed
             text.close()

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from firefeed.errors import ParseError
-from firefeed.pipeline.parse._base import ParseStats, RowCounter, restartable
+from firefeed.pipeline.parse._base import MAX_VALUE_CHARS, ParseStats, RowCounter, ValueTooLong, restartable, too_long
 from firefeed.pipeline.parse._encoding import FeedText
 from firefeed.pipeline.parse._json_values import DIRTY_ESCAPE, flatten, make_decoder
 from firefeed.pipeline.parse._names import FieldIndex
@@ -102,6 +102,8 @@ class _Buffer:
 class JsonReader:
     #: the source's list fields -> separator (SPEC 9); set by open_reader
     lists: dict[str, str] = {}
+    #: the longest value taken (FIREFEED_PARSE_MAX_VALUE_CHARS); set by open_reader
+    max_value_chars = MAX_VALUE_CHARS
 
     """Items of a JSON array: top-level, the first array of objects in a top-level object, or a dotted path."""
 
@@ -228,9 +230,12 @@ class JsonReader:
                     counter.malformed(line, "item is not a JSON object")
                     continue
                 try:
-                    row = flatten(value, index, buf.dirty)
+                    row = flatten(value, index, buf.dirty, self.max_value_chars)
                 except RecursionError:
                     raise buf.error("JSON nested too deeply") from None
+                except ValueTooLong as exc:
+                    counter.malformed(line, too_long(exc.field, self.max_value_chars))
+                    continue
                 yield line, row
         finally:
             counter.stats.nul_removed += self._text.nul_removed
@@ -239,6 +244,7 @@ class JsonReader:
 
 class JsonlReader:
     lists: dict[str, str] = {}
+    max_value_chars = MAX_VALUE_CHARS
 
     """One JSON object per line; blank lines are ignored and a bad line is a malformed row."""
 
@@ -265,12 +271,17 @@ class JsonlReader:
                     if type(value) is not dict:
                         counter.malformed(lineno, "line is not a JSON object")
                         continue
-                    row = flatten(value, index, "\\u" in raw and DIRTY_ESCAPE.search(raw) is not None)
+                    row = flatten(
+                        value, index, "\\u" in raw and DIRTY_ESCAPE.search(raw) is not None, self.max_value_chars
+                    )
                 except json.JSONDecodeError as exc:
                     counter.malformed(lineno, f"JSON syntax error: {exc.msg}")
                     continue
                 except RecursionError:
                     counter.malformed(lineno, "JSON nested too deeply")
+                    continue
+                except ValueTooLong as exc:
+                    counter.malformed(lineno, too_long(exc.field, self.max_value_chars))
                     continue
                 yield lineno, row
         finally:

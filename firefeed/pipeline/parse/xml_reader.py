@@ -17,7 +17,7 @@ from typing import Any
 from lxml import etree
 
 from firefeed.errors import ParseError
-from firefeed.pipeline.parse._base import ParseStats, RowCounter, restartable
+from firefeed.pipeline.parse._base import MAX_VALUE_CHARS, ParseStats, RowCounter, ValueTooLong, restartable, too_long
 from firefeed.pipeline.parse._encoding import FeedText
 from firefeed.pipeline.parse._lists import array_literal
 from firefeed.pipeline.parse._names import FieldIndex, free_name
@@ -79,6 +79,8 @@ class XmlReader:
 
     #: the source's list fields -> separator (SPEC 9); set by open_reader
     lists: dict[str, str] = {}
+    #: the longest value taken (FIREFEED_PARSE_MAX_VALUE_CHARS); set by open_reader
+    max_value_chars = MAX_VALUE_CHARS
 
     def __init__(self, path: Path, *, source: str, encoding: str, item_path: str) -> None:
         self.source = source
@@ -140,7 +142,11 @@ class XmlReader:
         return None
 
     def _into(self, el: Any, prefix: str, row: list[str], index: FieldIndex) -> list[str]:
-        """Add an element's children to `row` by local name; nested children flatten with dots."""
+        """Add an element's children to `row` by local name; nested children flatten with dots.
+
+        A text longer than the cap raises ValueTooLong naming its field (`_base.too_long`).
+        """
+        cap = self.max_value_chars
         seen: set[str] = set()
         locals_ = self._locals
         position = index.position
@@ -158,6 +164,8 @@ class XmlReader:
                 # P5: each such element is one element of the list, in document order (no `_2`)
                 key = prefix + name
                 text = (child.text or "") + "".join(c.tail or "" for c in child)
+                if len(text) > cap:
+                    raise ValueTooLong(key)
                 if listed is None:
                     listed = {}
                 elements = listed.get(key)
@@ -183,6 +191,8 @@ class XmlReader:
                 value = (child.text or "") + "".join(c.tail or "" for c in child)
             else:
                 value = child.text or ""
+            if len(value) > cap:
+                raise ValueTooLong(key)
             pos = position.get(key)
             if pos is None:
                 pos = index.add(key)
@@ -212,8 +222,12 @@ class XmlReader:
             for _event, el in _parse(stream, events=("end",), tag="{*}" + items.name):
                 if not items.matches(el):
                     continue
-                row = self._into(el, "", [""] * len(self.fields), index)
-                yield el.sourceline or 0, row
+                try:
+                    row = self._into(el, "", [""] * len(self.fields), index)
+                except ValueTooLong as exc:
+                    counter.malformed(el.sourceline or 0, too_long(exc.field, self.max_value_chars))
+                else:
+                    yield el.sourceline or 0, row
                 el.clear(keep_tail=True)
                 parent = el.getparent()
                 if parent is not None:
