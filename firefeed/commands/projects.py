@@ -1,4 +1,4 @@
-"""`firefeed projects` and `firefeed cancel RUN`: what the API's project list and cancel give, for an operator's shell."""
+"""`firefeed projects` and `firefeed cancel RUN`: the API's project list and cancel, for an operator's shell."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ def cmd_projects(args: argparse.Namespace) -> int:
 
     from firefeed.api.service import list_projects
     from firefeed.db.models import Company
-    from firefeed.runs.service import RunStore
-
     from firefeed.errors import NotFoundError
+    from firefeed.runs.service import RunStore
 
     store = RunStore()
     with store.sessions() as s:
