@@ -25,7 +25,13 @@ SWEEP_EVERY_S = 60.0
 
 
 def _port_free(host: str, port: int) -> bool:
+    """Whether the API and Flower can listen on `port`: bound as they bind it, with SO_REUSEADDR.
+
+    Without it, the connections of a fleet just stopped (in TIME_WAIT for a minute, nothing
+    listening) made the port look taken, though uvicorn and Flower would have bound it.
+    """
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
