@@ -76,9 +76,10 @@ def cmd_secret_list(args: argparse.Namespace) -> int:
     if not found:
         print(f"company {args.company} has no secrets")
         return EXIT_OK
-    print(f"{'name':<66}updated")
+    width = max(len("name"), *(len(s.name) for s in found)) + 2  # as wide as the longest name, not the longest allowed
+    print(f"{'name':<{width}}updated")
     for s in found:
-        print(f"{s.name:<66}{s.updated_at.isoformat(timespec='seconds')}")
+        print(f"{s.name:<{width}}{s.updated_at.isoformat(timespec='seconds')}")
     return EXIT_OK
 
 

@@ -188,6 +188,9 @@ def test_the_cli_sets_from_stdin_or_a_file_lists_names_and_deletes_without_ever_
 
     code, listed = cli("secret", "list", "--company", company)
     assert code == 0 and "FILED" in listed and "PIPED" in listed
+    # The name column is as wide as the longest name listed, not padded to the longest allowed (#48).
+    assert [line[:7] for line in listed.splitlines()] == ["name   ", "FILED  ", "PIPED  "]
+    assert listed.splitlines()[1][7:9] == "20"  # the date right after
     code, listed_json = cli("secret", "list", "--company", company, "--json")
     assert [s["name"] for s in json.loads(listed_json)] == ["FILED", "PIPED"]
     assert set(json.loads(listed_json)[0]) == {"name", "updated_at"}
