@@ -127,3 +127,36 @@ def test_the_parser_child_applies_the_readers_cap(tmp_path: Path, monkeypatch: p
         blocks = [f for f in frames if isinstance(f, Block)]
     assert sum(b.rows for b in blocks) == 1
     assert reader.stats.warnings == [f"1 malformed row skipped; the first, line 3: field 't' {WHY}"]
+
+
+def test_a_json_value_too_long_to_hold_is_skipped_a_chunk_at_a_time_with_the_items_after_it(tmp_path: Path) -> None:
+    # 3M characters: past the first chunk the string is known to be over the cap before its end is read
+    escaped = '\\"\\\\' + "x" * 3_000_000 + "\\u00e9\\\\"
+    text = (
+        '{"items": [{"id": "1", "t": "a"},\n'
+        f'{{"id": "2", "n": {{"a": [1, "]}}"]}}, "t": "{escaped}", "m": {{"z": "}}", "y": ["["]}}}},\n'
+        '{"id": "3", "t": "c"}]}\n'
+    )
+    fields, rows, warnings = read(tmp_path, "json", text)
+    assert [dict(zip(fields, r, strict=False))["t"] for r in rows] == ["a", "c"]
+    assert warnings == [f"1 malformed row skipped; the first, line 2: field 't' {WHY}"]
+
+
+def test_a_huge_json_value_is_refused_in_bounded_memory(tmp_path: Path) -> None:
+    import tracemalloc
+
+    path = tmp_path / "feed.json"
+    with path.open("w") as f:
+        f.write('[{"id": "1", "t": "')
+        for _ in range(40):
+            f.write("x" * (1 << 20))
+        f.write('"}, {"id": "2", "t": "ok"}]')
+    reader = open_reader(path, source="main", format="json", max_value_chars=131_072)
+    tracemalloc.start()
+    try:
+        rows = [values for _line, values in reader]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert rows == [["2", "ok"]]
+    assert peak < 16 << 20  # a few chunks; holding the 40 MB value took 120 MB and 1.4 s
