@@ -200,11 +200,11 @@ def _check_broker(report: Report, settings: Any) -> None:
 
 
 def _check_workers(report: Report) -> None:
-    """Which queues' workers answer a ping (hostnames `<queue>@<host>`). Doctor may run before any worker
+    """Which queues' workers answer a ping (node names `<queue>.<fleet tag>@<host>`). Doctor may run before any worker
     starts, so none answering is no problem; workers without a control worker are: a trigger by task
     name, beat's tick and maintenance would wait in its queue."""
     from firefeed.celery_app import app
-    from firefeed.tasks.queues import ALL_QUEUES, Queue
+    from firefeed.tasks.queues import ALL_QUEUES, Queue, queue_of_worker
 
     try:
         replies = app.control.ping(timeout=1.0) or []
@@ -212,7 +212,7 @@ def _check_workers(report: Report) -> None:
         report.info("workers", f"cannot ping the workers on this broker ({type(err).__name__})")
         return
     names = {name for reply in replies for name in reply}
-    roles = [q for q in ALL_QUEUES if any(n.startswith(f"{q}@") for n in names)]
+    roles = [q for q in ALL_QUEUES if any(queue_of_worker(n) == q for n in names)]
     if not names:
         report.info("workers", "none answers a ping yet (`firefeed worker` starts one per queue)")
     elif Queue.CONTROL.value not in roles:

@@ -13,6 +13,10 @@ from firefeed.tasks.queues import ALL_QUEUES, consumed_queues
 
 def worker_argv(queue: str, concurrency: int, loglevel: str = "INFO") -> list[str]:
     """The celery worker arguments for one queue: its own pool, sized by `Concurrency.pool_size`."""
+    from firefeed.config import get_settings
+    from firefeed.tasks.queues import fleet_tag, worker_name
+
+    settings = get_settings()
     return [
         "worker",
         "--queues",
@@ -20,7 +24,7 @@ def worker_argv(queue: str, concurrency: int, loglevel: str = "INFO") -> list[st
         "--concurrency",
         str(concurrency),
         "--hostname",
-        f"{queue}@%h",
+        worker_name(queue, fleet_tag(settings.database_url, str(settings.data_dir))),
         "--loglevel",
         loglevel,
         "--events",

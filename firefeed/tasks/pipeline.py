@@ -49,8 +49,27 @@ def run(self: Task, run_id: str) -> dict[str, Any]:
     from firefeed.tasks.dispatch import CeleryDispatcher, worker_queues
     from firefeed.tasks.queues import Queue
 
+    known_run(str(run_id))
     consumed = worker_queues(self.app)
     if Queue.PIPELINE.value not in consumed:
         handed = self.app.signature(RUN_TASK, args=[run_id], queue=Queue.PIPELINE.value, reply_to=self.request.reply_to)
         raise self.replace(handed)
     return drive_run(str(run_id), dispatcher=CeleryDispatcher(consumed))
+
+
+def known_run(run_id: str) -> None:
+    """NotFoundError, saying the likely cause, when this fleet's database has no such run.
+
+    A root task names a run its trigger recorded; a worker that cannot find it most
+    likely shares its broker with another fleet that has another database (the two
+    take each other's tasks from the same queues).
+    """
+    from firefeed.runs.service import RunStore
+
+    try:
+        RunStore().run(run_id)
+    except NotFoundError:
+        raise NotFoundError(
+            f"unknown run {run_id!r} in this fleet's database: another fleet, with another database, may be "
+            "using this broker; give each fleet its own broker (a Redis database or a RabbitMQ virtual host)"
+        ) from None

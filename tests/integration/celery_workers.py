@@ -20,6 +20,7 @@ from typing import Any
 
 import redis
 
+from firefeed.tasks.queues import queue_of_worker
 from tests.services import REDIS_URL, backend_for, is_amqp
 
 FIREFEED = str(Path(sys.executable).with_name("firefeed"))
@@ -85,7 +86,7 @@ def spawn_worker(
 def wait_answering(
     env: dict[str, str], queues: tuple[str, ...], procs: list[subprocess.Popen[bytes]], timeout: float = 60
 ) -> None:
-    """Wait until a worker of every queue answers a ping (hostnames are `<queue>@<host>`)."""
+    """Wait until a worker of every queue answers a ping (node names `<queue>.<fleet tag>@<host>`)."""
     from celery import Celery
 
     client = Celery(broker=env["FIREFEED_BROKER_URL"], backend=env["FIREFEED_BROKER_URL"])
@@ -93,7 +94,7 @@ def wait_answering(
     while time.monotonic() < deadline:
         replies = client.control.ping(timeout=0.5) or []
         names = {name for r in replies for name in r}
-        if all(any(n.startswith(f"{q}@") for n in names) for q in queues):
+        if all(any(queue_of_worker(n) == q for n in names) for q in queues):
             return
         if any(p.poll() is not None for p in procs):
             raise RuntimeError("a worker exited during start-up")

@@ -22,6 +22,7 @@ from firefeed.config import reset_settings
 from firefeed.runs.requests import start_run
 from firefeed.runs.service import RunStore
 from firefeed.spec.loader import load_spec_file
+from firefeed.tasks.queues import queue_of_worker
 from tests.integration.celery_workers import celery_workers, flush_broker, use_broker
 from tests.integration.test_distributed import wait_finished
 from tests.services import broker_url, requires_shared_broker
@@ -98,7 +99,7 @@ def fleet_env(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 
 def pool_sizes(broker: str, timeout: float = 30) -> dict[str, int]:
-    """{queue: max-concurrency} of every worker answering `inspect stats` (hostnames are `<queue>@<host>`)."""
+    """{queue: max-concurrency} of every worker answering `inspect stats` (node names `<queue>.<fleet tag>@<host>`)."""
     from celery import Celery
 
     client = Celery(broker=broker, backend=broker)
@@ -106,7 +107,7 @@ def pool_sizes(broker: str, timeout: float = 30) -> dict[str, int]:
     sizes: dict[str, int] = {}
     while time.monotonic() < deadline and len(sizes) < 4:
         for name, stats in (client.control.inspect(timeout=2).stats() or {}).items():
-            sizes[name.split("@", 1)[0]] = int(stats["pool"]["max-concurrency"])
+            sizes[queue_of_worker(name)] = int(stats["pool"]["max-concurrency"])
     return sizes
 
 
