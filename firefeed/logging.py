@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 _run_ctx: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar("firefeed_run", default=None)
-CONTEXT_KEYS = ("run_id", "project", "company", "step")
+CONTEXT_KEYS = ("run_id", "project", "company", "step", "job")
 
 
 @contextmanager
@@ -56,7 +56,9 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc, ensure_ascii=False)
 
 
-TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s run_id=%(run_id)s project=%(project)s step=%(step)s %(message)s"
+TEXT_FORMAT = (
+    "%(asctime)s %(levelname)s %(name)s run_id=%(run_id)s project=%(project)s step=%(step)s job=%(job)s %(message)s"
+)
 
 
 def setup_logging(level: str = "INFO", json_lines: bool = False) -> None:

@@ -44,3 +44,7 @@ def chunk(job_id: int) -> None:
 def write(job_id: int) -> None:
     """Write one export next to its published name."""
     _run(job_id)
+
+
+#: the step tasks, whose one argument is a job row's id (their log lines carry its run: tasks/signals.py)
+STEP_TASK_NAMES = frozenset(t.name for t in (source, merge, apply, chunk, write))

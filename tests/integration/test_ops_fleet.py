@@ -160,12 +160,20 @@ def test_each_worker_serves_every_childs_metrics_on_its_port_and_passes_promtool
 
 @requires_shared_broker
 def test_the_workers_log_lines_of_the_run_carry_its_run_id(fleet: dict[str, Any]) -> None:
-    text = (fleet["logs"] / "worker-pipeline.log").read_text(encoding="utf-8", errors="replace")
-    text += (fleet["logs"] / "worker-export.log").read_text(encoding="utf-8", errors="replace")
-    # FireFeed's format: date time LEVEL logger run_id=… project=… step=… message
+    text = "".join(
+        (fleet["logs"] / f"worker-{q}.log").read_text(encoding="utf-8", errors="replace")
+        for q in ("pipeline", "import", "rules", "export")
+    )
+    # FireFeed's format: date time LEVEL logger run_id=… project=… step=… job=… message
     run_lines = [
         line for line in text.splitlines() if len(line.split()) > 4 and line.split()[3].startswith("firefeed.pipeline")
     ]
     assert run_lines, text[-2000:]
     assert all(f"run_id={fleet['run_id']}" in line for line in run_lines), run_lines
     assert any("step=EXPORT" in line for line in run_lines)
+    # Celery's own line on each step job's outcome, in the import, rules and export workers, names the run and job.
+    outcomes = [line for line in text.splitlines() if "] succeeded in" in line and "firefeed." in line]
+    for task in ("firefeed.import.source", "firefeed.import.merge", "firefeed.export.write"):
+        mine = [line for line in outcomes if f"Task {task}[" in line]
+        assert mine, (task, outcomes)
+        assert all(f"run_id={fleet['run_id']}" in line and "job=-" not in line for line in mine), mine
