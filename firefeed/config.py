@@ -92,6 +92,8 @@ class Settings(BaseSettings):
     stale_run_s: float = Field(default=300.0, gt=0)
     job_pickup_timeout_s: float = Field(default=600.0, gt=0)
     run_retention_days: int = Field(default=30, ge=1)
+    # Tests only: publishing waits at each of its moments while `<dir>/<moment>.hold` exists (pipeline/publishing.py).
+    test_publish_pause_dir: Path | None = None
     log_json: bool = False
     log_level: str = "INFO"
     flower_user: str = "admin"
@@ -114,6 +116,7 @@ class Settings(BaseSettings):
         "storage_endpoint_url",
         "flower_password",
         "secrets_key",
+        "test_publish_pause_dir",
         mode="before",
     )
     @classmethod

@@ -227,6 +227,13 @@ class JobLostError(FireFeedError):
     code = "job_lost"
 
 
+class RunEndedError(FireFeedError):
+    """The run ended while its driver still worked on it (its heartbeat went stale and it was failed):
+    nothing of it is published; start a new run."""
+
+    code = "run_ended"
+
+
 class JobPickupTimeoutError(FireFeedError):
     """No job of a step moved for FIREFEED_JOB_PICKUP_TIMEOUT_S: no worker takes them."""
 

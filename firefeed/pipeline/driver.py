@@ -30,7 +30,7 @@ from firefeed.config import Settings, get_settings
 from firefeed.db.engine import get_engine
 from firefeed.errors import FireFeedError, PublishBlockedError, RunCancelledError
 from firefeed.logging import run_context
-from firefeed.pipeline import rule_passes, steps
+from firefeed.pipeline import publishing, rule_passes, steps
 from firefeed.pipeline.context import RunContext, load_context
 from firefeed.pipeline.heartbeat import Heartbeat
 from firefeed.pipeline.jobs import describe_error
@@ -96,11 +96,18 @@ def drive_run(
         ctx: RunContext | None = None
         driver: _Driver | None = None
         status, error = RunStatus.SUCCEEDED, None
+        published = False  # past the publish's commit point: the run publishes whatever failed after it
         try:
-            ctx = load_context(run_id, settings, engine)
-            driver = _Driver(ctx, dispatcher, hook)
-            with Heartbeat(lambda: store.heartbeat(run_id), settings.heartbeat_s):
-                driver.drive()
+            try:
+                ctx = load_context(run_id, settings, engine)
+                driver = _Driver(ctx, dispatcher, hook)
+                with Heartbeat(lambda: store.heartbeat(run_id), settings.heartbeat_s):
+                    driver.drive()
+            except Exception as err:
+                if ctx is None or not _past_commit(engine, run_id):
+                    raise
+                published = True
+                log.error("run failed after recording its publish, which is finished instead: %s", err, exc_info=True)
         except RunCancelledError:
             status = RunStatus.CANCELLED
             JobStore(engine).cancel_pending(run_id)
@@ -120,13 +127,36 @@ def drive_run(
                 # Still beating while the jobs drain: the reaper must not take a run whose driver is alive.
                 with Heartbeat(lambda: store.heartbeat(run_id), settings.heartbeat_s):
                     _stop_jobs(store, run_id)
-            if ctx is not None:
+            if ctx is not None and not published:
                 steps.cleanup(ctx)
+        if published:
+            return _finish_publish(store, run_id, settings)
         store.finish_run(run_id, status, report=None, error=error)
         report = build_report(store, run_id)
         store.save_report(run_id, report)
         log.info("run %s", status)
         return report
+
+
+def _past_commit(engine: Engine, run_id: str) -> bool:
+    """Whether the run recorded its publish, so it must publish (not fail); True when that cannot be read,
+    so nothing the run may still have to switch is discarded: recovery decides once the lease runs out."""
+    try:
+        return publishing.recorded(engine, run_id)
+    except Exception:
+        log.warning("could not read whether the run recorded its publish; recovery decides", exc_info=True)
+        return True
+
+
+def _finish_publish(store: RunStore, run_id: str, settings: Settings) -> dict[str, Any]:
+    """The run's recorded publish, finished here and now; if that fails too, the run stays RUNNING until
+    recovery finishes it (the reaper, or a takeover of its project): failing it would leave some of its
+    files published under a FAILED status."""
+    try:
+        publishing.recover_publish(run_id, settings=settings, engine=store.engine)
+    except Exception:
+        log.error("could not finish the run's publish; recovery finishes it once its lease runs out", exc_info=True)
+    return build_report(store, run_id)
 
 
 @dataclass(frozen=True)
@@ -280,13 +310,15 @@ class _Driver:
         entries = [e.entry for e in exports]
         self.check_cancel()
         warnings = self.check_publish(entries)
-        steps.publish(ctx, entries)
-        self.promote(entries)
-        steps.drop_unnamed_tables(ctx)
         detail: dict[str, Any] = {"exports": entries}
         if warnings:
             detail["warnings"] = warnings
-        return None, _Done(rules.rows_out, sum(e.rows for e in exports), detail)
+        done = _Done(rules.rows_out, sum(e.rows for e in exports), detail)
+        # Recorded with the step's success, then switched: from here the run publishes, whatever dies when.
+        publishing.publish(ctx, entries, rows_in=done.rows_in, rows_out=done.rows_out, detail=detail)
+        self.promote(entries)
+        steps.drop_unnamed_tables(ctx)
+        return None, done
 
     def check_publish(self, exports: list[dict[str, Any]]) -> list[str]:
         """fail_on and the drop guard (#9), before anything is published; a block fails the run."""

@@ -280,7 +280,7 @@ def merge(ctx: RunContext, parsed: Sequence[ParseOutcome]) -> MergeResult:
 def export_one(
     ctx: RunContext, index: int, table: str, fields: Sequence[str], rows: int | None = None
 ) -> dict[str, Any]:
-    """Write one export to the run's partial key beside its final one; `publish` moves it once all are written."""
+    """Write one export to the run's partial key beside its final one; `publishing.publish` switches all at once."""
     from firefeed.export import write_export
     from firefeed.export.guard import export_definition
     from firefeed.export.quality import Target, measuring
@@ -408,15 +408,6 @@ def export_key(ctx: RunContext, index: int) -> str:
         return checked_key(export_storage(ctx.settings), ctx.spec.company, ctx.spec.project, exp.path, gzip=exp.gzip)
     except UnsafePathError as err:
         raise err.for_export(exp.name) from err
-
-
-def publish(ctx: RunContext, exports: Sequence[dict[str, Any]]) -> None:
-    """Move every written export onto its published name: all of them, only when all were written."""
-    storage = export_storage(ctx.settings)
-    index = {exp.name: i for i, exp in enumerate(ctx.spec.exports)}
-    for e in exports:
-        key = export_key(ctx, index[e["name"]])
-        storage.move(partial_key(key, ctx.run_id), key)
 
 
 def drop_unnamed_tables(ctx: RunContext) -> None:

@@ -127,3 +127,30 @@ SELECT status, trigger, started_at FROM before;
 -- save_report --
 -- The RunReport of a run that has ended (built from the rows finish_run wrote)
 UPDATE pipeline_runs SET report = %(report)s::jsonb WHERE id = %(run_id)s::uuid;
+
+-- record_publishing --
+-- A run's commit point (#47): its EXPORT step succeeds and the [partial, published] key pairs it switches are
+-- recorded, in one statement, before the first switch. No row: the run ended or a cancel came first
+WITH run AS (
+    UPDATE pipeline_runs SET publishing = %(moves)s::jsonb, heartbeat_at = now()
+     WHERE id = %(run_id)s::uuid AND status = 'RUNNING' AND NOT cancel_requested
+    RETURNING id
+), step AS (
+    UPDATE pipeline_steps
+       SET status = 'SUCCEEDED', finished_at = now(), rows_in = %(rows_in)s, rows_out = %(rows_out)s,
+           detail = %(detail)s::jsonb
+     WHERE run_id IN (SELECT id FROM run) AND step = 'EXPORT'
+)
+SELECT id FROM run;
+
+-- recorded_publishing --
+-- The switch a RUNNING run recorded, when its heartbeat is older than %(stale)s seconds (NULL: whatever its age)
+SELECT publishing FROM pipeline_runs
+ WHERE id = %(run_id)s::uuid AND status = 'RUNNING' AND publishing IS NOT NULL
+   AND (%(stale)s::float8 IS NULL OR heartbeat_at < now() - make_interval(secs => %(stale)s::float8));
+
+-- finish_published --
+-- A run whose recorded switch is complete ends SUCCEEDED, once: no row when it had already ended
+UPDATE pipeline_runs SET status = 'SUCCEEDED', finished_at = now(), error = NULL
+ WHERE id = %(run_id)s::uuid AND status = 'RUNNING' AND publishing IS NOT NULL
+RETURNING trigger, started_at, finished_at;

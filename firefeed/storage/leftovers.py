@@ -35,7 +35,7 @@ _MAX_TEMPORARIES = 2
 def leftover_run(filename: str) -> str | None:
     """The run-id prefix a FireFeed temporary export file names; None for any other file.
 
-    A bare `.partial` is not one: its run publishes or discards it (`steps.publish`,
+    A bare `.partial` is not one: its run publishes or discards it (`publishing.publish`,
     `steps.cleanup`, the reaper), and a step sent again writes the same key.
     """
     name, layers = filename, 0
