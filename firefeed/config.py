@@ -86,6 +86,8 @@ class Settings(BaseSettings):
     preview_deadline_s: float = Field(default=20.0, gt=0)
     preview_pool_size: int = Field(default=8, ge=1)
     preview_per_company: int = Field(default=2, ge=1)
+    # A preview's answer in bytes of JSON: items past it are cut, and the answer says so (preview/budget.py).
+    preview_max_answer_bytes: int = Field(default=16 * 1024**2, ge=64 * 1024)
     # runs
     step_time_limit_s: int = Field(default=3600, ge=1)
     heartbeat_s: float = Field(default=10.0, gt=0)

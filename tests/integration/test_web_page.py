@@ -184,3 +184,17 @@ def test_the_run_view_lists_each_lookup_with_its_matched_and_unmatched_counts(
             "Hats (2), <b>x</b> (1)",
         ]
         assert page.locator("#lookups b").count() == 0
+        # Each header sits where its column's values do: a number right-aligned under a left header read as
+        # the next column's (#48). Checked for every table of the run view with a row.
+        misaligned = page.evaluate(
+            """() => [...document.querySelectorAll("table")].flatMap((t) => {
+                const row = t.tBodies[0] && t.tBodies[0].rows[0];
+                if (!row || !t.tHead) return [];
+                return [...t.tHead.rows[0].cells].flatMap((th, i) => {
+                    const td = row.cells[i];
+                    const a = getComputedStyle(th).textAlign, b = td ? getComputedStyle(td).textAlign : a;
+                    return a === b ? [] : [`${t.id}: ${th.textContent} ${a} over ${b}`];
+                });
+            })"""
+        )
+        assert misaligned == []
