@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from firefeed.errors import ConfigError, FireFeedError, NotFoundError, PipelineBusyError, SpecError
+from firefeed.errors import CompanyLimitError, ConfigError, FireFeedError, NotFoundError, PipelineBusyError, SpecError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_BUSY, EXIT_UNKNOWN = 0, 1, 2, 3, 4
 
@@ -328,6 +328,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NotFoundError as err:
         _err(str(err))
         return EXIT_UNKNOWN
+    except CompanyLimitError as err:
+        _err(str(err))
+        return EXIT_BAD_INPUT
     except FireFeedError as err:
         _err(str(err))
         return EXIT_FAILED

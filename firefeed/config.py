@@ -77,6 +77,16 @@ class Settings(BaseSettings):
     # environment variables a spec applied through the CLI may name as ${VAR} (comma list; NAME* a prefix).
     secrets_key: str | None = None
     spec_env_allow: str = ""
+    # What one company may store (#47): the secrets it holds; a spec's size in bytes at every entry point
+    # (API, processes table, CLI file); its stored spec versions at any moment (runs/spec_versions.py), by
+    # count and by bytes, the versions its runs and projects need included.
+    secrets_per_company: int = Field(default=100, ge=1)
+    spec_max_bytes: int = Field(default=1024**2, ge=1024)
+    spec_versions_max: int = Field(default=500, ge=2)
+    spec_versions_max_bytes: int = Field(default=128 * 1024**2, ge=1024)
+    # How long an API process trusts a token it verified before asking the database again: a token revoked
+    # elsewhere (the CLI, another API process) is refused everywhere within it (runs/tokens.py).
+    token_cache_s: float = Field(default=5.0, ge=0)
     # Tenant bounds: every data-plane statement's timeout; a rules plan's largest compiled SQL.
     statement_timeout_s: float = Field(default=1800.0, gt=0)
     rules_max_sql_bytes: int = Field(default=4 * 1024**2, ge=1024)

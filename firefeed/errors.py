@@ -199,6 +199,13 @@ class AuthenticationError(FireFeedError):
     code = "unauthorized"
 
 
+class CompanyLimitError(FireFeedError):
+    """The company already holds as much as one company may (secrets, spec versions): the message names
+    the setting; delete something first, or ask the operator to raise it."""
+
+    code = "company_limit"
+
+
 class ProcessInputError(FireFeedError):
     """The row's input_data does not fit its function."""
 

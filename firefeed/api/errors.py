@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from firefeed.errors import (
     AuthenticationError,
+    CompanyLimitError,
     ConfigError,
     EnqueueError,
     FetchError,
@@ -48,6 +49,8 @@ log = logging.getLogger(__name__)
 # Most specific first: the first matching class decides the status.
 STATUS: tuple[tuple[type[FireFeedError], int], ...] = (
     (AuthenticationError, 401),
+    # The company holds as much as one may (secrets, spec versions): deleting something resolves it.
+    (CompanyLimitError, 409),
     (NotFoundError, 404),
     (PipelineBusyError, 409),
     (RunCancelledError, 409),

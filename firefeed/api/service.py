@@ -17,11 +17,8 @@ from firefeed.db.models import PipelineRun, Project
 from firefeed.errors import NotFoundError, SpecError
 from firefeed.runs.report import build_report
 from firefeed.runs.service import RunStore
-from firefeed.spec.loader import load_spec
+from firefeed.spec.loader import check_spec_size, load_spec
 from firefeed.spec.model import ProjectSpec
-
-# A spec is a few kilobytes; anything this big is a mistake or an attack.
-MAX_SPEC_BYTES = 1024 * 1024
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -93,8 +90,7 @@ def project_spec(store: RunStore, company: str, project_id: str) -> dict[str, An
 
 def spec_from_body(company: str, project_id: str, body: bytes, *, where: str) -> ProjectSpec:
     """A YAML or JSON spec sent over HTTP, which must name the URL's project and the token's company."""
-    if len(body) > MAX_SPEC_BYTES:
-        raise SpecError("", f"the spec is larger than {MAX_SPEC_BYTES} bytes")
+    check_spec_size(len(body))  # before decoding: a spec is a few kilobytes, a larger body a mistake or an attack
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:

@@ -41,6 +41,7 @@ def read_value(args: argparse.Namespace) -> str:
 def cmd_secret_set(args: argparse.Namespace) -> int:
     from firefeed.cli import ensure_migrated
     from firefeed.config import get_settings
+    from firefeed.errors import CompanyLimitError
     from firefeed.secrets.crypto import SecretCipher
     from firefeed.secrets.store import SecretStore, check_name, check_value
 
@@ -54,7 +55,7 @@ def cmd_secret_set(args: argparse.Namespace) -> int:
     ensure_migrated()
     try:
         created = SecretStore().set(args.company, args.name, value)
-    except ValueError as err:
+    except (ValueError, CompanyLimitError) as err:
         _err(str(err))
         return EXIT_BAD_INPUT
     print(

@@ -7,6 +7,7 @@ runnable acts inside the worker's workspace (= company) only.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -201,10 +202,15 @@ def project_apply(ctx: JobContext) -> Outcome:
     (SPEC 8.18) from the service that wrote the row.
     """
     from firefeed.runs.service import RunStore
-    from firefeed.spec.loader import load_spec, parse_spec
+    from firefeed.spec.loader import check_spec_size, load_spec, parse_spec
 
     raw = ctx.input["spec"]
-    spec = load_spec(raw, filename="input_data.spec") if isinstance(raw, str) else parse_spec(raw)
+    if isinstance(raw, str):
+        spec = load_spec(raw, filename="input_data.spec")  # checks FIREFEED_SPEC_MAX_BYTES first
+    else:
+        # The object's JSON text, as the API would have received it: the one cap, the same words.
+        check_spec_size(len(json.dumps(raw, ensure_ascii=False).encode("utf-8", "surrogatepass")))
+        spec = parse_spec(raw)
     if spec.company != ctx.workspace_id:
         raise ProcessInputError(
             f"spec.company {spec.company!r} is not this workspace {ctx.workspace_id!r}; "

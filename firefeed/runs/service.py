@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import uuid
@@ -15,7 +14,6 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
 
 from firefeed import metrics
 from firefeed.config import get_settings
@@ -24,6 +22,8 @@ from firefeed.db.models import Company, Export, PipelineRun, PipelineStep, Proje
 from firefeed.db.sqlfile import load_queries
 from firefeed.errors import NotFoundError, PipelineBusyError, RunCancelledError
 from firefeed.runs.lock import ACTIVE, Db, active_run_id, project_head, with_project_pipeline_lock
+from firefeed.runs.spec_versions import spec_digest as spec_digest  # its old home: callers import it here
+from firefeed.runs.spec_versions import store_version
 from firefeed.runs.statements import HeldConnection, run_statement
 from firefeed.secrets.references import check_spec as check_references
 from firefeed.secrets.references import origin_of
@@ -41,27 +41,6 @@ log = logging.getLogger(__name__)
 
 def now() -> datetime:
     return datetime.now(UTC)
-
-
-def spec_digest(document: dict[str, Any], spec_dir: str | None) -> str:
-    """The content address of a spec version: SHA-256 of the folder, a newline and the document's JSON text.
-
-    The text is the one the `json` column stores (json.dumps, as SQLAlchemy sends it); migration
-    20261201_0010 computes the same digest in SQL for the versions it made of existing specs.
-    """
-    return hashlib.sha256(f"{spec_dir or ''}\n{json.dumps(document)}".encode()).hexdigest()
-
-
-def _store_spec_version(s: Session, project_id: str, document: dict[str, Any], spec_dir: str | None) -> int:
-    """The id of the version holding this document and folder, stored now if it is new."""
-    digest = spec_digest(document, spec_dir)
-    row = pg_insert(SpecVersion).values(project_id=project_id, digest=digest, spec=document, spec_dir=spec_dir)
-    # Applied before (the same document from the same folder): the no-op update locks that version
-    # until this apply commits, so the history pruner (`prune_spec_versions`) cannot delete it meanwhile.
-    again = row.on_conflict_do_update(
-        constraint="uq_spec_versions_project_digest", set_={"digest": row.excluded.digest}
-    )
-    return int(s.execute(again.returning(SpecVersion.id)).scalar_one())
 
 
 def _insert_run(db: Db, values: dict[str, Any]) -> str:
@@ -115,9 +94,13 @@ class RunStore:
             existing.spec = raw
             existing.spec_dir = str(spec_dir) if spec_dir else None
             existing.updated_at = now()
+            previous = existing.spec_version_id
             s.flush()
-            # Stored once per apply (not per run): a run refers to the version current when it was requested.
-            existing.spec_version_id = _store_spec_version(s, spec.project, raw, existing.spec_dir)
+            # Stored once per distinct document (not per run): a run refers to the version current when it was
+            # requested. The company's versions are cut back to their bound in this same transaction.
+            existing.spec_version_id = store_version(
+                s, spec.company, spec.project, raw, existing.spec_dir, previous=previous
+            )
             old_sources = {src.name: src for src in s.scalars(select(Source).where(Source.project_id == spec.project))}
             for i, src in enumerate(spec.sources):
                 definition = src.model_dump(mode="json", exclude_none=True)
@@ -240,7 +223,9 @@ class RunStore:
                 "project_id": project_id,
                 "company_id": head.company_id,
                 "trigger": trigger,
-                "spec_version_id": head.spec_version_id,
+                # Read by the INSERT itself, not taken from `head`: an apply committed since then may have let
+                # the version `head` saw go (runs/spec_versions.py keeps only the one before the current).
+                "spec_version_id": select(Project.spec_version_id).where(Project.id == project_id).scalar_subquery(),
                 "accept_drop": accept_drop,
             }
             try:

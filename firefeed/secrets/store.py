@@ -12,14 +12,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Engine
 
 from firefeed.config import Settings, get_settings
 from firefeed.db.engine import get_engine, session_factory
 from firefeed.db.models import Company, CompanySecret
-from firefeed.errors import NotFoundError
+from firefeed.errors import CompanyLimitError, NotFoundError
 from firefeed.secrets.crypto import SecretCipher
 from firefeed.secrets.references import SECRET_NAME, Resolver, origin_of
 
@@ -76,14 +76,29 @@ class SecretStore:
         return self._settings or get_settings()
 
     def set(self, company: str, name: str, value: str) -> bool:
-        """Create or replace a secret; True when it was created. ConfigError without FIREFEED_SECRETS_KEY."""
+        """Create or replace a secret; True when it was created. ConfigError without FIREFEED_SECRETS_KEY;
+        CompanyLimitError when it would be one more than FIREFEED_SECRETS_PER_COMPANY (replacing is fine)."""
         _check_company(company)
         check_name(name)
         check_value(value)
         stored = SecretCipher.from_settings(self.settings).encrypt(company, name, value)
         at = datetime.now(UTC)
+        cap = self.settings.secrets_per_company
         with self.sessions() as s, s.begin():
             s.execute(pg_insert(Company).values(id=company).on_conflict_do_nothing())
+            # One company's sets one at a time (FOR NO KEY UPDATE: no foreign-key check waits for it), so two
+            # new names at once cannot both see room for one more.
+            s.execute(select(Company.id).where(Company.id == company).with_for_update(key_share=True))
+            held = s.execute(
+                select(func.count())
+                .select_from(CompanySecret)
+                .where(CompanySecret.company_id == company, CompanySecret.name != name)
+            ).scalar_one()
+            if held >= cap:
+                raise CompanyLimitError(
+                    f"company {company!r} already has {held} secrets, the most FIREFEED_SECRETS_PER_COMPANY={cap} "
+                    f"allows: secret {name!r} was not set; delete one it no longer uses first"
+                )
             upsert = pg_insert(CompanySecret).values(
                 company_id=company, name=name, ciphertext=stored, created_at=at, updated_at=at
             )

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from firefeed.config import get_settings
 from firefeed.errors import SpecError
 from firefeed.spec.model import EXPORT_FORMATS, SOURCE_FORMATS, ProjectSpec
 from firefeed.spec.paths import render_path
@@ -117,8 +118,21 @@ def parse_spec(data: Any) -> ProjectSpec:
         raise SpecError(_path(tuple(first["loc"])), _message(dict(first))) from None
 
 
+def check_spec_size(size: int) -> None:
+    """SpecError when a spec of `size` bytes is larger than FIREFEED_SPEC_MAX_BYTES.
+
+    The one cap of every entry point (a PUT body, a processes row, a spec file), checked before the
+    document is decoded, in the same words everywhere: the processes worker took a 10 MB spec the API
+    refused, and every apply of one stores it again as a spec version.
+    """
+    cap = get_settings().spec_max_bytes
+    if size > cap:
+        raise SpecError("", f"the spec is larger than {cap} bytes (FIREFEED_SPEC_MAX_BYTES)")
+
+
 def load_spec(text: str, *, filename: str = "<spec>") -> ProjectSpec:
     """Decode YAML or JSON text (JSON is tried first when it starts like JSON) and validate it."""
+    check_spec_size(len(text.encode("utf-8", "surrogatepass")))
     stripped = text.lstrip()
     try:
         if stripped.startswith("{"):
@@ -178,6 +192,7 @@ def _too_deep_at(text: str) -> str:
 def load_spec_file(path: Path) -> ProjectSpec:
     """Load a spec file; relative source paths in it are later resolved against its folder."""
     try:
+        check_spec_size(path.stat().st_size)
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise SpecError(str(path), f"cannot read the spec: {err.strerror}") from None

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from firefeed.api.service import MAX_SPEC_BYTES, spec_from_body
+from firefeed.api.service import spec_from_body
+from firefeed.config import get_settings
 from firefeed.errors import SpecError
 from firefeed.spec.loader import MAX_DEPTH, load_spec
+
+MAX_SPEC_BYTES = get_settings().spec_max_bytes
 
 WHERE = "POST /api/projects/p/preview"
 
