@@ -95,3 +95,8 @@ class Preview(BaseModel):
         " sets (a run's report gives the same warnings)",
     )
     duration_s: float
+    cut: str | None = Field(
+        default=None,
+        description="set when the answer left items out to stay under FIREFEED_PREVIEW_MAX_ANSWER_BYTES: how many"
+        " of each list it shows (the first ones, in feed order)",
+    )

@@ -25,7 +25,7 @@ import secrets
 import shutil
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import psycopg2
@@ -48,6 +48,7 @@ from firefeed.pipeline.merge import StagedSource, merge_sources
 from firefeed.pipeline.parse import FeedReader, open_reader
 from firefeed.pipeline.stage import stage_source
 from firefeed.pipeline.steps import fetch_settings
+from firefeed.preview.budget import AnswerBudget
 from firefeed.preview.deadline import Deadline, bounded_engine
 from firefeed.preview.effects import Effects, rule_effects
 from firefeed.preview.models import (
@@ -120,7 +121,8 @@ def preview_spec(
     over the API, whose local sources are confined as a run's would be. Source
     problems raise the run's errors (FetchError, ParseError, MergeError); not
     finishing by `deadline` (default: FIREFEED_PREVIEW_DEADLINE_S from now)
-    raises PreviewTimeoutError.
+    raises PreviewTimeoutError. Items that would take the answer past
+    FIREFEED_PREVIEW_MAX_ANSWER_BYTES are left out, and its `cut` says so.
     """
     if not 1 <= items <= MAX_ITEMS:
         raise ValueError(f"items must be between 1 and {MAX_ITEMS}, got {items}")
@@ -181,7 +183,7 @@ def preview_spec(
         except Exception:
             log.exception("could not drop the preview's scratch area %s; the janitor will", area)
     found = {row[0] for row in effects.start.values()}
-    return Preview(
+    answer = Preview(
         company=spec.company,
         project=spec.project,
         sample=Sample(
@@ -192,14 +194,19 @@ def preview_spec(
         fields=effects.fields,
         sources=sources,
         rules=_summaries(spec.parsed_rules, effects),
-        items=_items(spec, effects),
-        exports=[
-            ExportPreview(name=exp.name, rules=_summaries(exp.parsed_rules, e), items=_items(spec, e))
-            for exp, e in channels
-        ],
+        items=[],
+        exports=[ExportPreview(name=exp.name, rules=_summaries(exp.parsed_rules, e), items=[]) for exp, e in channels],
         warnings=_warnings(spec, merged.fields, effects.fields),
         duration_s=round(time.perf_counter() - started, 3),
     )
+    # The answer is measured without items, then items are measured as they are made: past the bound
+    # none is made (FIREFEED_PREVIEW_MAX_ANSWER_BYTES, preview/budget.py).
+    budget = AnswerBudget(settings.preview_max_answer_bytes, answer, lists=1 + len(channels))
+    answer.items = budget.take("the sample", _items(spec, effects), len(effects.start))
+    for export, (exp, e) in zip(answer.exports, channels, strict=True):
+        export.items = budget.take(f"export {exp.name!r}", _items(spec, e), len(e.start))
+    answer.cut = budget.note()
+    return answer
 
 
 def _sample_sources(
@@ -416,9 +423,9 @@ def _channel_effects(
     )
 
 
-def _items(spec: ProjectSpec, effects: Effects) -> list[PreviewItem]:
+def _items(spec: ProjectSpec, effects: Effects) -> Iterator[PreviewItem]:
+    """Each sample item and what the rules did to it, in feed order, made one at a time."""
     names = [s.name for s in spec.sources]
-    items = []
     for pos, (key, src, _values) in effects.start.items():
         reached: list[ItemRuleEffect] = []
         excluded_by = None
@@ -431,8 +438,7 @@ def _items(spec: ProjectSpec, effects: Effects) -> list[PreviewItem]:
             if excluded:
                 excluded_by = e.rule.name
                 break
-        items.append(PreviewItem(key=key, source=names[src], excluded_by=excluded_by, rules=reached))
-    return items
+        yield PreviewItem(key=key, source=names[src], excluded_by=excluded_by, rules=reached)
 
 
 #: what a preview's field warning adds when a source's fields are found item by item

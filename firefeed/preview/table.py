@@ -28,6 +28,8 @@ def format_preview(preview: Preview) -> str:
     if sample.missing_ids:
         lines.append("  not found in any source: " + ", ".join(sample.missing_ids))
     lines += [f"  warning: {w}" for w in preview.warnings]
+    if preview.cut is not None:
+        lines.append(f"  {preview.cut}")
     lines += ["", f"  {'source':<20}{'bytes':>14}{'rows read':>11}{'kept':>7}{'malformed':>10}"]
     for s in preview.sources:
         lines.append(f"  {s.name[:19]:<20}{s.bytes:>14,}{s.rows_read:>11,}{s.rows_kept:>7,}{s.malformed:>10,}")
