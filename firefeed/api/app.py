@@ -15,7 +15,7 @@ from sqlalchemy.engine import Engine
 
 from firefeed import __version__
 from firefeed.api import errors
-from firefeed.api.routes import ops, preview, projects, runs, secrets
+from firefeed.api.routes import ops, preview, projects, runs, secrets, tokens
 from firefeed.config import get_settings
 from firefeed.preview.pool import PreviewPool
 from firefeed.runs.local import LocalRunner
@@ -74,6 +74,7 @@ def create_app(*, engine: Engine | None = None, local_runs: bool = False) -> Fas
     app.include_router(preview.router)
     app.include_router(runs.router)
     app.include_router(secrets.router)
+    app.include_router(tokens.router)
     app.include_router(ops.router)
     app.mount("/web", StaticFiles(directory=WEB_DIR), name="web")
 

@@ -37,7 +37,7 @@ async def current_company(
     store = tokens(request)
     company = store.cached(credentials.credentials) or await run_in_threadpool(store.verify, credentials.credentials)
     if company is None:
-        raise AuthenticationError("unknown or invalid token")
+        raise AuthenticationError("unknown, expired or revoked token")
     return company
 
 

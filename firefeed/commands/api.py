@@ -1,9 +1,11 @@
-"""`firefeed api` (the HTTP API and web page) and `firefeed token create --company C`."""
+"""`firefeed api` (the HTTP API and web page) and `firefeed token create|list|revoke --company C`."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from datetime import datetime, timedelta
 from typing import Any
 
 
@@ -31,18 +33,68 @@ def cmd_token_create(args: argparse.Namespace) -> int:
     from firefeed.runs.tokens import TokenStore
 
     ensure_migrated()
+    expires_in = timedelta(days=args.expires_in) if args.expires_in is not None else None
     try:
-        token = TokenStore().create(args.company)
-    except ValueError as err:
+        token = TokenStore().create(args.company, expires_in)
+    except (ValueError, OverflowError) as err:
         print(f"firefeed: {err}", file=sys.stderr)
         return 2
     print(token)
+    lasts = f"valid for {args.expires_in:g} days" if expires_in is not None else "valid until revoked"
     print(
-        f"token for company {args.company!r}: it is shown once and stored only as a hash; "
+        f"token for company {args.company!r}, {lasts}: it is shown once and stored only as a hash; "
         "send it as `Authorization: Bearer <token>`",
         file=sys.stderr,
     )
     return 0
+
+
+def _when(value: datetime | None) -> str:
+    return value.isoformat(timespec="seconds") if value else "-"
+
+
+def cmd_token_list(args: argparse.Namespace) -> int:
+    from firefeed.cli import ensure_migrated
+    from firefeed.runs.tokens import TokenStore
+
+    ensure_migrated()
+    found = TokenStore().list(args.company)
+    if args.json:
+        print(json.dumps([t.as_dict() for t in found], indent=2))
+        return 0
+    if not found:
+        print(f"company {args.company} has no tokens")
+        return 0
+    print(f"{'id':>6}  {'prefix':<12}{'state':<9}{'created':<27}{'expires':<27}last used")
+    for t in found:
+        print(
+            f"{t.id:>6}  {t.prefix + '…':<12}{t.state:<9}{_when(t.created_at):<27}{_when(t.expires_at):<27}"
+            f"{_when(t.last_used_at)}"
+        )
+    return 0
+
+
+def cmd_token_revoke(args: argparse.Namespace) -> int:
+    from firefeed.cli import ensure_migrated
+    from firefeed.runs.tokens import TokenStore
+
+    ensure_migrated()
+    info = TokenStore().revoke(args.company, args.id)  # NotFoundError: exit 4, like any unknown object
+    print(
+        f"revoked token {info.id} ({info.prefix}…) of company {args.company}: every API process refuses it "
+        "within FIREFEED_TOKEN_CACHE_S seconds"
+    )
+    return 0
+
+
+def _days(text: str) -> float:
+    try:
+        days = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of days, got {text!r}") from None
+    if not days > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 days, got {text!r}")
+    return days
 
 
 def register(subparsers: Any) -> None:
@@ -56,4 +108,20 @@ def register(subparsers: Any) -> None:
     token_sub = p.add_subparsers(dest="token_command", required=True, metavar="ACTION")
     c = token_sub.add_parser("create", help="print a new API token for a company (stored hashed)")
     c.add_argument("--company", required=True, help="the company the token may see and act for")
+    c.add_argument(
+        "--expires-in",
+        type=_days,
+        metavar="DAYS",
+        help="refused after this many days (may be a fraction); default never",
+    )
     c.set_defaults(func=cmd_token_create)
+    c = token_sub.add_parser(
+        "list", help="a company's tokens: id, first characters, state, created, expires, last used"
+    )
+    c.add_argument("--company", required=True)
+    c.add_argument("--json", action="store_true", help="print the list as JSON")
+    c.set_defaults(func=cmd_token_list)
+    c = token_sub.add_parser("revoke", help="refuse a token from now on (every API process within seconds)")
+    c.add_argument("--company", required=True, help="the company the token belongs to")
+    c.add_argument("id", type=int, metavar="ID", help="the token's id, as `firefeed token list` shows it")
+    c.set_defaults(func=cmd_token_revoke)
