@@ -11,12 +11,21 @@ SPEC = Path(__file__).parent / "spec.yaml"
 
 
 def _hook(step: str, phase: str, info: dict[str, Any]) -> None:
+    """One line per step: drawn at its start and finished in place on a terminal, written once at its end elsewhere.
+
+    Piped into a file or CI's log, a carriage return does not take the line back, so the step was named twice.
+    FETCH reads no rows (PARSE does): its line says it fetched instead of "0 rows".
+    """
+    tty = sys.stdout.isatty()
     if phase == "start":
-        print(f"  {step:<7} …", end="", flush=True)
+        if tty:
+            print(f"  {step:<7} …", end="", flush=True)
+        return
+    if step == "FETCH":
+        done = "fetched"
     else:
-        print(
-            f"\r  {step:<7} ✓ {info.get('rows_in', 0):>6,} rows in  {info.get('rows_out', 0):>6,} rows out", flush=True
-        )
+        done = f"{info.get('rows_in', 0):>6,} rows in  {info.get('rows_out', 0):>6,} rows out"
+    print(("\r" if tty else "") + f"  {step:<7} ✓ {done}", flush=True)
 
 
 def run_demo(out: Path) -> int:

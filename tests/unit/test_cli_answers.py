@@ -27,3 +27,15 @@ def test_run_of_a_missing_spec_file_says_there_is_no_such_file(
     assert arg.lstrip("./") in err or arg in err
     assert "No such file" in err
     assert "unknown project" not in err
+
+
+def test_the_demos_progress_names_each_step_once_when_piped(capsys: pytest.CaptureFixture[str]) -> None:
+    from firefeed.demo.runner import _hook
+    from firefeed.runs.contract import Step
+
+    for step, info in ((Step.FETCH, {"rows_in": 0, "rows_out": 0}), (Step.PARSE, {"rows_in": 0, "rows_out": 12})):
+        _hook(step, "start", {})
+        _hook(step, "end", info)
+    out = capsys.readouterr().out
+    assert "\r" not in out
+    assert out.splitlines() == ["  FETCH   ✓ fetched", "  PARSE   ✓      0 rows in      12 rows out"]
