@@ -174,3 +174,50 @@ def test_on_s3_a_killed_publish_is_rolled_forward_or_discarded_whole(
     monkeypatch.setenv("FIREFEED_STORAGE_ENDPOINT_URL", s3_endpoint)
     reset_settings()
     _check_killed_publish(tmp_path, moment, expected)
+
+
+def test_a_switch_that_fails_after_the_commit_point_leaves_the_run_running_until_recovery_finishes_it(
+    exports_env: None, tmp_path: Path
+) -> None:
+    """The driver alive, a move refused (the next file's name taken by a folder): the run neither fails
+    nor discards what it still has to switch; once the name is free, recovery publishes the rest."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    _write_feed(folder, 1)
+    spec, company, project = _spec(folder)
+    assert cli("run", str(spec))[0] == 0
+    previous, _ = _files(company, project)
+    _write_feed(folder, 2)
+    pause = tmp_path / "pause"
+    pause.mkdir()
+    (pause / "switched-1.hold").touch()
+    env = dict(os.environ, FIREFEED_TEST_PUBLISH_PAUSE_DIR=str(pause))
+    proc = subprocess.Popen([FIREFEED, "run", str(spec)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + REACH_S
+    while not (pause / "switched-1.reached").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the run did not reach switched-1"
+        time.sleep(0.02)
+    blocker = Path(get_settings().export_dir) / company / project / "sub" / "feed.json"
+    blocker.unlink()
+    blocker.mkdir()
+    (blocker / "in-the-way").touch()
+    (pause / "switched-1.hold").unlink()
+    out, _ = proc.communicate(timeout=REACH_S)
+    assert proc.returncode == 1, out.decode()[-3000:]
+
+    store = RunStore()
+    run_id = str(store.runs_of_project(project)[0].id)
+    assert store.run(run_id).status == "RUNNING"  # neither FAILED with a mixed set nor SUCCEEDED without it
+    _, partials = _files(company, project)
+    assert len(partials) == 2, "the files still to switch were kept"
+
+    (blocker / "in-the-way").unlink()
+    blocker.rmdir()
+    _recover(run_id)
+    run = store.run(run_id)
+    assert run.status == "SUCCEEDED", run.error
+    published, leftovers = _files(company, project)
+    assert leftovers == []
+    written = {e["path"]: e["sha256"] for e in (run.report or {})["exports"]}
+    assert {k: hashlib.sha256(v).hexdigest() for k, v in published.items()} == written
+    assert all(published[k] != previous[k] for k in previous)
