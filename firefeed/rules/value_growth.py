@@ -52,8 +52,11 @@ from firefeed.rules.groups import JOIN_MAX_CHARS, Aggregate
 from firefeed.rules.lookups import LookupSet
 from firefeed.rules.template import FieldRef, Template
 
-#: what every value the run reads counts as, in bytes (a long product description; the csv reader's
-#: own cap on a cell is 128 KiB)
+#: what every value the run reads counts as, in bytes (a long product description). The bound is relative:
+#: what a value can really be is the cap PARSE puts on every value read, in every format
+#: (FIREFEED_PARSE_MAX_VALUE_CHARS, 131,072 characters, at most 4 bytes each), so a value the rules write
+#: is at most rules_max_growth times that: 32 MiB at the defaults, and the issue's eight copies of a
+#: 20 MB value (160 MB, 1.1 GB in one Postgres backend) cannot be read to begin with.
 REFERENCE_BYTES = 64 * 1024
 #: a case mapping makes a character at most this much longer in UTF-8 (two bytes to three: ɐ -> Ɐ)
 _CASE_GROWTH = 1.5
