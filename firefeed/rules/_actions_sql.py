@@ -37,7 +37,14 @@ import json
 from collections.abc import Callable
 
 from firefeed.rules import _lists_sql as _lists
-from firefeed.rules._conditions_sql import NumberText, condition_frag, number_frag, numeric_frag, template_frag
+from firefeed.rules._conditions_sql import (
+    NumberText,
+    condition_frag,
+    item_template_frag,
+    number_frag,
+    numeric_frag,
+    template_frag,
+)
 from firefeed.rules._frag import Frag, fmt, join, of, raw, val
 from firefeed.rules._text import NUMBER_PATTERN
 from firefeed.rules.groups import Aggregate, aggregate_column
@@ -66,6 +73,7 @@ from firefeed.rules.model import (
     Truncate,
     Uppercase,
 )
+from firefeed.rules.template import Template
 from firefeed.schema.identifiers import ident
 from firefeed.textutil import WHITESPACE
 
@@ -138,23 +146,30 @@ def _truncate(x: Frag, n: int) -> Frag:
     )  # fmt: skip
 
 
-def _map(action: MapValues, x: Frag, column: Column, lists: ListFields = NO_LISTS) -> Frag:
-    fallback = template_frag(action.default, column, lists) if action.default is not None else x
+def _map(
+    action: MapValues, x: Frag, column: Column, lists: ListFields = NO_LISTS, once: _lists.Once | None = None
+) -> Frag:
+    """`once`: x is an element; the templates read the item through it (each once per item, #47)."""
+
+    def target(t: Template) -> Frag:
+        return item_template_frag(t, column, lists, once)
+
+    fallback = target(action.default) if action.default is not None else x
     if not action.values:
         return fallback
     if len(action.values) >= _MAP_JSONB_MIN and all(t.is_literal for _, t in action.values):
         lookup = json.dumps({k: t.render({}) for k, t in action.values}, ensure_ascii=False)
         return fmt("coalesce({0}::jsonb ->> {1}, {2})", val(lookup), x, fallback)
-    whens = join(
-        (fmt("WHEN {0} THEN {1}", val(k, "text"), template_frag(t, column, lists)) for k, t in action.values), " "
-    )
+    whens = join((fmt("WHEN {0} THEN {1}", val(k, "text"), target(t)) for k, t in action.values), " ")
     return fmt("(CASE {0} {1} ELSE {2} END)", x, whens, fallback)
 
 
-def _removes(action: Remove, element: Frag, column: Column, lists: ListFields) -> Frag:
+def _removes(action: Remove, element: Frag, column: Column, lists: ListFields, once: _lists.Once | None = None) -> Frag:
     """Whether `remove` drops `element`: its condition reads `_` as the element, one text, whatever the
-    project's list fields (P20)."""
-    return condition_frag(action.when, lambda n: element if n == ELEMENT else column(n), None, lists.without(ELEMENT))
+    project's list fields (P20); `once`: its templates read the item through it (once per item, #47)."""
+    return condition_frag(
+        action.when, lambda n: element if n == ELEMENT else column(n), None, lists.without(ELEMENT), once=once
+    )
 
 
 def _text_action(action: FieldAction, x: Frag, column: Column, lists: ListFields) -> Frag:
@@ -203,15 +218,20 @@ def _list_action(action: FieldAction, column: Column, lists: ListFields) -> Frag
     if isinstance(action, Dedupe):
         return _lists.list_only(x, _lists.dedupe)
     if isinstance(action, Remove):
-        return _lists.kept_kind(
-            x, lambda v: _lists.keep_elements(v, fmt("NOT {0}", _removes(action, _lists.ELEMENT, column, lists)))
-        )
+        remove = action
 
-    def on(subject: Frag) -> Frag:
-        return action_frag(action, column, None, lists, subject=subject)
+        def kept(v: Frag) -> Frag:
+            once = _lists.Once(element_field=ELEMENT)
+            return _lists.keep_elements(v, fmt("NOT {0}", _removes(remove, _lists.ELEMENT, column, lists, once)), once)
+
+        return _lists.kept_kind(x, kept)
+
+    def on(subject: Frag, once: _lists.Once | None = None) -> Frag:
+        return action_frag(action, column, None, lists, subject=subject, once=once)
 
     def each(v: Frag) -> Frag:
-        return _lists.each_element(v, on(_lists.ELEMENT))
+        once = _lists.Once()
+        return _lists.each_element(v, on(_lists.ELEMENT, once), once)
 
     if isinstance(action, _FROM_NOTHING):
         # P11: on no elements the action acts on the text "" (and writes a text)
@@ -267,11 +287,13 @@ def action_frag(
     lists: ListFields = NO_LISTS,
     *,
     subject: Frag | None = None,
+    once: _lists.Once | None = None,
 ) -> Frag:
     """The SQL for the field's value after `action`; `column(f)` gives f's value before it,
     `number_text(f)` (optional) the text of the first number of that value when already computed,
     `lists` the project's list fields (SPEC 9); `subject`: the one text the action rewrites (an
-    element of the list field) instead of the field's value (templates still read the item's fields)."""
+    element of the list field) instead of the field's value (templates still read the item's fields,
+    through `once` when given: `_lists_sql.Once`)."""
     if subject is None:
         if action.field in lists:
             return _list_action(action, column, lists)
@@ -313,7 +335,7 @@ def action_frag(
     if isinstance(action, Aggregate):
         return of(ident(aggregate_column(action.tag)))
     assert isinstance(action, MapValues)
-    return _map(action, x, column, lists)
+    return _map(action, x, column, lists, once)
 
 
 def lookup_key_column(tag: str) -> str:

@@ -58,6 +58,13 @@ def template_frag(template: Template, column: Column, lists: ListFields = NO_LIS
     return fmt("({0})", join(pieces, " || "))
 
 
+def item_template_frag(template: Template, column: Column, lists: ListFields, once: _lists.Once | None) -> Frag:
+    """`template_frag` inside a per-element expression: what it reads of the item, named by `once`
+    (computed once per item, not once per element); a literal is left as it is."""
+    frag = template_frag(template, column, lists)
+    return frag if once is None else once.template(template, frag)
+
+
 def number_text_frag(value: Frag) -> Frag:
     """The text of the value's first number, NULL when it has none (the one regex of number reading)."""
     return fmt("substring({0} FROM {1})", value, val(NUMBER_PATTERN, "text"))
@@ -87,7 +94,9 @@ def blank_frag(value: Frag, empty: bool) -> Frag:
     return fmt("({0} <> '' AND (strpos({1}, left({0}, 1)) = 0 OR btrim({0}, {1}) <> ''))", value, ws)
 
 
-def _text_leaf(cond: Leaf, subject: Frag, column: Column, lists: ListFields = NO_LISTS) -> Frag:
+def _text_leaf(
+    cond: Leaf, subject: Frag, column: Column, lists: ListFields = NO_LISTS, once: _lists.Once | None = None
+) -> Frag:
     op = cond.op
     cs = cond.case_sensitive
     if op in ("in", "not_in"):
@@ -110,6 +119,8 @@ def _text_leaf(cond: Leaf, subject: Frag, column: Column, lists: ListFields = NO
     else:
         wanted = template_frag(tpl, column, lists)
         wanted = wanted if cs else fmt("lower({0})", wanted)
+        if once is not None:  # the same for every element: computed (and lowered) once per item
+            wanted = once.template(tpl, wanted)
     left = subject if cs else fmt("lower({0})", subject)
     if op in ("eq", "ne"):
         return fmt("({0} = {1})" if op == "eq" else "({0} <> {1})", left, wanted)
@@ -137,10 +148,9 @@ def _list_leaf(cond: Leaf, column: Column, lists: ListFields) -> Frag:
     positive = _NEGATED.get(op)
     leaf = dataclasses.replace(cond, op=positive) if positive else cond
 
-    def on(subject: Frag) -> Frag:
-        return leaf_frag(leaf, column, None, lists, subject=subject)
-
-    found = _lists.any_element(value, on(_lists.ELEMENT), on(raw("''::text")))
+    once = _lists.Once()
+    test = leaf_frag(leaf, column, None, lists, subject=_lists.ELEMENT, once=once)
+    found = _lists.any_element(value, test, leaf_frag(leaf, column, None, lists, subject=raw("''::text")), once)
     return fmt("(NOT {0})", found) if positive else found
 
 
@@ -151,9 +161,10 @@ def leaf_frag(
     lists: ListFields = NO_LISTS,
     *,
     subject: Frag | None = None,
+    once: _lists.Once | None = None,
 ) -> Frag:
     """`subject`: the text the leaf tests (an element of the list field) instead of the field's value;
-    templates in the value still read the item's fields."""
+    templates in the value still read the item's fields, through `once` when given (`_lists_sql.Once`)."""
     if subject is None:
         if cond.field in lists:
             return _list_leaf(cond, column, lists)
@@ -178,7 +189,7 @@ def leaf_frag(
             # a literal pattern (punctuation is always escaped): a plain substring test, no regex engine
             return fmt("(strpos({0}, {1}) > 0)", left, val(cond.regex.pg, "text"))
         return fmt("({0} ~ {1})", left, val(cond.regex.pg, "text"))
-    return _text_leaf(cond, subject, column, lists)
+    return _text_leaf(cond, subject, column, lists, once)
 
 
 def _length_frag(subject: Frag, op: str, length: Frag) -> Frag:
@@ -209,19 +220,23 @@ def condition_frag(
     number_text: NumberText | None = None,
     lists: ListFields = NO_LISTS,
     first: FirstOfGroup = joined_first,
+    *,
+    once: _lists.Once | None = None,
 ) -> Frag:
     """A boolean SQL expression for `cond`; `column(field)` gives a field's current value,
     `number_text(field)` (optional) the text of its first number when that is already computed,
-    `lists` the project's list fields (SPEC 9), `first` the test of a group_first leaf."""
+    `lists` the project's list fields (SPEC 9), `first` the test of a group_first leaf; `once`: the
+    condition is a per-element test (`remove`'s), whose templates read the item through it."""
     if isinstance(cond, Leaf):
-        return leaf_frag(cond, column, number_text, lists)
+        return leaf_frag(cond, column, number_text, lists, once=once)
     if isinstance(cond, GroupFirst):
         test = first(cond)
         return test if cond.value else fmt("(NOT {0})", test)
     if isinstance(cond, Not):
-        return fmt("(NOT {0})", condition_frag(cond.item, column, number_text, lists, first))
+        return fmt("(NOT {0})", condition_frag(cond.item, column, number_text, lists, first, once=once))
     if not cond.items:
         return raw("true" if isinstance(cond, AllOf) else "false")
     sep = " AND " if isinstance(cond, AllOf) else " OR "
     assert isinstance(cond, AllOf | AnyOf)
-    return fmt("({0})", join((condition_frag(c, column, number_text, lists, first) for c in cond.items), sep))
+    items = (condition_frag(c, column, number_text, lists, first, once=once) for c in cond.items)
+    return fmt("({0})", join(items, sep))
