@@ -96,6 +96,10 @@ class Settings(BaseSettings):
     preview_deadline_s: float = Field(default=20.0, gt=0)
     preview_pool_size: int = Field(default=8, ge=1)
     preview_per_company: int = Field(default=2, ge=1)
+    # Values calls (GET /api/projects/{id}/values, `firefeed values`): bounded as previews are (issue #47).
+    values_deadline_s: float = Field(default=30.0, gt=0)
+    values_pool_size: int = Field(default=4, ge=1)
+    values_per_company: int = Field(default=2, ge=1)
     # A preview's answer in bytes of JSON: items past it are cut, and the answer says so (preview/budget.py).
     preview_max_answer_bytes: int = Field(default=16 * 1024**2, ge=64 * 1024)
     # runs

@@ -308,3 +308,21 @@ class PreviewsBusyError(RetryLaterError):
     """Every preview worker (FIREFEED_PREVIEW_POOL_SIZE) is busy."""
 
     code = "previews_busy"
+
+
+class TooManyValuesCallsError(RetryLaterError):
+    """The company already has as many values calls in progress as FIREFEED_VALUES_PER_COMPANY allows."""
+
+    code = "too_many_values_calls"
+
+
+class ValuesBusyError(RetryLaterError):
+    """Every values worker (FIREFEED_VALUES_POOL_SIZE) is busy."""
+
+    code = "values_busy"
+
+
+class ValuesTimeoutError(FireFeedError):
+    """A values call did not finish within its deadline (FIREFEED_VALUES_DEADLINE_S)."""
+
+    code = "values_timeout"

@@ -17,7 +17,7 @@ from firefeed import __version__
 from firefeed.api import errors
 from firefeed.api.routes import ops, preview, projects, runs, secrets, tokens
 from firefeed.config import get_settings
-from firefeed.preview.pool import PreviewPool
+from firefeed.preview.pool import PREVIEWS, VALUES, BoundedPool
 from firefeed.runs.local import LocalRunner
 from firefeed.runs.service import RunStore
 from firefeed.runs.tokens import TokenStore
@@ -68,7 +68,9 @@ def create_app(*, engine: Engine | None = None, local_runs: bool = False) -> Fas
     app.state.runner = LocalRunner(app.state.store.engine) if local_runs else None
     app.state.tokens = TokenStore(app.state.store.engine)
     # Previews run on threads of their own, not on the pool every sync route shares (issue #15).
-    app.state.previews = PreviewPool(get_settings().preview_pool_size)
+    app.state.previews = BoundedPool(get_settings().preview_pool_size, kind=PREVIEWS)
+    # So do values calls (issue #47): one company's burst must not take the routes' threads and connections.
+    app.state.values = BoundedPool(get_settings().values_pool_size, kind=VALUES)
     errors.install(app)
     app.include_router(projects.router)
     app.include_router(preview.router)

@@ -39,8 +39,11 @@ from firefeed.errors import (
     SpecError,
     TooManyPreviewsError,
     TooManySpecWritesError,
+    TooManyValuesCallsError,
     UnsafePathError,
     UnsafeURLError,
+    ValuesBusyError,
+    ValuesTimeoutError,
 )
 
 log = logging.getLogger(__name__)
@@ -63,6 +66,10 @@ STATUS: tuple[tuple[type[FireFeedError], int], ...] = (
     (TooManySpecWritesError, 429),
     (PreviewsBusyError, 503),
     (PreviewTimeoutError, 504),
+    # Values calls (issue #47): bounded as previews are.
+    (TooManyValuesCallsError, 429),
+    (ValuesBusyError, 503),
+    (ValuesTimeoutError, 504),
     # A statement the database refused: the data's doing (422), the database's state (503), else ours (500).
     (PreviewRefusedError, 422),
     (PreviewUnavailableError, 503),
@@ -112,7 +119,7 @@ async def handle_firefeed_error(request: Request, exc: Exception) -> JSONRespons
     """The one mapping from FireFeed's error tree to HTTP."""
     assert isinstance(exc, FireFeedError)
     status = status_of(exc)
-    if isinstance(exc, RetryLaterError | PreviewTimeoutError):
+    if isinstance(exc, RetryLaterError | PreviewTimeoutError | ValuesTimeoutError):
         log.warning("%s %s: %s", request.method, request.url.path, exc)  # a limit doing its job, not a fault
     elif status >= 500:
         log.error("%s %s failed: %s", request.method, request.url.path, exc, exc_info=exc)

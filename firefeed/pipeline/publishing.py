@@ -132,12 +132,18 @@ def recover_publish(
     rows = run_statement(engine, None, "recorded_publishing", {"run_id": run_id, "stale": stale_after_s})
     if not rows:
         return False
-    ctx = load_context(run_id, settings, engine)
     switch(export_storage(settings), rows[0].publishing)
-    _promote(ctx)
+    try:
+        ctx: RunContext | None = load_context(run_id, settings, engine)
+    except Exception:  # the files are switched: the run's tables are left to the janitor
+        log.warning("could not load the run's context to tidy up after its publish", exc_info=True)
+        ctx = None
+    if ctx is not None:
+        _promote(ctx)
     finished = run_statement(engine, None, "finish_published", {"run_id": run_id})
-    drop_unnamed_tables(ctx)
-    cleanup(ctx)
+    if ctx is not None:
+        drop_unnamed_tables(ctx)
+        cleanup(ctx)
     if finished:
         trigger, started_at, finished_at = finished[0]
         metrics.run_finished(trigger, "SUCCEEDED", started_at, finished_at)

@@ -8,6 +8,8 @@ connections are bounded by it: each statement runs under a
 `statement_timeout` of the time left, and when time is up the statements in
 flight are cancelled (`connection.cancel()`, which psycopg2 allows from
 another thread). The `step` it keeps names what was running, for the message.
+A values call (`GET /api/projects/{id}/values`) is bounded the same way, with its own
+message (`timeout`) and connection name.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 
-from firefeed.errors import PreviewTimeoutError
+from firefeed.errors import FireFeedError, PreviewTimeoutError
 
 #: a preview's connections: the staging one, the merge's second (it counts keys beside the write), one spare
 PREVIEW_DB_POOL = 2
@@ -33,10 +35,12 @@ PREVIEW_APPLICATION_NAME = "firefeed-preview"
 
 
 class Deadline:
-    """`seconds` from now; `expire()` ends it early (the client went away)."""
+    """`seconds` from now; `expire()` ends it early (the client went away). `timeout`: the error past it
+    (default: a preview's PreviewTimeoutError)."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, *, timeout: Callable[[Deadline], FireFeedError] | None = None) -> None:
         self.seconds = seconds
+        self._timeout = timeout
         self.at = time.monotonic() + seconds
         self.step = "starting"
         self._lock = threading.Lock()
@@ -50,7 +54,9 @@ class Deadline:
     def expired(self) -> bool:
         return self._fired or time.monotonic() >= self.at
 
-    def error(self) -> PreviewTimeoutError:
+    def error(self) -> FireFeedError:
+        if self._timeout is not None:
+            return self._timeout(self)
         limit = f"{self.seconds:g}"
         return PreviewTimeoutError(
             f"the preview did not finish within {limit} s (FIREFEED_PREVIEW_DEADLINE_S): "
@@ -58,7 +64,7 @@ class Deadline:
         )
 
     def check(self, step: str | None = None) -> None:
-        """Raise PreviewTimeoutError if time is up; else note `step` as what runs now."""
+        """Raise the deadline's error if time is up; else note `step` as what runs now."""
         if self.expired():
             raise self.error()
         if step is not None:
@@ -128,8 +134,10 @@ class Deadline:
 
 
 @contextmanager
-def bounded_engine(base: Engine, deadline: Deadline) -> Iterator[Engine]:
-    """An engine of the preview's own, on `base`'s database, whose statements end by the deadline.
+def bounded_engine(
+    base: Engine, deadline: Deadline, *, application_name: str = PREVIEW_APPLICATION_NAME
+) -> Iterator[Engine]:
+    """An engine of the preview's (or values call's) own, on `base`'s database, whose statements end by the deadline.
 
     Its own (and small) pool keeps previews from taking the connections the API's
     requests need, and makes every connection it holds the preview's, so the
@@ -140,7 +148,7 @@ def bounded_engine(base: Engine, deadline: Deadline) -> Iterator[Engine]:
         pool_size=PREVIEW_DB_POOL,
         max_overflow=PREVIEW_DB_OVERFLOW,
         pool_timeout=max(1.0, deadline.seconds),
-        connect_args={"application_name": PREVIEW_APPLICATION_NAME},
+        connect_args={"application_name": application_name},
     )
     checked_out: set[Any] = set()
     lock = threading.Lock()

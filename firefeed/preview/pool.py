@@ -1,4 +1,4 @@
-"""The API's previews run here: on threads of their own, a bounded number at once, never queued.
+"""The API's previews and values calls run here: on threads of their own, a bounded number at once, never queued.
 
 A preview may take its whole deadline (a slow source), so previews must not
 run on the thread pool every sync route shares (anyio's, 40 threads): forty
@@ -24,7 +24,15 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TypeVar
 
-from firefeed.errors import PreviewsBusyError, TooManyPreviewsError
+from firefeed.errors import (
+    FireFeedError,
+    PreviewsBusyError,
+    RetryLaterError,
+    TooManyPreviewsError,
+    TooManyValuesCallsError,
+    ValuesBusyError,
+    ValuesTimeoutError,
+)
 from firefeed.preview.deadline import Deadline
 
 T = TypeVar("T")
@@ -34,22 +42,64 @@ ANSWER_GRACE_S = 1.0
 
 
 @dataclass(frozen=True)
+class PoolKind:
+    """What a pool runs: the names its threads, refusals and settings go by, and the errors it raises."""
+
+    name: str  # its threads are `firefeed-<name>-<n>`
+    plural: str  # "company 'a' already runs 2 <plural>"
+    size_setting: str
+    per_company_setting: str
+    too_many: type[RetryLaterError]  # the company's own limit (the API answers 429)
+    busy: type[RetryLaterError]  # the pool is full (503)
+    #: the error past the deadline (None: the preview's, PreviewTimeoutError)
+    timeout: Callable[[Deadline], FireFeedError] | None = None
+
+
+PREVIEWS = PoolKind(
+    "preview",
+    "previews",
+    "FIREFEED_PREVIEW_POOL_SIZE",
+    "FIREFEED_PREVIEW_PER_COMPANY",
+    TooManyPreviewsError,
+    PreviewsBusyError,
+)
+
+
+def _values_timeout(deadline: Deadline) -> FireFeedError:
+    return ValuesTimeoutError(
+        f"the values call did not finish within {deadline.seconds:g} s (FIREFEED_VALUES_DEADLINE_S): "
+        f"it was still {deadline.step}"
+    )
+
+
+VALUES = PoolKind(
+    "values",
+    "values calls",
+    "FIREFEED_VALUES_POOL_SIZE",
+    "FIREFEED_VALUES_PER_COMPANY",
+    TooManyValuesCallsError,
+    ValuesBusyError,
+    _values_timeout,
+)
+
+
+@dataclass(frozen=True)
 class _Ticket:
     company: str
     deadline: Deadline
 
 
-class PreviewPool:
-    """At most `size` previews at once, `per_company` of one company (given per call: settings may change)."""
+class BoundedPool:
+    """At most `size` calls at once, `per_company` of one company (given per call: settings may change)."""
 
-    def __init__(self, size: int) -> None:
-        self.size = size
+    def __init__(self, size: int, *, kind: PoolKind) -> None:
+        self.size, self.kind = size, kind
         self._lock = threading.Lock()
         self._running: list[_Ticket] = []
         self._numbers = itertools.count(1)
 
     def running(self, company: str | None = None) -> int:
-        """How many previews (of `company`) hold a place now."""
+        """How many calls (of `company`) hold a place now."""
         with self._lock:
             return sum(1 for t in self._running if company is None or t.company == company)
 
@@ -60,21 +110,22 @@ class PreviewPool:
 
     def _admit(self, company: str, deadline_s: float, per_company: int) -> _Ticket:
         with self._lock:
+            kind = self.kind
             own = [t for t in self._running if t.company == company]
             if len(own) >= per_company:
                 wait = self._retry_after(own)
-                raise TooManyPreviewsError(
-                    f"company {company!r} already runs {len(own)} previews, the most it may run at once "
-                    f"(FIREFEED_PREVIEW_PER_COMPANY={per_company}); retry in {wait} s",
+                raise kind.too_many(
+                    f"company {company!r} already runs {len(own)} {kind.plural}, the most it may run at once "
+                    f"({kind.per_company_setting}={per_company}); retry in {wait} s",
                     wait,
                 )
             if len(self._running) >= self.size:
                 wait = self._retry_after(self._running)
-                raise PreviewsBusyError(
-                    f"all {self.size} preview workers are busy (FIREFEED_PREVIEW_POOL_SIZE); retry in {wait} s",
+                raise kind.busy(
+                    f"all {self.size} {kind.name} workers are busy ({kind.size_setting}); retry in {wait} s",
                     wait,
                 )
-            ticket = _Ticket(company, Deadline(deadline_s))
+            ticket = _Ticket(company, Deadline(deadline_s, timeout=kind.timeout))
             self._running.append(ticket)
             return ticket
 
@@ -83,9 +134,9 @@ class PreviewPool:
             self._running.remove(ticket)
 
     async def run(self, company: str, work: Callable[[Deadline], T], *, deadline_s: float, per_company: int) -> T:
-        """`work(deadline)` on a thread of its own; TooManyPreviewsError/PreviewsBusyError if it may not start.
+        """`work(deadline)` on a thread of its own; the kind's `too_many`/`busy` error if it may not start.
 
-        Answers by the deadline (plus ANSWER_GRACE_S): PreviewTimeoutError if the
+        Answers by the deadline (plus ANSWER_GRACE_S): the deadline's error if the
         work has not answered by then, though its thread may still be ending.
         """
         ticket = self._admit(company, deadline_s, per_company)
@@ -102,7 +153,7 @@ class PreviewPool:
             finally:
                 self._release(ticket)
 
-        thread = threading.Thread(target=target, name=f"firefeed-preview-{next(self._numbers)}", daemon=True)
+        thread = threading.Thread(target=target, name=f"firefeed-{self.kind.name}-{next(self._numbers)}", daemon=True)
         try:
             thread.start()
         except BaseException:
@@ -115,6 +166,6 @@ class PreviewPool:
         except TimeoutError:
             raise ticket.deadline.error() from None
         except asyncio.CancelledError:
-            # The client went away (or the server stops): nobody waits for this preview, end it now.
+            # The client went away (or the server stops): nobody waits for this call, end it now.
             ticket.deadline.expire()
             raise

@@ -13,7 +13,7 @@ import pytest
 
 from firefeed.errors import FetchError, PreviewsBusyError, PreviewTimeoutError, TooManyPreviewsError
 from firefeed.preview.deadline import Deadline
-from firefeed.preview.pool import ANSWER_GRACE_S, PreviewPool
+from firefeed.preview.pool import ANSWER_GRACE_S, PREVIEWS, BoundedPool
 from tests.unit.test_fetch import CSV, FeedServer, body, fetch, leftovers, make_settings, server  # noqa: F401
 
 #: the test server's pause between two bytes: longer than any deadline below, shorter than the read timeout
@@ -164,7 +164,7 @@ def test_the_pool_admits_per_company_and_overall_bounds_and_refuses_the_rest_at_
         return "done"
 
     async def scenario() -> None:
-        pool = PreviewPool(3)
+        pool = BoundedPool(3, kind=PREVIEWS)
         first = [asyncio.ensure_future(pool.run("a", work, deadline_s=5, per_company=2)) for _ in range(2)]
         other = asyncio.ensure_future(pool.run("c", work, deadline_s=5, per_company=2))
         await asyncio.sleep(0.05)
@@ -201,7 +201,7 @@ def test_a_preview_that_overruns_is_answered_at_its_deadline_and_keeps_its_place
         return "late"
 
     async def scenario() -> None:
-        pool = PreviewPool(2)
+        pool = BoundedPool(2, kind=PREVIEWS)
         started = time.monotonic()
         with pytest.raises(PreviewTimeoutError, match="it was still doing something slow"):
             await pool.run("a", stubborn, deadline_s=0.2, per_company=1)
@@ -232,7 +232,7 @@ def test_a_preview_whose_client_went_away_is_told_its_time_is_up() -> None:
             time.sleep(0.01)
 
     async def scenario() -> None:
-        pool = PreviewPool(1)
+        pool = BoundedPool(1, kind=PREVIEWS)
         task = asyncio.ensure_future(pool.run("a", work, deadline_s=30, per_company=1))
         while not started.is_set():
             await asyncio.sleep(0.01)

@@ -1,6 +1,6 @@
 """POST /api/projects/{id}/preview: what the rules do to a sample of the items, for the token's company.
 
-A preview runs in the app's PreviewPool (preview/pool.py), never on the thread
+A preview runs in the app's pool of previews (preview/pool.py), never on the thread
 pool the sync routes share, under a total deadline; one company runs a bounded
 number at once.
 """
@@ -20,7 +20,7 @@ from firefeed.config import get_settings
 from firefeed.errors import NotFoundError
 from firefeed.preview import DEFAULT_ITEMS, MAX_ITEMS, Preview, preview_spec
 from firefeed.preview.deadline import Deadline
-from firefeed.preview.pool import PreviewPool
+from firefeed.preview.pool import BoundedPool
 from firefeed.preview.service import sample_ids
 from firefeed.runs.service import RunStore
 from firefeed.secrets.references import SpecOrigin
@@ -124,7 +124,7 @@ async def preview_project(
     except ValueError as err:
         raise RequestValidationError([{"loc": ("query", "item"), "msg": str(err), "type": "value_error"}]) from None
     body = await request.body()
-    pool: PreviewPool = request.app.state.previews
+    pool: BoundedPool = request.app.state.previews
     settings = get_settings()
     return await pool.run(
         company,
