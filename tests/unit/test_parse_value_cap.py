@@ -160,3 +160,20 @@ def test_a_huge_json_value_is_refused_in_bounded_memory(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert rows == [["2", "ok"]]
     assert peak < 16 << 20  # a few chunks; holding the 40 MB value took 120 MB and 1.4 s
+
+
+@pytest.mark.parametrize("fmt", ["json", "jsonl"])
+def test_an_array_whose_raw_control_characters_are_written_back_escaped_is_held_to_the_cap(
+    tmp_path: Path, fmt: str
+) -> None:
+    # 200 raw U+0001 in the feed (under the cap), six characters each once the array is written as text
+    array = '["' + "\x01" * 200 + '"]'
+    text = f'{{"id": "1", "a": {array}}}\n{{"id": "2", "a": ["ok"]}}\n'
+    path = tmp_path / f"feed.{fmt}"
+    path.write_text(f"[{text.replace(chr(10), ',', 1)}]" if fmt == "json" else text, encoding="utf-8")
+    reader = open_reader(path, source="main", format=fmt, max_value_chars=1000)
+    assert [v for _l, v in reader] == [["2", '["ok"]']]
+    assert reader.stats.warnings == [
+        "1 malformed row skipped; the first, line 1: field 'a' holds more than 1,000 characters,"
+        " the most a value may hold (FIREFEED_PARSE_MAX_VALUE_CHARS)"
+    ]

@@ -33,6 +33,14 @@ class ValueTooLong(Exception):
         self.field = field
 
 
+def check_values(values: list[str], fields: list[str], cap: int) -> None:
+    """Raise ValueTooLong for the first value over `cap`. A JSON reader calls it only for an item whose text
+    is long enough to hold such a value, so a usual item costs nothing."""
+    for i, value in enumerate(values):
+        if len(value) > cap:
+            raise ValueTooLong(fields[i] if i < len(fields) else None)
+
+
 @dataclass
 class ParseStats:
     """Counts a reader keeps while it reads; they end up in the run report, per source."""

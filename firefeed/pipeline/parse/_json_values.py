@@ -10,7 +10,6 @@ import json
 import re
 from typing import Any
 
-from firefeed.pipeline.parse._base import ValueTooLong
 from firefeed.pipeline.parse._names import FieldIndex, clean_text
 
 
@@ -29,6 +28,9 @@ def make_decoder() -> json.JSONDecoder:
 DIRTY_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+#: a value can be at most this many times as long as the JSON text it was read from: an array's raw
+#: control character (`strict=False` lets one in) is written back as `\u0001`
+VALUE_GROWTH = 6
 
 
 def compact(value: Any) -> str:
@@ -45,29 +47,20 @@ def compact(value: Any) -> str:
     return _dumps(value)  # true, false, null
 
 
-def flatten(obj: dict[str, Any], index: FieldIndex, dirty: bool, cap: int, prefix: str = "") -> list[str]:
-    """One item as values aligned with `index.fields` (which grows for names not seen before).
-
-    A value longer than `cap` characters raises ValueTooLong naming its field (`_base.too_long`).
-    """
+def flatten(obj: dict[str, Any], index: FieldIndex, dirty: bool, prefix: str = "") -> list[str]:
+    """One item as values aligned with `index.fields` (which grows for names not seen before)."""
     if index.lists:
         from firefeed.pipeline.parse._lists import mark_json_lists
 
         mark_json_lists(obj, index.lists, prefix)
     position = index.position
     row = [""] * len(index.fields)
-    _into(obj, row, position, index, dirty, cap, prefix)
+    _into(obj, row, position, index, dirty, prefix)
     return row
 
 
 def _into(
-    obj: dict[str, Any],
-    row: list[str],
-    position: dict[str, int],
-    index: FieldIndex,
-    dirty: bool,
-    cap: int,
-    prefix: str,
+    obj: dict[str, Any], row: list[str], position: dict[str, int], index: FieldIndex, dirty: bool, prefix: str
 ) -> None:
     for key, value in obj.items():
         if prefix:
@@ -77,7 +70,7 @@ def _into(
             pass
         elif t is dict:
             # An empty object has no fields: like a missing value.
-            _into(value, row, position, index, dirty, cap, key + ".")
+            _into(value, row, position, index, dirty, key + ".")
             continue
         elif value is None:
             value = ""
@@ -87,8 +80,6 @@ def _into(
             value = "false"
         else:
             value = compact(value)
-        if len(value) > cap:
-            raise ValueTooLong(key)
         if dirty:
             value = clean_text(value, index.stats)
         pos = position.get(key)

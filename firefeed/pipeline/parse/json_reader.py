@@ -15,9 +15,17 @@ from pathlib import Path
 from typing import IO, Any
 
 from firefeed.errors import ParseError
-from firefeed.pipeline.parse._base import MAX_VALUE_CHARS, ParseStats, RowCounter, ValueTooLong, restartable, too_long
+from firefeed.pipeline.parse._base import (
+    MAX_VALUE_CHARS,
+    ParseStats,
+    RowCounter,
+    ValueTooLong,
+    check_values,
+    restartable,
+    too_long,
+)
 from firefeed.pipeline.parse._encoding import FeedText
-from firefeed.pipeline.parse._json_values import DIRTY_ESCAPE, flatten, make_decoder
+from firefeed.pipeline.parse._json_values import DIRTY_ESCAPE, VALUE_GROWTH, flatten, make_decoder
 from firefeed.pipeline.parse._names import FieldIndex
 
 CHUNK_CHARS = 1 << 20
@@ -53,6 +61,8 @@ class _Buffer:
         self.dirty = False
         self._line = 1
         self._counted = 0  # buf offset up to which newlines are in _line
+        #: the length of the text of the value `decode` last read
+        self.decoded_chars = 0
 
     def more(self) -> bool:
         """Drop the consumed prefix and append a chunk; False at end of file."""
@@ -110,6 +120,7 @@ class _Buffer:
             # A number at the very end of the buffer may continue in the next chunk.
             if end == len(self.buf) and self.more():
                 continue
+            self.decoded_chars = end - self.pos
             self.pos = end
             return value
 
@@ -308,7 +319,9 @@ class JsonReader:
                     counter.malformed(line, "item is not a JSON object")
                     continue
                 try:
-                    row = flatten(value, index, buf.dirty, self.max_value_chars)
+                    row = flatten(value, index, buf.dirty)
+                    if buf.decoded_chars * VALUE_GROWTH > self.max_value_chars:
+                        check_values(row, self.fields, self.max_value_chars)
                 except RecursionError:
                     raise buf.error("JSON nested too deeply") from None
                 except ValueTooLong as exc:
@@ -349,9 +362,9 @@ class JsonlReader:
                     if type(value) is not dict:
                         counter.malformed(lineno, "line is not a JSON object")
                         continue
-                    row = flatten(
-                        value, index, "\\u" in raw and DIRTY_ESCAPE.search(raw) is not None, self.max_value_chars
-                    )
+                    row = flatten(value, index, "\\u" in raw and DIRTY_ESCAPE.search(raw) is not None)
+                    if len(raw) * VALUE_GROWTH > self.max_value_chars:
+                        check_values(row, self.fields, self.max_value_chars)
                 except json.JSONDecodeError as exc:
                     counter.malformed(lineno, f"JSON syntax error: {exc.msg}")
                     continue
