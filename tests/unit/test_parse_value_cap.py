@@ -177,3 +177,11 @@ def test_an_array_whose_raw_control_characters_are_written_back_escaped_is_held_
         "1 malformed row skipped; the first, line 1: field 'a' holds more than 1,000 characters,"
         " the most a value may hold (FIREFEED_PARSE_MAX_VALUE_CHARS)"
     ]
+
+
+def test_the_csv_modules_own_limit_is_given_back_after_a_pass(tmp_path: Path) -> None:
+    import csv
+
+    before = csv.field_size_limit()
+    read(tmp_path, "csv", feed("csv", ["a", "x" * (CAP + 1)]))
+    assert csv.field_size_limit() == before != CAP

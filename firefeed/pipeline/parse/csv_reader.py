@@ -223,9 +223,9 @@ class CsvReader:
         return too_long(field, self.max_value_chars)
 
     def _attempt(self, counter: RowCounter) -> Iterator[tuple[int, list[str]]]:
-        # csv.reader checks the cap in C as it reads (a process-wide setting: set for every pass, as
-        # the parser child and a worker read feeds one after another)
-        csv.field_size_limit(self.max_value_chars)
+        # csv.reader checks the cap in C as it reads. The limit is the csv module's, process-wide: set for
+        # this pass and given back after it, so other csv code (a test reading an export) keeps its own.
+        previous = csv.field_size_limit(self.max_value_chars)
         text = self._text.text(newline="")
         try:
             lines, self.delimiter = self._header(text)
@@ -281,5 +281,6 @@ class CsvReader:
                     prev = reader.line_num
                     raw.forget_before(prev + 1)
         finally:
+            csv.field_size_limit(previous)
             counter.stats.nul_removed += self._text.nul_removed
             text.close()
