@@ -188,6 +188,8 @@ class TokenStore:
 
         This process refuses it at once; other API processes within FIREFEED_TOKEN_CACHE_S.
         """
+        if not 0 < token_id < 2**63:  # not an id Postgres can hold (bigint): no such token, not a 500
+            raise NotFoundError(f"company {company!r} has no token {token_id}")
         with self.sessions() as s, s.begin():
             found = s.execute(
                 select(ApiToken.token_hash, ApiToken.revoked_at)

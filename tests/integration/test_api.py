@@ -30,6 +30,8 @@ ROUTES = [
     ("GET", "/api/projects/p/pipeline/runs"),
     ("GET", f"/api/runs/{uuid.uuid4()}"),
     ("POST", f"/api/runs/{uuid.uuid4()}/cancel"),
+    ("GET", "/api/tokens"),
+    ("DELETE", "/api/tokens/1"),
 ]
 
 
