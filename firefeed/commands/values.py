@@ -8,12 +8,17 @@ from typing import Any
 
 
 def cmd_values(args: argparse.Namespace) -> int:
+    from firefeed.config import get_settings
     from firefeed.db.engine import get_engine
     from firefeed.errors import NotFoundError
-    from firefeed.pipeline.values import field_values
+    from firefeed.pipeline.values import values_within
+    from firefeed.preview.deadline import Deadline
+    from firefeed.preview.pool import VALUES
 
+    # The API's deadline here too: a project whose latest run kept no result has its rules applied again.
+    deadline = Deadline(get_settings().values_deadline_s, timeout=VALUES.timeout)
     try:
-        found = field_values(get_engine(), args.project, args.field)
+        found = values_within(get_engine(), args.project, args.field, deadline=deadline)
     except NotFoundError as err:
         import sys
 
@@ -36,8 +41,9 @@ def register(subparsers: Any) -> None:
         description=(
             "Lists the distinct values of FIELD after the project's rules, with how many items hold each, most "
             "frequent first (ties in feed order), for the project's latest succeeded run: to seed a map or a "
-            "lookup table. Nothing of the project is written. Exit codes: 0 ok, 2 FIELD is not a field of the "
-            "project, 4 unknown project or no succeeded run yet."
+            "lookup table. Nothing of the project is written. Exit codes: 0 ok, 1 not done within "
+            "FIREFEED_VALUES_DEADLINE_S, 2 FIELD is not a field of the project, 4 unknown project or no "
+            "succeeded run yet."
         ),
     )
     p.add_argument("project", metavar="PROJECT")

@@ -317,6 +317,7 @@ class _Driver:
         # Recorded with the step's success, then switched: from here the run publishes, whatever dies when.
         publishing.publish(ctx, entries, rows_in=done.rows_in, rows_out=done.rows_out, detail=detail)
         self.promote(entries)
+        self.keep_result(rules)
         steps.drop_unnamed_tables(ctx)
         return None, done
 
@@ -350,6 +351,15 @@ class _Driver:
             promote(self.ctx.schema, self.ctx.spec, self.ctx.run_id, exports)
         except Exception:  # the files are published; only the next run's diff baseline is older
             log.exception("could not keep the published exports' diff rows; the next run diffs against older ones")
+
+    def keep_result(self, rules: contract.RulesResult) -> None:
+        """The rules' result stays, renamed, for `firefeed values` (its pass tables are not dropped at the end)."""
+        from firefeed.pipeline.values import keep_result
+
+        ctx = self.ctx
+        keep_result(
+            ctx.schema, company=ctx.spec.company, project=ctx.spec.project, run_id=ctx.run_id, table=rules.table
+        )
 
     # -- the plumbing every step shares
     def step(self, name: Step, fn: Callable[[], tuple[T, _Done]]) -> T:

@@ -171,6 +171,23 @@ def export_tmp_table(run_id: str, index: int) -> str:
     return f"{EXPORT_TMP_PREFIX}{run_id.replace('-', '')}_{index}"
 
 
+#: what a succeeded run keeps of its rules' result for `firefeed values` (SPEC P33): its pass tables, renamed
+RESULT_PREFIX = "result_"
+
+
+def kept_result_table(run_id: str) -> str:
+    """The rules' result a succeeded run keeps (a table, or a view of the run's tables kept with it).
+
+    The run id is in the name, so a reader asking for its run's result never reads another's."""
+    return f"{RESULT_PREFIX}{run_id.replace('-', '')}"
+
+
+def kept_part_table(pass_table: str) -> str:
+    """The name a run's pass table (or pass view, or groups table) that its kept result reads is kept under."""
+    assert pass_table.startswith(RULES_TMP_PREFIX), pass_table
+    return RESULT_PREFIX + pass_table[len(RULES_TMP_PREFIX) :]
+
+
 def published_keys_table(project: str, export: str) -> str:
     """The (key, content hash) table of an export's last published file: what the next run diffs against."""
     return _bounded("export_keys_", f"{check_project_id(project)}_{_digest(export, 8)}")

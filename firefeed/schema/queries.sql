@@ -75,6 +75,17 @@ SELECT DISTINCT c.relname, c.relkind::text
 -- A relation's kind ('r' a table, 'v' a view; NULL when there is none); `qualified` as above
 SELECT relkind::text FROM pg_class WHERE oid = to_regclass(%(qualified)s);
 
+-- kept_results --
+-- The rules results a project's succeeded runs kept for `firefeed values` (named result_*, commented with
+-- the project), with their kinds ('r', 'v')
+SELECT c.relname, c.relkind::text
+  FROM pg_class c
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = %(schema)s
+   AND c.relname LIKE %(pattern)s
+   AND c.relkind IN ('r', 'v')
+   AND obj_description(c.oid, 'pg_class') = %(comment)s;
+
 -- table_pages --
 -- How many heap pages a table has (runs of pages are read by TID range scans); `qualified` as above
 SELECT pg_relation_size(%(qualified)s::regclass) / current_setting('block_size')::int;

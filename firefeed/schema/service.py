@@ -31,6 +31,7 @@ from firefeed.schema.identifiers import (
     LEGACY_LOOKUP_STAGING_PREFIX,
     ORD,
     PROJECT_FILE_PREFIXES,
+    RESULT_PREFIX,
     RULES_TMP_PREFIX,
     SCRATCH_SCHEMA_PREFIX,
     SRC,
@@ -38,6 +39,8 @@ from firefeed.schema.identifiers import (
     export_tmp_table,
     ident,
     is_scratch_area,
+    kept_part_table,
+    kept_result_table,
     project_file_table,
     rules_groups_table,
     rules_tmp_table,
@@ -516,6 +519,53 @@ class SchemaService:
             log.info("janitor dropped %d orphan rules_tmp tables", len(dropped), extra={"tables": dropped})
         return dropped
 
+    # -- kept rules results (`firefeed values`, SPEC P33) -----------------
+    def keep_rules_result(self, company: str, project: str, run_id: str, result: str) -> str | None:
+        """Keep run `run_id`'s rules result `result` as `kept_result_table(run_id)`: its pass tables renamed
+        instead of dropped when the run ends (free, where copying a million items is not). Returns the
+        kept name; None, keeping nothing, when the result is or reads a relation that is not one of the
+        run's pass tables (the items table, a lookup table: the next run rebuilds those, and a view
+        kept over them would stop its DROP).
+
+        The kept relation is commented `project <id>`, which `drop_kept_results` finds it by.
+        """
+        schema = company_schema(company)
+        kept = kept_result_table(run_id)
+        with raw_connection(self.engine) as conn, conn.cursor() as cur:
+            relations = _reads(cur, schema, result)
+            if any(run_id_of_tmp_table(name) != run_id or not name.startswith(RULES_TMP_PREFIX) for name in relations):
+                return None
+            for name, kind in relations.items():
+                what = sql.SQL("VIEW" if kind == "v" else "TABLE")
+                new = kept if name == result else kept_part_table(name)
+                cur.execute(sql.SQL("ALTER {} {} RENAME TO {}").format(what, ident(schema, name), ident(new)))
+            what = sql.SQL("VIEW" if relations[result] == "v" else "TABLE")
+            cur.execute(sql.SQL("COMMENT ON {} {} IS %s").format(what, ident(schema, kept)), (f"project {project}",))
+        return kept
+
+    def drop_kept_results(self, company: str, project: str, *, keep: str | None = None) -> list[str]:
+        """Drop the rules results `project`'s earlier runs kept (all but `keep`), each with the tables it
+        reads; returns the names dropped. One in use for more than UNUSED_DROP_LOCK_S (a values call
+        counting it) is left for the next run to drop, as `_drop_unless_busy` leaves a table."""
+        schema = company_schema(company)
+        params = {"schema": schema, "pattern": _like_prefix(RESULT_PREFIX), "comment": f"project {project}"}
+        dropped: list[str] = []
+        for name, _ in self._query(_sql("kept_results"), params):
+            if name == keep:
+                continue
+            # Its own tables are named `<name>_...` (`kept_part_table`): CASCADE takes the views over them.
+            tables = [t for _, t in self._run_tables(name, company)]
+            try:
+                with raw_connection(self.engine) as conn, conn.cursor() as cur:
+                    cur.execute("SET LOCAL lock_timeout = %s", (f"{int(UNUSED_DROP_LOCK_S * 1000)}ms",))
+                    for table in tables:
+                        cur.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(ident(schema, table)))
+            except pg_errors.LockNotAvailable:
+                log.info("kept result %s is in use: left for the next run to drop", name)
+                continue
+            dropped.append(name)
+        return dropped
+
     # -- export diff tables (feed quality, #9) ----------------------------
     def create_export_tmp(
         self, company: str, run_id: str, index: int, *, with_id: bool, checks: str | None = None, conn: Any = None
@@ -603,6 +653,22 @@ def parts_of_view(cur: Any, schema: str, view: str, *, views: bool = False) -> l
     if len(names) < 2 or None in numbers:
         return None
     return [n for _, n in sorted(zip(numbers, names, strict=True))]
+
+
+def _reads(cur: Any, schema: str, name: str) -> dict[str, str]:
+    """`name` and every relation of `schema` it reads, directly or through views: {name: kind ('r', 'v')}.
+    A relation of another schema is listed by its own name, which is then no pass table of the run."""
+    cur.execute(_sql("relation_kind"), {"qualified": sql_qualified(schema, name)})
+    found: dict[str, str] = {name: (cur.fetchone() or ("",))[0] or ""}
+    todo = [name] if found[name] == "v" else []
+    while todo:
+        cur.execute(_sql("view_tables"), {"qualified": sql_qualified(schema, todo.pop())})
+        for read, kind in cur.fetchall():
+            if read not in found:
+                found[read] = kind
+                if kind == "v":
+                    todo.append(read)
+    return found
 
 
 def sql_qualified(schema: str, table: str) -> str:

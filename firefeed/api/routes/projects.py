@@ -11,6 +11,7 @@ from firefeed.api import schemas, service
 from firefeed.api.auth import CurrentCompany
 from firefeed.api.deps import Store
 from firefeed.api.spec_writes import SPEC_WRITES
+from firefeed.config import get_settings
 from firefeed.runs.local import LocalRunner
 from firefeed.runs.requests import start_run
 from firefeed.runs.service import RunStore
@@ -135,9 +136,29 @@ def list_runs(
     return service.project_runs(store, company, project_id, limit)
 
 
-@router.get("/{project_id}/values", responses={**_NOT_FOUND, **_BAD_SPEC})
-def field_values(
+_VALUES_LIMITS: dict[int | str, dict[str, Any]] = {
+    429: {
+        "model": schemas.ErrorBody,
+        "description": "the company already has FIREFEED_VALUES_PER_COMPANY values calls in progress "
+        "(`too_many_values_calls`); `Retry-After` and `retry_after` say when to try again",
+    },
+    503: {
+        "model": schemas.ErrorBody,
+        "description": "every values worker is busy (`values_busy`); `Retry-After` says when to try again",
+    },
+    504: {
+        "model": schemas.ErrorBody,
+        "description": "the call did not finish within FIREFEED_VALUES_DEADLINE_S (`values_timeout`)",
+    },
+}
+
+
+# Async, and never on the thread pool the sync routes share: a call runs in the app's pool of values calls
+# (preview/pool.py), under a deadline, a bounded number per company (issue #47).
+@router.get("/{project_id}/values", responses={**_NOT_FOUND, **_BAD_SPEC, **_VALUES_LIMITS})
+async def field_values(
     project_id: str,
+    request: Request,
     company: CurrentCompany,
     store: Store,
     field: Annotated[str, Query(min_length=1, description="the field whose values to list (SPEC 9, P33)")],
@@ -145,8 +166,19 @@ def field_values(
     """A field's distinct values after the project's rules (latest succeeded run), most frequent first.
 
     The same as `firefeed values PROJECT FIELD --json`; 404 for an unknown project or one without a
-    succeeded run, 422 when the field is not one of its fields after its rules.
+    succeeded run, 422 when the field is not one of its fields after its rules. Read from the result the
+    run kept; a company runs at most FIREFEED_VALUES_PER_COMPANY calls at once (429), the server
+    FIREFEED_VALUES_POOL_SIZE (503), each within FIREFEED_VALUES_DEADLINE_S (504).
     """
-    from firefeed.pipeline.values import field_values as values_of
+    from firefeed.pipeline.values import values_within
+    from firefeed.preview.pool import BoundedPool
 
-    return values_of(store.engine, project_id, field, company=company).to_json()
+    pool: BoundedPool = request.app.state.values
+    settings = get_settings()
+    found = await pool.run(
+        company,
+        lambda deadline: values_within(store.engine, project_id, field, company=company, deadline=deadline),
+        deadline_s=settings.values_deadline_s,
+        per_company=settings.values_per_company,
+    )
+    return found.to_json()
