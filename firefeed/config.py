@@ -92,6 +92,13 @@ class Settings(BaseSettings):
     rules_max_sql_bytes: int = Field(default=4 * 1024**2, ge=1024)
     # how many times as long as the values they read the rules may make one (rules/value_growth.py)
     rules_max_growth: float = Field(default=64.0, ge=1)
+    # What a spec may hold (spec/limits.py): sources, lookups, exports, rules, and fields (those one export
+    # names in `fields`, and those the rules write): each a job, a table, a file or a column of every item.
+    spec_max_sources: int = Field(default=32, ge=1)
+    spec_max_lookups: int = Field(default=32, ge=0)
+    spec_max_exports: int = Field(default=64, ge=1)
+    spec_max_rules: int = Field(default=1000, ge=1)
+    spec_max_fields: int = Field(default=1000, ge=1)
     # Previews: a total deadline each, their own worker pool, and how many one company runs at once.
     preview_deadline_s: float = Field(default=20.0, gt=0)
     preview_pool_size: int = Field(default=8, ge=1)

@@ -1,5 +1,5 @@
-"""What one project's rules may cost: how many rules and actions a spec holds, and their compiled SQL
-(`rules_max_sql_bytes`).
+"""What one project's rules may cost: how many rules (`spec_max_rules`) and actions a spec holds, and
+their compiled SQL (`rules_max_sql_bytes`).
 
 The counts are checked first, on the spec as written, before any rule is parsed or planned: the
 API, the processes worker and previews validate on a request's thread, and a spec of thousands of
@@ -32,10 +32,9 @@ from firefeed.rules._plan import PassPlan, iter_passes, plan_passes
 from firefeed.rules.model import Rule, action_reads, condition_fields, effective
 from firefeed.rules.sqlgen import pass_insert
 
-#: the most rules one spec holds, the project's and every export's together (real catalogs use a few
-#: dozen; a thousand is already a generated spec)
-MAX_RULES = 1000
-#: the most actions those rules hold, `then` and `else` together (five a rule on average)
+# The most rules one spec holds, the project's and every export's together, is the setting
+# spec_max_rules (real catalogs use a few dozen; its default, a thousand, is already a generated spec).
+#: the most actions those rules hold, `then` and `else` together (five a rule of the default's on average)
 MAX_ACTIONS = 5000
 
 # Stand-ins for the pass tables: real names are about as long (schema-qualified rules_tmp_* names).
@@ -58,14 +57,17 @@ def _actions_in(rule: Any) -> int:
 
 
 def check_rule_counts(lists: Sequence[tuple[str, Any]]) -> None:
-    """A SpecError when the rule lists (path, rules as written), together, hold more than MAX_RULES
+    """A SpecError when the rule lists (path, rules as written), together, hold more than spec_max_rules
     rules or MAX_ACTIONS actions; its path is that of the list where the count crosses the cap."""
+    from firefeed.config import get_settings
+
     counts = [(path, len(raw), sum(map(_actions_in, raw))) for path, raw in lists if isinstance(raw, list | tuple)]
-    _refuse_over("rules", [(path, n) for path, n, _ in counts], MAX_RULES)
+    rules = get_settings().spec_max_rules
+    _refuse_over("rules", [(path, n) for path, n, _ in counts], rules, " (spec_max_rules)")
     _refuse_over("actions", [(path, n) for path, _, n in counts], MAX_ACTIONS)
 
 
-def _refuse_over(what: str, counts: Sequence[tuple[str, int]], cap: int) -> None:
+def _refuse_over(what: str, counts: Sequence[tuple[str, int]], cap: int, setting: str = "") -> None:
     total = sum(n for _, n in counts)
     running = 0
     for path, n in counts:
@@ -74,7 +76,7 @@ def _refuse_over(what: str, counts: Sequence[tuple[str, int]], cap: int) -> None
             raise SpecError(
                 path,
                 f"the spec holds {total} {what} (the project's and its exports' rules together); "
-                f"at most {cap} are supported",
+                f"at most {cap} are supported{setting}",
             )
 
 

@@ -309,7 +309,9 @@ class ProjectSpec(_Strict):
     @model_validator(mode="after")
     def _cross_checks(self) -> ProjectSpec:
         from firefeed.errors import SpecError
+        from firefeed.spec.limits import check_entry_counts, check_export_fields, check_written_fields
 
+        check_entry_counts(self.sources, self.lookups, self.exports)
         seen: set[str] = set()
         for i, s in enumerate(self.sources):
             if s.name in seen:
@@ -366,6 +368,7 @@ class ProjectSpec(_Strict):
 
                 if not e.fields:
                     raise SpecError(f"exports[{i}].fields", "must list at least one field")
+                check_export_fields(f"exports[{i}]", e.fields)
                 for out, value in e.fields.items():
                     if "{" in value or "}" in value:
                         parse_template(value, join_key(f"exports[{i}].fields", out))
@@ -395,6 +398,7 @@ class ProjectSpec(_Strict):
             [("rules", self.rules), *((f"exports[{i}].rules", e.rules) for i, e in enumerate(self.exports))]
         )
         self._rules = parse_rules(self.rules, path="rules", **common)
+        written = check_written_fields(self._rules)
         self._lists = self._rules[0].lists if self._rules else ListFields(frozenset(declared), frozenset(declared))
         for i, e in enumerate(self.exports):
             # Channel rules start from the items the project's rules leave, lists included (P29).
@@ -402,6 +406,7 @@ class ProjectSpec(_Strict):
                 e._rules = parse_rules(
                     e.rules, path=f"exports[{i}].rules", inherited_lists=self._lists.fields, **common
                 )
+                check_written_fields(e._rules, path=f"exports[{i}].rules", start=written)
             e._lists = e._rules[0].lists if e._rules else self._lists
         from firefeed.rules.limits import check_sql_size, spec_fields
         from firefeed.rules.template import parse_template

@@ -1,4 +1,4 @@
-"""A spec holds at most MAX_RULES rules and MAX_ACTIONS actions, project and channel rules together;
+"""A spec holds at most spec_max_rules rules and MAX_ACTIONS actions, project and channel rules together;
 one at the caps validates, and a plan far past the SQL cap is measured only up to the pass that crosses it."""
 
 from __future__ import annotations
@@ -7,12 +7,15 @@ from typing import Any
 
 import pytest
 
+from firefeed.config import Settings
 from firefeed.errors import SpecError
 from firefeed.rules import limits
 from firefeed.rules._plan import plan_passes
-from firefeed.rules.limits import MAX_ACTIONS, MAX_RULES, check_sql_size
+from firefeed.rules.limits import MAX_ACTIONS, check_sql_size
 from firefeed.rules.model import parse_rules
 from firefeed.spec.loader import parse_spec
+
+MAX_RULES: int = Settings.model_fields["spec_max_rules"].default
 
 
 def rule(i: int, actions: int = 1) -> dict[str, Any]:
@@ -45,7 +48,7 @@ def test_one_rule_over_the_cap_is_refused_naming_the_rules_and_the_count() -> No
     assert err.path == "rules"
     assert err.detail == (
         f"the spec holds {MAX_RULES + 1} rules (the project's and its exports' rules together); "
-        f"at most {MAX_RULES} are supported"
+        f"at most {MAX_RULES} are supported (spec_max_rules)"
     )
 
 
