@@ -13,9 +13,14 @@ from firefeed.tasks.schedules import beat_schedule as _beat_entries  # beat (#5)
 _settings = get_settings()
 
 broker_url = _settings.celery_broker_url
+# kombu's transport for the URL's scheme (None), except on Redis. Always assigned: a reload of this module for
+# another broker (tests do) would otherwise keep the Redis transport, and send memory:// to localhost:6379.
+broker_transport: str | None = None
 if broker_url.startswith(("redis://", "rediss://")):
     # kombu's Redis transport, but a connection lost mid-ack reconnects instead of stopping the worker.
-    from firefeed.tasks.broker import TRANSPORT as broker_transport  # noqa: F401
+    from firefeed.tasks.broker import TRANSPORT
+
+    broker_transport = TRANSPORT
 result_backend = _settings.celery_result_backend
 task_serializer = "json"
 result_serializer = "json"

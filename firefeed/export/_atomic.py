@@ -33,6 +33,14 @@ class Sink(Protocol):
     def write(self, data: bytes, /) -> object: ...
 
 
+class OutputLimitError(Exception):
+    """The bytes handed to an atomic output passed its limit: the block stops, nothing is published."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        super().__init__(f"more than {limit} bytes")
+
+
 class _Digest:
     """Counts, hashes and writes the final bytes, on a thread of its own.
 
@@ -81,18 +89,29 @@ class _Digest:
 
 
 class AtomicOutput:
-    """The writable end of an atomic export; `bytes` and `sha256` are final after the block."""
+    """The writable end of an atomic export; `bytes` and `sha256` are final after the block.
 
-    def __init__(self, digest: _Digest, zipper: gzip.GzipFile | None) -> None:
+    With a `limit`, the bytes handed over (before gzip) are counted per batch, not per write (a COPY
+    row): past it, OutputLimitError (export/bounds.py)."""
+
+    def __init__(self, digest: _Digest, zipper: gzip.GzipFile | None, limit: int | None = None) -> None:
         self._digest = digest
         self._zipper = zipper
         self._target: Sink = zipper if zipper is not None else digest
         self._pending: list[bytes] = []
         self._pending_size = 0
+        self._limit = limit
+        self._handed = 0
+
+    def _hand(self, data: bytes) -> None:
+        self._handed += len(data)
+        if self._limit is not None and self._handed > self._limit:
+            raise OutputLimitError(self._limit)
+        self._target.write(data)
 
     def write(self, data: bytes, /) -> int:
         if not self._pending and len(data) >= _BATCH_BYTES // 4:
-            self._target.write(data)  # big enough on its own: no copy into a batch
+            self._hand(data)  # big enough on its own: no copy into a batch
             return len(data)
         self._pending.append(data)
         self._pending_size += len(data)
@@ -102,7 +121,7 @@ class AtomicOutput:
 
     def _drain(self) -> None:
         if self._pending:
-            self._target.write(b"".join(self._pending))
+            self._hand(b"".join(self._pending))
             self._pending.clear()
             self._pending_size = 0
 
@@ -130,13 +149,13 @@ def _file_mode(dest: Path) -> int:
 
 
 @contextlib.contextmanager
-def _filling(file: BinaryIO, compress: bool) -> Iterator[AtomicOutput]:
+def _filling(file: BinaryIO, compress: bool, limit: int | None = None) -> Iterator[AtomicOutput]:
     """The block's bytes into `file` (gzip-compressed with `compress`), all of them handed over at its end."""
     digest = _Digest(file)
     zipper = (
         gzip.GzipFile(filename="", mode="wb", fileobj=digest, compresslevel=_GZIP_LEVEL, mtime=0) if compress else None
     )
-    out = AtomicOutput(digest, zipper)
+    out = AtomicOutput(digest, zipper, limit)
     try:
         yield out
         out._finish()
@@ -146,15 +165,18 @@ def _filling(file: BinaryIO, compress: bool) -> Iterator[AtomicOutput]:
 
 
 @contextlib.contextmanager
-def atomic_output(dest: Path, *, compress: bool = False, scratch: bool = False) -> Iterator[AtomicOutput]:
-    """Write `dest` atomically; with `compress`, as deterministic gzip (mtime 0, no file name).
+def atomic_output(
+    dest: Path, *, compress: bool = False, scratch: bool = False, limit: int | None = None
+) -> Iterator[AtomicOutput]:
+    """Write `dest` atomically; with `compress`, as deterministic gzip (mtime 0, no file name); with
+    `limit`, OutputLimitError once the block hands over more bytes than that (before gzip).
 
     With `scratch`, `dest` is already a private temporary that its owner syncs, renames into place and
     removes on failure (`Storage.writing`): it is filled directly. A second temporary beside it would
     add nothing but a second file for a killed worker to leave behind.
     """
     if scratch:
-        with open(dest, "wb") as file, _filling(file, compress) as out:
+        with open(dest, "wb") as file, _filling(file, compress, limit) as out:
             yield out
         return
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -163,7 +185,7 @@ def atomic_output(dest: Path, *, compress: bool = False, scratch: bool = False) 
     try:
         with os.fdopen(fd, "wb") as file:
             os.fchmod(file.fileno(), _file_mode(dest))
-            with _filling(file, compress) as out:
+            with _filling(file, compress, limit) as out:
                 yield out
             file.flush()
             os.fsync(file.fileno())

@@ -1,4 +1,5 @@
-"""The checks between writing the exports and publishing them: `fail_on` and the drop guard.
+"""The checks between writing the exports and publishing them: what the run's files take together
+(`run_max_export_bytes`, export/bounds.py), `fail_on` and the drop guard.
 
 Both look only at what the export jobs measured (`quality`), so they cost
 nothing at publish time. When any export fails a check nothing is published:
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from firefeed import metrics
 from firefeed.errors import ChannelRejectError, DropGuardError, PublishBlockedError
+from firefeed.export.bounds import check_run_bytes
 from firefeed.schema.identifiers import export_tmp_table, published_keys_table
 
 if TYPE_CHECKING:
@@ -98,8 +100,10 @@ def check_publish(
     Every export is checked, so the one error names every export that failed;
     a drop problem makes it a DropGuardError, the one `accept_drop` answers.
     `previous`: each export's definition (export_definition) in the last succeeded run, where
-    known; returns the warnings of drops left unguarded because it changed (P31).
+    known; returns the warnings of drops left unguarded because it changed (P31). First, an
+    ExportError when the files together take more than run_max_export_bytes (no answer publishes them).
     """
+    check_run_bytes(exports)
     by_name = {e.name: e for e in spec.exports}
     warnings: list[str] = []
     drops: list[str] = []

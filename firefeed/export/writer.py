@@ -17,8 +17,9 @@ from sqlalchemy import Engine
 
 from firefeed.db.engine import raw_connection
 from firefeed.errors import ExportError, FireFeedError
-from firefeed.export._atomic import atomic_output
+from firefeed.export._atomic import OutputLimitError, atomic_output
 from firefeed.export._copy import copy_item_groups, copy_items, reads_in_order
+from firefeed.export.bounds import WriteBounds, check_free_space, too_large
 from firefeed.export.delimited import render_delimited
 from firefeed.export.google_xml import XmlGroups, render_google_xml
 from firefeed.export.jsonish import render_json, render_jsonl
@@ -80,6 +81,7 @@ def write_export(
     title: str | None = None,
     lists: ListFields = NO_LISTS,
     scratch: bool = False,
+    bounds: WriteBounds | None = None,
 ) -> ExportResult:
     """Write `export` of the items in `schema.table` to `dest`, replacing it atomically.
 
@@ -90,13 +92,19 @@ def write_export(
     and description are the export's own (`channel_link`, `channel_description`).
     Database and file errors become ExportError naming the export; the
     previous file at `dest` is then untouched. `scratch`: `dest` is a temporary
-    that `Storage.writing` publishes, filled directly (see `atomic_output`).
+    that `Storage.writing` publishes, filled directly (see `atomic_output`). `bounds`: the free space
+    `dest`'s folder must have before a byte is written, and the most bytes the export may write
+    (export/bounds.py); past either an ExportError naming the bound, `dest` untouched.
     """
     columns = output_columns(fields, export, lists)
     rendering = _rendering(export, columns, title)
     where = where_clause(fields, export, lists, ident(schema, table))
+    limit = None
+    if bounds is not None:
+        check_free_space(export.name, dest.parent, bounds)
+        limit = bounds.limit
     try:
-        with atomic_output(dest, compress=export.gzip, scratch=scratch) as out:
+        with atomic_output(dest, compress=export.gzip, scratch=scratch, limit=limit) as out:
             out.write(rendering.head)
             stream = rendering.framing(out)
             if isinstance(stream, XmlGroups):
@@ -118,6 +126,9 @@ def write_export(
             out.write(rendering.tail(rows))
     except FireFeedError:
         raise
+    except OutputLimitError as exc:
+        assert bounds is not None
+        raise too_large(export.name, bounds) from exc
     except psycopg2.Error as exc:
         message = (exc.pgerror or str(exc)).strip()
         raise ExportError(export.name, f"reading the items failed: {message}") from exc

@@ -282,6 +282,7 @@ def export_one(
 ) -> dict[str, Any]:
     """Write one export to the run's partial key beside its final one; `publishing.publish` switches all at once."""
     from firefeed.export import write_export
+    from firefeed.export.bounds import export_bounds
     from firefeed.export.guard import export_definition
     from firefeed.export.quality import Target, measuring
 
@@ -291,6 +292,8 @@ def export_one(
         table, fields = own.table, own.fields
     storage = export_storage(ctx.settings)
     key = export_key(ctx, index)
+    # What it may write, and the free space it needs first (#47): by the items the rules left, its last size.
+    bounds = export_bounds(ctx.settings, own.rows_out if own is not None else rows, storage.size(key))
     # Diagnostics and diff (#9) are measured on their own connection while the file is written (first,
     # on the job's one connection, for a few items: `side_work_first`).
     target = Target(
@@ -313,6 +316,7 @@ def export_one(
             title=ctx.spec.name or ctx.spec.project,
             lists=exp.list_fields,  # the project's, and those the export's own rules make lists
             scratch=True,  # `local` is already the storage's temporary: no second one beside it
+            bounds=bounds,
         )
     return {
         "name": exp.name,

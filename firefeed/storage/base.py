@@ -68,6 +68,11 @@ class Storage(ABC):
     def is_within(self, key: str, prefix: str) -> bool:
         """True when the key's real location is under `prefix/` (a local folder follows its symlinks)."""
 
+    def size(self, key: str) -> int | None:
+        """The key's size in bytes; None when it does not exist or the backend does not say (a remote
+        store: asking costs a request, and the free-space check before an export only needs a guess)."""
+        return None
+
     def put_file(self, src: Path, key: str) -> None:
         """Move a local file into the storage under `key` (the local file is consumed)."""
         with self.writing(key) as target:

@@ -120,6 +120,12 @@ class LocalStorage(Storage):
         outer, target = self._resolve(prefix), self._resolve(key)
         return target != outer and target.is_relative_to(outer)
 
+    def size(self, key: str) -> int | None:
+        try:
+            return self.path(key).stat().st_size
+        except OSError:
+            return None
+
 
 def _mode_of(dest: Path) -> int:
     try:

@@ -38,3 +38,24 @@ def test_celery_uses_the_guarded_transport_for_a_redis_broker(monkeypatch: pytes
         monkeypatch.delenv("FIREFEED_BROKER_URL")
         reset_settings()
         importlib.reload(celeryconfig)
+
+
+def test_celeryconfig_reloaded_without_a_redis_broker_names_no_transport(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A reload keeps a module's old names: a transport left from a Redis broker sent memory:// to localhost:6379.
+    import importlib
+
+    import celeryconfig
+    from firefeed.config import reset_settings
+
+    monkeypatch.setenv("FIREFEED_BROKER_URL", "redis://127.0.0.1:1/15")
+    reset_settings()
+    try:
+        assert importlib.reload(celeryconfig).broker_transport == TRANSPORT
+        monkeypatch.setenv("FIREFEED_BROKER_URL", "memory://")
+        reset_settings()
+        reloaded = importlib.reload(celeryconfig)
+        assert (reloaded.broker_url, reloaded.broker_transport) == ("memory://", None)
+    finally:
+        monkeypatch.delenv("FIREFEED_BROKER_URL")
+        reset_settings()
+        importlib.reload(celeryconfig)
