@@ -99,8 +99,8 @@ class Settings(BaseSettings):
     spec_max_exports: int = Field(default=64, ge=1)
     spec_max_rules: int = Field(default=1000, ge=1)
     spec_max_fields: int = Field(default=1000, ge=1)
-    # What EXPORT may write (export/bounds.py), counted before gzip: per export, on average per item it could
-    # hold (plus 1 MiB for the format's head and tail) and in all; all of a run's exports together; and
+    # What EXPORT may write (export/bounds.py): per export, counted before gzip, on average per item it could
+    # hold (plus 1 MiB for the format's head and tail) and in all; a run's files together, as stored; and
     # the free space the folder written to must keep besides the export's previous size.
     export_max_item_bytes: int = Field(default=64 * 1024, ge=1024)
     export_max_bytes: int = Field(default=64 * 1024**3, ge=1024**2)
