@@ -20,6 +20,7 @@ from firefeed.config import reset_settings
 from firefeed.runs.service import RunStore
 from firefeed.spec.loader import parse_spec
 from tests.integration.conftest import new_company, run_json
+from tests.integration.test_web_page import browser  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.integration
 
@@ -147,3 +148,25 @@ def test_a_preview_whose_answer_would_pass_the_byte_bound_is_cut_under_it_and_sa
     reset_settings()
     whole = http.post(f"/api/projects/{project}/preview?items=40", headers=auth).json()
     assert len(whole["items"]) == 40 and whole["cut"] is None
+
+
+def test_the_web_page_says_when_a_preview_was_cut(
+    browser: Any,  # noqa: F811 (the fixture imported from test_web_page)
+    run_env: Path,
+    tmp_path: Path,
+    base_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    company, auth = new_company()
+    applied(company, tmp_path, wide_feed(tmp_path, 20, 30_000))
+    monkeypatch.setenv("FIREFEED_PREVIEW_MAX_ANSWER_BYTES", str(1 << 20))
+    reset_settings()
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(base_url + "/")
+    page.fill("#token-input", auth["Authorization"].removeprefix("Bearer "))
+    page.click("#login-form button[type=submit]")
+    page.wait_for_selector("#project-pane:not([hidden])", timeout=15_000)
+    page.click("#preview-rules")
+    page.wait_for_selector("#preview-items tbody tr", timeout=15_000)
+    (note,) = page.locator("#preview-warnings li").all_inner_texts()
+    assert note.startswith("cut to stay under FIREFEED_PREVIEW_MAX_ANSWER_BYTES (1,048,576 bytes): shows the sample: ")

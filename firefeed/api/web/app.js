@@ -447,7 +447,10 @@ function previewExport(exp) {
 
 function renderPreview(preview) {
   $("preview-summary").textContent = `${fmtInt(preview.items.length)} item(s), ${fmtSec(preview.duration_s)} s`;
-  $("preview-warnings").replaceChildren(...(preview.warnings || []).map((w) => el("li", {}, "warning: " + w)));
+  $("preview-warnings").replaceChildren(
+    ...(preview.warnings || []).map((w) => el("li", {}, "warning: " + w)),
+    ...(preview.cut ? [el("li", {}, preview.cut)] : []),
+  );
   fill($("preview-rules-table").tBodies[0], previewRuleRows(preview.rules));
   fill($("preview-items").tBodies[0], previewItemRows(preview.items));
   $("preview-exports").replaceChildren(...(preview.exports || []).map(previewExport));
