@@ -115,6 +115,7 @@ async def preview_project(
     The project's tables, runs and exports are untouched, and no lock is taken: a preview may run while a
     run of the project is active. A preview ends within FIREFEED_PREVIEW_DEADLINE_S (504 past it); a company
     runs at most FIREFEED_PREVIEW_PER_COMPANY at once (429) and the server FIREFEED_PREVIEW_POOL_SIZE (503).
+    The answer is at most FIREFEED_PREVIEW_MAX_ANSWER_BYTES: items past it are left out and `cut` says so.
     """
     ids = None
     try:
