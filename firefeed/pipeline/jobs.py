@@ -26,7 +26,7 @@ from firefeed.pipeline.context import RunContext, load_context
 from firefeed.pipeline.heartbeat import Heartbeat
 from firefeed.pipeline.lookups import load_lookups
 from firefeed.runs import contract
-from firefeed.runs.backends import run_statements
+from firefeed.runs.backends import run_statements, terminate_job_backends
 from firefeed.runs.contract import JobKind, JobState, Step
 from firefeed.runs.jobs import JobStore
 
@@ -53,13 +53,27 @@ def run_job(job_id: int, *, settings: Settings | None = None, engine: Engine | N
     settings = settings or get_settings()
     engine = engine or get_engine()
     jobs = JobStore(engine)
-    job = jobs.claim(job_id, lease_s=settings.stale_run_s)
+    job = claim(jobs, job_id, settings=settings, engine=engine)
     if job is None:
         return
     ctx = load_context(job.run_id, settings, engine)
     ok, outcome = _guarded(ctx, job, jobs, lambda: _JOB_FUNCS[job.kind](ctx, job, jobs))
     if ok and outcome is not None:
         _succeed(jobs, job, outcome)
+
+
+def claim(jobs: JobStore, job_id: int, *, settings: Settings, engine: Engine) -> JobState | None:
+    """Claim a job; one taken over from a worker that stopped beating first ends that attempt's backends.
+
+    A worker killed during a statement leaves its backend running it (Postgres notices the lost client
+    only when it next talks to it), holding its locks and its half-written tables: the attempt that
+    takes over must not start beside it (firefeed/runs/backends.py).
+    """
+    job = jobs.claim(job_id, lease_s=settings.stale_run_s)
+    if job is not None and job.attempts > 1:
+        with run_context(run_id=job.run_id, step=job.step):
+            terminate_job_backends(engine, job.run_id, job.step, job.id)
+    return job
 
 
 def run_source_jobs_phased(
@@ -69,7 +83,7 @@ def run_source_jobs_phased(
     settings = settings or get_settings()
     engine = engine or get_engine()
     jobs = JobStore(engine)
-    claimed = [j for j in (jobs.claim(i, lease_s=settings.stale_run_s) for i in job_ids) if j is not None]
+    claimed = [j for j in (claim(jobs, i, settings=settings, engine=engine) for i in job_ids) if j is not None]
     if not claimed:
         return
     ctx = load_context(claimed[0].run_id, settings, engine)

@@ -8,6 +8,10 @@ calls `pg_cancel_backend` on them, so it reaches a statement on any machine: no
 signal to a local process, which could not stop the backend anyway (Celery's time
 limits kill the Python process, and the backend runs its statement to the end).
 
+A job sent again after its worker stopped beating ends its earlier attempt's backends
+before it runs (`terminate_job_backends`): a killed worker's statement would otherwise
+run on, holding its locks.
+
 A job also keeps FIREFEED_STEP_TIME_LIMIT_S itself, from a timer thread, since a
 soft time limit cannot interrupt a thread blocked in a statement.
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -42,8 +47,25 @@ _CANCEL = (
     " AND (application_name = %(name)s OR left(application_name, char_length(%(prefix)s)) = %(prefix)s)"
 )
 
+#: The backends of this database named exactly %(name)s (or below it) that are not idle, ended with
+#: pg_terminate_backend; their pids come back. An idle one of a dead client leaves by itself, and one
+#: of a live process's pool merely still carries the name of the job it last served. The call sits in
+#: the aggregate's FILTER, which sees only the rows the WHERE kept: in the WHERE itself the planner may
+#: evaluate it first (it is the cheapest condition), on every backend of the server.
+_TERMINATE = (
+    "SELECT coalesce(array_agg(pid) FILTER (WHERE pg_terminate_backend(pid)), '{}') FROM pg_stat_activity"
+    " WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle'"
+    " AND (application_name = %(name)s OR left(application_name, char_length(%(prefix)s)) = %(prefix)s)"
+)
+#: Which of %(pids)s are still backends (a terminated one leaves once it has rolled back).
+_ALIVE = "SELECT pid FROM pg_stat_activity WHERE pid = ANY(%(pids)s)"
+
 #: How often a job past its time limit cancels its statements again (it may start another).
 _REPEAT_S = 1.0
+#: How long a resent job waits for its predecessor's backends to leave: a backend rolls back before it
+#: goes, which takes as long as undoing what its statement wrote so far.
+TERMINATE_WAIT_S = 30.0
+_TERMINATE_POLL_S = 0.05
 
 
 def application_name(run_id: str, step: str | None = None, job_id: int | None = None) -> str:
@@ -75,6 +97,35 @@ def cancel_job_backends(engine: Engine, run_id: str, step: str, job_id: int) -> 
     """Cancel the statements of one job's backends (its name exactly: job 12 is not job 123)."""
     name = application_name(run_id, step, job_id)
     return _cancel(engine, name, name + ":")
+
+
+def terminate_job_backends(
+    engine: Engine, run_id: str, step: str, job_id: int, *, wait_s: float = TERMINATE_WAIT_S
+) -> list[int]:
+    """End the backends of an earlier attempt of a job and wait until they are gone; returns their pids.
+
+    Called when a job is claimed from a worker that stopped beating for a lease (killed, frozen, cut off).
+    Postgres runs a dead client's statement to its end, holding its locks, and a frozen worker may wake
+    and write again, so the resent job ends them first: terminated rather than cancelled, a cancel leaves
+    the session (and a transaction of a live worker) in place. Backends still there after `wait_s` are
+    logged; the attempt goes on (its writes commit only with its own claim, `succeed_job`).
+    """
+    name = application_name(run_id, step, job_id)
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        cur.execute(_TERMINATE, {"name": name, "prefix": name + ":"})
+        pids = [int(pid) for pid in cur.fetchone()[0]]
+    left = pids
+    deadline = time.monotonic() + wait_s
+    while left and time.monotonic() < deadline:
+        time.sleep(_TERMINATE_POLL_S)
+        with raw_connection(engine) as conn, conn.cursor() as cur:
+            cur.execute(_ALIVE, {"pids": left})
+            left = [int(row[0]) for row in cur.fetchall()]
+    if pids:
+        log.warning("ended %d backend(s) of an earlier attempt of job %s: %s", len(pids), job_id, pids)
+    if left:
+        log.warning("backend(s) %s of an earlier attempt of job %s were still there after %g s", left, job_id, wait_s)
+    return pids
 
 
 def query_cancel(err: BaseException) -> psycopg2.errors.QueryCanceled | None:

@@ -413,6 +413,8 @@ class JobState:
     claimed_at: datetime | None
     heartbeat_at: datetime | None
     created_at: datetime | None
+    #: How many times the job was claimed: more than once, an earlier worker stopped beating and it was taken over.
+    attempts: int = 0
 
     @property
     def step(self) -> Step:

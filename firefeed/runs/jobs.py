@@ -47,6 +47,7 @@ def _state(row: Any) -> JobState:
         claimed_at=row.claimed_at,
         heartbeat_at=row.heartbeat_at,
         created_at=row.created_at,
+        attempts=int(row.attempts),
     )
 
 
@@ -101,7 +102,9 @@ class JobStore:
         return [by_id[i] for i in job_ids]
 
     def claim(self, job_id: int, *, lease_s: float) -> JobState | None:
-        """PENDING -> RUNNING, or take over a RUNNING job whose claimer stopped beating; None if not ours."""
+        """PENDING -> RUNNING, or take over a RUNNING job whose claimer stopped beating; None if not ours.
+
+        A taken-over job comes back with `attempts` > 1 (only a claim counts one)."""
         rows = self._rows("claim_job", {"id": job_id, "claimed_by": worker_id(), "lease_s": lease_s})
         return _state(rows[0]) if rows else None
 
@@ -122,9 +125,9 @@ class JobStore:
             raise JobLostError(f"job {job_id} is no longer held by {worker_id()}")
 
     def fail(self, job_id: int, error: dict[str, Any]) -> None:
-        """Record a job's failure, unless it already ended (a worker that lost its claim fails after the
-        job was taken over and done: that must not turn a SUCCEEDED job into a FAILED one)."""
-        self._rowcount("fail_job", {"id": job_id, "error": _json(error)})
+        """Record a job's failure, only while this worker holds it (a worker that lost its claim fails after
+        the job was taken over: that must not fail the new attempt, nor turn its SUCCEEDED into FAILED)."""
+        self._rowcount("fail_job", {"id": job_id, "error": _json(error), "claimed_by": worker_id()})
 
     def cancel(self, job_id: int) -> None:
         self._rowcount("cancel_job", {"id": job_id})

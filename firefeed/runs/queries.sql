@@ -13,13 +13,13 @@ RETURNING id, kind, pass_no, idx;
 
 -- get_job --
 -- One job row
-SELECT id, run_id, kind, idx, pass_no, status, params, result, error, claimed_at, heartbeat_at, created_at
+SELECT id, run_id, kind, idx, pass_no, status, params, result, error, claimed_at, heartbeat_at, created_at, attempts
   FROM pipeline_jobs
  WHERE id = %(id)s;
 
 -- job_states --
 -- Several job rows (the caller puts them back in its order)
-SELECT id, run_id, kind, idx, pass_no, status, params, result, error, claimed_at, heartbeat_at, created_at
+SELECT id, run_id, kind, idx, pass_no, status, params, result, error, claimed_at, heartbeat_at, created_at, attempts
   FROM pipeline_jobs
  WHERE id = ANY(%(ids)s);
 
@@ -34,7 +34,7 @@ UPDATE pipeline_jobs
  WHERE id = %(id)s
    AND (status = 'PENDING'
         OR (status = 'RUNNING' AND heartbeat_at < now() - make_interval(secs => %(lease_s)s)))
-RETURNING id, run_id, kind, idx, pass_no, status, params, result, error, claimed_at, heartbeat_at, created_at;
+RETURNING id, run_id, kind, idx, pass_no, status, params, result, error, claimed_at, heartbeat_at, created_at, attempts;
 
 -- heartbeat_job --
 -- The job's worker is alive
@@ -53,11 +53,12 @@ UPDATE pipeline_jobs
    AND claimed_by = %(claimed_by)s;
 
 -- fail_job --
--- A failure, unless the job already ended (a worker that lost its claim must not undo the new holder's SUCCEEDED)
+-- A failure, only while this worker holds the job: one that lost its claim (its backend ended by the attempt
+-- that took over) must not fail the new holder's attempt, nor undo its SUCCEEDED
 UPDATE pipeline_jobs
    SET status = 'FAILED', error = %(error)s::jsonb, finished_at = now()
  WHERE id = %(id)s
-   AND status IN ('PENDING', 'RUNNING');
+   AND (status = 'PENDING' OR (status = 'RUNNING' AND claimed_by = %(claimed_by)s));
 
 -- cancel_job --
 -- A job that will not run (its run was cancelled or its step failed)
