@@ -10,6 +10,10 @@ already says whether a committed run is active: such a request is refused
 without taking the lock at all. That is the common case under a burst (every
 request after the winner's commit) and it costs one statement; the lock and
 the check under it decide only when no run was seen.
+
+The same statement says whether that run's heartbeat is older than the lease: such a
+run lost its driver, and the request takes it over (runs/stale.py) instead of being
+refused, then goes through the lock like any other.
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TypeVar
 
-from sqlalchemy import Connection, bindparam, func, literal, select
+from sqlalchemy import Connection, Interval, bindparam, func, literal, select
 from sqlalchemy.orm import Session
 
 from firefeed.db.models import PipelineRun, Project
@@ -44,18 +49,33 @@ _ACTIVE_RUN = (
     .where(PipelineRun.project_id == bindparam("project_id"), PipelineRun.status.in_([literal(s) for s in ACTIVE]))
     .limit(1)
 )
-_HEAD = select(Project.company_id, Project.spec_version_id, _ACTIVE_RUN.scalar_subquery().label("active_run_id")).where(
-    Project.id == bindparam("project_id")
+# The active run when it is RUNNING and its heartbeat is older than the lease: its driver is gone (runs/stale.py).
+_STALE_RUN = (
+    select(PipelineRun.id)
+    .where(
+        PipelineRun.project_id == bindparam("project_id"),
+        PipelineRun.status == literal("RUNNING"),
+        PipelineRun.heartbeat_at < func.now() - bindparam("lease", type_=Interval()),
+    )
+    .limit(1)
 )
+_HEAD = select(
+    Project.company_id,
+    Project.spec_version_id,
+    _ACTIVE_RUN.scalar_subquery().label("active_run_id"),
+    _STALE_RUN.scalar_subquery().label("stale_run_id"),
+).where(Project.id == bindparam("project_id"))
 
 
 @dataclass(frozen=True)
 class ProjectHead:
-    """What a run request needs of its project: owner, current spec version, the active run if any."""
+    """What a run request needs of its project: owner, current spec version, the active run if any, and that
+    run again when its driver stopped beating for longer than the lease (it is taken over, not waited for)."""
 
     company_id: str
     spec_version_id: int | None
     active_run_id: str | None
+    stale_run_id: str | None = None
 
 
 def project_lock_key(project_id: str) -> int:
@@ -63,8 +83,9 @@ def project_lock_key(project_id: str) -> int:
     return int.from_bytes(hashlib.sha256(project_id.encode("utf-8")).digest()[:8], "big", signed=True)
 
 
-def project_head(conn: Connection, project_id: str) -> ProjectHead | None:
-    """The project's owner, spec version and committed active run, in one statement; None when unknown.
+def project_head(conn: Connection, project_id: str, *, lease_s: float) -> ProjectHead | None:
+    """The project's owner, spec version and committed active run (stale: without a heartbeat for
+    `lease_s`), in one statement; None when unknown.
 
     The statement runs outside any transaction: a refusal then costs one round trip, not a BEGIN, the
     query and a ROLLBACK. The connection is transactional again afterwards, ready for the lock. The
@@ -75,14 +96,15 @@ def project_head(conn: Connection, project_id: str) -> ProjectHead | None:
     assert dbapi is not None
     dbapi.autocommit = True
     try:
-        row = conn.execute(_HEAD, {"project_id": project_id}).one_or_none()
+        row = conn.execute(_HEAD, {"project_id": project_id, "lease": timedelta(seconds=lease_s)}).one_or_none()
     finally:
         conn.rollback()  # ends SQLAlchemy's record of the statement; in autocommit nothing is sent
         dbapi.autocommit = False
     if row is None:
         return None
     active = str(row.active_run_id) if row.active_run_id is not None else None
-    return ProjectHead(row.company_id, row.spec_version_id, active)
+    stale = str(row.stale_run_id) if row.stale_run_id is not None else None
+    return ProjectHead(row.company_id, row.spec_version_id, active, stale)
 
 
 def active_run_id(db: Db, project_id: str) -> str | None:

@@ -20,7 +20,7 @@ from sqlalchemy.engine import Engine
 
 from firefeed import metrics
 from firefeed.db.engine import get_engine, session_factory
-from firefeed.db.models import PipelineRun, PipelineStep, Project, SpecVersion
+from firefeed.db.models import PipelineRun, Project, SpecVersion
 from firefeed.errors import NotFoundError, PipelineBusyError
 from firefeed.logging import run_context
 from firefeed.spec.cron import Cron
@@ -257,87 +257,35 @@ def resend_pending_runs(
 
 
 def reap_stale_runs(engine: Engine | None = None, stale_after_s: float | None = None) -> list[str]:
-    """Mark FAILED every RUNNING run whose heartbeat is older than `stale_after_s` (FIREFEED_STALE_RUN_S).
+    """Take over and fail every RUNNING run whose heartbeat is older than `stale_after_s` (FIREFEED_STALE_RUN_S).
 
     The driver of such a run is gone (its worker crashed, was killed or lost the
-    database), and the run would hold its project's lock forever. The status
-    changes only if the heartbeat is still stale in the same statement, so a
-    run whose driver beats again is left alone. Its pending jobs are cancelled
-    and its rules_tmp tables dropped.
+    database), and the run would hold its project's lock until someone asks for
+    the project again: the sweep for projects nobody asks for. Each run is ended by
+    the same takeover an entry point uses (runs/stale.py), decided under the
+    project's lock and only while the heartbeat is still stale, so a run whose
+    driver beats again is left alone.
     """
     from firefeed.config import get_settings
-    from firefeed.runs.jobs import JobStore
-    from firefeed.runs.report import build_report
-    from firefeed.runs.service import RunStore
-    from firefeed.schema.service import SchemaService
+    from firefeed.runs.stale import take_over_stale_run
 
     engine = engine or get_engine()
     stale_after_s = stale_after_s if stale_after_s is not None else get_settings().stale_run_s
-    message = (
-        f"no heartbeat for more than {stale_after_s:g}s: the worker driving the run stopped "
-        "(crashed, killed, or lost the database); the reaper marked it failed, start a new run"
-    )
-    reaped: list[str] = []
-    sessions = session_factory(engine)
-    with sessions() as s:
-        candidates = s.execute(
-            select(PipelineRun.id).where(
-                PipelineRun.status == "RUNNING",
-                PipelineRun.heartbeat_at < func.now() - text("make_interval(secs => :stale)"),
-            ),
-            {"stale": stale_after_s},
-        ).scalars()
-        candidate_ids = list(candidates)
-    store = RunStore(engine)
-    for key in candidate_ids:
-        run_id = str(key)
-        with sessions() as s, s.begin():
-            step = s.execute(
-                select(PipelineStep.step).where(PipelineStep.run_id == key, PipelineStep.status == "RUNNING")
-            ).scalar()
-            error = {"step": step, "type": "StaleRun", "message": message}
-            row = s.execute(
-                update(PipelineRun)
-                .where(
-                    PipelineRun.id == key,
+    with session_factory(engine)() as s:
+        candidates = list(
+            s.execute(
+                select(PipelineRun.id).where(
                     PipelineRun.status == "RUNNING",
                     PipelineRun.heartbeat_at < func.now() - text("make_interval(secs => :stale)"),
-                )
-                .values(status="FAILED", finished_at=func.now(), error=error)
-                .returning(PipelineRun.trigger, PipelineRun.company_id, PipelineRun.started_at, PipelineRun.finished_at)
-                .execution_options(synchronize_session=False),
+                ),
                 {"stale": stale_after_s},
-            ).one_or_none()
-        if row is None:
-            continue  # it beat again, or ended, since the first read
-        trigger, company, started_at, finished_at = row
-        with run_context(run_id=run_id, company=company):
-            JobStore(engine).cancel_pending(run_id)
-            SchemaService(engine).drop_rules_tmp_for_run(company, run_id)
-            _discard_run_files(run_id, engine)
-            # The same FAILED status again, now with the report (steps still RUNNING become FAILED).
-            store.finish_run(run_id, "FAILED", report=build_report(store, run_id), error=error)
-            metrics.run_finished(trigger, "FAILED", started_at, finished_at)
-            log.warning("reaped stale run: %s", message)
-        reaped.append(run_id)
-    if reaped:
-        metrics.runs_reaped(len(reaped))
-    return reaped
-
-
-def _discard_run_files(run_id: str, engine: Engine) -> None:
-    """What the dead driver would have cleaned: unpublished exports and downloads, removed through the storage.
-
-    With FIREFEED_STORAGE_URL set they are reachable from any machine; with the
-    default local folders only this machine's copies can be removed.
-    """
-    from firefeed.pipeline.context import load_context
-    from firefeed.pipeline.steps import cleanup
-
-    try:
-        cleanup(load_context(run_id, engine=engine))
-    except Exception:  # a spec that no longer parses, storage out of reach: nothing more to do here
-        log.warning("could not remove the reaped run's files", exc_info=True)
+            ).scalars()
+        )
+    return [
+        str(key)
+        for key in candidates
+        if take_over_stale_run(str(key), by="the reaper", stale_after_s=stale_after_s, engine=engine)
+    ]
 
 
 # -- history ---------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import uuid
@@ -21,9 +22,11 @@ from firefeed.db.engine import get_engine, raw_connection, session_factory
 from firefeed.db.models import Company, Export, PipelineRun, PipelineStep, Project, Rule, Source, SpecVersion
 from firefeed.db.sqlfile import load_queries
 from firefeed.errors import NotFoundError, PipelineBusyError, RunCancelledError
+from firefeed.runs.contract import RunStatus
 from firefeed.runs.lock import ACTIVE, Db, active_run_id, project_head, with_project_pipeline_lock
 from firefeed.runs.spec_versions import spec_digest as spec_digest  # its old home: callers import it here
 from firefeed.runs.spec_versions import store_version
+from firefeed.runs.stale import take_over_stale_run
 from firefeed.runs.statements import HeldConnection, run_statement
 from firefeed.secrets.references import check_spec as check_references
 from firefeed.secrets.references import origin_of
@@ -215,10 +218,16 @@ class RunStore:
         """
         if trigger not in TRIGGERS:
             raise ValueError(f"unknown trigger {trigger!r}")
+        lease_s = get_settings().stale_run_s
         with self.engine.connect() as conn:
-            head = project_head(conn, project_id)
+            head = project_head(conn, project_id, lease_s=lease_s)
             if head is None or (company is not None and head.company_id != company):
                 raise NotFoundError(f"unknown project {project_id!r}")
+            if head.stale_run_id is not None:
+                # Its driver is gone (killed, crashed): ended here rather than waited for, so no entry
+                # point needs beat's reaper to get its project back. Then the lock decides as usual.
+                take_over_stale_run(head.stale_run_id, by=f"a new run request ({trigger})", engine=self.engine)
+                head = dataclasses.replace(head, active_run_id=None)
             values = {
                 "project_id": project_id,
                 "company_id": head.company_id,
@@ -304,6 +313,8 @@ class RunStore:
 
         Then the statements the run's backends are running are cancelled, wherever its
         workers are: the jobs see the flag when their statement fails (firefeed/runs/backends.py).
+        A RUNNING run whose driver stopped beating for longer than the lease has no one left to see
+        the flag: it is taken over and ended CANCELLED here (firefeed/runs/stale.py).
         """
         with self.sessions() as s, s.begin():
             run = s.get(PipelineRun, uuid.UUID(run_id), with_for_update=True)
@@ -315,6 +326,10 @@ class RunStore:
                     run.status, run.finished_at = "CANCELLED", now()
                     metrics.run_finished(run.trigger, "CANCELLED", None, None)  # metrics (#5)
             status = run.status
+        if status == "RUNNING" and take_over_stale_run(
+            run_id, by="a cancel", status=RunStatus.CANCELLED, engine=self.engine
+        ):
+            return self.run(run_id).status  # CANCELLED, or SUCCEEDED when it had recorded its publish
         if status == "RUNNING":
             from firefeed.runs.backends import cancel_run_backends
 
