@@ -69,8 +69,8 @@ class Storage(ABC):
         """True when the key's real location is under `prefix/` (a local folder follows its symlinks)."""
 
     def size(self, key: str) -> int | None:
-        """The key's size in bytes; None when it does not exist or the backend does not say (a remote
-        store: asking costs a request, and the free-space check before an export only needs a guess)."""
+        """The key's size in bytes; None when it does not exist or the backend cannot say (the free-space
+        check before an export takes it as a guess of what the export writes again)."""
         return None
 
     def put_file(self, src: Path, key: str) -> None:

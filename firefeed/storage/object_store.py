@@ -136,6 +136,13 @@ class ObjectStorage(Storage):
         start = len(self.root) + 1
         return sorted(str(p)[start:] for p in found)
 
+    def size(self, key: str) -> int | None:
+        full = self._full(key)
+        try:
+            return int(self.fs.size(full))
+        except Exception:  # missing, or the store cannot say now: the free-space check falls back to its minimum
+            return None
+
     def is_within(self, key: str, prefix: str) -> bool:
         # Objects have no symlinks: a checked key is where its name says.
         return check_key(key).startswith(check_key(prefix) + "/")

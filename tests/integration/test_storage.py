@@ -82,6 +82,7 @@ def test_a_written_file_is_read_back_whole_listed_and_found(storage: Storage, tm
     assert storage.list("acme/p1") == ["acme/p1/feeds/out.csv"]
     assert storage.list("acme/nothing") == []
     assert storage.url("acme/p1/feeds/out.csv").endswith("/acme/p1/feeds/out.csv")
+    assert (storage.size("acme/p1/feeds/out.csv"), storage.size("acme/p1/feeds/other.csv")) == (300_000, None)
     assert _spool_files(tmp_path) == []
 
 
