@@ -374,3 +374,36 @@ def _job_stale(engine: Engine, job: int) -> bool:
     query = text("SELECT now() - heartbeat_at > make_interval(secs => :lease) FROM pipeline_jobs WHERE id = :id")
     with engine.connect() as conn:
         return bool(conn.execute(query, {"lease": LEASE_S, "id": job}).scalar())
+
+
+@pytest.mark.parametrize(("moment", "ended"), [("unrecorded", "FAILED"), ("switched-1", "SUCCEEDED")])
+def test_a_new_run_finishes_or_discards_the_publish_a_killed_run_left_half_done(
+    env: dict[str, str], engine: Engine, tmp_path: Path, moment: str, ended: str
+) -> None:
+    """Killed before its publish's commit point, the run is failed; after it, the takeover finishes it."""
+    company, project = "stale_" + uuid.uuid4().hex[:6], "p_" + uuid.uuid4().hex[:10]
+    folder = tmp_path / "spec"
+    folder.mkdir()
+    write_csv(folder / "main.csv", ["id", "title", "quantity"], [["A1", "Shoe", "0"], ["A2", "Boot", "4"]])
+    spec = folder / "spec.json"
+    spec.write_text(json.dumps(spec_of(company, project)), encoding="utf-8")
+    pause = tmp_path / "pause"  # the publish stops at `moment` while its hold file exists (pipeline/publishing.py)
+    pause.mkdir()
+    (pause / f"{moment}.hold").touch()
+    doomed = _spawn(env | {"FIREFEED_TEST_PUBLISH_PAUSE_DIR": str(pause)}, tmp_path, "run", str(spec))
+    try:
+        wait_for(lambda: (pause / f"{moment}.reached").exists() or doomed.poll() is not None, timeout=120)
+        assert doomed.poll() is None, "the run ended before it was held"
+    finally:
+        _kill(doomed)
+    (dead,) = [str(r.id) for r in RunStore().runs_of_project(project)]
+    _wait_stale(engine, dead)
+    second = _spawn(env, tmp_path, "run", str(spec))
+    _, err = second.communicate(timeout=120)
+    assert second.returncode == 0, err.decode()
+    run = RunStore().run(dead)
+    assert run.status == ended, run.error
+    if ended == "FAILED":
+        assert run.error is not None and run.error["type"] == "StaleRun", run.error
+    else:
+        assert run.error is None and run.report is not None and run.report["status"] == "SUCCEEDED"
