@@ -38,6 +38,20 @@ SELECT schemaname, tablename
  WHERE schemaname = %(schema)s
    AND tablename LIKE %(tables)s;
 
+-- run_views --
+-- Run-scoped views (rules_tmp_*: a pass computed on read, a view of parts) of every company
+SELECT schemaname, viewname
+  FROM pg_views
+ WHERE schemaname LIKE %(schemas)s
+   AND viewname LIKE %(views)s;
+
+-- run_views_of_schema --
+-- Run-scoped views of one company schema
+SELECT schemaname, viewname
+  FROM pg_views
+ WHERE schemaname = %(schema)s
+   AND viewname LIKE %(views)s;
+
 -- tables_named --
 -- Which of these tables exist in one company schema
 SELECT tablename

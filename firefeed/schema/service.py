@@ -475,6 +475,20 @@ class SchemaService:
         """(schema, table) of every rules pass table, of one company or all."""
         return self._run_tables(RULES_TMP_PREFIX, company)
 
+    def list_rules_tmp_views(self, company: str | None = None) -> list[tuple[str, str]]:
+        """(schema, view) of every rules pass view and view of parts, of one company or all.
+
+        Dropping the run's tables (CASCADE) does not reach a view that reads none of them: a pass
+        computed on read over the items table or the rules' kept result. Left, such a view would stop
+        the next MERGE's DROP of the items table (and hold the kept result)."""
+        if company is None:
+            params = {"schemas": _like_prefix(COMPANY_SCHEMA_PREFIX), "views": _like_prefix(RULES_TMP_PREFIX)}
+            rows = self._query(_sql("run_views"), params)
+        else:
+            params = {"schema": company_schema(company), "views": _like_prefix(RULES_TMP_PREFIX)}
+            rows = self._query(_sql("run_views_of_schema"), params)
+        return [(r[0], r[1]) for r in rows]
+
     def count_rules_tmp(self, *, conn: Any = None) -> int:
         """How many rules pass tables of every company are alive (live runs' and orphans not yet dropped).
 
@@ -484,7 +498,10 @@ class SchemaService:
         return int(self._query(_sql("count_run_tables"), params, conn=conn)[0][0])
 
     def drop_rules_tmp_for_run(self, company: str, run_id: str) -> int:
-        """Drop every pass table of one run; called when the run ends, whatever the outcome."""
+        """Drop every pass table and view of one run; called when the run ends, whatever the outcome."""
+        for schema, view in self.list_rules_tmp_views(company):
+            if run_id_of_tmp_table(view) == run_id:
+                self._ddl(sql.SQL("DROP VIEW IF EXISTS {} CASCADE").format(ident(schema, view)))
         dropped = 0
         for schema, table in self.list_rules_tmp(company):
             if run_id_of_tmp_table(table) == run_id:
@@ -500,7 +517,9 @@ class SchemaService:
         lock on the run row, so a run that is still going never loses its table.
         """
         dropped: list[str] = []
-        for schema, table in self.list_rules_tmp() + self.list_export_tmp():
+        views = [(schema, view, "VIEW") for schema, view in self.list_rules_tmp_views()]
+        tables = [(schema, table, "TABLE") for schema, table in self.list_rules_tmp() + self.list_export_tmp()]
+        for schema, table, kind in views + tables:
             run_id = run_id_of_tmp_table(table)
             try:
                 with raw_connection(self.engine) as conn, conn.cursor() as cur:
@@ -511,7 +530,7 @@ class SchemaService:
                     if live:
                         continue
                     # No IF EXISTS: a table its own run dropped since the listing is not counted as an orphan.
-                    cur.execute(sql.SQL("DROP TABLE {} CASCADE").format(ident(schema, table)))
+                    cur.execute(sql.SQL("DROP {} {} CASCADE").format(sql.SQL(kind), ident(schema, table)))
             except pg_errors.UndefinedTable:
                 continue
             dropped.append(f"{schema}.{table}")

@@ -119,6 +119,38 @@ def test_values_read_what_the_latest_succeeded_run_kept_not_the_items_a_failed_r
     assert cli("values", project, "nope")[0] == 2
 
 
+def test_a_project_whose_result_is_computed_from_its_items_runs_again_and_has_its_values(
+    run_env: Path, tmp_path: Path, engine: Engine
+) -> None:
+    """The lone export's own rules read the project's result once, so its one pass (no `when`) is a view
+    over the items table: nothing of it can be kept, and the run's end must drop it, or the next MERGE
+    cannot rebuild the items."""
+    company, project = "values_viewed", "viewed_" + uuid.uuid4().hex[:8]
+    write_csv(tmp_path / "main.csv", ["id", "cat"], [["1", "a"], ["2", "b"], ["3", "a"]])
+    spec: dict[str, Any] = {
+        "company": company,
+        "project": project,
+        "sources": [{"name": "main", "url": "main.csv"}],
+        "rules": [{"name": "upper", "then": [{"uppercase": "cat"}]}],
+        "exports": [
+            {
+                "name": "e",
+                "format": "csv",
+                "path": "e.csv",
+                "rules": [{"name": "x", "then": [{"set": "x", "value": "1"}]}],
+            }
+        ],
+    }
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    for _ in range(2):
+        code, report = run_json(path)
+        assert code == 0, report["error"]
+        assert _relations(engine, company, RULES_TMP_PREFIX) == []
+    assert _relations(engine, company, RESULT_PREFIX) == []
+    assert _values(project) == (report["run_id"], [["A", 2], ["B", 1]])
+
+
 RULES = [
     {"name": "vat", "then": [{"math": "price", "op": "multiply", "value": "1.22", "round": "2"}]},
     {"name": "cheap", "when": {"field": "price", "op": "lt", "value": "20"}, "then": [{"exclude": "true"}]},
@@ -169,7 +201,7 @@ def test_a_result_is_kept_with_every_table_it_reads_or_not_at_all(
             assert cur.fetchone() == expected
     else:
         assert kept is None
-        schema._ddl(sql.SQL("DROP VIEW {}").format(ident(company_schema(company), result.table)))
+        assert not schema.table_exists(company, result.table)  # the run's end dropped its view over the items
     schema.drop_table(company, items)  # nothing kept reads the items table: the next MERGE may rebuild it
     assert schema.drop_kept_results(company, "p") == ([kept] if keeps else [])
     assert [r for r in _relations(engine, company, RESULT_PREFIX) if run_id.replace("-", "") in r] == []
