@@ -17,9 +17,15 @@ from sqlalchemy import Engine
 
 from firefeed.config import reset_settings
 from firefeed.db.engine import dispose_engines, get_engine
+from tests.redis_server import stop_session_redis
 from tests.services import admin_url, database_url_for
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The session's own Redis ends with the session (atexit and the kernel cover a crash)."""
+    stop_session_redis()
 
 
 def _admin_execute(statement: str) -> None:

@@ -1,11 +1,13 @@
 """Which local services the test session can use: Postgres and Redis on 127.0.0.1, or the fallbacks.
 
 `make test` runs anywhere (issue 7): Postgres on 127.0.0.1:5432 when it answers, else
-FireFeed's embedded Postgres; Redis on 127.0.0.1:6379 when it answers, else Celery's
-in-memory broker with in-process workers. Only the tests that truly need a broker
-shared between processes are marked `requires_shared_broker` (or `requires_redis` when
-they read Redis itself); the README lists them. The probes use the TCP addresses the
-tests use, never a unix socket.
+FireFeed's embedded Postgres. Redis is the session's own (#48): a `redis-server` it starts on a
+free port when the program exists (tests/redis_server.py), never the machine's 127.0.0.1:6379,
+whose databases the tests would empty; FIREFEED_TEST_REDIS_URL names another Redis instead.
+Without either, Celery's in-memory broker with in-process workers. Only the tests that truly
+need a broker shared between processes are marked `requires_shared_broker` (or
+`requires_redis` when they read Redis itself); the README lists them. The probes use the TCP
+addresses the tests use, never a unix socket.
 
 FIREFEED_TEST_BROKER selects another broker for every Celery test, e.g.
 `FIREFEED_TEST_BROKER=amqp://guest:guest@127.0.0.1:5672//` for the RabbitMQ pass CI runs
@@ -16,6 +18,7 @@ RabbitMQ: only callers of `firefeed.pipeline.trigger` wait for a result.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 from functools import cache
@@ -24,8 +27,32 @@ from urllib.parse import urlparse
 
 import pytest
 
+from tests.redis_server import start_session_redis
+
 TCP_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-REDIS_URL = os.environ.get("FIREFEED_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+#: where no Redis is: a port nothing listens on, so a test that still reaches for Redis fails at once
+NO_REDIS = "redis://127.0.0.1:1"
+#: the `redis-server` the session starts its own Redis with; FIREFEED_TEST_REDIS_SERVER="" starts none
+REDIS_SERVER = os.environ.get("FIREFEED_TEST_REDIS_SERVER", shutil.which("redis-server") or "")
+
+
+def _session_redis_url() -> str:
+    """FIREFEED_TEST_REDIS_URL when set; else a Redis of this session's own (database 13), else NO_REDIS.
+
+    The URL of the one it starts goes into FIREFEED_TEST_REDIS_URL, so processes the tests start
+    (and a pytest inside this one) use this server rather than start theirs.
+    """
+    explicit = os.environ.get("FIREFEED_TEST_REDIS_URL")
+    if explicit:
+        return explicit
+    if not REDIS_SERVER:
+        return NO_REDIS + "/13"
+    url = start_session_redis(REDIS_SERVER).url + "/13"
+    os.environ["FIREFEED_TEST_REDIS_URL"] = url
+    return url
+
+
+REDIS_URL = _session_redis_url()
 MEMORY_BROKER = "memory://"
 TEST_BROKER = os.environ.get("FIREFEED_TEST_BROKER", "").strip()
 AMQP_SCHEMES = ("amqp://", "amqps://", "pyamqp://")
@@ -42,9 +69,16 @@ def _tcp_answers(host: str, port: int, timeout: float = 1.0) -> bool:
         return False
 
 
+def redis_db(db: int) -> str:
+    """The session's Redis, database `db`: each test file that runs workers keeps its own (7 to 15)."""
+    return urlparse(REDIS_URL)._replace(path=f"/{db}").geturl()
+
+
 @cache
 def redis_available() -> bool:
-    """Redis answers a PING at the tests' Redis address (127.0.0.1:6379 unless FIREFEED_TEST_REDIS_URL)."""
+    """The session's Redis (its own, or FIREFEED_TEST_REDIS_URL's) answers a PING."""
+    if REDIS_URL.startswith(NO_REDIS + "/"):
+        return False
     parsed = urlparse(REDIS_URL)
     host, port = parsed.hostname or "127.0.0.1", parsed.port or 6379
     if not _tcp_answers(host, port):
@@ -61,7 +95,8 @@ def redis_available() -> bool:
         return False
 
 
-requires_redis = pytest.mark.skipif(not redis_available(), reason="Redis not reachable on 127.0.0.1:6379")
+NO_REDIS_REASON = "no Redis: redis-server is not on PATH and FIREFEED_TEST_REDIS_URL is unset"
+requires_redis = pytest.mark.skipif(not redis_available(), reason=NO_REDIS_REASON)
 """For the few tests that read Redis itself (queue depth from its lists): they skip without it."""
 
 
@@ -80,7 +115,7 @@ def shared_broker_available() -> bool:
 
 requires_shared_broker = pytest.mark.skipif(
     not shared_broker_available(),
-    reason="no broker shared between processes: Redis not reachable on 127.0.0.1:6379 and FIREFEED_TEST_BROKER unset",
+    reason=f"no broker shared between processes ({NO_REDIS_REASON}, and FIREFEED_TEST_BROKER too)",
 )
 """For tests that need worker processes on one broker (Redis or the selected one); they skip without one."""
 

@@ -7,14 +7,14 @@ from kombu import Connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from firefeed.tasks.broker import TRANSPORT, Transport
-from tests.services import requires_redis
+from tests.services import redis_db, requires_redis
 
 pytestmark = pytest.mark.integration
 
 
 @requires_redis
 def test_a_channel_of_a_closed_connection_raises_a_connection_error_not_attribute_error() -> None:
-    conn = Connection("redis://127.0.0.1:6379/15", transport=TRANSPORT)
+    conn = Connection(redis_db(15), transport=TRANSPORT)
     assert isinstance(conn.transport, Transport)
     channel = conn.default_channel  # no Redis command is sent: creating the client is lazy
     channel.connection.client = None  # what kombu leaves behind when it closes a lost connection

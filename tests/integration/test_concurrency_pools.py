@@ -25,12 +25,12 @@ from firefeed.spec.loader import load_spec_file
 from firefeed.tasks.queues import queue_of_worker
 from tests.integration.celery_workers import celery_workers, flush_broker, use_broker
 from tests.integration.test_distributed import wait_finished
-from tests.services import broker_url, requires_shared_broker
+from tests.services import broker_url, redis_db, requires_shared_broker
 
 pytestmark = pytest.mark.integration
 
 # Redis database of these tests (the fleet tests use 10, metrics 11, triggers 12, the distributed tests 13).
-POOLS_REDIS_URL = os.environ.get("FIREFEED_TEST_POOLS_REDIS_URL", "redis://127.0.0.1:6379/8")
+POOLS_REDIS_URL = os.environ.get("FIREFEED_TEST_POOLS_REDIS_URL", redis_db(8))
 HOLD_S = 10.0
 
 

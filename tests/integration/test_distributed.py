@@ -33,7 +33,7 @@ from tests.integration.celery_workers import (
     worker_env,
 )
 from tests.integration.conftest import run_json, write_csv
-from tests.services import broker_url, is_amqp, requires_shared_broker, shared_broker_available
+from tests.services import broker_url, is_amqp, redis_db, requires_shared_broker, shared_broker_available
 
 pytestmark = pytest.mark.integration
 
@@ -443,7 +443,7 @@ def test_one_in_process_worker_for_every_queue_runs_a_project_without_deadlock(
     monkeypatch.setenv("FIREFEED_EXPORT_DIR", str(tmp_path / "exports"))
     monkeypatch.setenv("FIREFEED_DATA_DIR", str(tmp_path / "var"))
     reset_settings()
-    url = broker_url(REDIS_URL.rsplit("/", 1)[0] + "/9")
+    url = broker_url(redis_db(9))
     flush_broker(url)
     use_broker(url)
     spec_path = _spec(tmp_path, "acme", "one_process")
@@ -465,7 +465,7 @@ def test_every_concurrency_set_to_one_with_one_worker_per_queue_does_not_deadloc
     from firefeed.spec.loader import load_spec_file
     from tests.integration.celery_workers import use_broker
 
-    url = broker_url(REDIS_URL.rsplit("/", 1)[0] + "/8")
+    url = broker_url(redis_db(8))
     env = dict(
         os.environ,
         FIREFEED_DATABASE_URL=database_url,

@@ -29,11 +29,11 @@ from firefeed.tasks.dispatch import enqueue_run
 from tests.integration.celery_workers import celery_workers, flush_broker, use_broker
 from tests.integration.conftest import write_csv
 from tests.integration.test_api import spec_of
-from tests.services import broker_url, requires_shared_broker
+from tests.services import broker_url, redis_db, requires_shared_broker
 
 pytestmark = [pytest.mark.integration, requires_shared_broker]
 
-LOST_REDIS_URL = "redis://127.0.0.1:6379/7"
+LOST_REDIS_URL = redis_db(7)
 LEASE_S = 2.0
 
 

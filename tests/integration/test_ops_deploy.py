@@ -15,7 +15,7 @@ import yaml
 
 from firefeed import metrics
 from tests.integration.celery_workers import FIREFEED, celery_workers, flush_broker, worker_env
-from tests.services import broker_url, redis_available, requires_shared_broker
+from tests.services import broker_url, redis_available, redis_db, requires_shared_broker
 from tests.unit.test_metrics import PROMTOOL_HINT
 
 pytestmark = pytest.mark.integration
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 QUEUES = ("pipeline", "import", "rules", "export", "control")
-DOCTOR_REDIS_URL = "redis://127.0.0.1:6379/11"
+DOCTOR_REDIS_URL = redis_db(11)
 
 
 def doctor(database_url: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:

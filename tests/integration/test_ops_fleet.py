@@ -19,13 +19,13 @@ from firefeed.spec.loader import load_spec_file
 from tests.integration.celery_workers import FIREFEED, celery_workers, flush_broker
 from tests.integration.conftest import write_csv
 from tests.ports import free_ports
-from tests.services import broker_url, requires_shared_broker
+from tests.services import broker_url, redis_db, requires_shared_broker
 from tests.unit.test_metrics import promtool_check
 
 pytestmark = pytest.mark.integration
 
 # Redis database of these tests (the distributed tests use 13, the trigger tests 12, the metrics tests 11).
-FLEET_REDIS_URL = os.environ.get("FIREFEED_TEST_FLEET_REDIS_URL", "redis://127.0.0.1:6379/10")
+FLEET_REDIS_URL = os.environ.get("FIREFEED_TEST_FLEET_REDIS_URL", redis_db(10))
 FLOWER_AUTH = ("ops", "flower-secret")
 
 

@@ -23,13 +23,13 @@ from firefeed.runs.service import RunStore
 from firefeed.schema.service import SchemaService
 from firefeed.spec.loader import load_spec_file
 from tests.integration.conftest import write_csv
-from tests.services import requires_redis
+from tests.services import redis_db, requires_redis
 from tests.unit.test_metrics import promtool_check
 
 pytestmark = pytest.mark.integration
 
 # Redis database of these tests (the distributed tests use 13, the trigger tests 12).
-METRICS_REDIS_URL = "redis://127.0.0.1:6379/11"
+METRICS_REDIS_URL = redis_db(11)
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

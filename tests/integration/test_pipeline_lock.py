@@ -30,12 +30,12 @@ from tests.integration.celery_workers import (
     worker_env,
 )
 from tests.integration.conftest import write_csv
-from tests.services import MEMORY_BROKER, backend_for, broker_url, requires_shared_broker
+from tests.services import MEMORY_BROKER, backend_for, broker_url, redis_db, requires_shared_broker
 
 pytestmark = pytest.mark.integration
 
 # Its own Redis database: the distributed tests use 13, and this test flushes what it used.
-TRIGGER_REDIS_URL = os.environ.get("FIREFEED_TEST_TRIGGER_REDIS_URL", "redis://127.0.0.1:6379/12")
+TRIGGER_REDIS_URL = os.environ.get("FIREFEED_TEST_TRIGGER_REDIS_URL", redis_db(12))
 # "Immediately": a refused request must not wait for the winner's run, only for its commit.
 IMMEDIATE_S = 2.0
 

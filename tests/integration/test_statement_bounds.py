@@ -31,7 +31,7 @@ from firefeed.runs.service import RunStore
 from firefeed.spec.loader import parse_spec
 from tests.integration.celery_workers import celery_workers, flush_broker, in_process_worker, use_broker, worker_env
 from tests.integration.conftest import run_json, write_csv
-from tests.services import broker_url, shared_broker_available
+from tests.services import broker_url, redis_db, shared_broker_available
 
 pytestmark = pytest.mark.integration
 
@@ -43,7 +43,7 @@ CANCELLED_WITHIN_S = 10.0
 #: how long a statement must have run to count as the slow one (the pipeline's others take milliseconds)
 LONG_RUNNING_S = 2.0
 # Its own Redis database: other tests use 10 to 13 and flush theirs.
-BOUNDS_REDIS_URL = os.environ.get("FIREFEED_TEST_BOUNDS_REDIS_URL", "redis://127.0.0.1:6379/9")
+BOUNDS_REDIS_URL = os.environ.get("FIREFEED_TEST_BOUNDS_REDIS_URL", redis_db(9))
 
 
 def long_value(seed: int) -> str:

@@ -26,7 +26,6 @@ from firefeed.config import reset_settings
 from firefeed.tasks.queues import ALL_QUEUES
 from tests.integration.celery_workers import (
     FIREFEED,
-    REDIS_URL,
     flush_redis,
     kill_worker,
     spawn_worker,
@@ -34,9 +33,10 @@ from tests.integration.celery_workers import (
     use_broker,
     wait_answering,
 )
+from tests.services import redis_db
 
 QUEUES = ALL_QUEUES  # the control worker too: triggers, beat's tick and maintenance
-FLEET_REDIS_URL = REDIS_URL.rsplit("/", 1)[0] + "/6"
+FLEET_REDIS_URL = redis_db(6)
 # libpq names every connection the fleet's processes open, so the leak check counts theirs alone.
 FLEET_APP_NAME = "firefeed-stress-fleet"
 

@@ -9,7 +9,6 @@ no run table may be left once the janitor has passed, and the project must run a
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,8 @@ from firefeed.runs.requests import start_run
 from firefeed.runs.service import RunStore
 from firefeed.spec.loader import load_spec_file
 from tests.integration.test_distributed import _spec
-from tests.services import REDIS_URL, requires_redis
+from tests.redis_server import session_redis
+from tests.services import requires_redis
 from tests.stress._feeds import FeedServer, feed_server
 from tests.stress._fleet import (
     FLEET_APP_NAME,
@@ -221,55 +221,22 @@ def test_step_messages_the_broker_lost_are_sent_again_and_the_run_succeeds(
 
 
 def _restart_redis() -> None:
-    subprocess.run(["redis-cli", "shutdown", "nosave"], capture_output=True, timeout=30)
-    _start_redis()
+    """Stop the session's own Redis (the fleet's broker) and start it again on its port: its queues are lost."""
+    server = session_redis()
+    assert server is not None
+    server.restart()
 
 
 def _start_redis() -> None:
-    """The environment's own Redis command line: others use this Redis too."""
-    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
-    try:
-        if client.ping():
-            return
-    except redis.RedisError:
-        pass
-    finally:
-        client.close()
-    subprocess.run(
-        [
-            "redis-server",
-            "--daemonize",
-            "yes",
-            "--bind",
-            "127.0.0.1",
-            "-::1",
-            "--port",
-            "6379",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            "/var/lib/redis",
-            "--logfile",
-            "/var/log/redis/ci.log",
-        ],
-        check=True,
-        timeout=30,
-    )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
-        try:
-            if client.ping():
-                return
-        except redis.RedisError:
-            time.sleep(0.1)
-        finally:
-            client.close()
-    raise RuntimeError("Redis did not come back within 20 s")
+    """Start the session's Redis again if a restart left it stopped: later tests use it."""
+    server = session_redis()
+    if server is not None and server.pid is None:
+        server.start()
 
 
+@pytest.mark.skipif(
+    session_redis() is None, reason="restarts the session's own Redis: FIREFEED_TEST_REDIS_URL names another one"
+)
 def test_redis_restarted_mid_run_the_run_ends_and_the_fleet_recovers(
     live_fleet: Fleet, tmp_path: Path, stress_tally: Any
 ) -> None:

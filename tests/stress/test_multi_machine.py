@@ -26,7 +26,6 @@ import yaml
 from firefeed.config import reset_settings
 from firefeed.tasks.queues import ALL_QUEUES
 from tests.integration.celery_workers import (
-    REDIS_URL,
     flush_redis,
     spawn_worker,
     stop_worker,
@@ -35,13 +34,14 @@ from tests.integration.celery_workers import (
 )
 from tests.integration.conftest import run_json, write_csv
 from tests.integration.moto_s3 import S3_ENV, bucket_objects, moto_s3_server, new_bucket
+from tests.services import redis_db
 from tests.stress._fleet import wait_status
 from tests.stress.conftest import StressTally
 from tests.unit.test_fetch import FeedServer, body
 
 QUEUES = ALL_QUEUES  # the control worker too: triggers, beat's tick and maintenance
 # Its own Redis database: other suites flush theirs (8-13) while this one runs.
-MACHINES_REDIS_URL = REDIS_URL.rsplit("/", 1)[0] + "/14"
+MACHINES_REDIS_URL = redis_db(14)
 ITEMS = 600
 
 RULES = [
