@@ -3,7 +3,10 @@
 The run row is created and committed through the project lock first; only then
 is the root task enqueued, so a worker never sees a run id that is not
 committed. If the enqueue fails the run is marked FAILED at once and the
-project is free again.
+project is free again. A run of the project whose driver stopped beating for
+longer than the lease does not refuse the request: `RunStore.request_run` (which
+`firefeed run` and the processes worker call directly) takes it over first
+(runs/stale.py), so no deployment needs beat to keep its projects free.
 """
 
 from __future__ import annotations
