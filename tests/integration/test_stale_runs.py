@@ -260,8 +260,6 @@ def test_an_api_without_a_broker_takes_over_the_run_a_killed_api_left_and_can_ca
     # A cancel of a run whose API was killed: no driver is left to see the flag, so the cancel ends it.
     dead = _kill_api_mid_run(env, tmp_path, feed, project, auth)
     with _api(env, tmp_path) as (_, client):
-        refused = client.post(f"/api/projects/{project}/pipeline/run", headers=auth)
-        assert refused.status_code == 409, refused.text  # within the lease
         _wait_stale(engine, dead)
         cancelled = client.post(f"/api/runs/{dead}/cancel", headers=auth)
         assert cancelled.status_code == 200 and cancelled.json()["status"] == "CANCELLED", cancelled.text
