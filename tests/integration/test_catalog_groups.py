@@ -14,7 +14,7 @@ from tests.integration.conftest import read_csv, run_json, write_csv
 
 pytestmark = pytest.mark.integration
 
-JEWELRY = Path(__file__).resolve().parents[3] / "shared" / "realfeeds" / "shopify-jewelry" / "jewelery.csv"
+JEWELRY = Path(__file__).resolve().parents[1] / "fixtures" / "realfeeds" / "shopify-jewelry" / "jewelery.csv"
 
 
 def _run(tmp: Path, spec: dict[str, Any]) -> dict[str, Any]:

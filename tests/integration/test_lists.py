@@ -17,7 +17,7 @@ from tests.integration.conftest import cli, read_csv, run_json, write_csv
 
 pytestmark = pytest.mark.integration
 
-REALFEEDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "realfeeds"
+REALFEEDS = Path(__file__).resolve().parents[1] / "fixtures" / "realfeeds"  # copies, with their provenance
 G = f"{{{GOOGLE_NS}}}"
 
 
