@@ -6,14 +6,19 @@ process using it exits — on SIGTERM too, since its cleanup only runs from atex
 
 As root the wheel runs the server as a system user and opens read/execute on
 every parent folder of the data directory, so as root the default location is
-`/var/lib/firefeed/embedded-pg` (parents already world-readable) rather than a
-folder in the user's tree. `FIREFEED_EMBEDDED_DIR` overrides it.
+under `/var/lib/firefeed/embedded/` (parents already world-readable) rather than a
+folder in the user's tree: one folder per FIREFEED_DATA_DIR, named after its absolute
+path, as `<data dir>/embedded-pg` is one per data folder for other users. So two
+clones (or two working folders) never share a server, nor one's tests the other's
+databases (#48). `FIREFEED_EMBEDDED_DIR` overrides it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import signal
 import threading
 import warnings
@@ -25,17 +30,31 @@ from firefeed.errors import ConfigError
 from firefeed.procutil import pid_alive
 
 DATABASE = "firefeed"
+#: as root, where the embedded servers live, one folder per data folder (see embedded_folder_name)
+ROOT_EMBEDDED_PARENT = Path("/var/lib/firefeed/embedded")
 _lock = threading.Lock()
 _urls: dict[Path, str] = {}
 
 
 def default_embedded_dir(data_dir: Path) -> Path:
+    """FIREFEED_EMBEDDED_DIR; as root a folder of this data folder's own under ROOT_EMBEDDED_PARENT;
+    else `<data dir>/embedded-pg`."""
     override = os.environ.get("FIREFEED_EMBEDDED_DIR")
     if override:
         return Path(override)
     if hasattr(os, "geteuid") and os.geteuid() == 0:
-        return Path("/var/lib/firefeed/embedded-pg")
+        return ROOT_EMBEDDED_PARENT / embedded_folder_name(data_dir)
     return data_dir / "embedded-pg"
+
+
+def embedded_folder_name(data_dir: Path) -> str:
+    """A name for `data_dir`'s server: the last two parts of its absolute path (readable in `ls` and `ps`)
+    and 12 hex digits of a hash of all of it (unique). Short, so the server's socket path stays far
+    below the 107 bytes a unix socket's path may have."""
+    absolute = str(data_dir.expanduser().resolve())
+    readable = re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(Path(absolute).parts[-2:]))[-32:].strip("_.-")
+    digest = hashlib.sha256(absolute.encode()).hexdigest()[:12]
+    return f"{readable}-{digest}" if readable else digest
 
 
 def _prune_stale_handles(pgdata: Path) -> None:
