@@ -144,9 +144,10 @@ def _field_values(
     schema = SchemaService(engine)
     listed = field in spec.list_fields
     kept = kept_result_table(run_id)
-    if rules is not None and schema.table_exists(spec.company, kept):
+    step("counting the values its run kept")
+    # Kept tables are UNLOGGED, as every data table: crash recovery empties them, and values then has no rows.
+    if rules is not None and (schema.table_has_rows if rules.rows_out else schema.table_exists)(spec.company, kept):
         _check_field(project, field, fields)
-        step("counting the values its run kept")
         values = _count(engine, ident(company_schema(spec.company), kept), field, listed=listed)
         return FieldValues(project, field, run_id, rules.rows_out, values)
     if rules is not None and not any(r.enabled for r in spec.parsed_rules):

@@ -116,6 +116,10 @@ def test_values_read_what_the_latest_succeeded_run_kept_not_the_items_a_failed_r
     latest = yaml.safe_load(out)["run_id"]
     assert _relations(engine, company, RESULT_PREFIX) == [kept_result_table(latest)]
     assert _values(project) == (latest, [["SHOES", 1]])
+    # Crash recovery empties an UNLOGGED table: values then applies the rules again rather than count nothing.
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        cur.execute(sql.SQL("TRUNCATE {}").format(ident(company_schema(company), kept_result_table(latest))))
+    assert _values(project) == (latest, [["SHOES", 1]])
     assert cli("values", project, "nope")[0] == 2
 
 
