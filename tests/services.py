@@ -95,7 +95,7 @@ def redis_available() -> bool:
         return False
 
 
-NO_REDIS_REASON = "no Redis: redis-server is not on PATH and FIREFEED_TEST_REDIS_URL is unset"
+NO_REDIS_REASON = "no Redis: no redis-server to start (PATH, FIREFEED_TEST_REDIS_SERVER), FIREFEED_TEST_REDIS_URL unset"
 requires_redis = pytest.mark.skipif(not redis_available(), reason=NO_REDIS_REASON)
 """For the few tests that read Redis itself (queue depth from its lists): they skip without it."""
 

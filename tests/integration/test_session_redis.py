@@ -17,7 +17,7 @@ from tests.services import REDIS_SERVER, REDIS_URL, redis_db
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(not REDIS_SERVER, reason="redis-server is not on PATH"),
+    pytest.mark.skipif(not REDIS_SERVER, reason="no redis-server (PATH, FIREFEED_TEST_REDIS_SERVER)"),
 ]
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,7 +47,7 @@ def _refuses(port: int) -> bool:
     return False
 
 
-@pytest.mark.skipif(session_redis() is None, reason="FIREFEED_TEST_REDIS_URL names the Redis to use")
+@pytest.mark.skipif(session_redis() is None, reason="the session started no Redis of its own")
 def test_the_sessions_redis_is_a_child_of_this_process_on_its_own_port_keeping_nothing() -> None:
     server = session_redis()
     assert server is not None and server.pid is not None
