@@ -93,6 +93,9 @@ def drive_run(
         if not store.mark_running(run_id):
             log.info("run is no longer pending (%s); nothing to do", store.run(run_id).status)
             return build_report(store, run_id)
+        # Every run's first and last lines: `grep run_id=<id>` then shows where it began and how it ended.
+        log.info("run started (trigger %s)", run.trigger)
+        began = time.monotonic()
         ctx: RunContext | None = None
         driver: _Driver | None = None
         status, error = RunStatus.SUCCEEDED, None
@@ -134,7 +137,7 @@ def drive_run(
         store.finish_run(run_id, status, report=None, error=error)
         report = build_report(store, run_id)
         store.save_report(run_id, report)
-        log.info("run %s", status)
+        log.info("run ended %s in %.1f s", status, time.monotonic() - began)
         return report
 
 

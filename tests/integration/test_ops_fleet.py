@@ -171,6 +171,9 @@ def test_the_workers_log_lines_of_the_run_carry_its_run_id(fleet: dict[str, Any]
     assert run_lines, text[-2000:]
     assert all(f"run_id={fleet['run_id']}" in line for line in run_lines), run_lines
     assert any("step=EXPORT" in line for line in run_lines)
+    # Where the run began and how it ended, each on a line of its own.
+    assert [line for line in run_lines if "run started (trigger cli)" in line]
+    assert [line for line in run_lines if "run ended SUCCEEDED in " in line]
     # Celery's own line on each step job's outcome, in the import, rules and export workers, names the run and job.
     outcomes = [line for line in text.splitlines() if "] succeeded in" in line and "firefeed." in line]
     for task in ("firefeed.import.source", "firefeed.import.merge", "firefeed.export.write"):
