@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install bytecode system-deps lock demo demo-check test test-rabbitmq test-unit test-integration lint format typecheck bench bench-distributed bench-concurrency bench-rules bench-api bench-processes bench-preview bench-quality stress clean
+.PHONY: install bytecode system-deps lock demo demo-check test test-check test-rabbitmq test-unit test-integration lint format typecheck bench bench-distributed bench-concurrency bench-rules bench-api bench-processes bench-preview bench-quality stress clean
 
 # From the lock file (tools/install.sh: uv when it can be had, else pip); tools/lock.sh re-resolves it.
 $(STAMP): pyproject.toml requirements-dev.lock
@@ -33,6 +33,10 @@ bytecode: $(STAMP)
 
 test: $(STAMP) bytecode system-deps
 	$(BIN)/pytest -m "not stress" tests
+
+# Issue #48 acceptance: a fresh clone of HEAD, nothing beside it, runs `make test` in a network namespace (root).
+test-check:
+	bash tests/fresh_clone_test.sh
 
 # The integration tests that touch Celery, on RabbitMQ instead of Redis (CI runs both).
 RABBITMQ_URL ?= amqp://guest:guest@127.0.0.1:5672//
