@@ -52,6 +52,7 @@ def _session_redis_url() -> str:
     return url
 
 
+_NAMED_REDIS = os.environ.get("FIREFEED_TEST_REDIS_URL")
 REDIS_URL = _session_redis_url()
 MEMORY_BROKER = "memory://"
 TEST_BROKER = os.environ.get("FIREFEED_TEST_BROKER", "").strip()
@@ -95,7 +96,11 @@ def redis_available() -> bool:
         return False
 
 
-NO_REDIS_REASON = "no Redis: no redis-server to start (PATH, FIREFEED_TEST_REDIS_SERVER), FIREFEED_TEST_REDIS_URL unset"
+NO_REDIS_REASON = (
+    f"no Redis: FIREFEED_TEST_REDIS_URL={_NAMED_REDIS} does not answer"
+    if _NAMED_REDIS
+    else "no Redis: no redis-server to start (PATH, FIREFEED_TEST_REDIS_SERVER), FIREFEED_TEST_REDIS_URL unset"
+)
 requires_redis = pytest.mark.skipif(not redis_available(), reason=NO_REDIS_REASON)
 """For the few tests that read Redis itself (queue depth from its lists): they skip without it."""
 
