@@ -36,7 +36,25 @@ class SpecError(FireFeedError):
     def __init__(self, path: str, message: str) -> None:
         self.path = path
         self.detail = message
+        #: every problem found in the document, this one first (more than one: `SpecError.of`)
+        self.problems: list[SpecError] = [self]
         super().__init__(f"{path}: {message}" if path else message)
+
+    @classmethod
+    def of(cls, problems: list[SpecError]) -> SpecError:
+        """One error for all `problems` of a document, so a spec with three mistakes is fixed in one go.
+
+        Its path and detail are the first problem's (what a caller that reads one error sees); its text
+        lists every problem on a line of its own.
+        """
+        flat = [p for err in problems for p in err.problems]
+        if len(flat) == 1:
+            return flat[0]
+        first = flat[0]
+        err = cls(first.path, first.detail)
+        err.problems = flat
+        err.args = (f"{len(flat)} problems in the spec:\n" + "\n".join(f"  {p}" for p in flat),)
+        return err
 
 
 class SourceError(FireFeedError):

@@ -103,6 +103,8 @@ def error_body(err: FireFeedError) -> dict[str, Any]:
     elif isinstance(err, SpecError):
         body["path"] = err.path
         body["message"] = err.detail
+        if len(err.problems) > 1:  # every mistake of the document, each at its key (the first is path/message)
+            body["problems"] = [{"path": p.path, "message": p.detail} for p in err.problems]
     elif isinstance(err, SourceError):
         body["source"] = err.source
     elif isinstance(err, UnsafePathError):

@@ -9,6 +9,7 @@ from typing import Any
 
 from firefeed.errors import SpecError
 from firefeed.rules._text import read_number
+from firefeed.suggest import did_you_mean
 
 _TRUE = {"true", "yes", "y", "on", "1"}
 _FALSE = {"false", "no", "n", "off", "0"}
@@ -103,7 +104,8 @@ def _mapping(raw: Any, path: str, allowed: tuple[str, ...], required: tuple[str,
         raise SpecError(path, f"must be a mapping, not {_kind(raw)}")
     for key in raw:
         if key not in allowed:
-            raise SpecError(f"{path}.{key}", f"unknown key (expected one of {', '.join(allowed)})")
+            hint = did_you_mean(str(key), allowed)
+            raise SpecError(f"{path}.{key}", f"unknown key{hint} (expected one of {', '.join(allowed)})")
     for key in required:
         if key not in raw:
             raise SpecError(f"{path}.{key}", "is required")

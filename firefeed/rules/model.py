@@ -32,6 +32,7 @@ from firefeed.rules.groups import Aggregate, GroupFirst, parse_aggregate, parse_
 from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.rules.lookups import LookupSet, parse_lookup
 from firefeed.rules.template import Template, parse_template
+from firefeed.suggest import did_you_mean
 
 TEMPLATE_OPS = ("eq", "ne", "contains", "not_contains", "starts_with", "ends_with")
 LIST_OPS = ("in", "not_in")
@@ -397,7 +398,8 @@ def parse_condition(raw: Any, path: str, *, depth: int = 1, group: str | None = 
     name = _field_name(raw["field"], f"{path}.field")
     op = _text(raw["op"], f"{path}.op")
     if op not in OPS:
-        raise SpecError(f"{path}.op", f"unknown op {op!r} (expected one of {', '.join(OPS)})")
+        hint = did_you_mean(op, OPS)
+        raise SpecError(f"{path}.op", f"unknown op {op!r}{hint} (expected one of {', '.join(OPS)})")
     cs = parse_bool(raw["case_sensitive"], f"{path}.case_sensitive") if "case_sensitive" in raw else False
     vpath = f"{path}.value"
     has_value = "value" in raw and raw["value"] is not None
@@ -678,26 +680,59 @@ def parse_rules(
         raise SpecError(path, f"must be a list of rules, not {_kind(raw)}")
     rules: list[Rule] = []
     seen: dict[str, int] = {}
+    problems: list[SpecError] = []  # every rule is checked, so all of its mistakes are said at once
     for i, item in enumerate(raw):
-        rpath = f"{path}[{i}]"
-        _mapping(item, rpath, _RULE_KEYS)
-        index = i + 1
-        if "name" in item and item["name"] is not None:
-            name = _text(item["name"], f"{rpath}.name")
-            if not name.strip():
-                raise SpecError(f"{rpath}.name", "must not be empty")
-        else:
-            name = f"rule {index}"
-        if name in seen:
-            raise SpecError(f"{rpath}.name", f"duplicate rule name {name!r} (also {path}[{seen[name]}])")
-        seen[name] = i
-        enabled = parse_bool(item["enabled"], f"{rpath}.enabled") if "enabled" in item else True
-        when = parse_condition(item["when"], f"{rpath}.when", group=group) if item.get("when") is not None else None
-        common: dict[str, Any] = {"key_field": key_field, "lookups": lookups, "group": group}
-        then = _actions(item.get("then"), f"{rpath}.then", tag=f"{index}_t", **common)
-        else_ = _actions(item.get("else"), f"{rpath}.else", tag=f"{index}_e", **common)
-        rules.append(Rule(index, name, enabled, when, then, else_))
+        try:
+            rules.append(_parse_rule(item, i, path, seen, key_field=key_field, lookups=lookups, group=group))
+        except SpecError as err:
+            problems.append(err)
+    if problems:
+        raise SpecError.of(problems)
     lists = derive_lists(declared_lists, rules, inherited_lists)
     if lists:
         rules = [dataclasses.replace(r, lists=lists) for r in rules]
     return rules
+
+
+def _parse_rule(
+    item: Any,
+    i: int,
+    path: str,
+    seen: dict[str, int],
+    *,
+    key_field: str,
+    lookups: Mapping[str, str] | None,
+    group: str | None,
+) -> Rule:
+    """Rule `i` of the list at `path`; its `when`, `then` and `else` are each checked, their mistakes said together."""
+    rpath = f"{path}[{i}]"
+    _mapping(item, rpath, _RULE_KEYS)
+    index = i + 1
+    if "name" in item and item["name"] is not None:
+        name = _text(item["name"], f"{rpath}.name")
+        if not name.strip():
+            raise SpecError(f"{rpath}.name", "must not be empty")
+    else:
+        name = f"rule {index}"
+    if name in seen:
+        raise SpecError(f"{rpath}.name", f"duplicate rule name {name!r} (also {path}[{seen[name]}])")
+    seen[name] = i
+    enabled = parse_bool(item["enabled"], f"{rpath}.enabled") if "enabled" in item else True
+    common: dict[str, Any] = {"key_field": key_field, "lookups": lookups, "group": group}
+    parts = {
+        "when": lambda: (
+            parse_condition(item["when"], f"{rpath}.when", group=group) if item.get("when") is not None else None
+        ),
+        "then": lambda: _actions(item.get("then"), f"{rpath}.then", tag=f"{index}_t", **common),
+        "else": lambda: _actions(item.get("else"), f"{rpath}.else", tag=f"{index}_e", **common),
+    }
+    parsed: dict[str, Any] = {}
+    problems: list[SpecError] = []
+    for part, parse in parts.items():
+        try:
+            parsed[part] = parse()
+        except SpecError as err:
+            problems.append(err)
+    if problems:
+        raise SpecError.of(problems)
+    return Rule(index, name, enabled, parsed["when"], parsed["then"], parsed["else"])

@@ -17,6 +17,7 @@ from firefeed.rules.groups import Aggregate
 from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import ELEMENT, Action, Exclude, Rule, action_reads, condition_fields
 from firefeed.rules.template import parse_template
+from firefeed.suggest import did_you_mean
 
 if TYPE_CHECKING:
     from firefeed.spec.model import ExportSpec, ProjectSpec
@@ -59,6 +60,7 @@ def unread_field_warnings(rules: Sequence[Rule], fields: Iterable[str], *, path:
     writes, a little generous: the check warns only about names nothing in the spec could have made)."""
     known = set(fields)
     warnings: list[str] = []
+    budget = [_SUGGESTED]
     for rule in rules:
         if not rule.enabled:
             continue
@@ -70,7 +72,7 @@ def unread_field_warnings(rules: Sequence[Rule], fields: Iterable[str], *, path:
             if not isinstance(action, Exclude):
                 known.add(action.field)
         if unknown:
-            names = _listed([repr(f) for f in unknown])
+            names = _listed([repr(f) + _hint(f, known, budget) for f in unknown])
             warnings.append(
                 f"{path}[{rule.index - 1}] ({rule.name!r}) reads {names}, which no source has and no earlier rule"
                 " sets: it reads as empty on every item (a misspelled field name?)"
@@ -100,7 +102,9 @@ def unread_export_field_warnings(export: ExportSpec, fields: Iterable[str], *, p
             unknown.setdefault(name, {})["where"] = None
     if not unknown:
         return []
-    reads = _listed([f"{name!r} ({_listed(list(places))})" for name, places in unknown.items()])
+    reads = _listed(
+        [f"{name!r}{_hint(name, known, [_SUGGESTED])} ({_listed(list(places))})" for name, places in unknown.items()]
+    )
     return [
         f"{path} ({export.name!r}) reads fields that no source has and no rule sets: {reads}. They read as"
         " empty on every item (a misspelled field name? A value without braces is a field name: write a"
@@ -110,6 +114,16 @@ def unread_export_field_warnings(export: ExportSpec, fields: Iterable[str], *, p
 
 #: the fields one warning names (and, per field, the places an export's names): a spec may hold thousands
 _LISTED = 20
+#: the unknown names of one call given a "did you mean" (each compares the name with every known field)
+_SUGGESTED = 100
+
+
+def _hint(name: str, known: set[str], budget: list[int]) -> str:
+    """A suggestion for a misspelled field while the call's budget lasts (a hostile spec may misspell thousands)."""
+    if budget[0] <= 0:
+        return ""
+    budget[0] -= 1
+    return did_you_mean(name, known)
 
 
 def _listed(items: list[str]) -> str:

@@ -8,6 +8,7 @@ written with. Typed settings parse their text afterwards.
 from __future__ import annotations
 
 import json
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from firefeed.config import get_settings
 from firefeed.errors import SpecError
 from firefeed.spec.model import EXPORT_FORMATS, SOURCE_FORMATS, ProjectSpec
 from firefeed.spec.paths import render_path
+from firefeed.suggest import did_you_mean
 
 # A real spec nests about ten levels (rules, conditions, actions) and holds a few thousand values.
 # The caps stop a hostile one: YAML aliases share one node many times (`b: [*a, *a, ...]`, the
@@ -114,8 +116,79 @@ def parse_spec(data: Any) -> ProjectSpec:
     try:
         return ProjectSpec.model_validate(plain)
     except ValidationError as err:
-        first = err.errors()[0]
-        raise SpecError(_path(tuple(first["loc"])), _message(dict(first))) from None
+        # Every mistake of the document at once, each at its key, with the closest name a misspelling meant.
+        problems = [SpecError(_path(tuple(e["loc"])), _message(dict(e)) + _hint(dict(e))) for e in err.errors()]
+        raise SpecError.of(problems + _rule_problems(plain)) from None
+
+
+def _rule_problems(plain: dict[str, Any]) -> list[SpecError]:
+    """The project rules' own mistakes, found although the rest of the document failed its checks.
+
+    The model checks the rules only once every other key is valid; checked here too, a spec with a
+    misspelled key and a misspelled op says both at once.
+    """
+    from firefeed.rules.model import parse_rules
+
+    lookups = plain.get("lookups")
+    names = (
+        [lk["name"] for lk in lookups if isinstance(lk, dict) and isinstance(lk.get("name"), str)]
+        if isinstance(lookups, list)
+        else []
+    )
+    key, group = plain.get("key", "id"), plain.get("group")
+    try:
+        parse_rules(
+            plain.get("rules"),
+            key_field=key if isinstance(key, str) else "id",
+            lookups=dict.fromkeys(names, ""),
+            group=group if isinstance(group, str) else None,
+        )
+    except SpecError as err:
+        return err.problems
+    except Exception:  # the document is already refused; this only adds what it can read
+        return []
+    return []
+
+
+def _hint(err: dict[str, Any]) -> str:
+    """` (did you mean 'x'?)` for an unknown key or a value that is not one of the choices."""
+    loc = tuple(err["loc"])
+    if err["type"] == "extra_forbidden" and loc:
+        return did_you_mean(str(loc[-1]), _keys_at(loc[:-1]))
+    if err["type"] == "literal_error" and isinstance(err.get("input"), str):
+        choices = EXPORT_FORMATS if loc and loc[-1] == "format" and "exports" in loc else None
+        if choices is None and loc and loc[-1] == "format":
+            choices = SOURCE_FORMATS
+        expected = str(err.get("ctx", {}).get("expected", ""))
+        pool = choices or [c.strip().strip("'") for c in expected.replace(" or ", ",").split(",") if c.strip()]
+        return did_you_mean(err["input"], pool)
+    return ""
+
+
+def _keys_at(loc: tuple[Any, ...]) -> list[str]:
+    """The keys the spec model allows at `loc` (walking list items and nested models), for a suggestion."""
+    model: Any = ProjectSpec
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        model = _model_in(field.annotation)
+        if model is None:
+            return []
+    return list(getattr(model, "model_fields", {}))
+
+
+def _model_in(annotation: Any) -> Any:
+    """The pydantic model an annotation holds (`list[X]`, `X | None`, `X`), or None."""
+    if isinstance(annotation, type) and hasattr(annotation, "model_fields"):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
 
 
 def check_spec_size(size: int) -> None:

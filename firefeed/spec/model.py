@@ -312,74 +312,88 @@ class ProjectSpec(_Strict):
         from firefeed.spec.limits import check_entry_counts, check_export_fields, check_written_fields
 
         check_entry_counts(self.sources, self.lookups, self.exports)
-        seen: set[str] = set()
-        for i, s in enumerate(self.sources):
-            if s.name in seen:
-                raise SpecError(f"sources[{i}].name", f"repeats the source name {s.name!r}")
-            seen.add(s.name)
-            if s.format is None and format_from_name(s.url) is None:
-                raise SpecError(
-                    f"sources[{i}].format",
-                    "cannot tell the format from the file name; set one of " + ", ".join(SOURCE_FORMATS),
-                )
-            if i == 0 and "mode" in s.model_fields_set:
-                raise SpecError(
-                    "sources[0].mode", "the first source is the primary: it defines the items and takes no mode"
-                )
-            if s.key_from is not None:
-                from firefeed.rules.template import parse_template
-                from firefeed.rules.value_growth import check_template_growth
+        # Each part is checked though another failed: every mistake of the document is said at once.
+        problems: list[SpecError] = []
 
-                key_path = f"sources[{i}].key_from"
-                check_template_growth(parse_template(s.key_from, key_path), {}, path=key_path)
-            if i == 0 and s.fields is not None:
-                raise SpecError(
-                    "sources[0].fields", "the primary source takes every field; `fields` is for later sources"
-                )
-        tables: set[str] = set()
-        for i, lk in enumerate(self.lookups):
-            if lk.name in tables:
-                raise SpecError(f"lookups[{i}].name", f"repeats the lookup name {lk.name!r}")
-            tables.add(lk.name)
-            if lk.format is None and format_from_name(lk.url) is None:
-                raise SpecError(
-                    f"lookups[{i}].format",
-                    "cannot tell the format from the file name; set one of " + ", ".join(SOURCE_FORMATS),
-                )
-        names: set[str] = set()
-        paths: set[str] = set()
-        for i, e in enumerate(self.exports):
-            if e.name in names:
-                raise SpecError(f"exports[{i}].name", f"repeats the export name {e.name!r}")
-            names.add(e.name)
-            norm = str(PurePosixPath(e.path.replace("\\", "/")))
-            if norm in paths:
-                raise SpecError(f"exports[{i}].path", f"repeats the export path {e.path!r}")
-            paths.add(norm)
-            if e.where is not None:
-                e._where = parse_condition(e.where, f"exports[{i}].where", group=self.group)
-            if e.fail_on != "none" and e.resolved_channel is None:
-                raise SpecError(
-                    f"exports[{i}].fail_on", "needs a channel whose rules it can check: set channel: google or meta"
-                )
-            if e.fields is not None:
-                from firefeed.rules.template import parse_template
-                from firefeed.spec.paths import join_key
+        def sources() -> None:
+            seen: set[str] = set()
+            for i, s in enumerate(self.sources):
+                if s.name in seen:
+                    raise SpecError(f"sources[{i}].name", f"repeats the source name {s.name!r}")
+                seen.add(s.name)
+                if s.format is None and format_from_name(s.url) is None:
+                    raise SpecError(
+                        f"sources[{i}].format",
+                        "cannot tell the format from the file name; set one of " + ", ".join(SOURCE_FORMATS),
+                    )
+                if i == 0 and "mode" in s.model_fields_set:
+                    raise SpecError(
+                        "sources[0].mode", "the first source is the primary: it defines the items and takes no mode"
+                    )
+                if s.key_from is not None:
+                    from firefeed.rules.template import parse_template
+                    from firefeed.rules.value_growth import check_template_growth
 
-                if not e.fields:
-                    raise SpecError(f"exports[{i}].fields", "must list at least one field")
-                check_export_fields(f"exports[{i}]", e.fields)
-                for out, value in e.fields.items():
-                    if "{" in value or "}" in value:
-                        parse_template(value, join_key(f"exports[{i}].fields", out))
-                parents = {out.split(".", 1)[0] for out in e.fields if "." in out}
-                for out in e.fields:
-                    if out in parents:
-                        raise SpecError(
-                            join_key(f"exports[{i}].fields", out),
-                            f"{out!r} is both a column and the parent of sub-attributes ({out}.…); rename one",
-                        )
-        _check_no_export_path_is_a_folder_of_another(self.exports)
+                    key_path = f"sources[{i}].key_from"
+                    check_template_growth(parse_template(s.key_from, key_path), {}, path=key_path)
+                if i == 0 and s.fields is not None:
+                    raise SpecError(
+                        "sources[0].fields", "the primary source takes every field; `fields` is for later sources"
+                    )
+
+        def lookups() -> None:
+            tables: set[str] = set()
+            for i, lk in enumerate(self.lookups):
+                if lk.name in tables:
+                    raise SpecError(f"lookups[{i}].name", f"repeats the lookup name {lk.name!r}")
+                tables.add(lk.name)
+                if lk.format is None and format_from_name(lk.url) is None:
+                    raise SpecError(
+                        f"lookups[{i}].format",
+                        "cannot tell the format from the file name; set one of " + ", ".join(SOURCE_FORMATS),
+                    )
+
+        def exports() -> None:
+            names: set[str] = set()
+            paths: set[str] = set()
+            for i, e in enumerate(self.exports):
+                if e.name in names:
+                    raise SpecError(f"exports[{i}].name", f"repeats the export name {e.name!r}")
+                names.add(e.name)
+                norm = str(PurePosixPath(e.path.replace("\\", "/")))
+                if norm in paths:
+                    raise SpecError(f"exports[{i}].path", f"repeats the export path {e.path!r}")
+                paths.add(norm)
+                if e.where is not None:
+                    e._where = parse_condition(e.where, f"exports[{i}].where", group=self.group)
+                if e.fail_on != "none" and e.resolved_channel is None:
+                    raise SpecError(
+                        f"exports[{i}].fail_on", "needs a channel whose rules it can check: set channel: google or meta"
+                    )
+                if e.fields is not None:
+                    from firefeed.rules.template import parse_template
+                    from firefeed.spec.paths import join_key
+
+                    if not e.fields:
+                        raise SpecError(f"exports[{i}].fields", "must list at least one field")
+                    check_export_fields(f"exports[{i}]", e.fields)
+                    for out, value in e.fields.items():
+                        if "{" in value or "}" in value:
+                            parse_template(value, join_key(f"exports[{i}].fields", out))
+                    parents = {out.split(".", 1)[0] for out in e.fields if "." in out}
+                    for out in e.fields:
+                        if out in parents:
+                            raise SpecError(
+                                join_key(f"exports[{i}].fields", out),
+                                f"{out!r} is both a column and the parent of sub-attributes ({out}.…); rename one",
+                            )
+            _check_no_export_path_is_a_folder_of_another(self.exports)
+
+        for check in (sources, lookups, exports):
+            try:
+                check()
+            except SpecError as err:
+                problems.append(err)
         declared: set[str] = set()
         for i, s in enumerate(self.sources):
             if self.key in s.list_fields:
@@ -397,7 +411,12 @@ class ProjectSpec(_Strict):
         check_rule_counts(
             [("rules", self.rules), *((f"exports[{i}].rules", e.rules) for i, e in enumerate(self.exports))]
         )
-        self._rules = parse_rules(self.rules, path="rules", **common)
+        try:
+            self._rules = parse_rules(self.rules, path="rules", **common)
+        except SpecError as err:
+            problems.append(err)
+        if problems:
+            raise SpecError.of(problems)
         written = check_written_fields(self._rules)
         self._lists = self._rules[0].lists if self._rules else ListFields(frozenset(declared), frozenset(declared))
         for i, e in enumerate(self.exports):

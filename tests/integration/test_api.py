@@ -135,6 +135,15 @@ def test_a_bad_spec_is_a_422_that_names_the_offending_key(http: httpx.Client) ->
     r = http.put(f"/api/projects/{bad}", headers=auth, json=spec)
     assert r.status_code == 422
     assert r.json() == {"error": "spec_error", "message": "unknown key", "path": "sources[0].colour"}
+    # Two mistakes: both in one answer, the misspelled one with the key it likely meant (#48).
+    spec["exports"][0]["formt"] = "csv"
+    body = http.put(f"/api/projects/{bad}", headers=auth, json=spec).json()
+    assert (body["path"], body["message"]) == ("sources[0].colour", "unknown key")
+    assert body["problems"] == [
+        {"path": "sources[0].colour", "message": "unknown key"},
+        {"path": "exports[0].formt", "message": "unknown key (did you mean 'format'?)"},
+    ]
+    del spec["exports"][0]["formt"]
 
     r = http.put("/api/projects/other_id", headers=auth, json=spec_of(company, bad, url="https://x.test/a.csv"))
     assert (r.status_code, r.json()["error"], r.json()["path"]) == (422, "spec_error", "project")

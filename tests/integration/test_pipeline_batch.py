@@ -424,12 +424,12 @@ def test_a_rule_reading_a_misspelled_field_is_warned_about_in_the_report_and_the
     assert code == 0, report["error"]
     ours = [w for w in report["warnings"] if "which no source has" in w]
     assert [w.split(", which")[0] for w in ours] == [
-        "rules[0] ('sold out') reads 'Quantty'",
-        "rules[1] ('uses flag') reads 'tittle'",
-        "exports[0].rules[0] ('own') reads 'brnd'",
+        "rules[0] ('sold out') reads 'Quantty' (did you mean 'quantity'?)",
+        "rules[1] ('uses flag') reads 'tittle' (did you mean 'title'?)",
+        "exports[0].rules[0] ('own') reads 'brnd' (did you mean 'brand'?)",
     ]
     code, table = cli("run", str(path))
-    assert code == 0 and "reads 'Quantty', which no source has" in table
+    assert code == 0 and "reads 'Quantty' (did you mean 'quantity'?), which no source has" in table
 
 
 def test_an_export_field_naming_nothing_is_warned_about_and_written_empty(run_env: Path, tmp_path: Path) -> None:

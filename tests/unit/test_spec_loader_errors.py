@@ -85,3 +85,64 @@ def test_a_deep_body_names_its_key_not_the_request() -> None:
     with pytest.raises(SpecError) as err:
         spec_from_body("c", "p", spec_text(deep_all(3000)).encode(), where=WHERE)
     assert err.value.path == DEEPEST
+
+
+def test_every_mistake_of_a_spec_is_said_at_once_with_the_name_it_likely_meant() -> None:
+    """Three runs to learn three mistakes was the first hour's complaint (#48): one load says all of them."""
+    from firefeed.errors import SpecError
+    from firefeed.spec.loader import load_spec
+
+    text = """
+company: acme
+project: shoes
+nmae: Shoes
+sources:
+  - {name: main, url: main.csv, fromat: csv}
+rules:
+  - name: r1
+    when: {field: price, op: gtx, value: 1}
+    then: [{set: price, valu: 2}]
+  - name: r2
+    then: [{sett: label, value: x}]
+exports:
+  - {name: csv, format: cvs, path: out.csv, whre: {field: a, op: eq, value: b}}
+"""
+    with pytest.raises(SpecError) as caught:
+        load_spec(text)
+    problems = {p.path: p.detail for p in caught.value.problems}
+    assert set(problems) == {
+        "nmae",
+        "sources[0].fromat",
+        "exports[0].format",
+        "exports[0].whre",
+        "rules[0].when.op",
+        "rules[0].then[0].valu",
+        "rules[1].then[0]",
+    }
+    assert "did you mean 'name'?" in problems["nmae"]
+    assert "did you mean 'format'?" in problems["sources[0].fromat"]
+    assert "did you mean 'csv'?" in problems["exports[0].format"]
+    assert "did you mean 'where'?" in problems["exports[0].whre"]
+    assert "did you mean 'gt'?" in problems["rules[0].when.op"]
+    assert "did you mean 'value'?" in problems["rules[0].then[0].valu"]
+    text_of_error = str(caught.value)
+    assert text_of_error.startswith(f"{len(problems)} problems in the spec:")
+    assert all(f"  {path}: " in text_of_error for path in problems)
+
+
+def test_mistakes_the_checks_after_the_keys_find_are_said_together_too() -> None:
+    from firefeed.errors import SpecError
+    from firefeed.spec.loader import parse_spec
+
+    doc = {
+        "company": "acme",
+        "project": "shoes",
+        "sources": [{"name": "main", "url": "a.csv"}, {"name": "main", "url": "b.csv"}],
+        "rules": [{"name": "r", "when": {"field": "x", "op": "eq"}, "then": [{"set": "y", "value": "1"}]}],
+        "exports": [{"name": "e", "format": "csv", "path": "o.csv"}, {"name": "e", "format": "csv", "path": "p.csv"}],
+    }
+    with pytest.raises(SpecError) as caught:
+        parse_spec(doc)
+    paths = [p.path for p in caught.value.problems]
+    assert "sources[1].name" in paths and "exports[1].name" in paths
+    assert any(p.startswith("rules[0]") for p in paths)

@@ -63,7 +63,8 @@ def test_paths_join_keys_and_indexes() -> None:
 )
 def test_an_unknown_top_level_key_is_named_so_it_can_be_told_apart(key: str, path: str) -> None:
     err = spec_error({**base(), key: "x"})
-    assert (err.path, err.detail) == (path, "unknown key")
+    assert err.path == path
+    assert err.detail == "unknown key" or err.detail.startswith("unknown key (did you mean ")
 
 
 def test_an_unknown_nested_key_holding_a_dot_is_quoted() -> None:

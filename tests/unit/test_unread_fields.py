@@ -20,7 +20,7 @@ def test_a_misspelled_field_in_a_condition_is_named_with_its_rule() -> None:
         {"name": "typo", "when": {"field": "Quantty", "op": "lte", "value": "0"}, "then": [{"exclude": "true"}]},
     ]
     (warning,) = warnings(rules)
-    assert warning.startswith("rules[1] ('typo') reads 'Quantty', which no source has")
+    assert warning.startswith("rules[1] ('typo') reads 'Quantty' (did you mean 'quantity'?), which no source has")
 
 
 def test_a_field_an_earlier_rule_or_action_sets_is_known() -> None:
@@ -33,8 +33,8 @@ def test_a_field_an_earlier_rule_or_action_sets_is_known() -> None:
     assert warnings(rules, group="item_group_id") == [
         "rules[0] ('make') reads 'colour', which no source has and no earlier rule sets: it reads as empty on"
         " every item (a misspelled field name?)",
-        "rules[2] ('agg') reads 'pricce', which no source has and no earlier rule sets: it reads as empty on"
-        " every item (a misspelled field name?)",
+        "rules[2] ('agg') reads 'pricce' (did you mean 'price'?), which no source has and no earlier rule sets:"
+        " it reads as empty on every item (a misspelled field name?)",
     ]
 
 
@@ -51,7 +51,7 @@ def test_a_lookup_target_nothing_made_yet_is_no_warning_but_a_misspelled_match_i
     ok = warnings([{"name": "map", "then": [{**lookup, "match": "title"}]}], lookups={"cats": "t"})
     typo = warnings([{"name": "map", "then": [{**lookup, "match": "titel"}]}], lookups={"cats": "t"})
     assert ok == []
-    assert [w.split(", which")[0] for w in typo] == ["rules[0] ('map') reads 'titel'"]
+    assert [w.split(", which")[0] for w in typo] == ["rules[0] ('map') reads 'titel' (did you mean 'title'?)"]
 
 
 def export_warnings(export: dict[str, Any], fields: list[str] = FIELDS) -> list[str]:
@@ -94,12 +94,23 @@ def test_an_export_reading_known_fields_and_its_own_rules_fields_has_no_warning(
 
 
 def test_an_export_reading_thousands_of_unknown_names_gets_one_bounded_warning() -> None:
-    fields = {"id": "id", **{f"a{i}": f"missing_{i}" for i in range(3000)}, **{f"b{i}": "US" for i in range(3000)}}
+    # As many as a spec may name (spec_max_fields, 1,000).
+    fields = {"id": "id", **{f"a{i}": f"missing_{i}" for i in range(499)}, **{f"b{i}": "US" for i in range(499)}}
     (warning,) = export_warnings({"fields": fields})
-    assert "'missing_19' (fields.a19) and 2981 more" in warning and "missing_20" not in warning
+    assert "'missing_19' (fields.a19) and 480 more" in warning and "missing_20" not in warning
     assert len(warning) < 2000
     (warning,) = export_warnings({"fields": {f"b{i}": "US" for i in range(30)}})
     assert "'US' (fields.b0, fields.b1," in warning and "fields.b19 and 10 more)" in warning
+
+
+def test_a_misspelled_name_is_given_the_closest_field_and_a_name_yaml_cut_at_a_comment_is_told_to_quote() -> None:
+    (warning,) = export_warnings(
+        {"fields": {"id": "id", "price": "prcie", "ref": "Reference"}}, [*FIELDS, "Reference #"]
+    )
+    assert "'prcie' (did you mean 'price'?) (fields.price)" in warning
+    assert "'Reference' (did you mean 'Reference #'? In YAML ' #' starts a comment: quote the name" in warning
+    (none,) = export_warnings({"fields": {"id": "id", "x": "zzzzqqq"}})
+    assert "did you mean" not in none
 
 
 def test_a_place_reading_a_field_twice_is_named_once() -> None:
