@@ -25,6 +25,7 @@ def _spec(*exports: dict[str, Any]) -> Any:
 def _entry(name: str, *, previous: int | None, removed: int, findings: list[dict[str, Any]] | None = None) -> dict:
     entry: dict[str, Any] = {
         "name": name,
+        "bytes": 100,  # a written file's size, as every RunReport entry has it (the run's byte bound reads it)
         "diff": {"baseline": previous is not None, "previous": previous, "removed": removed},
         "diagnostics": None,
     }
