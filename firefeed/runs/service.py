@@ -30,8 +30,10 @@ from firefeed.runs.stale import take_over_stale_run
 from firefeed.runs.statements import HeldConnection, run_statement
 from firefeed.secrets.references import check_spec as check_references
 from firefeed.secrets.references import origin_of
+from firefeed.secrets.store import SecretStore
 from firefeed.spec.loader import parse_spec
 from firefeed.spec.model import ProjectSpec
+from firefeed.spec.server_checks import check_server_side
 
 STEPS = ("FETCH", "PARSE", "MERGE", "RULES", "EXPORT")
 TRIGGERS = ("cli", "api", "beat", "task", "process")
@@ -71,6 +73,7 @@ class RunStore:
         A spec without a folder (API, processes) may not name an environment variable.
         """
         check_references(spec, origin_of(spec_dir), get_settings().spec_env_allow)
+        check_server_side(spec, spec_dir, get_settings(), lambda c: (x.name for x in SecretStore(self.engine).list(c)))
         raw = spec.model_dump(mode="json", exclude_unset=True)
         with self.sessions() as s, s.begin():
             s.execute(pg_insert(Company).values(id=spec.company).on_conflict_do_nothing())

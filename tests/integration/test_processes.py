@@ -219,12 +219,12 @@ def test_input_data_python_cannot_read_fails_its_row_and_the_next_row_runs(
     assert error.startswith(f"input_data cannot be read: {reason}; firefeed.pipeline.run takes input_data")
 
 
-def _spec(tmp_path: Path, company: str, project: str) -> dict[str, Any]:
+def _spec(tmp_path: Path, company: str, project: str, url: str = "main.csv") -> dict[str, Any]:
     write_csv(tmp_path / "main.csv", ["id", "title", "price"], [["A1", "Shoe", "10"], ["A2", "Boot", "20"]])
     return {
         "company": company,
         "project": project,
-        "sources": [{"name": "main", "url": "main.csv"}],
+        "sources": [{"name": "main", "url": url}],
         "exports": [{"name": "csv", "format": "csv", "path": "out.csv"}],
     }
 
@@ -310,9 +310,12 @@ def test_project_apply_creates_a_workspace_project_and_refuses_another_company(
     engine: Engine, workspace: str, make_worker, tmp_path: Path
 ) -> None:
     project = f"p{uuid.uuid4().hex[:8]}"
-    good = insert(engine, "firefeed.project.apply", {"spec": _spec(tmp_path, workspace, project)}, workspace=workspace)
+    remote = "https://feeds.example.com/main.csv"  # a row's spec has no folder: a local file would be refused
+    good = insert(
+        engine, "firefeed.project.apply", {"spec": _spec(tmp_path, workspace, project, remote)}, workspace=workspace
+    )
     foreign = insert(
-        engine, "firefeed.project.apply", {"spec": _spec(tmp_path, "someone_else", "x1")}, workspace=workspace
+        engine, "firefeed.project.apply", {"spec": _spec(tmp_path, "someone_else", "x1", remote)}, workspace=workspace
     )
     bad = insert(engine, "firefeed.project.apply", {"spec": {"company": workspace}}, workspace=workspace)
     make_worker().drain()

@@ -635,7 +635,7 @@ def test_a_symlink_in_the_export_folder_pointing_outside_fails_the_export_and_wr
         "/proc/self/environ",
     ],
 )
-def test_a_source_path_leaving_the_spec_folder_fails_fetch_and_reads_nothing(
+def test_a_source_path_leaving_the_spec_folder_is_refused_and_reads_nothing(
     url: str, run_env: Path, tmp_path: Path, stress_tally: Any
 ) -> None:
     outside = tmp_path / "outside"
@@ -664,11 +664,14 @@ def test_a_source_path_leaving_the_spec_folder_fails_fetch_and_reads_nothing(
     if url == "%2e%2e/secret.csv":
         # A plain path is not URL-decoded: it names a file called "%2e%2e/secret.csv" in the spec folder.
         assert code == 1 and "no such file" in report["error"]["message"]
+        assert report["error"]["step"] == "FETCH"
+        assert report["error"]["message"].startswith("source 'main': ")
     else:
-        assert code == 1, report
+        # Refused as a spec error when the spec is applied (#48), naming the key and the allowed folders.
+        assert code == 2, report
+        assert report["error"]["path"] == "sources[0].url"
         assert "outside the allowed folders" in report["error"]["message"], report["error"]
-    assert report["error"]["step"] == "FETCH"
-    assert report["error"]["message"].startswith("source 'main': ")
+        assert str(folder.resolve()) in report["error"]["message"]
     assert "TOP-SECRET" not in json.dumps(report)
     assert not (run_env / "hostile" / project / "out.csv").exists()
 
