@@ -48,9 +48,19 @@ def ref_frag(ref: FieldRef, column: Column, lists: ListFields = NO_LISTS) -> Fra
     return value if ref.index is None else _lists.text_element(value, ref.index)
 
 
-def template_frag(template: Template, column: Column, lists: ListFields = NO_LISTS) -> Frag:
-    """The rendered template: literal parts bound, `{field}` parts the field's current value."""
-    pieces = [val(p, "text") if not isinstance(p, FieldRef) else ref_frag(p, column, lists) for p in template.parts]
+def template_frag(
+    template: Template, column: Column, lists: ListFields = NO_LISTS, once: _lists.Once | None = None
+) -> Frag:
+    """The rendered template: literal parts bound, `{field}` parts the field's current value (`once`:
+    inside a per-element expression, each read through it, `item_template_frag`)."""
+
+    def piece(p: str | FieldRef) -> Frag:
+        if not isinstance(p, FieldRef):
+            return val(p, "text")
+        value = ref_frag(p, column, lists)
+        return value if once is None else once.item_ref(p, value)
+
+    pieces = [piece(p) for p in template.parts]
     if not pieces:
         return raw("''::text")
     if len(pieces) == 1:
@@ -58,11 +68,21 @@ def template_frag(template: Template, column: Column, lists: ListFields = NO_LIS
     return fmt("({0})", join(pieces, " || "))
 
 
-def item_template_frag(template: Template, column: Column, lists: ListFields, once: _lists.Once | None) -> Frag:
-    """`template_frag` inside a per-element expression: what it reads of the item, named by `once`
-    (computed once per item, not once per element); a literal is left as it is."""
-    frag = template_frag(template, column, lists)
-    return frag if once is None else once.template(template, frag)
+def item_template_frag(
+    template: Template, column: Column, lists: ListFields, once: _lists.Once | None, *, lower: bool = False
+) -> Frag:
+    """`template_frag` (lowered with `lower`) inside a per-element expression: computed once per item
+    through `once`, not once per element. One that reads the element itself (`{_}` in a `remove`
+    condition) is computed per element, but each of its references to the item once per item."""
+
+    def lowered(frag: Frag) -> Frag:
+        return fmt("lower({0})", frag) if lower else frag
+
+    if once is None or template.is_literal:
+        return lowered(template_frag(template, column, lists))
+    if once.reads_element(template):
+        return lowered(template_frag(template, column, lists, once))
+    return once(lowered(template_frag(template, column, lists)))
 
 
 def number_text_frag(value: Frag) -> Frag:
@@ -117,10 +137,7 @@ def _text_leaf(
             tail = fmt("right({0}, {1})", subject, val(len(text), "integer"))
             return fmt("({0} = {1})", tail if cs else fmt("lower({0})", tail), wanted)
     else:
-        wanted = template_frag(tpl, column, lists)
-        wanted = wanted if cs else fmt("lower({0})", wanted)
-        if once is not None:  # the same for every element: computed (and lowered) once per item
-            wanted = once.template(tpl, wanted)
+        wanted = item_template_frag(tpl, column, lists, once, lower=not cs)
     left = subject if cs else fmt("lower({0})", subject)
     if op in ("eq", "ne"):
         return fmt("({0} = {1})" if op == "eq" else "({0} <> {1})", left, wanted)

@@ -24,7 +24,7 @@ from psycopg2 import sql
 
 from firefeed.rules._frag import Frag, fmt, join, of, raw, val
 from firefeed.rules._scalars import WHOLE_MAX
-from firefeed.rules.template import Template
+from firefeed.rules.template import FieldRef, Template
 from firefeed.textutil import WHITESPACE
 
 EMPTY_LIST = raw("'{}'::text[]")
@@ -114,18 +114,20 @@ class Once:
     The names (`_ff_h<i>`) can never be a field's column; a per-element expression holds no other
     `Once`'s names, and one nested inside a bound value binds its own nearer, so they never mix.
     `element_field`: the field name that reads the element itself (`_` in a `remove` condition,
-    P20): a template naming it differs per element and stays inside.
+    P20): a template naming it differs per element and is computed inside, its other references
+    each bound once (`item_ref`).
     """
 
     def __init__(self, element_field: str | None = None) -> None:
         self._bound: list[tuple[Frag, Frag]] = []
         self._element_field = element_field
 
-    def template(self, template: Template, value: Frag) -> Frag:
-        """`value`, computed from `template`, by name; as it is when the template is a literal or reads the element."""
-        if template.is_literal or self._element_field in template.fields:
-            return value
-        return self(value)
+    def reads_element(self, template: Template) -> bool:
+        return self._element_field in template.fields
+
+    def item_ref(self, ref: FieldRef, value: Frag) -> Frag:
+        """A template reference's `value`, by name, unless it reads the element."""
+        return value if ref.name == self._element_field else self(value)
 
     def __call__(self, value: Frag) -> Frag:
         """The name `value` (the same for every element) goes by inside the expression `bind` wraps."""

@@ -49,10 +49,12 @@ SHAPES: dict[str, list[dict[str, Any]]] = {
             "then": [
                 {
                     "remove": "tags",
-                    # `{_}` is the element (P20): it differs per element, and is read per element
+                    # `{_}` is the element (P20): a template naming it is read per element, the
+                    # item's values in it (`{tags[2]}`) still once per item; `{_[5]}` of a text is ""
                     "when": {
                         "any": [
                             {"field": "_", "op": "eq", "value": "{tags[1]}", "case_sensitive": True},
+                            {"field": "_", "op": "eq", "value": "{tags[2]}{_[5]}"},
                             {
                                 "all": [
                                     {"field": "_", "op": "eq", "value": "{_}"},
