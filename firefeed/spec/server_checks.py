@@ -61,7 +61,8 @@ def check_server_side(
                 continue
             resolve_local_path(feed.name, url, base_dir=spec_dir, settings=allowed)
         except (UnsafePathError, UnsafeURLError) as err:
-            problems.append(SpecError(f"{where}.url", f"{err.reason}; {_folders(spec_dir, allowed)}"))
+            folders = _folders(spec_dir, allowed)
+            problems.append(SpecError(f"{where}.url", f"{err.reason}; {folders}" if folders else err.reason))
     if problems:
         raise SpecError.of(problems)
 
@@ -70,5 +71,5 @@ def _folders(spec_dir: Path | None, settings: Settings) -> str:
     """The folders a local source may be read from, said with the setting that adds one."""
     roots = [str(r.resolve()) for r in (spec_dir, settings.local_sources_root) if r is not None]
     if not roots:
-        return "local files are allowed only under FIREFEED_LOCAL_SOURCES_ROOT, which is not set"
+        return ""  # the reason already says to set FIREFEED_LOCAL_SOURCES_ROOT
     return f"allowed folders: {', '.join(roots)} (the spec's folder, and FIREFEED_LOCAL_SOURCES_ROOT)"

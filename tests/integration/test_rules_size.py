@@ -204,12 +204,14 @@ def test_the_api_answers_422_naming_the_rule_past_the_cap(database_url: str, sma
     company = "co_" + uuid.uuid4().hex[:10]
     auth = {"Authorization": f"Bearer {TokenStore().create(company)}"}
     with ServerThread(create_app()) as url, httpx.Client(base_url=url, timeout=20) as http:
-        r = http.put("/api/projects/capped", headers=auth, json=_spec(company, "capped", appends(200)))
+        # A spec over the API names a remote feed: a local file needs FIREFEED_LOCAL_SOURCES_ROOT.
+        remote = {"sources": [{"name": "main", "url": "https://feeds.example.com/main.csv"}]}
+        r = http.put("/api/projects/capped", headers=auth, json={**_spec(company, "capped", appends(200)), **remote})
         assert r.status_code == 422, r.text
         body = r.json()
         assert body["error"] == "spec_error" and body["path"].startswith("rules[")
         assert "rules_max_sql_bytes" in body["message"]
-        ok = http.put("/api/projects/capped", headers=auth, json=_spec(company, "capped", appends(20)))
+        ok = http.put("/api/projects/capped", headers=auth, json={**_spec(company, "capped", appends(20)), **remote})
         assert ok.status_code in (200, 201), ok.text
 
 
