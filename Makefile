@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install bytecode system-deps lock demo demo-check test test-check test-rabbitmq test-unit test-integration lint format typecheck bench bench-distributed bench-concurrency bench-rules bench-api bench-processes bench-preview bench-quality stress clean
+.PHONY: install bytecode system-deps lock demo demo-check test test-check test-rabbitmq test-unit test-integration lint format typecheck bench bench-distributed bench-concurrency bench-rules bench-api bench-processes bench-preview bench-quality bench-lists stress clean
 
 # From the lock file (tools/install.sh: uv when it can be had, else pip); tools/lock.sh re-resolves it.
 $(STAMP): pyproject.toml requirements-dev.lock
@@ -86,6 +86,10 @@ bench-preview: $(STAMP)
 
 bench-quality: $(STAMP)
 	$(BIN)/python bench/quality_bench.py $(BENCH_ARGS)
+
+# Per-element list actions on one item's list of N and 4N elements: linear is ~4x (#47).
+bench-lists: $(STAMP)
+	$(BIN)/python bench/list_actions_bench.py $(BENCH_ARGS)
 
 # The stress suites, then the SQL route's property tests with every example (make test tries half).
 stress: $(STAMP) bytecode
