@@ -72,4 +72,6 @@ def _folders(spec_dir: Path | None, settings: Settings) -> str:
     roots = [str(r.resolve()) for r in (spec_dir, settings.local_sources_root) if r is not None]
     if not roots:
         return ""  # the reason already says to set FIREFEED_LOCAL_SOURCES_ROOT
-    return f"allowed folders: {', '.join(roots)} (the spec's folder, and FIREFEED_LOCAL_SOURCES_ROOT)"
+    if spec_dir is None:
+        return f"allowed folder: {roots[0]} (the company's folder under FIREFEED_LOCAL_SOURCES_ROOT)"
+    return f"allowed folders: {', '.join(roots)} (the spec's folder, and FIREFEED_LOCAL_SOURCES_ROOT when set)"

@@ -12,6 +12,7 @@ import yaml
 from psycopg2 import sql
 
 from firefeed.db.engine import raw_connection
+from firefeed.errors import SpecError
 from firefeed.rules.model import parse_rules
 from firefeed.rules.reference import apply_rules
 from firefeed.schema.identifiers import kept_result_table
@@ -345,9 +346,9 @@ def test_a_spec_sent_without_a_folder_reads_local_files_only_in_its_companys_fol
     monkeypatch.setenv("FIREFEED_LOCAL_SOURCES_ROOT", str(root))
     reset_settings()
     store = RunStore()
-    outcomes = {}
-    for project, url in (("own_file", "mine.csv"), ("foreign_file", str(root / "globex" / "theirs.csv"))):
-        spec = parse_spec(
+
+    def spec(project: str, url: str) -> Any:
+        return parse_spec(
             {
                 "company": "acme",
                 "project": project,
@@ -355,11 +356,16 @@ def test_a_spec_sent_without_a_folder_reads_local_files_only_in_its_companys_fol
                 "exports": [{"name": "csv", "format": "csv", "path": "o.csv"}],
             }
         )
-        store.apply_spec(spec, spec_dir=None)
-        outcomes[project] = execute_run(store.request_run(project, "api"))
-    assert outcomes["own_file"]["status"] == "SUCCEEDED", outcomes["own_file"]["error"]
-    assert outcomes["foreign_file"]["status"] == "FAILED"
-    assert outcomes["foreign_file"]["error"]["step"] == "FETCH"
+
+    store.apply_spec(spec("own_file", "mine.csv"), spec_dir=None)
+    own = execute_run(store.request_run("own_file", "api"))
+    assert own["status"] == "SUCCEEDED", own["error"]
+    # Another company's file is refused when the spec is applied (#48), naming the company's own folder.
+    with pytest.raises(SpecError) as refused:
+        store.apply_spec(spec("foreign_file", str(root / "globex" / "theirs.csv")), spec_dir=None)
+    assert refused.value.path == "sources[0].url"
+    assert "outside the allowed folders" in refused.value.detail
+    assert f"allowed folder: {(root / 'acme').resolve()} (the company's folder" in refused.value.detail
 
 
 def test_a_run_split_in_two_halves_exports_the_same_bytes(
