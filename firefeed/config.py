@@ -6,10 +6,11 @@ is the single place that reads them (SPEC section 1).
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from firefeed.errors import ConfigError
@@ -29,6 +30,22 @@ def normalize_database_url(url: str) -> str:
     raise ConfigError(f"FIREFEED_DATABASE_URL must be a postgresql:// URL, got {url.split(':')[0]}://…")
 
 
+def default_data_dir() -> Path:
+    """One absolute data folder per installation, whatever folder a process starts in.
+
+    The defaults were `var` and `exports` relative to each process's working folder, so a CLI run and
+    the fleet, started in two folders, published one project's feed to two places. A source checkout
+    (what `make demo` and the tests run) keeps its own `var/` beside the code, so two clones never
+    share one; an installed package uses /var/lib/firefeed as root, else $XDG_DATA_HOME/firefeed.
+    """
+    checkout = Path(__file__).resolve().parent.parent
+    if (checkout / "pyproject.toml").is_file() and (checkout / "firefeed" / "config.py").is_file():
+        return checkout / "var"
+    if os.geteuid() == 0:
+        return Path("/var/lib/firefeed")
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "firefeed"
+
+
 class Settings(BaseSettings):
     """FireFeed's configuration; see `.env.example` for every variable and its default."""
 
@@ -39,8 +56,9 @@ class Settings(BaseSettings):
     database_url: str | None = None
     broker_url: str | None = None
     result_backend: str | None = None
+    # Unset: <data_dir>/exports, the same absolute folder for every process of the installation.
     export_dir: Path = Path("exports")
-    data_dir: Path = Path("var")
+    data_dir: Path = Field(default_factory=default_data_dir)
     # Where exports and a run's downloads live (firefeed/storage): unset = export_dir and data_dir/runs.
     storage_url: str | None = None
     storage_endpoint_url: str | None = None
@@ -161,6 +179,12 @@ class Settings(BaseSettings):
         if value is not None:
             parse_storage_url(value)  # a bad value stops the process at start, naming the variable
         return value
+
+    @model_validator(mode="after")
+    def _exports_under_the_data_folder(self) -> Settings:
+        if "export_dir" not in self.model_fields_set:
+            self.export_dir = self.data_dir / "exports"
+        return self
 
     @property
     def sqlalchemy_url(self) -> str:

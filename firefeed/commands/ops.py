@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 # What one worker process holds, measured: ~76 MB RSS once Celery, SQLAlchemy, lxml and the
@@ -229,7 +230,8 @@ def _check_storage(report: Report, settings: Any) -> None:
     if not settings.storage_url:
         report.info(
             "storage",
-            f"local folders: exports in {settings.export_dir}, downloads in {settings.data_dir / 'runs'} "
+            f"local folders: exports in {Path(settings.export_dir).resolve()}, downloads in "
+            f"{Path(settings.data_dir).resolve() / 'runs'} "
             "(several machines: share FIREFEED_EXPORT_DIR or set FIREFEED_STORAGE_URL)",
         )
         return
