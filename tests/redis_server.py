@@ -4,7 +4,8 @@ The suite once used whatever Redis answered on 127.0.0.1:6379 and emptied its da
 (FLUSHDB): on a shared machine, someone else's data. Now a session starts a server of its own when
 the `redis-server` program exists (tests/services.py decides), and ends it by its pid, never by
 name: when pytest unconfigures, at interpreter exit, and, should the session be killed outright,
-with it (the kernel sends the server SIGTERM when the process that started it dies).
+with it (the kernel sends the server SIGTERM when the process that started it dies). The folder of
+a killed session stays behind; the next session removes it (its owner's pid, in it, is gone).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import os
 import shutil
 import signal
 import subprocess
@@ -22,11 +24,15 @@ from pathlib import Path
 
 import redis
 
+from firefeed.procutil import pid_alive
 from tests.ports import free_ports
 
 #: how long a new server may take to answer PING (it answers in milliseconds; a loaded machine is slower)
 START_TIMEOUT_S = 30.0
 _PR_SET_PDEATHSIG = 1
+FOLDER_PREFIX = "firefeed-test-redis-"
+#: in each folder: the pid of the process that started its server (the session)
+OWNER_FILE = "owner.pid"
 
 
 def _die_with_parent() -> None:
@@ -42,7 +48,8 @@ class PrivateRedis:
     def __init__(self, program: str) -> None:
         self.program = program
         self.port = 0
-        self.folder = Path(tempfile.mkdtemp(prefix="firefeed-test-redis-"))
+        self.folder = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX))
+        (self.folder / OWNER_FILE).write_text(str(os.getpid()))
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -112,6 +119,17 @@ class PrivateRedis:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
+def remove_stale_folders() -> None:
+    """Remove the folders of killed sessions: those whose owner's pid no longer runs (their server died with it)."""
+    for folder in Path(tempfile.gettempdir()).glob(FOLDER_PREFIX + "*"):
+        try:
+            owner = int((folder / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue  # not one of ours, or one being made right now
+        if not pid_alive(owner):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 _session: PrivateRedis | None = None
 
 
@@ -119,6 +137,7 @@ def start_session_redis(program: str) -> PrivateRedis:
     """The session's server, started once; stopped by `stop_session_redis` (pytest's unconfigure) or at exit."""
     global _session
     if _session is None:
+        remove_stale_folders()
         server = PrivateRedis(program)
         atexit.register(server.close)
         server.start()
