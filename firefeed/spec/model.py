@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal
 
@@ -280,6 +281,22 @@ def _check_no_export_path_is_a_folder_of_another(exports: list[ExportSpec]) -> N
                 )
 
 
+def _names_and_formats(kind: str, feeds: Sequence[FeedSpec]) -> None:
+    """SpecError for a repeated name or a format the file name does not tell, of sources or lookups."""
+    from firefeed.errors import SpecError
+
+    seen: set[str] = set()
+    for i, feed in enumerate(feeds):
+        if feed.name in seen:
+            raise SpecError(f"{kind}s[{i}].name", f"repeats the {kind} name {feed.name!r}")
+        seen.add(feed.name)
+        if feed.format is None and format_from_name(feed.url) is None:
+            raise SpecError(
+                f"{kind}s[{i}].format",
+                "cannot tell the format from the file name; set one of " + ", ".join(SOURCE_FORMATS),
+            )
+
+
 class ProjectSpec(_Strict):
     company: str = Field(pattern=r"^[a-z0-9][a-z0-9_]{0,39}$")
     project: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
@@ -316,16 +333,8 @@ class ProjectSpec(_Strict):
         problems: list[SpecError] = []
 
         def sources() -> None:
-            seen: set[str] = set()
+            _names_and_formats("source", self.sources)
             for i, s in enumerate(self.sources):
-                if s.name in seen:
-                    raise SpecError(f"sources[{i}].name", f"repeats the source name {s.name!r}")
-                seen.add(s.name)
-                if s.format is None and format_from_name(s.url) is None:
-                    raise SpecError(
-                        f"sources[{i}].format",
-                        "cannot tell the format from the file name; set one of " + ", ".join(SOURCE_FORMATS),
-                    )
                 if i == 0 and "mode" in s.model_fields_set:
                     raise SpecError(
                         "sources[0].mode", "the first source is the primary: it defines the items and takes no mode"
@@ -342,16 +351,7 @@ class ProjectSpec(_Strict):
                     )
 
         def lookups() -> None:
-            tables: set[str] = set()
-            for i, lk in enumerate(self.lookups):
-                if lk.name in tables:
-                    raise SpecError(f"lookups[{i}].name", f"repeats the lookup name {lk.name!r}")
-                tables.add(lk.name)
-                if lk.format is None and format_from_name(lk.url) is None:
-                    raise SpecError(
-                        f"lookups[{i}].format",
-                        "cannot tell the format from the file name; set one of " + ", ".join(SOURCE_FORMATS),
-                    )
+            _names_and_formats("lookup", self.lookups)
 
         def exports() -> None:
             names: set[str] = set()

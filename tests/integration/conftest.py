@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import csv
 import io
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
@@ -88,3 +89,13 @@ def run_json(spec: Path) -> tuple[int, dict[str, Any]]:
 
     code, out = cli("run", str(spec), "--json")
     return code, json.loads(out)
+
+
+def eventually(check: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Whether `check` holds within `timeout` seconds, asked every 50 ms (for states another thread reaches)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if check():
+            return True
+        time.sleep(0.05)
+    return check()

@@ -30,7 +30,7 @@ from firefeed.config import reset_settings
 from firefeed.db.engine import raw_connection
 from firefeed.preview.deadline import PREVIEW_APPLICATION_NAME, Deadline, bounded_engine
 from firefeed.schema.identifiers import SCRATCH_SCHEMA_PREFIX
-from tests.integration.conftest import cli
+from tests.integration.conftest import cli, eventually
 from tests.integration.test_api import add_project, new_company, spec_of
 from tests.unit.test_fetch import CSV, FeedServer, body
 
@@ -148,15 +148,6 @@ def _preview_connections(engine: Engine) -> int:
         return int(cur.fetchone()[0])
 
 
-def _eventually(check: Callable[[], bool], timeout: float = 10.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if check():
-            return True
-        time.sleep(0.05)
-    return check()
-
-
 def test_slow_previews_of_one_company_leave_the_api_fast_for_the_others(
     held_api: tuple[str, FastAPI], feeds: FeedServer, held_feed: threading.Event, engine: Engine, run_env: Path
 ) -> None:
@@ -182,12 +173,12 @@ def test_slow_previews_of_one_company_leave_the_api_fast_for_the_others(
             assert http.get("/api/projects", headers=auth).status_code == 200
 
         first_c = clients.submit(preview, auth_c, slow_c)
-        assert _eventually(lambda: app.state.previews.running(company_c) == 1, 5)
+        assert eventually(lambda: app.state.previews.running(company_c) == 1, 5)
         burst: list[Future[tuple[int, dict[str, str], dict[str, Any], float]]] = [
             clients.submit(preview, auth_a, slow_a) for _ in range(50)
         ]
         # All but two of A's fifty are refused at once, without waiting for anything.
-        assert _eventually(lambda: sum(f.done() for f in burst) >= 48, 10), "A's extra previews were not refused"
+        assert eventually(lambda: sum(f.done() for f in burst) >= 48, 10), "A's extra previews were not refused"
         assert app.state.previews.running() == 3
 
         # C may run two, but the pool (3) is full: 503, not a queue.
@@ -232,8 +223,8 @@ def test_slow_previews_of_one_company_leave_the_api_fast_for_the_others(
     assert c_result[0] == 200
 
     # Nothing is left behind: threads, the preview's own connections, scratch schemas, downloads.
-    assert _eventually(lambda: app.state.previews.running() == 0 and not _preview_threads()), _preview_threads()
-    assert _eventually(lambda: _preview_connections(engine) == 0)
+    assert eventually(lambda: app.state.previews.running() == 0 and not _preview_threads()), _preview_threads()
+    assert eventually(lambda: _preview_connections(engine) == 0)
     assert _scratch_schemas(engine) == []
     previews_dir = run_env.parent / "var" / "previews"
     assert not previews_dir.exists() or not any(previews_dir.iterdir())
@@ -244,7 +235,7 @@ def test_slow_previews_of_one_company_leave_the_api_fast_for_the_others(
         r = http.post(f"/api/projects/{fast['project']}/preview", headers=auth_a, json=fast)
     assert r.status_code == 200, r.text
     assert [i["key"] for i in r.json()["items"]] == ["A1"]
-    assert _eventually(lambda: not _preview_threads())
+    assert eventually(lambda: not _preview_threads())
 
 
 def test_a_preview_through_the_api_answers_504_at_its_deadline_and_leaves_nothing_behind(
@@ -264,8 +255,8 @@ def test_a_preview_through_the_api_answers_504_at_its_deadline_and_leaves_nothin
     assert "it was still fetching source 'main'" in answer["message"]
     # Not before the deadline, and long before the trickle's end (hours): a generous bound for a loaded machine.
     assert DEADLINE_S - 0.2 < took < DEADLINE_S + 30, took
-    assert _eventually(lambda: app.state.previews.running() == 0 and not _preview_threads()), _preview_threads()
-    assert _eventually(lambda: _preview_connections(engine) == 0)
+    assert eventually(lambda: app.state.previews.running() == 0 and not _preview_threads()), _preview_threads()
+    assert eventually(lambda: _preview_connections(engine) == 0)
     assert _scratch_schemas(engine) == []
 
 
@@ -308,5 +299,5 @@ def test_a_previews_statements_end_at_its_deadline(engine: Engine, lifted: bool)
                 cur.execute("SET statement_timeout = 0")
                 cur.execute("SELECT pg_sleep(30)")
     assert time.monotonic() - started < 20  # not the 30 s of pg_sleep; generous for a loaded machine
-    assert _eventually(lambda: _preview_connections(engine) == 0)
+    assert eventually(lambda: _preview_connections(engine) == 0)
     assert not _preview_threads()

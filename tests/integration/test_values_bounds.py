@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,7 @@ from firefeed.schema.identifiers import (
     project_table,
 )
 from firefeed.schema.service import SchemaService
-from tests.integration.conftest import cli, filler, new_company, run_json, write_csv
+from tests.integration.conftest import cli, eventually, filler, new_company, run_json, write_csv
 from tests.integration.test_api import add_project
 from tests.integration.test_rules_differential import load_items
 
@@ -226,15 +226,6 @@ def api(run_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, F
     reset_settings()
 
 
-def _eventually(check: Callable[[], bool], timeout: float = 10.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if check():
-            return True
-        time.sleep(0.05)
-    return check()
-
-
 def test_a_burst_of_one_companys_values_calls_leaves_the_api_fast_for_the_others(
     api: tuple[str, FastAPI], run_env: Path, engine: Engine
 ) -> None:
@@ -267,7 +258,7 @@ def test_a_burst_of_one_companys_values_calls_leaves_the_api_fast_for_the_others
             cur.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(ident(schema, table)))
         burst: list[Future[tuple[int, dict[str, str], dict[str, Any]]]] = [clients.submit(values) for _ in range(CALLS)]
         # All but PER_COMPANY are refused at once, without waiting for anything.
-        assert _eventually(lambda: sum(f.done() for f in burst) >= CALLS - PER_COMPANY, 20), "no call was refused"
+        assert eventually(lambda: sum(f.done() for f in burst) >= CALLS - PER_COMPANY, 20), "no call was refused"
         assert app.state.values.running(company_a) == PER_COMPANY
 
         timings: list[tuple[int, float]] = []
@@ -299,7 +290,7 @@ def test_a_burst_of_one_companys_values_calls_leaves_the_api_fast_for_the_others
         assert f"FIREFEED_VALUES_PER_COMPANY={PER_COMPANY}" in answer["message"]
         assert int(headers["retry-after"]) == answer["retry_after"]
         assert 1 <= answer["retry_after"] <= DEADLINE_S + 2
-    assert _eventually(lambda: app.state.values.running() == 0)
+    assert eventually(lambda: app.state.values.running() == 0)
 
 
 def test_a_values_call_ends_at_its_deadline(
@@ -328,4 +319,4 @@ def test_a_values_call_ends_at_its_deadline(
     assert r.json()["message"].startswith(f"the values call did not finish within {SHORT_S:g} s")
     assert "counting the values its run kept" in r.json()["message"]
     assert SHORT_S - 0.2 < took < SHORT_S + 5, took
-    assert _eventually(lambda: app.state.values.running() == 0)
+    assert eventually(lambda: app.state.values.running() == 0)
