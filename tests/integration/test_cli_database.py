@@ -62,11 +62,17 @@ def test_migrate_creates_a_missing_database_then_migrates_it(missing_database: s
     assert code == EXIT_OK and "created database" not in out
 
 
-def test_doctor_names_the_missing_database_and_the_fix(missing_database: str) -> None:
+def test_doctor_names_the_missing_database_and_the_fix(missing_database: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FIREFEED_BROKER_URL", raising=False)
+    reset_settings()
     code, out, _ = _cli("doctor")
     assert code != EXIT_OK
     assert f"database '{missing_database}' does not exist" in out
     assert "firefeed migrate" in out
+    # Without a broker the API runs its own runs: doctor no longer says it needs one (#48).
+    broker = next(line for line in out.splitlines() if " broker " in line)
+    assert broker.split()[0] == "info" and "`firefeed api` run projects in their own process" in broker
+    assert "need one" not in out
 
 
 def test_no_server_answering_is_said_in_two_lines(monkeypatch: pytest.MonkeyPatch) -> None:
