@@ -36,7 +36,8 @@ def percent(value: float) -> str:
 
 def export_definition(export: ExportSpec) -> str:
     """A digest of what decides an export's rows besides the items: its own rules, `where` and `fields` (P31)."""
-    doc = {"rules": export.rules, "where": export.where, "fields": export.fields}
+    fields = export.model_dump(mode="json", include={"fields"})["fields"]  # a literal as {value: TEXT} (C1)
+    doc = {"rules": export.rules, "where": export.where, "fields": fields}
     return hashlib.sha256(json.dumps(doc, ensure_ascii=False).encode()).hexdigest()
 
 

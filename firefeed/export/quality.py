@@ -73,7 +73,7 @@ def _is_key(export: ExportSpec, column: OutputColumn, key_field: str) -> bool:
     if export.fields is None:
         return column.name == key_field
     source = export.fields.get(column.name, "")
-    return "{" not in source and "}" not in source and source == key_field
+    return isinstance(source, str) and "{" not in source and "}" not in source and source == key_field
 
 
 def _hash(names: Sequence[str]) -> Piece:

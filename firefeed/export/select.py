@@ -118,7 +118,9 @@ def output_columns(fields: Sequence[str], export: ExportSpec, lists: ListFields 
         return [_named(f, f, column, lists) for f in fields]
     columns: list[OutputColumn] = []
     for out, value in export.fields.items():
-        if "{" in value or "}" in value:
+        if not isinstance(value, str):  # C1: a fixed text, a bound value, never a name or a template
+            columns.append(OutputColumn(out, bound(value.value)))
+        elif "{" in value or "}" in value:
             template = parse_template(value, f"exports.{export.name}.fields.{out}")
             if lists or any(isinstance(p, FieldRef) and p.index is not None for p in template.parts):
                 columns.append(OutputColumn(out, _template_piece(template, column, lists)))

@@ -85,13 +85,16 @@ def unread_export_field_warnings(export: ExportSpec, fields: Iterable[str], *, p
     result's, to which the export's own rules add what they write; `path`: the export's (`exports[i]`).
 
     A `fields` value without braces is a field name (P9), so `shipping.country: US` writes an empty
-    sub-attribute on every item, silently: the warning says how to write a fixed text."""
+    sub-attribute on every item, silently: the warning says how to write a fixed text (`{value: US}`,
+    C1), which reads no field and so is never warned about."""
     known = set(fields)
     for rule in export.parsed_rules:
         if rule.enabled:
             known.update(a.field for a in (*rule.then, *rule.else_) if not isinstance(a, Exclude))
     unknown: dict[str, dict[str, None]] = {}  # field -> where it is read, each place once
     for out, value in (export.fields or {}).items():
+        if not isinstance(value, str):
+            continue  # C1: a fixed text reads no field
         names = parse_template(value, f"{path}.fields.{out}").fields if "{" in value or "}" in value else (value,)
         for name in names:
             if name not in known:
@@ -108,7 +111,7 @@ def unread_export_field_warnings(export: ExportSpec, fields: Iterable[str], *, p
     return [
         f"{path} ({export.name!r}) reads fields that no source has and no rule sets: {reads}. They read as"
         " empty on every item (a misspelled field name? A value without braces is a field name: write a"
-        " fixed text with a rule's `set`, or as a template such as '{price} USD')"
+        " fixed text as {value: US}, with a rule's `set`, or as a template such as '{price} USD')"
     ]
 
 

@@ -12,7 +12,7 @@ The rules' own count (`spec_max_rules`) is checked with their actions in rules/l
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from firefeed.errors import SpecError
@@ -44,7 +44,7 @@ def check_entry_counts(sources: Sequence[Any], lookups: Sequence[Any], exports: 
     _refuse_past("exports", "exports", len(exports), "spec_max_exports", settings.spec_max_exports)
 
 
-def check_export_fields(path: str, fields: dict[str, str] | None) -> None:
+def check_export_fields(path: str, fields: Mapping[str, object] | None) -> None:
     """A SpecError when an export's `fields` names more than spec_max_fields columns."""
     limit = _settings().spec_max_fields
     if fields is not None and len(fields) > limit:

@@ -7,7 +7,16 @@ from collections.abc import Sequence
 from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
 
 from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.rules.model import Condition, Rule, parse_condition, parse_rules
@@ -184,11 +193,39 @@ class LookupSpec(FeedSpec):
     key: str = Field(min_length=1)
 
 
+class FieldLiteral(_Strict):
+    """SPEC 10 C1: an export column that writes `value` on every item, as those characters.
+
+    A mapping, not a text, so it can never be read as a field name or a template: `{value: "{price}"}`
+    writes `{price}`.
+    """
+
+    value: str
+
+
+def _field_value(v: Any) -> Any:
+    """An export's `fields` value: a text (field name or template) or `{value: TEXT}` (C1), else why not."""
+    if not isinstance(v, dict):
+        return v
+    other = [str(k) for k in v if k != "value"]
+    if other:
+        raise ValueError(f"a mapping here is a fixed text {{value: TEXT}}; {other[0]!r} is not a key it takes")
+    if "value" not in v:
+        raise ValueError("a mapping here is a fixed text {value: TEXT}; it needs `value`")
+    if not isinstance(v["value"], str):
+        raise ValueError("`value` of a fixed text must be a text")
+    return FieldLiteral(value=v["value"])
+
+
+#: what an export's `fields` maps an output name to: a field name, a template, or a literal (C1)
+FieldValue = Annotated[str | FieldLiteral, BeforeValidator(_field_value)]
+
+
 class ExportSpec(_Strict):
     name: str = Field(min_length=1, max_length=200)
     format: Literal["csv", "tsv", "json", "jsonl", "google-xml"]
     path: str = Field(min_length=1)
-    fields: dict[str, str] | None = None
+    fields: dict[str, FieldValue] | None = None
     where: Any = None
     gzip: bool = False
     # csv/tsv: what joins a list's elements in a cell (SPEC 9)
@@ -378,7 +415,7 @@ class ProjectSpec(_Strict):
                         raise SpecError(f"exports[{i}].fields", "must list at least one field")
                     check_export_fields(f"exports[{i}]", e.fields)
                     for out, value in e.fields.items():
-                        if "{" in value or "}" in value:
+                        if isinstance(value, str) and ("{" in value or "}" in value):
                             parse_template(value, join_key(f"exports[{i}].fields", out))
                     parents = {out.split(".", 1)[0] for out in e.fields if "." in out}
                     for out in e.fields:
@@ -437,7 +474,7 @@ class ProjectSpec(_Strict):
         for i, e in enumerate(self.exports):
             final = check_value_growth(e._rules, path=f"exports[{i}].rules", start=grown) if e.rules else grown
             for out, value in (e.fields or {}).items():
-                if "{" in value:
+                if isinstance(value, str) and "{" in value:
                     path = join_key(f"exports[{i}].fields", out)
                     check_template_growth(parse_template(value, path), final.bounds, path=path)
         return self

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from firefeed.errors import SpecError
 from firefeed.rules.model import parse_rules
 from firefeed.rules.unread import unread_field_warnings
 
@@ -80,7 +83,21 @@ def test_an_export_field_naming_nothing_is_named_with_where_it_is_read() -> None
         "exports[0] ('out') reads fields that no source has and no rule sets: 'US' (fields.shipping.country,"
         " fields.again), 'currency' (fields.price), 'stok' (where). They read as empty on every item"
     )
-    assert "a fixed text with a rule's `set`" in warning
+    assert "a fixed text as {value: US}, with a rule's `set`" in warning
+
+
+def test_a_literal_in_an_export_reads_no_field_and_a_mapping_with_another_key_is_a_spec_error() -> None:
+    # C1: `{value: TEXT}` is a fixed text, never a field name: no warning, even when it looks like one.
+    export = {"fields": {"id": "id", "condition": {"value": "new"}, "shipping.country": {"value": "US"}}}
+    assert export_warnings(export) == []
+    assert export_warnings({"fields": {"id": "id", "price": {"value": "{currency}"}}}) == []
+    with pytest.raises(SpecError) as err:
+        export_warnings({"fields": {"id": "id", "shipping.country": {"value": "US", "valeu": "x"}}})
+    assert err.value.path == 'exports[0].fields["shipping.country"]'
+    assert "'valeu' is not a key it takes" in str(err.value)
+    with pytest.raises(SpecError) as err:
+        export_warnings({"fields": {"id": "id", "condition": {"text": "new"}}})
+    assert err.value.path == "exports[0].fields.condition" and "'text'" in str(err.value)
 
 
 def test_an_export_reading_known_fields_and_its_own_rules_fields_has_no_warning() -> None:
