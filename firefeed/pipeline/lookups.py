@@ -20,7 +20,7 @@ from sqlalchemy import Engine
 from firefeed.db.engine import raw_connection
 from firefeed.errors import MergeError, SourceError, UnsafePathError
 from firefeed.pipeline.context import RunContext
-from firefeed.pipeline.merge import trimmed
+from firefeed.pipeline.merge import has_rows, trimmed
 from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import Rule
 from firefeed.schema.identifiers import KEY, ORD, column_for_field, company_schema, ident, lookup_staging_table
@@ -109,11 +109,13 @@ def build_lookup_table(
     """(Re)create `table` as the first row of each non-blank trimmed key of `staging` with the `wanted`
     columns; its key counts. `fields`: the staged file's fields."""
     lk = lookup
-    if lk.key not in fields:
-        shown = ", ".join(list(fields)[:12]) + (" …" if len(fields) > 12 else "")
-        raise MergeError(f"lookup {lk.name!r} has no key column {lk.key!r} (its fields: {shown or 'none'})")
     schema = company_schema(company)
     key = trimmed(sql.SQL("{}").format(ident(column_for_field(lk.key))))
+    if lk.key not in fields:
+        if has_rows(engine, schema, staging):
+            shown = ", ".join(list(fields)[:12]) + (" …" if len(fields) > 12 else "")
+            raise MergeError(f"lookup {lk.name!r} has no key column {lk.key!r} (its fields: {shown or 'none'})")
+        key = trimmed(sql.SQL("''::text"))  # a table with no items matches nothing (P36)
     present = set(fields)
     picked = [
         sql.SQL("{} AS {}").format(

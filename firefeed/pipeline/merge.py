@@ -115,14 +115,23 @@ def merged_fields(key_field: str, sources: Sequence[StagedSource]) -> tuple[list
     return [key_field, *out], contrib
 
 
-def _check_keys(key_field: str, sources: Sequence[StagedSource]) -> None:
+def _check_keys(engine: Engine, schema: str, key_field: str, sources: Sequence[StagedSource]) -> None:
+    """A source with items but no key field fails the run; one with no items (an empty file, `[]`, a
+    header only) changes nothing, whatever fields it has (P36): its key reads "" (`_source_key`)."""
     for src in sources:
-        if key_field not in src.fields and src.key_from is None:
+        if key_field not in src.fields and src.key_from is None and has_rows(engine, schema, src.table):
             shown = ", ".join(list(src.fields)[:12]) + (" …" if len(src.fields) > 12 else "")
             raise MergeError(
                 f"source {src.name!r} has no key field {key_field!r} (its fields: {shown or 'none'}); "
                 "set `key:` in the spec or fix the feed's header"
             )
+
+
+def has_rows(engine: Engine, schema: str, table: str) -> bool:
+    """Whether a staging table holds any row: one without its key field is then an error (P36)."""
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        cur.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM {})").format(ident(schema, table)))
+        return bool(cur.fetchone()[0])
 
 
 def merge_sources(
@@ -146,9 +155,9 @@ def merge_sources(
     """
     if not sources:
         raise MergeError("a project needs at least one source")
-    _check_keys(key_field, sources)
-    fields, contrib = merged_fields(key_field, sources)
     schema = company_schema(company)
+    _check_keys(engine, schema, key_field, sources)
+    fields, contrib = merged_fields(key_field, sources)
 
     result = MergeResult(fields=fields, rows=0)
     appends = any(j > 0 and s.mode == "append" for j, s in enumerate(sources))
@@ -221,8 +230,8 @@ def _source_key(key_field: str, src: StagedSource, *, aliased: bool = False) -> 
             return sql.SQL("''::text")
         return prefix.format(ident(column_for_field(name)))
 
-    if src.key_from is None:
-        return trimmed(prefix.format(ident(column_for_field(key_field)))), [WHITESPACE] * 3
+    if src.key_from is None:  # a source without the key field has no rows (_check_keys): "" for each
+        return trimmed(column(key_field)), [WHITESPACE] * 3
     params: list[Any] = []
     refs = [p for p in src.key_from.parts if isinstance(p, FieldRef)]
     if any(r.index is not None or r.name in src.lists for r in refs):

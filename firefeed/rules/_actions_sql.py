@@ -257,7 +257,10 @@ def _add_element(action: Append | Prepend, x: Frag, text: Frag, lists: ListField
         return fmt("({0} || {1})" if isinstance(action, Append) else "({1} || {0})", _lists.as_list(v), one)
 
     if action.field in lists.declared:
-        return added(x, text)
+        # a template that renders "" adds nothing: a text held there stays a text (P12)
+        return _lists.read_once(
+            text, lambda t: fmt("(CASE WHEN {0} = '' THEN {1} ELSE {2} END)", t, x, added(x, t)), alias="_ff_t"
+        )
 
     def either(v: Frag) -> Frag:
         def of_kind(t: Frag) -> Frag:
@@ -312,7 +315,9 @@ def action_frag(
         return fmt("replace({0}, {1}, {2})", x, val(action.find, "text"), val(action.with_, "text"))
     if isinstance(action, RegexReplace):
         return fmt(
-            "regexp_replace({0}, {1}, {2}, 'g')",
+            "regexp_replace({0}, {1}, {2}, 'gi')"
+            if action.pattern.ignore_case
+            else "regexp_replace({0}, {1}, {2}, 'g')",
             x,
             val(action.pattern.pg, "text"),
             val(pg_replacement(action.with_), "text"),

@@ -150,7 +150,15 @@ def _bound(once: Once | None, expr: Frag) -> Frag:
 
 
 def count(value: Frag) -> Frag:
-    return fmt("cardinality({0})", value)
+    """How many elements `count_*` counts: a list's; a text (lower bound 0) one, a blank text none (P8,
+    as `empty` reads it: a text written by `set` may be white space, a list's elements never "")."""
+
+    def counted(v: Frag) -> Frag:
+        ws = val(WHITESPACE, "text")
+        blank = fmt("(array_lower({0}, 1) = 0 AND btrim(({0})[0], {1}) = '')", v, ws)
+        return fmt("(CASE WHEN {1} THEN 0 ELSE cardinality({0}) END)", v, blank)
+
+    return read_once(value, counted)
 
 
 def any_element(value: Frag, test: Frag, on_empty: Frag, once: Once | None = None) -> Frag:

@@ -93,7 +93,9 @@ def _list_leaf(cond: Leaf, item: Mapping[str, Value], lists: ListFields) -> bool
     items = elements(item.get(cond.field, ()))
     op = cond.op
     if op in COUNT_OPS:
-        return _count(len(items), cond)
+        value = item.get(cond.field, ())
+        blank_text = isinstance(value, str) and _text.is_blank(value)
+        return _count(0 if blank_text else len(items), cond)  # a blank text counts 0, like `empty` (P8)
     if op in ("empty", "not_empty"):
         return all(_text.is_blank(e) for e in items) == (op == "empty")
     positive = _NEGATED.get(op)
@@ -229,6 +231,8 @@ def _list_action(action: FieldAction, item: Mapping[str, Value], lists: ListFiel
         return item.get(action.source, "")
     if isinstance(action, Append | Prepend):
         text = action.value.render(item)
+        if text == "":  # adds nothing, and a text stays a text (P12)
+            return value
         if action.field in lists.declared or (isinstance(value, tuple) and value):
             return items + from_text(text) if isinstance(action, Append) else from_text(text) + items
         return as_text(value) + text if isinstance(action, Append) else text + as_text(value)
