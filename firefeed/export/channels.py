@@ -15,6 +15,20 @@ codes:
 - `duplicate_id`: an id carried by an earlier item of the same export (error, counted per
   repeated item: the items the channel would drop).
 
+The channel-grade checks (SPEC 10 C2, `channel_checks`), each on the attributes the export writes:
+
+- `gtin`: a non-empty gtin that is not 8, 12, 13 or 14 digits with a valid GS1 check digit (error).
+- `identifier`: no gtin, no mpn, and identifier_exists not no/false (warning; Google only, and only
+  for an export that writes at least one of the three: an export without them is not judged).
+- `price_value`: a price or sale_price whose number is 0 or negative (error).
+- `sale_price`: a sale_price not lower than price, or in another currency (error).
+- `url_public`: a link, image_link or additional_image_link (each of the list) whose host a channel
+  cannot reach: localhost, a single-label name, a private suffix, a special-purpose IP address (error).
+- `html`: a title or description holding an HTML tag or entity (warning).
+- `value`: condition, gender or age_group outside the channel's values, in any case (error).
+- `variants`: an item of an item_group_id with the same variant attributes as an earlier item of
+  its group (warning, counted per repeated item).
+
 Google Merchant Center: https://support.google.com/merchants/answer/7052112 .
 Meta catalogs: https://developers.facebook.com/docs/commerce-platform/catalog/fields .
 Severity "error" means the channel would reject the item; "warning" that it takes
@@ -27,7 +41,22 @@ from dataclasses import dataclass
 
 ERROR, WARNING = "error", "warning"
 SEVERITIES = (ERROR, WARNING)
-CHECKS = ("missing", "too_long", "price_format", "availability_value", "url", "duplicate_id")
+CHECKS = (
+    "missing",
+    "too_long",
+    "price_format",
+    "availability_value",
+    "url",
+    "duplicate_id",
+    "gtin",
+    "identifier",
+    "price_value",
+    "sale_price",
+    "url_public",
+    "html",
+    "value",
+    "variants",
+)
 
 #: Active ISO 4217 currency codes (funds, metals and test codes left out: nobody prices in them).
 _ISO_4217_TEXT = """
@@ -56,6 +85,8 @@ class Channel:
     #: accepted availability values, lowercase
     availability: frozenset[str]
     url_attributes: tuple[str, ...]
+    #: the attribute that says a product has no identifier (the `identifier` check), None: not checked
+    identifier_attribute: str | None = None
 
 
 GOOGLE = Channel(
@@ -70,6 +101,7 @@ GOOGLE = Channel(
         {"in_stock", "out_of_stock", "preorder", "backorder", "in stock", "out of stock"},
     ),
     url_attributes=("link", "image_link"),
+    identifier_attribute="identifier_exists",
 )
 
 META = Channel(

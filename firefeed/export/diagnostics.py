@@ -22,7 +22,8 @@ from typing import Any
 
 from psycopg2 import sql
 
-from firefeed.export.channels import ERROR, ISO_4217, Channel
+from firefeed.export import channel_checks as cc
+from firefeed.export.channels import ERROR, ISO_4217, WARNING, Channel
 from firefeed.export.select import OutputColumn, Piece, sql_text
 
 _PRICE_PATTERN = "^[0-9]+([.,][0-9]+)? [A-Z]{3}$"
@@ -162,9 +163,40 @@ def channel_checks(channel: Channel, columns: Sequence[OutputColumn]) -> list[Ch
     for attr in channel.url_attributes:
         if attr in by_name:
             checks.append(Check("url", attr, ERROR, _bad_url(by_name[attr]), "not an absolute http(s) URL"))
+    checks.extend(_channel_grade(channel, by_name))
     if len(checks) > 62:  # one bit each in a bigint
         raise ValueError(f"channel {channel.name!r} has more checks than flag bits")
     return checks
+
+
+def _channel_grade(channel: Channel, by_name: dict[str, Piece]) -> list[Check]:
+    """SPEC 10 C2's per-item checks (`channel_checks` module) on the attributes the export writes."""
+    out: list[Check] = []
+    if "gtin" in by_name:
+        out.append(Check("gtin", "gtin", ERROR, cc.bad_gtin(by_name["gtin"]), "not a GTIN with a valid check digit"))
+    ident_attr = channel.identifier_attribute
+    if ident_attr is not None and any(a in by_name for a in ("gtin", "mpn", ident_attr)):
+        condition = cc.no_identifier(by_name.get("gtin"), by_name.get("mpn"), by_name.get(ident_attr))
+        out.append(Check("identifier", "gtin", WARNING, condition, f"no gtin, no mpn and {ident_attr} not 'no'"))
+    for attr in ("price", "sale_price"):
+        if attr in by_name:
+            out.append(Check("price_value", attr, ERROR, cc.bad_price_value(by_name[attr]), "0 or negative"))
+    if "sale_price" in by_name and "price" in by_name:
+        condition = cc.bad_sale_price(by_name["sale_price"], by_name["price"])
+        out.append(Check("sale_price", "sale_price", ERROR, condition, "not lower than price, or another currency"))
+    for attr in (*channel.url_attributes, "additional_image_link"):
+        if attr in by_name:
+            condition = cc.private_url(by_name[attr], listed=attr == "additional_image_link")
+            out.append(Check("url_public", attr, ERROR, condition, "a host the channel cannot reach"))
+    for attr in ("title", "description"):
+        if attr in by_name:
+            out.append(Check("html", attr, WARNING, cc.has_html(by_name[attr]), "holds an HTML tag or entity"))
+    for attr, allowed in (("condition", cc.CONDITIONS), ("gender", cc.GENDERS), ("age_group", cc.AGE_GROUPS)):
+        if attr in by_name:
+            out.append(
+                Check("value", attr, ERROR, cc.bad_value(by_name[attr], allowed), f"not one of {', '.join(allowed)}")
+            )
+    return out
 
 
 def flags_sql(checks: Sequence[Check]) -> Piece:

@@ -43,6 +43,7 @@ from firefeed.db.engine import raw_connection
 from firefeed.errors import ExportError
 from firefeed.export import diff
 from firefeed.export._copy import render
+from firefeed.export.channel_checks import variants
 from firefeed.export.channels import ERROR, WARNING, Channel, channel
 from firefeed.export.diagnostics import Check, channel_checks, findings, findings_sql, flags_sql
 from firefeed.export.select import OutputColumn, Piece, output_columns, sql_text, where_clause
@@ -266,6 +267,9 @@ def measure(engine: Engine, schema: SchemaService, target: Target, export: Expor
                 dup = _duplicates(cur, table)
                 if dup is not None:
                     found.append(dup)
+            same = variants(cur, columns, ident(company, target.table), where, ch.id_attribute)
+            if same is not None:
+                found.append(same)
             diagnostics = summary(found, ch)
         capped = capped_values(cur, export, columns, ident(company, target.table), where)
         if capped:

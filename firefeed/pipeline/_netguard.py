@@ -161,6 +161,31 @@ def special_range(address: IPAddress) -> str | None:
     return found
 
 
+@functools.cache
+def special_networks_sql() -> dict[str, tuple[str, ...]]:
+    """The special-purpose table as CIDR texts for a SQL `inet <<= ANY(...)` test (the channel checks' `url_public`).
+
+    The same table `special_range` reads, spelled for Postgres so a check over a million links needs no
+    Python per row: `v4` and `v6` the ranges, `wrappers` the IPv6 prefixes that wrap an IPv4 address
+    (v4-mapped, NAT64, 6to4) and `wrapped` the images of the IPv4 ranges inside each wrapper, and
+    `global` the IPv6 unicast space (an address outside it is refused as unallocated).
+    """
+    wrapped: list[str] = []
+    for net, _name in _V4_TABLE:
+        base = int(net.network_address)
+        for wrapper in (_V4_MAPPED, _NAT64):
+            wrapped.append(str(ipaddress.IPv6Network((int(wrapper.network_address) + base, 96 + net.prefixlen))))
+        six_to_four = int(_SIX_TO_FOUR.network_address) + (base << 80)
+        wrapped.append(str(ipaddress.IPv6Network((six_to_four, 16 + net.prefixlen))))
+    return {
+        "v4": tuple(str(net) for net, _name in _V4_TABLE),
+        "v6": tuple(str(net) for net, _name in _V6_TABLE),
+        "wrappers": (str(_V4_MAPPED), str(_NAT64), str(_SIX_TO_FOUR)),
+        "wrapped": tuple(wrapped),
+        "global": (str(_GLOBAL_UNICAST),),
+    }
+
+
 def metadata_range(address: IPAddress) -> str | None:
     """The link-local or instance-metadata range `address` falls in (a wrapped IPv4 address judged inside).
 
