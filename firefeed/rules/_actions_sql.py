@@ -315,7 +315,9 @@ def action_frag(
         return fmt("replace({0}, {1}, {2})", x, val(action.find, "text"), val(action.with_, "text"))
     if isinstance(action, RegexReplace):
         return fmt(
-            "regexp_replace({0}, {1}, {2}, 'g')",
+            "regexp_replace({0}, {1}, {2}, 'gi')"
+            if action.pattern.ignore_case
+            else "regexp_replace({0}, {1}, {2}, 'g')",
             x,
             val(action.pattern.pg, "text"),
             val(pg_replacement(action.with_), "text"),

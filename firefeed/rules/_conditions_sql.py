@@ -202,6 +202,8 @@ def leaf_frag(
     if op == "matches":
         assert cond.regex is not None
         left = subject if cond.case_sensitive else fmt("lower({0})", subject)
+        if cond.regex.ignore_case:  # Postgres' own case-insensitive reading (_regex.py says which)
+            return fmt("({0} ~* {1})", left, val(cond.regex.pg, "text"))
         if not _REGEX_SPECIAL.intersection(cond.regex.pg):
             # a literal pattern (punctuation is always escaped): a plain substring test, no regex engine
             return fmt("(strpos({0}, {1}) > 0)", left, val(cond.regex.pg, "text"))

@@ -35,15 +35,24 @@ Known remaining differences, documented rather than hidden:
 Case-insensitive `matches` lowercases both sides (SPEC 8.9): the value with
 lower(), the pattern's literal characters with the same simple mapping (a
 range keeps its own characters and gains the range of its lowercased ends).
+
+`ignore_case: true` (`matches` and `regex_replace`) is Postgres' own case-insensitive
+matching (`~*`, regexp_replace's `i` flag), which the SQL route runs on the pattern
+as written. Its reading on a C.UTF-8 ctype is not Python's re.IGNORECASE: a
+character, alone or in a class, stands for its glibc lowercase and uppercase only
+(towlower/towupper, the simple mapping): `ǅ` matches `ǆ` and `Ǆ` but not itself,
+`ſ` matches `S`, `s` does not match `ſ`. A range keeps its characters and gains
+the cases of each. The Python spelling writes exactly those sets out as classes.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cache
 
 from firefeed.rules._scalars import digits_value
-from firefeed.rules._text import simple_lower
+from firefeed.rules._text import simple_lower, simple_upper
 from firefeed.textutil import WHITESPACE
 
 #: the inside of a `{n}`, `{n,}` or `{n,m}` repeat, after its `{`
@@ -61,6 +70,28 @@ class Translated:
     py: str
     pg: str
     groups: int
+
+
+def _cases(ch: str) -> list[str]:
+    """What `ch` stands for in a case-insensitive Postgres pattern: its lower and upper case (allcases())."""
+    return sorted({simple_lower(ch), simple_upper(ch)})
+
+
+@cache
+def _cased() -> tuple[str, ...]:
+    """Every character that a case mapping changes, in code point order (for ranges under ignore_case)."""
+    return tuple(c for c in map(chr, range(0x110000)) if simple_lower(c) != c or simple_upper(c) != c)
+
+
+def _range_cases(start: str, end: str) -> list[str]:
+    """The cases a case-insensitive Postgres range [start-end] gains outside itself (regc_locale.c range())."""
+    extra: dict[str, None] = {}
+    for c in _cased():
+        if start <= c <= end:
+            for cc in (simple_lower(c), simple_upper(c)):
+                if not start <= cc <= end:
+                    extra[cc] = None
+    return list(extra)
 
 
 def _lit(ch: str) -> str:
@@ -85,10 +116,11 @@ _SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v"}
 
 
 class _Parser:
-    def __init__(self, pattern: str, fold: bool) -> None:
+    def __init__(self, pattern: str, fold: bool, icase: bool = False) -> None:
         self.p = pattern
         self.i = 0
         self.fold = fold
+        self.icase = icase
         self.py: list[str] = []
         self.pg: list[str] = []
         self.groups = 0
@@ -103,6 +135,11 @@ class _Parser:
         self.last = kind
 
     def literal(self, ch: str) -> None:
+        if self.icase:
+            cases = _cases(ch)
+            py = _lit(cases[0]) if len(cases) == 1 else "[" + "".join(map(_lit, cases)) + "]"
+            self.emit(py, _lit(ch))
+            return
         self.emit(_lit(simple_lower(ch) if self.fold else ch))
 
     def run(self) -> Translated:
@@ -242,6 +279,8 @@ class _Parser:
         if negated:
             self.i += 1
         self.items = []
+        pg_only: list[str] = []  # ignore_case: what Postgres reads with its own case rules ...
+        py_only: list[str] = []  # ... and the same set written out for Python
         first = True
         while True:
             if self.i >= len(p):
@@ -261,18 +300,26 @@ class _Parser:
                 if ord(end) < ord(start):
                     raise RegexError(f"range {start}-{end} is out of order")
                 self.items.append(f"{_lit(start)}-{_lit(end)}")
+                if self.icase:
+                    py_only.extend(map(_lit, _range_cases(start, end)))
                 if self.fold:
                     lo, hi = simple_lower(start), simple_lower(end)
                     if (lo, hi) != (start, end) and ord(lo) <= ord(hi):
                         self.items.append(f"{_lit(lo)}-{_lit(hi)}")
+            elif self.icase:
+                pg_only.append(_lit(start))
+                py_only.extend(map(_lit, _cases(start)))
             else:
                 self.items.append(_lit(simple_lower(start) if self.fold else start))
-        self.emit("[" + ("^" if negated else "") + "".join(self.items) + "]")
+        head = "[" + ("^" if negated else "") + "".join(self.items)
+        self.emit(head + "".join(py_only) + "]", head + "".join(pg_only) + "]")
 
 
-def translate(pattern: str, *, fold_case: bool = False) -> Translated:
-    """Check `pattern` against the common subset and spell it for both engines."""
-    out = _Parser(pattern, fold_case).run()
+def translate(pattern: str, *, fold_case: bool = False, ignore_case: bool = False) -> Translated:
+    """Check `pattern` against the common subset and spell it for both engines.
+
+    `ignore_case`: the Postgres spelling is for `~*` (or the `i` flag), the Python one matches the same."""
+    out = _Parser(pattern, fold_case, ignore_case).run()
     try:
         re.compile(out.py)
     except re.error as exc:  # pragma: no cover - the subset above should always compile

@@ -55,14 +55,21 @@ class Regex:
     py: str
     pg: str
     groups: int
+    #: `ignore_case: true`: Postgres' `~*` reading of `pg` (the `py` spelling matches the same)
+    ignore_case: bool = False
 
 
-def _checked_regex(source: str, path: str, *, fold_case: bool) -> Regex:
+def _checked_regex(source: str, path: str, *, fold_case: bool, ignore_case: bool = False) -> Regex:
     try:
-        t = translate(source, fold_case=fold_case)
+        t = translate(source, fold_case=fold_case, ignore_case=ignore_case)
     except RegexError as exc:
         raise SpecError(path, f"invalid regular expression {source!r}: {exc}") from None
-    return Regex(source, t.py, t.pg, t.groups)
+    return Regex(source, t.py, t.pg, t.groups, ignore_case)
+
+
+def _ignore_case(raw: Mapping[str, Any], path: str) -> bool:
+    """`ignore_case` of a `matches` leaf or a `regex_replace` action (default false)."""
+    return parse_bool(raw["ignore_case"], f"{path}.ignore_case") if "ignore_case" in raw else False
 
 
 # -- conditions ------------------------------------------------------------
@@ -365,7 +372,7 @@ def effective(branch: tuple[Action, ...]) -> tuple[FieldAction, ...]:
 
 
 # -- conditions ------------------------------------------------------------
-_LEAF_KEYS = ("field", "op", "value", "case_sensitive")
+_LEAF_KEYS = ("field", "op", "value", "case_sensitive", "ignore_case")
 #: how deep all/any/not may nest: parsing, compiling and Postgres' planner all recurse once per level
 #: (a few thousand levels overflowed Python's stack); real conditions nest two or three
 MAX_CONDITION_DEPTH = 32
@@ -401,6 +408,11 @@ def parse_condition(raw: Any, path: str, *, depth: int = 1, group: str | None = 
         hint = did_you_mean(op, OPS)
         raise SpecError(f"{path}.op", f"unknown op {op!r}{hint} (expected one of {', '.join(OPS)})")
     cs = parse_bool(raw["case_sensitive"], f"{path}.case_sensitive") if "case_sensitive" in raw else False
+    if "ignore_case" in raw and op != "matches":
+        raise SpecError(f"{path}.ignore_case", f"is for op matches; op {op} takes case_sensitive")
+    icase = _ignore_case(raw, path)
+    if icase and cs:
+        raise SpecError(f"{path}.ignore_case", "contradicts case_sensitive: true (give one of them)")
     vpath = f"{path}.value"
     has_value = "value" in raw and raw["value"] is not None
     if op in EMPTY_OPS:
@@ -417,6 +429,14 @@ def parse_condition(raw: Any, path: str, *, depth: int = 1, group: str | None = 
             raise SpecError(vpath, f"must be a list for op {op}, not {_kind(value)}")
         return Leaf(name, op, cs, values=tuple(_text(v, f"{vpath}[{i}]", allow_none=True) for i, v in enumerate(value)))
     if op == "matches":
+        if icase:  # Postgres' ~* on the value as it is (#49), not lower() of both sides
+            return Leaf(
+                name, op, True, regex=_checked_regex(_text(value, vpath), vpath, fold_case=False, ignore_case=True)
+            )
+        if "ignore_case" in raw:  # `ignore_case: false`: as case-sensitive as it says
+            if "case_sensitive" in raw and not cs:
+                raise SpecError(f"{path}.ignore_case", "contradicts case_sensitive: false (give one of them)")
+            cs = True
         return Leaf(name, op, cs, regex=_checked_regex(_text(value, vpath), vpath, fold_case=not cs))
     if op in NUMBER_OPS:
         return Leaf(name, op, cs, number=_number(value, vpath))
@@ -438,7 +458,7 @@ _ACTION_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "append": (("value",), ("value",)),
     "prepend": (("value",), ("value",)),
     "replace": (("find", "with"), ("find",)),
-    "regex_replace": (("pattern", "with"), ("pattern",)),
+    "regex_replace": (("pattern", "with", "ignore_case"), ("pattern",)),
     "lowercase": ((), ()),
     "uppercase": ((), ()),
     "capitalize": ((), ()),
@@ -533,7 +553,12 @@ def parse_action(
             raise SpecError(f"{path}.find", "must not be empty")
         return Replace(target, find, _text(raw.get("with", ""), f"{path}.with", allow_none=True))
     if kind == "regex_replace":
-        pattern = _checked_regex(_text(raw["pattern"], f"{path}.pattern"), f"{path}.pattern", fold_case=False)
+        pattern = _checked_regex(
+            _text(raw["pattern"], f"{path}.pattern"),
+            f"{path}.pattern",
+            fold_case=False,
+            ignore_case=_ignore_case(raw, path),
+        )
         repl = _replacement(_text(raw.get("with", ""), f"{path}.with", allow_none=True), pattern.groups, f"{path}.with")
         return RegexReplace(target, pattern, repl)
     if kind == "truncate":

@@ -268,7 +268,7 @@ def _none(value: Any, listed: bool) -> Any:
 
 
 # -- strategies ----------------------------------------------------------------
-ALPHABET = "aAbBxX019.,- \u00a0\u2003\tßİΣσςéÉǅ'\""
+ALPHABET = "aAbBxX019.,- \u00a0\u2003\tßİΣσςéÉǅǆſsS'\""
 FIELDS = ["title", "price", "brand", 'we"ird; name']
 NEW_FIELDS = ["new1", "new2"]
 ALL_FIELDS = FIELDS + NEW_FIELDS
@@ -302,6 +302,7 @@ MATCH_PATTERNS = [
     "[^a-z ]",
     "σ",
     "İ",
+    "ǅ|[ǆſ]",
     "i",
     "ǆ",
     "\\d[.,]\\d",
@@ -359,7 +360,9 @@ def leaves(draw: st.DrawFn) -> dict[str, Any]:
         leaf["value"] = str(draw(st.integers(0, 6)))
     elif op not in ("empty", "not_empty"):
         leaf["value"] = draw(templates)
-    if draw(st.booleans()):
+    if op == "matches" and draw(st.integers(0, 2)) == 0:
+        leaf["ignore_case"] = draw(st.sampled_from([True, "true"]))  # Postgres' ~* (SPEC 8.20)
+    elif draw(st.booleans()):
         leaf["case_sensitive"] = draw(st.sampled_from(["true", "false", True]))
     return leaf
 
@@ -456,7 +459,10 @@ def actions(draw: st.DrawFn, lookups: bool = False, groups: bool = False) -> dic
         return {"replace": target, "find": draw(st.sampled_from(["a", " ", ",", "ß", "1"])), "with": draw(values)}
     if kind == "regex_replace":
         pattern, repl = draw(st.sampled_from(REPLACE_PATTERNS))
-        return {"regex_replace": target, "pattern": pattern, "with": repl}
+        action = {"regex_replace": target, "pattern": pattern, "with": repl}
+        if draw(st.booleans()):
+            action["ignore_case"] = True  # regexp_replace's 'i' flag
+        return action
     if kind == "truncate":
         return {"truncate": target, "length": draw(st.integers(0, 12))}
     if kind == "math":
