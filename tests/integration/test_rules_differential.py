@@ -8,6 +8,7 @@ Python and Postgres agree on what a match covers (see firefeed.rules._regex).
 
 from __future__ import annotations
 
+import csv
 import itertools
 import json
 import uuid
@@ -772,6 +773,66 @@ def _xml_items(data: bytes, fields: Sequence[str]) -> list[list[tuple[str, str]]
     channel = etree.fromstring(data).find("channel")
     assert channel is not None
     return [[(names[str(e.tag).split("}", 1)[1]], e.text or "") for e in item] for item in channel.iter("item")]
+
+
+# -- an export's fields: names, templates and literal values (SPEC 8.18, P25-P27, C1) --------------------------
+#: literal values, some that would read as a template or a field name if they were not literals
+LITERALS = ["new", "{price}", "", "a,b", "title", "ǅ {{x}} }", " US "]
+
+
+@st.composite
+def export_fields(draw: st.DrawFn) -> dict[str, Any]:
+    """An export's `fields`: output names (some dotted: sub-attributes) -> a field, a template or {value: TEXT}."""
+    fields: dict[str, Any] = {}
+    for i in range(draw(st.integers(1, 6))):
+        name = draw(st.sampled_from([f"c{i}", f"ship.s{i}", f"size.s{i}"]))
+        kind = draw(st.integers(0, 2))
+        if kind == 0:
+            fields[name] = draw(st.sampled_from([KEY_FIELD, *LISTED, "nothing"]))
+        elif kind == 1:
+            fields[name] = draw(list_templates.filter(lambda t: "{" in t))
+        else:
+            fields[name] = {"value": draw(st.sampled_from(LITERALS))}
+    return fields
+
+
+@sql_route(60)
+@given(items=listed_items, raw_rules=list_rule_lists(), fields=export_fields())
+def test_an_exports_names_templates_and_literal_values_are_the_references(
+    engine: Engine, items: list[dict[str, Any]], raw_rules: list[dict[str, Any]], fields: dict[str, Any], tmp_path: Path
+) -> None:
+    """The json and csv files of an export with `fields` are the reference's columns (export_columns) of the
+    reference's items, in `fields` order, dotted names nested; a literal is its text on every item."""
+    from firefeed.rules.reference_export import export_columns, nested
+
+    written: dict[str, Path] = {}
+
+    def export(result: RulesResult, lists: ListFields) -> None:
+        for fmt in ("json", "csv"):
+            spec = ExportSpec.model_validate({"name": fmt, "format": fmt, "path": f"out.{fmt}", "fields": fields})
+            dest = written[fmt] = tmp_path / f"out.{fmt}"
+            write_export(
+                engine, schema=company_schema(COMPANY), table=result.table, fields=result.fields, export=spec,
+                dest=dest, lists=lists,
+            )  # fmt: skip
+
+    _result, _got, want = run_both(
+        engine, items, [KEY_FIELD, *LISTED], raw_rules, exports=export, lists=frozenset(LIST_FIELDS)
+    )
+    literal_fields = ExportSpec.model_validate({"name": "x", "format": "json", "path": "x", "fields": fields}).fields
+    columns = [nested(export_columns(item, literal_fields, ())) for item in want.items]
+    as_json = [{k: (list(v) or "") if isinstance(v, tuple) else v for k, v in c.items()} for c in columns]
+    assert json.loads(written["json"].read_bytes()) == as_json
+
+    def cell(v: Any) -> str:
+        if isinstance(v, dict):  # "" when every sub-value is empty, else joined with ":" (P27)
+            return "" if not any(v.values()) else ":".join(v.values())
+        return ",".join(v) if isinstance(v, tuple) else v
+
+    with written["csv"].open(newline="", encoding="utf-8") as f:
+        header, *rows = list(csv.reader(f))
+    assert header == list(nested(dict.fromkeys(fields, "")))
+    assert rows == [[cell(v) for v in c.values()] for c in columns]
 
 
 # -- lists with groups and lookups (SPEC 9: P16 over elements, P22 list matches) -------------------------------
