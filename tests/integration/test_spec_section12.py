@@ -11,28 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from lxml import etree
 from sqlalchemy import Engine
 
 from firefeed.pipeline.parse import open_reader
 from firefeed.rules.template import FieldRef, parse_template
 from tests.integration.conftest import read_csv, run_json, write_csv
+from tests.integration.test_catalog_keys import _run, _write_spec
 from tests.integration.test_rules_differential import KEY_FIELD, assert_same, run_both
 
 pytestmark = pytest.mark.integration
-
-
-def _write_spec(tmp: Path, spec: dict[str, Any]) -> Path:
-    path = tmp / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec, allow_unicode=True, sort_keys=False), encoding="utf-8")
-    return path
-
-
-def _run(spec: Path) -> dict[str, Any]:
-    code, report = run_json(spec)
-    assert code == 0, report
-    return report
 
 
 # -- P8: a blank text counts 0 ----------------------------------------------------------------------
