@@ -99,3 +99,15 @@ def eventually(check: Callable[[], bool], timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.05)
     return check()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """moto's S3 server as its own process for the whole session; AWS credentials in this process's env."""
+    from tests.integration.moto_s3 import S3_ENV, moto_s3_server
+
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    with pytest.MonkeyPatch.context() as mp, moto_s3_server(log) as endpoint:
+        for name, value in S3_ENV.items():
+            mp.setenv(name, value)
+        yield endpoint

@@ -28,7 +28,7 @@ from firefeed.runs.maintenance import reap_stale_runs
 from firefeed.runs.service import RunStore
 from firefeed.storage import export_storage
 from tests.integration.conftest import cli, write_csv
-from tests.integration.moto_s3 import S3_ENV, moto_s3_server, new_bucket
+from tests.integration.moto_s3 import new_bucket
 
 pytestmark = pytest.mark.integration
 
@@ -45,15 +45,6 @@ MOMENTS = [
     ("switched-2", "SUCCEEDED"),
     ("switched-3", "SUCCEEDED"),
 ]
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
-    with pytest.MonkeyPatch.context() as mp, moto_s3_server(log) as endpoint:
-        for name, value in S3_ENV.items():
-            mp.setenv(name, value)
-        yield endpoint
 
 
 @pytest.fixture()

@@ -27,20 +27,10 @@ from firefeed.export.paths import export_key
 from firefeed.storage import LocalStorage, Storage, export_storage, parse_storage_url, run_storage
 from firefeed.storage.keys import download_key, partial_key, run_prefix
 from tests.integration.conftest import run_json, write_csv
-from tests.integration.moto_s3 import S3_ENV, bucket_objects, moto_s3_server, new_bucket
+from tests.integration.moto_s3 import bucket_objects, new_bucket
 from tests.unit.test_fetch import FeedServer, body
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="session")
-def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """moto's S3 server as its own process for the whole session; AWS credentials in this process's env."""
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
-    with pytest.MonkeyPatch.context() as mp, moto_s3_server(log) as endpoint:
-        for name, value in S3_ENV.items():
-            mp.setenv(name, value)
-        yield endpoint
 
 
 def _settings(tmp_path: Path, **values: Any) -> Settings:
