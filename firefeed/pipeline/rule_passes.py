@@ -43,7 +43,6 @@ from firefeed.rules.executor import (
     ChunkCounts,
     count_rows,
     counts_nothing,
-    excluded_lookup_counts,
     lookup_counts,
     lookup_counts_known,
     make_groups,
@@ -80,22 +79,6 @@ SPLIT_MIN_ROWS = 100_000
 #: in one part numbers it p); the view over the parts' last tables (the rules' result) is number 0, or
 #: first_pass * SEGMENT_STRIDE for an export's own rules
 SEGMENT_STRIDE = 100
-
-
-def _in_action_order(
-    plan: PassPlan, now: Sequence[tuple[Rule, LookupSet]], excluded: list[dict[str, Any]], reports: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """`reports` (of the lookups `now`) with `excluded` (those of the branches of the pass's first rule
-    that exclude) among that rule's own, which lead them, in action order: `then` before `else` (P23)."""
-    if not excluded:
-        return reports
-    own = sum(1 for rule, _ in now if rule is plan.excluding)
-
-    def place(report: dict[str, Any]) -> tuple[int, int]:
-        action = str(report["action"])
-        return (0 if action.startswith("then") else 1, int(action[action.index("[") + 1 : action.index("]")]))
-
-    return sorted([*reports[:own], *excluded], key=place) + reports[own:]
 
 
 @dataclass
@@ -208,10 +191,6 @@ def apply_passes(
             and may_view(plan)
             and all(seg.rows is not None and seg.lo is None and seg.hi is None for seg in segments)
         )
-        # Lookups in a branch that excludes: their items leave in this pass, so read them first (P23).
-        excluded_reports = excluded_lookup_counts(
-            schema, company=company, run_id=runner.run_id, plan=plan, inputs=[(s.table, s.lo, s.hi) for s in segments]
-        )
         groups = None
         if plan.grouped and len(segments) > 1:
             # A group's members may be in any part: each part joins the groups of the whole input.
@@ -245,13 +224,11 @@ def apply_passes(
         deferred = {id(r) for r in plan.deferred}
         later = [(rule, part) for rule, part in plan.lookups if id(rule) in deferred]
         written_counts = counted
-        now = [(rule, part) for rule, part in plan.lookups if id(rule) not in deferred]
-        reports: list[dict[str, Any]] = []
-        if now:
+        if len(later) < len(plan.lookups):
             # Read now: the next pass drops these tables.
+            now = [(rule, part) for rule, part in plan.lookups if id(rule) not in deferred]
             known = lookup_counts_known(now, counted)
-            reports = known if known is not None else lookup_counts(schema.engine, company, now, tables)
-        lookups.extend(_in_action_order(plan, now, excluded_reports, reports))
+            lookups.extend(known if known is not None else lookup_counts(schema.engine, company, now, tables))
         rows_in = rows_out = 0
         for seg, (table, counts) in zip(segments, outcomes, strict=True):
             written.add(table)

@@ -26,7 +26,6 @@ that doubles with every rule.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -35,16 +34,13 @@ from firefeed.rules.groups import Aggregate, GroupFirst
 from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import (
-    Action,
     AllOf,
     AnyOf,
     Condition,
-    Exclude,
     FieldAction,
     Not,
     Rule,
     action_reads,
-    branch_excludes,
     condition_fields,
     effective,
 )
@@ -152,20 +148,6 @@ def lookups_of(rules: Sequence[Rule]) -> tuple[tuple[Rule, LookupSet], ...]:
         for a in (*effective(rule.then), *effective(rule.else_))
         if isinstance(a, LookupSet) and a.first
     )
-
-
-def excluded_lookups_rule(rule: Rule) -> Rule | None:
-    """`rule`'s branches that exclude, as a rule that keeps its items (each branch without its
-    `exclude`, the other branch empty): run as a SELECT over the rule's pass input, it reports the
-    lookups those branches run before their items leave (P23). None when they hold no lookup."""
-
-    def ran(branch: tuple[Action, ...]) -> tuple[Action, ...]:
-        return tuple(a for a in branch if not isinstance(a, Exclude)) if branch_excludes(branch) else ()
-
-    then, else_ = ran(rule.then), ran(rule.else_)
-    if not any(isinstance(a, LookupSet) and a.first for a in (*then, *else_)):
-        return None
-    return dataclasses.replace(rule, then=then, else_=else_)
 
 
 def _group_of(cond: Condition) -> str | None:
