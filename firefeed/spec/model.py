@@ -167,6 +167,9 @@ class SourceSpec(FeedSpec):
     key_from: str | None = None
     # SPEC 9: list fields of this source, field -> separator (csv/tsv split on it; json/xml ignore it)
     lists: dict[str, ListSeparator] | None = None
+    # #49: the shape of a platform's product export, turned into one item per product or variant
+    # before the source's own fields are read (docs/presets.md).
+    preset: Literal["shopify", "woocommerce"] | None = None
 
     @field_validator("lists")
     @classmethod
@@ -239,6 +242,10 @@ class ExportSpec(_Strict):
     channel: Literal["google", "meta", "none"] | None = None
     fail_on: Literal["error", "warning", "none"] = "none"
     max_drop: float = 50.0
+    # SPEC 10 C3: the largest share of items with an error finding the export may publish (fail_on: error
+    # makes it 0%), and whether those items are written (the channel disapproves them) or left out.
+    max_invalid: float = 5.0
+    invalid_items: Literal["write", "exclude"] = "write"
     # SPEC 9 (P29): channel rules, run after the project's rules on this export's copy of the items
     rules: list[Any] | None = None
 
@@ -251,10 +258,15 @@ class ExportSpec(_Strict):
     def _gzip(cls, v: Any) -> Any:
         return parse_bool(v)
 
-    @field_validator("max_drop", mode="before")
+    @field_validator("max_drop", "max_invalid", mode="before")
     @classmethod
     def _max_drop(cls, v: Any) -> float:
         return parse_percent(v)
+
+    @property
+    def invalid_limit(self) -> float:
+        """The max_invalid that applies (C3): `fail_on: error` (or warning) allows no invalid item."""
+        return 0.0 if self.fail_on in ("error", "warning") else self.max_invalid
 
     @property
     def resolved_channel(self) -> str | None:
