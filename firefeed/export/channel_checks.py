@@ -21,11 +21,9 @@ from typing import Any
 
 from psycopg2 import sql
 
-from firefeed.export._copy import render
 from firefeed.export.channels import WARNING
 from firefeed.export.select import OutputColumn, Piece, sql_text
 from firefeed.pipeline._netguard import special_networks_sql
-from firefeed.schema.identifiers import KEY, ORD, ident
 
 GTIN_LENGTHS = (8, 12, 13, 14)
 CONDITIONS = ("new", "refurbished", "used")
@@ -208,37 +206,30 @@ def bad_value(v: Piece, allowed: Sequence[str]) -> Piece:
     return _cat("(", v, " <> '' AND lower(", v, ") <> ALL(", _p(sorted(allowed)), "))")
 
 
-def variants(
-    cur: Any,
-    columns: Sequence[OutputColumn],
-    table: sql.Composable,
-    where: Piece,
-    id_column: str | None,
-) -> dict[str, Any] | None:
+def variants(cur: Any, columns: Sequence[OutputColumn], table: sql.Composable, with_id: bool) -> dict[str, Any] | None:
     """The `variants` finding: items of one item_group_id with the same values of every variant attribute present.
 
-    It compares items with each other, so it reads every selected item (not only the changed ones), in
-    one query; an item counts when an earlier item of its group (export order) has its values.
+    It compares items with each other, so it reads every row of the export's run table, whose `v` is a
+    hash of the item's group and variant values (`quality`): one hash aggregate finds the hashes
+    held twice, and only their rows are read again. An item counts when an earlier item of its group
+    (export order) has its values.
     """
-    by_name = {c.name: c.value for c in columns}
-    group = by_name.get("item_group_id")
-    if group is None:
+    names = {c.name for c in columns}
+    if "item_group_id" not in names:
         return None
-    attributes = [by_name[a] for a in VARIANT_ATTRIBUTES if a in by_name]
-    sample = by_name[id_column] if id_column in by_name else Piece(ident(KEY))
-    inner = _cat(Piece(sql.SQL("SELECT {} AS o, ").format(ident(ORD))), sample, " AS s, ", group, " AS g")
-    for n, value in enumerate(attributes):
-        inner = inner + _cat(", ", value, f" AS a{n}")
-    inner = inner + Piece(sql.SQL(" FROM {}").format(table)) + where
-    partition = ", ".join(["g", *(f"a{n}" for n in range(len(attributes)))])
-    numbered = _cat(f"SELECT s, o, row_number() OVER (PARTITION BY {partition} ORDER BY o) AS r FROM (", inner)
-    numbered = numbered + sql_text(") x WHERE g <> ''")
-    query = _cat(f"SELECT count(*), (array_agg(s ORDER BY o))[1:{_MAX_SAMPLES}] FROM (", numbered, ") y WHERE r > 1")
-    cur.execute(render(query, cur))
+    sample = "CASE WHEN t.i <> '' THEN t.i ELSE t.k END" if with_id else "t.k"
+    cur.execute(
+        sql.SQL(
+            "WITH twice AS (SELECT v, min(o) AS first FROM {t} WHERE v IS NOT NULL GROUP BY v HAVING count(*) > 1) "
+            "SELECT count(*), (array_agg(" + sample + " ORDER BY t.o))[1:%s] "
+            "FROM {t} t JOIN twice w ON t.v = w.v WHERE t.o > w.first"
+        ).format(t=table),
+        (_MAX_SAMPLES,),
+    )
     count, samples = cur.fetchone()
     if not count:
         return None
-    present = ", ".join(a for a in VARIANT_ATTRIBUTES if a in by_name) or "none"
+    present = ", ".join(a for a in VARIANT_ATTRIBUTES if a in names) or "none"
     return {
         "severity": WARNING,
         "check": "variants",

@@ -54,7 +54,9 @@ def published(cur: Any, schema: str, table: str) -> Published | None:
     exists, has_kh, comment = cur.fetchone()
     if not exists:
         return None
-    checks = comment[len("checks ") :] if isinstance(comment, str) and comment.startswith("checks ") else None
+    checks = None
+    if isinstance(comment, str) and comment.startswith("checks "):
+        checks = comment[len("checks ") :].split(" ", 1)[0]  # the fingerprint; a JSON label may follow
     return Published(table=table, has_key_hash=bool(has_kh), checks=checks)
 
 

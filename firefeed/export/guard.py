@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from firefeed import metrics
 from firefeed.errors import ChannelRejectError, DropGuardError, PublishBlockedError
 from firefeed.export.bounds import check_run_bytes
-from firefeed.schema.identifiers import export_tmp_table, published_keys_table
+from firefeed.schema.identifiers import checked_keys_table, export_tmp_table, published_keys_table
 
 if TYPE_CHECKING:
     from firefeed.schema.service import SchemaService
@@ -140,6 +140,22 @@ def promote(schema: SchemaService, spec: ProjectSpec, run_id: str, exports: Sequ
     index = {e.name: i for i, e in enumerate(spec.exports)}
     renames = [
         (export_tmp_table(run_id, index[e["name"]]), published_keys_table(spec.project, e["name"]))
+        for e in exports
+        if e.get("diff") is not None
+    ]
+    checked = [checked_keys_table(spec.project, e["name"]) for e in exports]
+    schema.promote_export_keys(spec.company, renames, drop=checked)
+
+
+def keep_checked(schema: SchemaService, spec: ProjectSpec, run_id: str, exports: Sequence[dict[str, Any]]) -> None:
+    """After a blocked publish: each export's run table is kept as its checked one, for `firefeed findings`.
+
+    A merchant whose run was stopped by max_invalid needs the items behind the findings of that run,
+    not of the file still live.
+    """
+    index = {e.name: i for i, e in enumerate(spec.exports)}
+    renames = [
+        (export_tmp_table(run_id, index[e["name"]]), checked_keys_table(spec.project, e["name"]))
         for e in exports
         if e.get("diff") is not None
     ]

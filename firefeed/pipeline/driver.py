@@ -337,6 +337,7 @@ class _Driver:
             )
         except PublishBlockedError as err:
             err.step_detail = {"exports": exports}  # type: ignore[attr-defined]  # the failed run still reports them
+            self.keep_checked(exports)
             raise
 
     def previous_definitions(self) -> dict[str, str | None]:
@@ -354,6 +355,15 @@ class _Driver:
             promote(self.ctx.schema, self.ctx.spec, self.ctx.run_id, exports)
         except Exception:  # the files are published; only the next run's diff baseline is older
             log.exception("could not keep the published exports' diff rows; the next run diffs against older ones")
+
+    def keep_checked(self, exports: list[dict[str, Any]]) -> None:
+        """A blocked run's export rows stay, for the findings list of what blocked it."""
+        from firefeed.export.guard import keep_checked
+
+        try:
+            keep_checked(self.ctx.schema, self.ctx.spec, self.ctx.run_id, exports)
+        except Exception:  # the run fails anyway; only its findings list is lost
+            log.exception("could not keep the blocked exports' rows for their findings list")
 
     def keep_result(self, rules: contract.RulesResult) -> None:
         """The rules' result stays, renamed, for `firefeed values` (its pass tables are not dropped at the end)."""

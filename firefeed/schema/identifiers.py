@@ -193,6 +193,14 @@ def published_keys_table(project: str, export: str) -> str:
     return _bounded("export_keys_", f"{check_project_id(project)}_{_digest(export, 8)}")
 
 
+def checked_keys_table(project: str, export: str) -> str:
+    """An export's run table kept after a run was blocked before publishing (#49): what its findings list reads.
+
+    A later publish of the export drops it (the published table is then the newer one).
+    """
+    return _bounded("export_checked_", f"{check_project_id(project)}_{_digest(export, 8)}")
+
+
 def tmp_table_number(table: str) -> int | None:
     """The number at the end of a `rules_tmp_*` / `export_tmp_*` name (a pass, a part, an export); None for
     a groups table and any other name."""

@@ -594,6 +594,8 @@ class SchemaService:
         `checks` labels the table with the fingerprint of the channel checks its
         flags come from (a table comment, which survives the rename): the next
         run reuses an unchanged item's flags only when its checks are the same.
+        After the fingerprint, the comment may carry a JSON document (`quality.label`):
+        what each flag bit means, so the findings list can read the table alone.
         Dropped by `drop_export_tmp_for_run` when the run ends, or renamed into the
         published one by `promote_export_keys`; a crashed run's is the janitor's.
 
@@ -614,6 +616,8 @@ class SchemaService:
         ]
         if with_id:
             cols.append(sql.SQL("i text NOT NULL"))
+        # A flagged item's checked values, for the findings list (#49), and its variant hash (`variants`).
+        cols += [sql.SQL("fv text[]"), sql.SQL("v bigint")]
         with _connection(self.engine, conn) as c, c.cursor() as cur:
             cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(schema, table)))
             cur.execute(sql.SQL("CREATE TABLE {} ({})").format(ident(schema, table), sql.SQL(", ").join(cols)))
@@ -634,17 +638,22 @@ class SchemaService:
                 dropped += 1
         return dropped
 
-    def promote_export_keys(self, company: str, renames: Sequence[tuple[str, str]]) -> None:
-        """Make each run table (first) the published one (second), all in one transaction.
+    def promote_export_keys(self, company: str, renames: Sequence[tuple[str, str]], drop: Sequence[str] = ()) -> None:
+        """Make each run table (first) the published one (second), all in one transaction; drop `drop`.
+
+        The same move keeps a blocked run's tables as the exports' checked ones (`checked_keys_table`),
+        and a publish drops those (`drop`): the published rows are then the newer findings.
 
         The run table is LOGGED already (`create_export_tmp`), so `SET LOGGED` is a no-op; it stays for
         a run table an older release created UNLOGGED during an upgrade, since crash recovery would
         empty an UNLOGGED baseline and silently disarm the guard for the next run.
         """
-        if not renames:
+        if not renames and not drop:
             return
         schema = company_schema(company)
         with raw_connection(self.engine) as conn, conn.cursor() as cur:
+            for name in drop:
+                cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(schema, name)))
             for run_table, published in renames:
                 cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(schema, published)))
                 cur.execute(sql.SQL("ALTER TABLE {} SET LOGGED").format(ident(schema, run_table)))

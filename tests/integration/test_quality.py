@@ -114,8 +114,8 @@ def test_a_clean_feed_gets_no_findings_and_an_export_without_channel_is_not_chec
     code, report = run_json(spec)
     assert code == 0, report["error"]
     by_name = {e["name"]: e for e in report["exports"]}
-    assert by_name["google"]["diagnostics"] == {"channel": "google", "errors": 0, "warnings": 0, "findings": []}
-    assert by_name["tsv"]["diagnostics"] == {"channel": "google", "errors": 0, "warnings": 0, "findings": []}
+    assert by_name["google"]["diagnostics"] == {"channel": "google", "errors": 0, "warnings": 0, "findings": [], "items": 7, "invalid": 0}
+    assert by_name["tsv"]["diagnostics"] == {"channel": "google", "errors": 0, "warnings": 0, "findings": [], "items": 7, "invalid": 0}
     assert by_name["plain"]["diagnostics"] is None
 
 
