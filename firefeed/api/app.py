@@ -15,7 +15,7 @@ from sqlalchemy.engine import Engine
 
 from firefeed import __version__
 from firefeed.api import errors
-from firefeed.api.routes import ops, preview, projects, runs, secrets, tokens
+from firefeed.api.routes import findings, ops, preview, projects, runs, secrets, tokens
 from firefeed.config import get_settings
 from firefeed.preview.pool import PREVIEWS, VALUES, BoundedPool
 from firefeed.runs.local import LocalRunner
@@ -73,6 +73,7 @@ def create_app(*, engine: Engine | None = None, local_runs: bool = False) -> Fas
     app.state.values = BoundedPool(get_settings().values_pool_size, kind=VALUES)
     errors.install(app)
     app.include_router(projects.router)
+    app.include_router(findings.router)
     app.include_router(preview.router)
     app.include_router(runs.router)
     app.include_router(secrets.router)

@@ -10,7 +10,7 @@ const STEPS = ["FETCH", "PARSE", "MERGE", "RULES", "EXPORT"];
 const FAST_MS = 2000;
 const SLOW_MS = 15000;
 
-const state = { project: null, runId: null, timer: null };
+const state = { project: null, runId: null, timer: null, findings: null };
 
 const $ = (id) => document.getElementById(id);
 
@@ -255,7 +255,7 @@ function renderReport(report) {
     ),
   );
   renderLookups(rules.lookups || []);
-  renderQuality(report.exports || []);
+  renderQuality(report.exports || [], report.project);
   $("accept-drop").hidden = !(err && err.type === "DropGuardError");
   $("warnings").replaceChildren(...(report.warnings || []).map((w) => el("li", {}, "warning: " + w)));
 }
@@ -290,7 +290,73 @@ function renderLookups(actions) {
   );
 }
 
-function renderQuality(exports) {
+// The items behind a finding (#49): the findings route of the export, filtered by the finding's check.
+// A capped-values finding (`<attribute>_cap`) counts dropped list elements, not items to list.
+function findingsPath(project, exportName, check) {
+  return (
+    "/api/projects/" + encodeURIComponent(project) + "/exports/" + encodeURIComponent(exportName) +
+    "/findings?check=" + encodeURIComponent(check)
+  );
+}
+
+// The finding's item count is the link, so the table reads as before and the number leads to the items.
+function findingCount(project, exportName, f) {
+  if (f.check.endsWith("_cap")) return fmtInt(f.count);
+  const path = findingsPath(project, exportName, f.check);
+  return el(
+    "a",
+    {
+      class: "finding-items-link",
+      href: path,
+      onclick: (event) => {
+        event.preventDefault();
+        loadFindingItems({ path, title: `${exportName} · ${f.check}` }, 0);
+      },
+    },
+    fmtInt(f.count),
+  );
+}
+
+// The page asks with the token (a plain link would not carry it) and shows the list below the findings.
+async function loadFindingItems(target, offset) {
+  state.findings = target;
+  try {
+    const page = await api("GET", target.path + "&offset=" + offset);
+    if (state.findings !== target) return;
+    renderFindingItems(target, page, offset > 0);
+  } catch (err) {
+    if (err.status !== 401) answer("error", `could not list the items: ${err.body.error || err.status}: ${err.message}`);
+  }
+}
+
+function renderFindingItems(target, page, more) {
+  $("finding-items").hidden = false;
+  $("finding-items-title").textContent = target.title;
+  const origin = page.source === "blocked" ? "of the run blocked before publishing" : "of the published file";
+  $("finding-items-summary").textContent = page.reason
+    ? page.reason
+    : `${fmtInt(page.total)} item(s) ${origin}` + (page.run_id ? ` (run ${shortId(page.run_id)})` : "");
+  const rows = page.items.map((i) =>
+    el(
+      "tr",
+      { class: "finding finding-" + i.severity, dataset: { key: i.key } },
+      el("td", { class: "mono" }, i.key),
+      el("td", {}, i.severity),
+      el("td", {}, i.check),
+      el("td", { class: "mono" }, i.attribute),
+      el("td", { class: "mono" }, i.value === null ? "" : i.value),
+      el("td", {}, i.message),
+    ),
+  );
+  const body = $("finding-items-table").tBodies[0];
+  if (more) body.append(...rows);
+  else fill(body, rows);
+  const next = $("finding-items-more");
+  next.hidden = page.next_offset === null;
+  next.onclick = () => loadFindingItems(target, page.next_offset);
+}
+
+function renderQuality(exports, project) {
   const blocks = exports
     .filter((e) => e.diff || e.diagnostics)
     .map((e) => {
@@ -309,7 +375,7 @@ function renderQuality(exports) {
               el("td", {}, f.severity),
               el("td", {}, f.check),
               el("td", { class: "mono" }, f.attribute),
-              el("td", { class: "num" }, fmtInt(f.count)),
+              el("td", { class: "num" }, findingCount(project, e.name, f)),
               el("td", { class: "mono" }, (f.samples || []).join(", ")),
             ),
           );
@@ -462,6 +528,8 @@ function selectProject(project, reload = true) {
     state.runId = null;
     $("answers").replaceChildren();
     $("preview").hidden = true;
+    $("finding-items").hidden = true;
+    state.findings = null;
   }
   $("project-pane").hidden = false;
   if (reload) refresh();
