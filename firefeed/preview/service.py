@@ -306,6 +306,7 @@ def _fetch_and_open(
         delimiter=feed.delimiter,
         item_path=feed.item_path,
         lists=lists,
+        preset=getattr(feed, "preset", None),  # a lookup has none
     )
     return fetched, reader
 

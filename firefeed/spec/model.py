@@ -178,6 +178,32 @@ class SourceSpec(FeedSpec):
             raise ValueError("a list field needs a name")  # no name to point at: the error is the mapping's
         return v
 
+    @model_validator(mode="after")
+    def _preset(self) -> SourceSpec:
+        """A preset reads one platform's export format, and declares the list fields it makes (#49)."""
+        if self.preset is None:
+            return self
+        from firefeed.pipeline.parse.presets import PRESET_LISTS
+
+        fmt = self.format or format_from_name(self.url)
+        fits = ("csv",) if self.preset == "shopify" else ("csv", "xml")
+        if fmt is not None and fmt not in fits:
+            what = "a Shopify product export (csv)" if self.preset == "shopify" else "a WooCommerce export (xml or csv)"
+            raise ValueError(f"source {self.name!r}: preset {self.preset} reads {what}, not {fmt}")
+        if fmt is None:
+            raise ValueError(
+                f"source {self.name!r}: preset {self.preset} needs the file's format: set format "
+                f"({' or '.join(fits)}), the name {self.url!r} does not tell"
+            )
+        # The same declaration again is fine: a spec read back from its own dump holds it.
+        taken = sorted(n for n, sep in (self.lists or {}).items() if n in PRESET_LISTS and sep != PRESET_LISTS[n])
+        if taken:
+            raise ValueError(
+                f"source {self.name!r}: {taken[0]!r} is a list the preset makes itself: leave it out of lists"
+            )
+        self.lists = {**(self.lists or {}), **PRESET_LISTS}
+        return self
+
     @property
     def list_fields(self) -> frozenset[str]:
         return frozenset(self.lists or ())

@@ -26,6 +26,8 @@ from firefeed.pipeline.parse._child import ParserDied, copy_frames
 from firefeed.pipeline.parse._chunks import Block, End, Fields, Frame
 from firefeed.pipeline.parse.csv_reader import CsvReader
 from firefeed.pipeline.parse.json_reader import JsonlReader, JsonReader
+from firefeed.pipeline.parse.presets import preset_reader
+from firefeed.pipeline.parse.presets_wxr import WxrReader
 from firefeed.pipeline.parse.xml_reader import XmlReader
 
 FORMATS = ("csv", "tsv", "json", "jsonl", "xml")
@@ -41,6 +43,7 @@ def open_reader(
     item_path: str = "auto",
     lists: Mapping[str, str] | None = None,
     max_value_chars: int | None = None,
+    preset: str | None = None,
 ) -> FeedReader:
     """The reader for one decompressed, local feed file (it may be opened more than once).
 
@@ -48,7 +51,8 @@ def open_reader(
     source's list fields (SPEC 9), written as Postgres array literals into text[]
     columns. A file that cannot be opened, or an unknown encoding, raises ParseError
     naming the source. `max_value_chars` is the longest value taken, the same for every format
-    (default: FIREFEED_PARSE_MAX_VALUE_CHARS); a row holding a longer one is malformed.
+    (default: FIREFEED_PARSE_MAX_VALUE_CHARS); a row holding a longer one is malformed. A `preset`
+    (#49) wraps the reader in the platform's transform (`presets`), which stages the lists itself.
     """
     reader: CsvReader | JsonReader | JsonlReader | XmlReader
     try:
@@ -58,6 +62,8 @@ def open_reader(
             reader = JsonReader(path, source=source, encoding=encoding, item_path=item_path)
         elif format == "jsonl":
             reader = JsonlReader(path, source=source, encoding=encoding)
+        elif format == "xml" and preset == "woocommerce":
+            reader = WxrReader(path, source=source, encoding=encoding, item_path=item_path)
         elif format == "xml":
             reader = XmlReader(path, source=source, encoding=encoding, item_path=item_path)
         else:
@@ -69,6 +75,8 @@ def open_reader(
 
         max_value_chars = get_settings().parse_max_value_chars
     reader.max_value_chars = max_value_chars
+    if preset is not None:
+        return preset_reader(reader, preset=preset, source=source, fmt=format, lists=lists)
     if lists:
         # SPEC 9: the list fields' values are staged as array literals (parse._lists)
         reader.lists = dict(lists)
