@@ -273,3 +273,23 @@ def test_the_page_links_each_finding_to_the_items_behind_it(
         page.wait_for_selector("#finding-items-table tbody tr[data-key=S7]", timeout=WAIT_MS)
         assert "A <b>bold</b> item" in page.locator("#finding-items-table tbody tr").all_text_contents()[0]
         assert page.locator("#finding-items b").count() == 0
+
+
+def test_a_read_that_waits_past_the_deadline_answers_504_and_the_next_one_reads_again(
+    run_env: Path, tmp_path: Path, http: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from firefeed.config import reset_settings
+
+    company, project, _ = _project(tmp_path)
+    auth = {"Authorization": f"Bearer {TokenStore().create(company)}"}
+    path = f"/api/projects/{project}/exports/google/findings"
+    monkeypatch.setenv("FIREFEED_VALUES_DEADLINE_S", "0.5")
+    reset_settings()
+    table = f'"{company_schema(company)}"."{published_keys_table(project, "google")}"'
+    with raw_connection(get_engine()) as conn, conn.cursor() as cur:
+        cur.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")  # as a publish's rename holds it
+        late = http.get(path, headers=auth)
+        conn.rollback()
+    assert (late.status_code, late.json()["error"]) == (504, "values_timeout")
+    assert "FIREFEED_VALUES_DEADLINE_S=0.5 s" in late.json()["message"]
+    assert http.get(path, headers=auth).json()["total"] == len(EXPECTED)
