@@ -208,15 +208,20 @@ def _read(
         if query is None:
             return found
         try:
-            cur.execute(sql.SQL("SELECT count(*) FROM ({}) u").format(query[0]), query[1])
-            total = int(cur.fetchone()[0])
-            items: list[FindingItem] = []
-            if offset < total:
-                cur.execute(
-                    sql.SQL("SELECT key, n, value FROM ({}) u ORDER BY o, n LIMIT %s OFFSET %s").format(query[0]),
-                    (*query[1], limit, offset),
-                )
-                items = [_item(table.bits, str(key), int(n), value) for key, n, value in cur.fetchall()]
+            # The page and the total in one pass over the rows; only a page past the end counts again.
+            cur.execute(
+                sql.SQL("SELECT key, n, value, count(*) OVER () FROM ({}) u ORDER BY o, n LIMIT %s OFFSET %s").format(
+                    query[0]
+                ),
+                (*query[1], limit, offset),
+            )
+            rows = cur.fetchall()
+            items = [_item(table.bits, str(key), int(n), value) for key, n, value, _ in rows]
+            if rows:
+                total = int(rows[0][3])
+            else:
+                cur.execute(sql.SQL("SELECT count(*) FROM ({}) u").format(query[0]), query[1])
+                total = int(cur.fetchone()[0])
         except psycopg2.errors.QueryCanceled as err:
             raise ValuesTimeoutError(
                 f"listing the findings of export {export!r} took longer than "
