@@ -54,6 +54,8 @@ class RunRequest(BaseModel):
 
     accept_drop: bool = False
     """Publish even when an export loses more of its items than its max_drop (a person confirmed the drop)."""
+    accept_invalid: bool = False
+    """Publish even when more of an export's items have channel errors than its max_invalid (SPEC 10 C3)."""
 
 
 class RunAccepted(BaseModel):

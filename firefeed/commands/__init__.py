@@ -3,3 +3,9 @@
 A module registers its subparser and sets `func` to a function taking the
 parsed args and returning the exit code, like the commands in firefeed/cli.py.
 """
+
+#: `--accept-invalid` of `run` and `trigger` (SPEC 10 C3)
+ACCEPT_INVALID_HELP = (
+    "publish even when more of an export's items have channel errors than its max_invalid allows "
+    "(fail_on: error included)"
+)

@@ -73,20 +73,47 @@ def _drop(
     )
 
 
-def _channel(export: ExportSpec, entry: dict[str, Any]) -> str | None:
+def _top(findings: Sequence[dict[str, Any]], limit: int = 3) -> str:
+    """The largest findings, as a person reads them in the run's error."""
+    top = sorted(findings, key=lambda f: -int(f["count"]))[:limit]
+    return "; ".join(f"{f['count']:,} item(s) {f['message']} (e.g. {', '.join(f['samples'][:3])})" for f in top)
+
+
+def _channel(export: ExportSpec, entry: dict[str, Any], accept_invalid: bool) -> str | None:
+    """max_invalid (SPEC 10 C3) and `fail_on: warning`: the problem when the export must not be published.
+
+    Annotates `diagnostics.max_invalid` with the share of items with an error finding, the limit and
+    the reading (ok, accepted, blocked), as the drop guard annotates the diff.
+    """
     diagnostics = entry.get("diagnostics")
-    if export.fail_on == "none" or not diagnostics:
+    if not diagnostics:
         return None
-    severities = ("error",) if export.fail_on == "error" else ("error", "warning")
-    bad = [f for f in diagnostics["findings"] if f["severity"] in severities]
-    if not bad:
+    items, invalid = int(diagnostics.get("items") or 0), int(diagnostics.get("invalid") or 0)
+    share = 100.0 * invalid / items if items else 0.0
+    limit = export.invalid_limit
+    over = share > limit
+    diagnostics["max_invalid"] = {
+        "share": round(share, 2),
+        "max_invalid": limit,
+        "status": ("accepted" if accept_invalid else "blocked") if over else "ok",
+    }
+    if accept_invalid:
         return None
-    listed = "; ".join(f"{f['count']:,} item(s) {f['message']} (e.g. {', '.join(f['samples'][:3])})" for f in bad)
-    kinds = "errors" if export.fail_on == "error" else "errors or warnings"
-    return (
-        f"export {export.name!r}: {diagnostics['channel']} would reject items ({listed}); "
-        f"fail_on: {export.fail_on} keeps the previous file while there are channel {kinds}"
-    )
+    if over:
+        errors = [f for f in diagnostics["findings"] if f["severity"] == "error"]
+        setting = "fail_on: error allows none" if export.fail_on != "none" else f"max_invalid {percent(limit)}"
+        return (
+            f"export {export.name!r}: {invalid:,} of {items:,} items ({percent(share)}) have errors "
+            f"{diagnostics['channel']} rejects, more than {setting} ({_top(errors)}); "
+            "re-run with --accept-invalid to publish anyway"
+        )
+    warned = [f for f in diagnostics["findings"] if f["severity"] == "warning"]
+    if export.fail_on == "warning" and warned:
+        return (
+            f"export {export.name!r}: {diagnostics['channel']} warns about items ({_top(warned)}); "
+            "fail_on: warning keeps the previous file while there are channel warnings"
+        )
+    return None
 
 
 def check_publish(
@@ -94,9 +121,13 @@ def check_publish(
     exports: Sequence[dict[str, Any]],
     *,
     accept_drop: bool,
+    accept_invalid: bool = False,
     previous: Mapping[str, str | None] | None = None,
 ) -> list[str]:
     """Raise DropGuardError / ChannelRejectError when an export must not be published; count the findings.
+
+    ChannelRejectError: more items with an error finding than `max_invalid` (C3, `accept_invalid`
+    overrides it), or `fail_on: warning` and a warning.
 
     Every export is checked, so the one error names every export that failed;
     a drop problem makes it a DropGuardError, the one `accept_drop` answers.
@@ -118,7 +149,7 @@ def check_publish(
         before = (previous or {}).get(export.name)
         changed = before is not None and before != entry.get("definition")
         dropped = _drop(export, entry, accept_drop, warnings, changed)
-        for found, problems in ((dropped, drops), (_channel(export, entry), rejects)):
+        for found, problems in ((dropped, drops), (_channel(export, entry, accept_invalid), rejects)):
             if found:
                 problems.append(found)
                 if export.name not in blocked:

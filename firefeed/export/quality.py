@@ -49,10 +49,12 @@ from firefeed.export.channels import ERROR, WARNING, Channel, channel
 from firefeed.export.diagnostics import Check, channel_checks, findings, findings_sql, flags_sql
 from firefeed.export.select import OutputColumn, Piece, output_columns, sql_text, where_clause
 from firefeed.rules.lists import NO_LISTS, ListFields
-from firefeed.schema.identifiers import KEY, ORD, company_schema, ident, published_keys_table
+from firefeed.schema.identifiers import KEY, ORD, company_schema, export_tmp_table, ident, published_keys_table
 
 #: the flag bit of an item whose channel id an earlier item has (the checks take bits 0-61)
 DUPLICATE_BIT = 1 << 62
+#: the outcome's error mask, for `Measurement.valid_only`; not part of the RunReport
+_MASK = "_error_mask"
 
 if TYPE_CHECKING:
     from firefeed.schema.service import SchemaService
@@ -359,7 +361,7 @@ def measure(engine: Engine, schema: SchemaService, target: Target, export: Expor
         if capped:
             diagnostics = (diagnostics or {}) | summary([*(diagnostics or {}).get("findings", []), *capped], ch)
         changes = diff.compare(cur, company, run_table, baseline, rows)
-    return {"diagnostics": diagnostics, "diff": changes}
+    return {"diagnostics": diagnostics, "diff": changes, _MASK: error_mask(checks) if ch is not None else 0}
 
 
 class Measurement:
@@ -391,6 +393,27 @@ class Measurement:
         if self._thread is not None:
             self._thread.join()
 
+    def valid_only(self, target: Target) -> Piece:
+        """A condition on the export's items that leaves out those with an error finding (`invalid_items: exclude`).
+
+        Needs the run table filled, so the measurement must have run `first`. An anti-join with
+        the flagged rows only: `_ff_key` is the items' key (the run table's is `k`).
+        """
+        self.result()  # raises the measurement's error
+        assert self._outcome is not None
+        outcome = self._outcome
+        table = ident(company_schema(target.company), export_tmp_table(target.run_id, target.index))
+        return Piece(
+            sql.SQL("NOT EXISTS (SELECT 1 FROM {} r WHERE r.k = {} AND (r.f & {}) <> 0)").format(
+                table, ident(KEY), sql.Literal(int(outcome[_MASK]))
+            )
+        )
+
+    def excluded(self) -> int:
+        """How many items `valid_only` leaves out: those with an error finding."""
+        diagnostics = self.result().get("diagnostics") or {}
+        return int(diagnostics.get("invalid") or 0)
+
     def result(self) -> dict[str, Any]:
         self.join()
         if self._error is not None:
@@ -399,7 +422,8 @@ class Measurement:
                 raise ExportError(self._export.name, f"checking the items failed: {message}") from self._error
             raise self._error
         assert self._outcome is not None
-        return self._outcome
+        return {k: v for k, v in self._outcome.items() if k != _MASK}
+
 
 
 @contextmanager

@@ -24,7 +24,7 @@ from firefeed.export.delimited import render_delimited
 from firefeed.export.google_xml import XmlGroups, render_google_xml
 from firefeed.export.jsonish import render_json, render_jsonl
 from firefeed.export.rendering import Rendering
-from firefeed.export.select import OutputColumn, output_columns, where_clause
+from firefeed.export.select import OutputColumn, Piece, output_columns, sql_text, where_clause
 from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.schema.identifiers import ident
 
@@ -82,6 +82,7 @@ def write_export(
     lists: ListFields = NO_LISTS,
     scratch: bool = False,
     bounds: WriteBounds | None = None,
+    only: Piece | None = None,
 ) -> ExportResult:
     """Write `export` of the items in `schema.table` to `dest`, replacing it atomically.
 
@@ -94,11 +95,14 @@ def write_export(
     previous file at `dest` is then untouched. `scratch`: `dest` is a temporary
     that `Storage.writing` publishes, filled directly (see `atomic_output`). `bounds`: the free space
     `dest`'s folder must have before a byte is written, and the most bytes the export may write
-    (export/bounds.py); past either an ExportError naming the bound, `dest` untouched.
+    (export/bounds.py); past either an ExportError naming the bound, `dest` untouched. `only`: a
+    condition the written items meet besides the export's `where` (`invalid_items: exclude`).
     """
     columns = output_columns(fields, export, lists)
     rendering = _rendering(export, columns, title)
     where = where_clause(fields, export, lists, ident(schema, table))
+    if only is not None:
+        where = (where + sql_text(" AND ") if export.where_condition is not None else sql_text(" WHERE ")) + only
     limit = None
     if bounds is not None:
         check_free_space(export.name, dest.parent, bounds)

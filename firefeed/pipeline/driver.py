@@ -329,10 +329,12 @@ class _Driver:
         from firefeed.export.guard import check_publish
 
         try:
+            run = self.store.run(self.ctx.run_id)
             return check_publish(
                 self.ctx.spec,
                 exports,
-                accept_drop=self.store.run(self.ctx.run_id).accept_drop,
+                accept_drop=run.accept_drop,
+                accept_invalid=run.accept_invalid,
                 previous=self.previous_definitions(),
             )
         except PublishBlockedError as err:

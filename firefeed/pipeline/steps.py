@@ -300,11 +300,12 @@ def export_one(
     target = Target(
         ctx.spec.company, ctx.spec.project, ctx.run_id, index, table, list(fields), ctx.spec.key, exp.list_fields
     )
+    # `invalid_items: exclude` (C3) writes only the items the checks passed: they are checked first.
+    exclude = exp.invalid_items == "exclude" and exp.resolved_channel is not None
+    first = exclude or side_work_first(own.rows_out if own is not None else rows)
     # Written on this machine, then stored: the root that publishes it may run anywhere.
     with (
-        measuring(
-            ctx.engine, ctx.schema, target, exp, first=side_work_first(own.rows_out if own is not None else rows)
-        ) as quality,
+        measuring(ctx.engine, ctx.schema, target, exp, first=first) as quality,
         storage.writing(partial_key(key, ctx.run_id)) as local,
     ):
         result = write_export(
@@ -318,7 +319,11 @@ def export_one(
             lists=exp.list_fields,  # the project's, and those the export's own rules make lists
             scratch=True,  # `local` is already the storage's temporary: no second one beside it
             bounds=bounds,
+            only=quality.valid_only(target) if exclude else None,
         )
+    entry = quality.result()
+    if exclude and entry.get("diagnostics") is not None:
+        entry["diagnostics"]["excluded"] = quality.excluded()
     return {
         "name": exp.name,
         # The storage key (`<company>/<project>/<path>`): relative to the export folder, never a server path.
@@ -329,7 +334,7 @@ def export_one(
         **({"rules": channel_report(own)} if own is not None else {}),
         # What the drop guard compares with the previous run's (P31).
         "definition": export_definition(exp),
-    } | quality.result()
+    } | entry
 
 
 #: an export's channel-rule pass tables are numbered from (export index + 1) * this, apart from the

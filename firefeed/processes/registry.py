@@ -158,7 +158,11 @@ def pipeline_run(ctx: JobContext) -> Outcome:
     store = RunStore(ctx.engine)
     try:
         run_id = store.request_run(
-            project, "process", company=ctx.workspace_id, accept_drop=bool(ctx.input.get("accept_drop", False))
+            project,
+            "process",
+            company=ctx.workspace_id,
+            accept_drop=bool(ctx.input.get("accept_drop", False)),
+            accept_invalid=bool(ctx.input.get("accept_invalid", False)),
         )
     except PipelineBusyError as err:
         return Outcome(
@@ -248,9 +252,9 @@ RUNNABLES: dict[str, Runnable] = {
         Runnable(
             "firefeed.pipeline.run",
             pipeline_run,
-            '{"project": "<project id>"} or {"project": "<project id>", "accept_drop": true}',
+            '{"project": "<project id>"}, optionally with "accept_drop": true and "accept_invalid": true',
             required={"project": str},
-            optional={"accept_drop": bool},
+            optional={"accept_drop": bool, "accept_invalid": bool},
         ),
         Runnable("firefeed.run.status", run_status, '{"run_id": "<run id>"}', required={"run_id": str}),
         Runnable(

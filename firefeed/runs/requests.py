@@ -27,6 +27,7 @@ def start_run(
     company: str | None = None,
     store: RunStore | None = None,
     accept_drop: bool = False,
+    accept_invalid: bool = False,
     enqueue: Callable[[str], object] | None = None,
 ) -> str:
     """Create a PENDING run (PipelineBusyError when busy) and enqueue its root task; returns the run id.
@@ -35,7 +36,9 @@ def start_run(
     no broker is configured, see runs/local.py).
     """
     store = store or RunStore()
-    run_id = store.request_run(project_id, trigger, company=company, accept_drop=accept_drop)
+    run_id = store.request_run(
+        project_id, trigger, company=company, accept_drop=accept_drop, accept_invalid=accept_invalid
+    )
     try:
         if enqueue is None:
             from firefeed.tasks.dispatch import enqueue_run

@@ -211,11 +211,18 @@ class RunStore:
 
     # -- runs ---------------------------------------------------------------
     def request_run(
-        self, project_id: str, trigger: str, *, company: str | None = None, accept_drop: bool = False
+        self,
+        project_id: str,
+        trigger: str,
+        *,
+        company: str | None = None,
+        accept_drop: bool = False,
+        accept_invalid: bool = False,
     ) -> str:
         """Create a PENDING run through the project lock; PipelineBusyError when one is active.
 
-        `accept_drop`: a person confirmed this run may publish exports that lose more than their max_drop.
+        `accept_drop`: a person confirmed this run may publish exports that lose more than their max_drop;
+        `accept_invalid`: exports with more items in channel error than their max_invalid (SPEC 10 C3).
         The hot path of every trigger (a 409 under a burst most of all): one connection, Core statements,
         and the run refers to the project's spec version rather than copying the document.
         """
@@ -239,6 +246,7 @@ class RunStore:
                 # the version `head` saw go (runs/spec_versions.py keeps only the one before the current).
                 "spec_version_id": select(Project.spec_version_id).where(Project.id == project_id).scalar_subquery(),
                 "accept_drop": accept_drop,
+                "accept_invalid": accept_invalid,
             }
             try:
                 if head.active_run_id is not None:  # committed and active: busy, no lock needed to say so

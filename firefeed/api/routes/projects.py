@@ -98,8 +98,17 @@ def _request_run(
     runner: LocalRunner | None,
 ) -> schemas.RunAccepted:
     accept_drop = body.accept_drop if body is not None else False
+    accept_invalid = body.accept_invalid if body is not None else False
     enqueue = runner.submit if runner is not None else None
-    run_id = start_run(project_id, "api", company=company, store=store, accept_drop=accept_drop, enqueue=enqueue)
+    run_id = start_run(
+        project_id,
+        "api",
+        company=company,
+        store=store,
+        accept_drop=accept_drop,
+        accept_invalid=accept_invalid,
+        enqueue=enqueue,
+    )
     response.headers["Location"] = f"/api/runs/{run_id}"
     return schemas.RunAccepted(run_id=run_id, status="PENDING", links=schemas.run_links(run_id, project_id))
 
@@ -112,7 +121,8 @@ async def run_pipeline(
 ) -> schemas.RunAccepted:
     """Request a run through the project lock: 202 with its id, or 409 naming the active run at once.
 
-    `{"accept_drop": true}` lets the run publish exports that lose more items than their max_drop.
+    `{"accept_drop": true}` lets the run publish exports that lose more items than their max_drop,
+    `{"accept_invalid": true}` exports with more items in channel error than their max_invalid.
     """
     return await run_in_threadpool(_request_run, project_id, company, store, response, body, request.app.state.runner)
 
