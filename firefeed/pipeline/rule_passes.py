@@ -43,8 +43,6 @@ from firefeed.rules.executor import (
     ChunkCounts,
     count_rows,
     counts_nothing,
-    lookup_counts,
-    lookup_counts_known,
     make_groups,
     page_parts,
     pass_view,
@@ -52,6 +50,7 @@ from firefeed.rules.executor import (
     run_pass_whole,
 )
 from firefeed.rules.limits import check_sql_size
+from firefeed.rules.lookup_reports import excluded_lookup_counts, in_action_order, lookup_counts, lookup_counts_known
 from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import Rule
 from firefeed.rules.sqlgen import deletes_only
@@ -191,6 +190,10 @@ def apply_passes(
             and may_view(plan)
             and all(seg.rows is not None and seg.lo is None and seg.hi is None for seg in segments)
         )
+        # Lookups in a branch that excludes: their items leave in this pass, so read them first (P23).
+        excluded_reports = excluded_lookup_counts(
+            schema, company=company, run_id=runner.run_id, plan=plan, inputs=[(s.table, s.lo, s.hi) for s in segments]
+        )
         groups = None
         if plan.grouped and len(segments) > 1:
             # A group's members may be in any part: each part joins the groups of the whole input.
@@ -217,18 +220,23 @@ def apply_passes(
             schema.drop_table(company, groups)
         tables = [table for table, _ in outcomes]
         counted = [counts for _, counts in outcomes]
+        held: list[dict[str, Any]] = []
         if later:
-            # The previous pass's deferred lookups, among the rows this DELETE kept.
+            # The previous pass's deferred lookups, among the rows this DELETE kept: their rules come
+            # after this pass's, so they are listed after its excluded lookups (P23).
             known = lookup_counts_known(later, written_counts, counted)
-            lookups.extend(known if known is not None else lookup_counts(schema.engine, company, later, tables))
+            held = known if known is not None else lookup_counts(schema.engine, company, later, tables)
         deferred = {id(r) for r in plan.deferred}
         later = [(rule, part) for rule, part in plan.lookups if id(rule) in deferred]
         written_counts = counted
-        if len(later) < len(plan.lookups):
+        now = [(rule, part) for rule, part in plan.lookups if id(rule) not in deferred]
+        reports: list[dict[str, Any]] = []
+        if now:
             # Read now: the next pass drops these tables.
-            now = [(rule, part) for rule, part in plan.lookups if id(rule) not in deferred]
             known = lookup_counts_known(now, counted)
-            lookups.extend(known if known is not None else lookup_counts(schema.engine, company, now, tables))
+            reports = known if known is not None else lookup_counts(schema.engine, company, now, tables)
+        lookups.extend(in_action_order(plan, now, excluded_reports, reports))
+        lookups.extend(held)
         rows_in = rows_out = 0
         for seg, (table, counts) in zip(segments, outcomes, strict=True):
             written.add(table)

@@ -26,6 +26,7 @@ that doubles with every rule.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -34,13 +35,16 @@ from firefeed.rules.groups import Aggregate, GroupFirst
 from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import (
+    Action,
     AllOf,
     AnyOf,
     Condition,
+    Exclude,
     FieldAction,
     Not,
     Rule,
     action_reads,
+    branch_excludes,
     condition_fields,
     effective,
 )
@@ -148,6 +152,20 @@ def lookups_of(rules: Sequence[Rule]) -> tuple[tuple[Rule, LookupSet], ...]:
         for a in (*effective(rule.then), *effective(rule.else_))
         if isinstance(a, LookupSet) and a.first
     )
+
+
+def excluded_lookups_rule(rule: Rule) -> Rule | None:
+    """`rule`'s branches that exclude, as a rule that keeps its items (each branch without its
+    `exclude`, the other branch empty): run as a SELECT over the rule's pass input, it reports the
+    lookups those branches run before their items leave (P23). None when they hold no lookup."""
+
+    def ran(branch: tuple[Action, ...]) -> tuple[Action, ...]:
+        return tuple(a for a in branch if not isinstance(a, Exclude)) if branch_excludes(branch) else ()
+
+    then, else_ = ran(rule.then), ran(rule.else_)
+    if not any(isinstance(a, LookupSet) and a.first for a in (*then, *else_)):
+        return None
+    return dataclasses.replace(rule, then=then, else_=else_)
 
 
 def _group_of(cond: Condition) -> str | None:
@@ -403,7 +421,8 @@ def _hoist(groups: list[_Group], width: int) -> tuple[list[_Group], dict[int, tu
 
     A pass of one rule that only excludes runs as a DELETE in the previous pass's table
     (rule_passes), but with more rules after it in its pass, the pass copies every kept item.
-    When none of those rules writes a field the excluding rule reads (by construction none of
+    When none of those rules writes a field the excluding rule reads (its `when`, and the actions of
+    a branch whose lookups are reported, P23; by construction none of
     them excludes or reads groups: those start a pass), they give every kept item the same values
     computed before the DELETE as after it: they join the previous pass, and the excluding rule
     becomes a DELETE pass of its own. Their matches are counted among the kept rows once the
@@ -415,6 +434,10 @@ def _hoist(groups: list[_Group], width: int) -> tuple[list[_Group], dict[int, tu
     for group in groups:
         rule, rest = group.rules[0], group.rules[1:]
         reads = set(condition_fields(rule.when)) if rule.when is not None else set()
+        reported = excluded_lookups_rule(rule)
+        if reported is not None:
+            # Its lookups are reported from the values the rule sees, before the rules after it (P23).
+            reads.update(f for a in (*reported.then, *reported.else_) for f in action_reads(a))
         if (
             out
             and rest

@@ -39,8 +39,6 @@ __all__ = [
     "copy_as_lists",
     "count_rows",
     "counts_nothing",
-    "lookup_counts",
-    "lookup_counts_known",
     "make_groups",
     "page_parts",
     "pass_view",
@@ -391,87 +389,6 @@ def run_pass_in_place(
             counts.matched.update((r.name, int(n)) for r, n in zip(flagged, cur.fetchone(), strict=True))
         counts.matched.update((r.name, counts.rows_out) for r in plan.counts_after if r.when is None)
     return counts
-
-
-#: how many unmatched values a lookup's report lists (P23)
-TOP_UNMATCHED = 20
-
-
-def lookup_counts(
-    engine: Engine, company: str, actions: Sequence[tuple[Rule, LookupSet]], tables: Sequence[str]
-) -> list[dict[str, Any]]:
-    """The report of each lookup action of a pass (`PassPlan.lookups`, P23), read from the pass tables it wrote.
-
-    Only items the action ran on have a matched flag, only unmatched ones a value; values are listed most frequent
-    first, ties in feed order (the first item holding each), at most TOP_UNMATCHED.
-    """
-    schema = company_schema(company)
-    out: list[dict[str, Any]] = []
-    with raw_connection(engine) as conn, conn.cursor() as cur:
-        # A scan of 1M items that JIT compiled first: 0.19 s of its 0.8 s.
-        cur.execute("SET LOCAL jit = off")
-        for rule, part in actions:
-            value, matched = (ident(c) for c, _ in lookup_report_columns(part.tag))
-            rows = sql.SQL(" UNION ALL ").join(
-                sql.SQL("SELECT {v} AS v, {m} AS m, {o} AS o FROM {t} WHERE {m} IS NOT NULL").format(
-                    v=value, m=matched, o=ident(ORD), t=ident(schema, t)
-                )
-                for t in tables
-            )
-            # One scan: matched items fold into one group, unmatched ones are grouped by value.
-            cur.execute(
-                sql.SQL(
-                    "WITH g AS (SELECT m, CASE WHEN m THEN NULL ELSE v END AS v, count(*) AS n, min(o) AS f"
-                    " FROM ({}) r GROUP BY 1, 2)"
-                    " SELECT true, NULL, coalesce(sum(n) FILTER (WHERE m), 0),"
-                    " coalesce(sum(n) FILTER (WHERE NOT m), 0), NULL FROM g"
-                    " UNION ALL (SELECT false, v, n, NULL, f FROM g WHERE NOT m ORDER BY n DESC, f LIMIT %s)"
-                ).format(rows),
-                (TOP_UNMATCHED,),
-            )
-            found = cur.fetchall()
-            ((_, _, hits, misses, _),) = [r for r in found if r[0]]
-            values = sorted((r for r in found if not r[0]), key=lambda r: (-r[2], r[4]))
-            top = [{"value": v, "count": int(n)} for _, v, n, _, _ in values]
-            out.append(_lookup_report(rule, part, int(hits), int(misses), top))
-    return out
-
-
-def _lookup_report(rule: Rule, part: LookupSet, hits: int, misses: int, top: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "rule": rule.name,
-        "action": part.path.rsplit(".", 1)[-1],
-        "lookup": part.lookup,
-        "matched": hits,
-        "unmatched": misses,
-        "unmatched_values": top,
-    }
-
-
-def lookup_counts_known(
-    actions: Sequence[tuple[Rule, LookupSet]],
-    written: Sequence[ChunkCounts],
-    deleted: Sequence[ChunkCounts] = (),
-) -> list[dict[str, Any]] | None:
-    """`lookup_counts` of `actions` from the parts' counts, without a scan, when every item they ran on
-    found a row: there are no unmatched values to list. `written`: the counts of the parts of the pass
-    that ran them; `deleted`: those of the DELETE pass since (its `deleted_lookups`). None when a part
-    did not count them or an item is left unmatched: then the pass tables are read (`lookup_counts`).
-
-    A lookup table that covers its feed (what its report asks a user for) costs its report nothing.
-    """
-    out: list[dict[str, Any]] = []
-    for rule, part in actions:
-        hits = misses = 0
-        for counts, sign in [*((c.lookups, 1) for c in written), *((c.deleted_lookups, -1) for c in deleted)]:
-            if counts is None or part.tag not in counts:
-                return None
-            hits += sign * counts[part.tag][0]
-            misses += sign * counts[part.tag][1]
-        if misses:
-            return None
-        out.append(_lookup_report(rule, part, hits, 0, []))
-    return out
 
 
 def make_groups(

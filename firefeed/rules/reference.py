@@ -21,6 +21,7 @@ from firefeed.rules.model import (
     COUNT_OPS,
     ELEMENT,
     LIST_ACTIONS,
+    Action,
     AllOf,
     AnyOf,
     Append,
@@ -430,7 +431,6 @@ def apply_rules(
         counts = [
             _LookupCount(rule.name, a)
             for branch in (rule.then, rule.else_)
-            if not branch_excludes(branch)
             for a in branch
             if isinstance(a, LookupSet) and a.first
         ]
@@ -457,27 +457,48 @@ def apply_rules(
                 outcome.matched[rule.name] += 1
             branch = rule.then if hit else rule.else_
             if branch_excludes(branch):
+                # The branch still runs, on a copy the rule then drops: its lookups are reported (P23).
+                _run_branch(
+                    tuple(a for a in branch if not isinstance(a, Exclude)),
+                    dict(item),
+                    totals[position],
+                    tables,
+                    by_tag,
+                    lists,
+                )
                 outcome.excluded += 1
                 continue
-            for action in branch:
-                assert not isinstance(action, Exclude)
-                if isinstance(action, LookupSet):
-                    if action.first:
-                        count = by_tag[action.tag]
-                        if lookup_row(action, item, tables, lists) is not None:
-                            count.matched += 1
-                        else:
-                            # a list is listed as its text, the elements joined with "," (P23)
-                            value = strip_ws(as_text(item.get(action.match, "")))
-                            count.unmatched[value] = count.unmatched.get(value, 0) + 1
-                    item[action.field] = _lookup(action, item, tables, lists)
-                elif isinstance(action, Aggregate):
-                    total = totals[position][action.tag]
-                    item[action.field] = total
-                else:
-                    item[action.field] = apply_action(action, item, lists)
+            _run_branch(branch, item, totals[position], tables, by_tag, lists)
             kept.append(item)
         live = kept
         outcome.lookups.extend(c.report() for c in counts)
     outcome.items = live
     return outcome
+
+
+def _run_branch(
+    branch: Sequence[Action],
+    item: dict[str, Value],
+    totals: Mapping[str, Value],
+    tables: Mapping[str, Mapping[str, Mapping[str, str]]],
+    by_tag: Mapping[str, _LookupCount],
+    lists: ListFields,
+) -> None:
+    """A branch's actions on `item`, in order, each lookup counted in its report (`by_tag`, P23)."""
+    for action in branch:
+        assert not isinstance(action, Exclude)
+        if isinstance(action, LookupSet):
+            if action.first:
+                count = by_tag[action.tag]
+                if lookup_row(action, item, tables, lists) is not None:
+                    count.matched += 1
+                else:
+                    # a list is listed as its text, the elements joined with "," (P23)
+                    value = strip_ws(as_text(item.get(action.match, "")))
+                    count.unmatched[value] = count.unmatched.get(value, 0) + 1
+            item[action.field] = _lookup(action, item, tables, lists)
+        elif isinstance(action, Aggregate):
+            total = totals[action.tag]
+            item[action.field] = total
+        else:
+            item[action.field] = apply_action(action, item, lists)

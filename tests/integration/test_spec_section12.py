@@ -15,6 +15,8 @@ from lxml import etree
 from sqlalchemy import Engine
 
 from firefeed.pipeline.parse import open_reader
+from firefeed.rules._plan import PassPlan, plan_passes
+from firefeed.rules.model import parse_rules
 from firefeed.rules.template import FieldRef, parse_template
 from tests.integration.conftest import read_csv, run_json, write_csv
 from tests.integration.test_catalog_keys import _run, _write_spec
@@ -84,6 +86,187 @@ def test_appending_an_empty_template_writes_the_text_in_json_as_set_wrote_it(run
     _run(_write_spec(tmp_path, spec))
     out = json.loads((run_env / "sec12" / "append_empty" / "out.json").read_text(encoding="utf-8"))
     assert out == [{"id": "1", "tags": "a|b"}, {"id": "2", "tags": ["c", "d"]}]
+
+
+# -- P23: a lookup in a branch that excludes is reported ------------------------------------------------
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_a_lookup_in_a_branch_that_then_excludes_is_in_the_report(engine: Engine, split: bool) -> None:
+    items = [{KEY_FIELD: str(n), "code": code} for n, code in enumerate(["a", "b", "z", "z", " y ", "a"], 1)]
+    rules = [
+        {
+            "name": "drop mapped",
+            "when": {"field": KEY_FIELD, "op": "ne", "value": "6"},
+            "then": [
+                {"lookup": "lk", "match": "code", "set": {"label": "v1"}},
+                {"exclude": True},
+            ],
+            "else": [{"lookup": "lk", "match": "code", "set": {"label": "v1"}}],
+        }
+    ]
+    rows = [{"code": "a", "v1": "A"}, {"code": "b", "v1": "B"}]
+    result, got, _ = run_both(engine, items, [KEY_FIELD, "code"], rules, lookups={"lk": rows}, split=split)
+    assert [(g[KEY_FIELD], g["label"]) for g in got] == [("6", "A")]
+    assert result.lookups == [
+        {
+            "rule": "drop mapped",
+            "action": "then[0]",
+            "lookup": "lk",
+            "matched": 2,
+            "unmatched": 3,
+            "unmatched_values": [{"value": "z", "count": 2}, {"value": "y", "count": 1}],
+        },
+        {
+            "rule": "drop mapped",
+            "action": "else[0]",
+            "lookup": "lk",
+            "matched": 1,
+            "unmatched": 0,
+            "unmatched_values": [],
+        },
+    ]
+    assert result.excluded == 5
+    assert_same(engine, items, [KEY_FIELD, "code"], rules, lookups={"lk": rows}, split=split)
+
+
+def test_the_excluded_branch_reports_the_value_its_earlier_actions_left_in_action_order(engine: Engine) -> None:
+    items = [
+        {KEY_FIELD: str(n), "code": code, "group": g}
+        for n, (code, g) in enumerate([("A", "g1"), ("b", "g1"), ("Q", "g2"), ("a", "g2")], 1)
+    ]
+    rules = [
+        {"name": "keep", "then": [{"set": "seen", "value": "y"}]},
+        {
+            "name": "mixed",
+            "when": {"field": "code", "op": "eq", "value": "a", "case_sensitive": False},
+            "then": [{"lookup": "lk", "match": "code", "set": {"label": "v1"}}],
+            "else": [
+                {"lowercase": "code"},
+                {"lookup": "lk", "match": "code", "set": {"label": "v1"}},
+                {"exclude": True},
+            ],
+        },
+        {"name": "after", "then": [{"lookup": "lk", "match": "label", "set": {"again": "v1"}}]},
+    ]
+    rows = [{"code": "a", "v1": "A"}, {"code": "b", "v1": "B"}]
+    result, got, _ = run_both(engine, items, [KEY_FIELD, "code", "group"], rules, lookups={"lk": rows})
+    assert [g[KEY_FIELD] for g in got] == ["1", "4"]
+    assert [(r["rule"], r["action"], r["matched"], r["unmatched"]) for r in result.lookups] == [
+        ("mixed", "then[0]", 1, 1),  # "A" has no row: matched exactly
+        ("mixed", "else[1]", 1, 1),  # "b" lowercased first has one; "q" has none
+        ("after", "then[0]", 0, 2),
+    ]
+    assert result.lookups[1]["unmatched_values"] == [{"value": "q", "count": 1}]
+    assert_same(engine, items, [KEY_FIELD, "code", "group"], rules, lookups={"lk": rows})
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_a_grouped_rule_reports_the_lookups_of_its_excluding_branch(engine: Engine, split: bool) -> None:
+    # `group_first` and an aggregate read the groups of the whole input, also when it is cut in parts
+    items = [
+        {KEY_FIELD: str(n), "code": code, "group": g}
+        for n, (code, g) in enumerate([("x", "g1"), ("b", "g1"), ("y", "g2"), ("a", "g3"), ("a", "g3")], 1)
+    ]
+    rules = [
+        {
+            "name": "firsts",
+            "when": {"group_first": True},
+            "then": [
+                {"aggregate": "size", "op": "count"},
+                {"set": "code", "value": "{code}{size}"},
+                {"lookup": "lk", "match": "code", "set": {"label": "v1"}},
+                {"exclude": True},
+            ],
+        }
+    ]
+    rows = [{"code": "x2", "v1": "X"}, {"code": "a", "v1": "A"}]
+    kw: dict[str, Any] = {"lookups": {"lk": rows}, "group": "group", "split": split}
+    result, got, _ = run_both(engine, items, [KEY_FIELD, "code", "group"], rules, **kw)
+    assert [g[KEY_FIELD] for g in got] == ["2", "5"]
+    (report,) = result.lookups
+    assert (report["matched"], report["unmatched"]) == (1, 2)
+    assert report["unmatched_values"] == [{"value": "y1", "count": 1}, {"value": "a2", "count": 1}]
+    assert_same(engine, items, [KEY_FIELD, "code", "group"], rules, **kw)
+
+
+def _plans(rules: list[dict[str, Any]], fields: list[str], group: str | None = None) -> list[PassPlan]:
+    return plan_passes(parse_rules(rules, key_field=KEY_FIELD, lookups={"lk": "lk"}, group=group), fields)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_a_grouped_pass_whose_input_holds_the_group_value_reports_its_excluded_lookups(
+    engine: Engine, split: bool
+) -> None:
+    # The pass before the grouped one writes each item's group value for it (`keyed_input`): the report's
+    # SELECT over that input must read that column, not compute a second one of the same name
+    items = [
+        {KEY_FIELD: str(n), "code": code, "group": g}
+        for n, (code, g) in enumerate([("x", "g1"), ("b", "g1"), ("y", "g2"), ("a", "g3"), ("a", "g3")], 1)
+    ]
+    rules = [
+        {"name": "prep", "then": [{"set": "seen", "value": "y"}]},
+        {
+            "name": "firsts",
+            "when": {"group_first": True},
+            "then": [
+                {"aggregate": "size", "op": "count"},
+                {"lookup": "lk", "match": "code", "set": {"label": "v1"}},
+                {"exclude": True},
+            ],
+        },
+    ]
+    fields = [KEY_FIELD, "code", "group"]
+    assert [p.keyed_input for p in _plans(rules, fields, "group")] == [False, True]
+    rows = [{"code": "x", "v1": "X"}, {"code": "a", "v1": "A"}]
+    kw: dict[str, Any] = {"lookups": {"lk": rows}, "group": "group", "split": split}
+    result, got, _ = run_both(engine, items, fields, rules, **kw)
+    assert [g[KEY_FIELD] for g in got] == ["2", "5"]
+    assert result.lookups == [
+        {
+            "rule": "firsts",
+            "action": "then[1]",
+            "lookup": "lk",
+            "matched": 2,
+            "unmatched": 1,
+            "unmatched_values": [{"value": "y", "count": 1}],
+        }
+    ]
+    assert_same(engine, items, fields, rules, **kw)
+
+
+@pytest.mark.parametrize("rewrites", [True, False], ids=["later-rule-rewrites-the-match", "later-rule-reads-it"])
+@pytest.mark.parametrize("split", [False, True])
+def test_an_excluded_lookup_sees_the_items_before_the_rules_after_it_and_is_listed_before_them(
+    engine: Engine, split: bool, rewrites: bool
+) -> None:
+    # A rule that only excludes runs as a DELETE, and the rules after it may move into the pass before
+    # it: they must not when they rewrite what its excluded lookup matches, and their reports follow its
+    items = [{KEY_FIELD: str(n), "code": code} for n, code in enumerate(["a", "b", "z", "a"], 1)]
+    after = [{"set": "code", "value": "q"}] if rewrites else []
+    rules = [
+        {"name": "prep", "then": [{"set": "seen", "value": "y"}]},
+        {
+            "name": "drop",
+            "when": {"field": KEY_FIELD, "op": "ne", "value": "4"},
+            "then": [{"lookup": "lk", "match": "code", "set": {"label": "v1"}}, {"exclude": True}],
+        },
+        {"name": "after", "then": [*after, {"lookup": "lk", "match": "code", "set": {"again": "v1"}}]},
+    ]
+    fields = [KEY_FIELD, "code"]
+    # unless the later rule rewrites `code`, it runs in the first pass and the DELETE pass counts it
+    assert [[r.name for r in p.rules] for p in _plans(rules, fields)] == (
+        [["prep"], ["drop", "after"]] if rewrites else [["prep", "after"], ["drop"]]
+    )
+    rows = [{"code": "a", "v1": "A"}, {"code": "b", "v1": "B"}]
+    kw: dict[str, Any] = {"lookups": {"lk": rows}, "split": split}
+    result, got, _ = run_both(engine, items, fields, rules, **kw)
+    assert [(g[KEY_FIELD], g["again"]) for g in got] == [("4", "" if rewrites else "A")]
+    assert [(r["rule"], r["matched"], r["unmatched"], r["unmatched_values"]) for r in result.lookups] == [
+        ("drop", 2, 1, [{"value": "z", "count": 1}]),
+        ("after", 0, 1, [{"value": "q", "count": 1}]) if rewrites else ("after", 1, 0, []),
+    ]
+    assert_same(engine, items, fields, rules, **kw)
 
 
 # -- P34: <link> is channel_link, else the first written item's link column ----------------------------
