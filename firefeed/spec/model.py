@@ -178,13 +178,30 @@ class SourceSpec(FeedSpec):
             raise ValueError("a list field needs a name")  # no name to point at: the error is the mapping's
         return v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _preset_lists(cls, data: Any) -> Any:
+        """A preset declares the list fields it makes (#49), so every later step knows them as lists."""
+        from firefeed.pipeline.parse.presets import PRESET_LISTS, PRESETS
+
+        if not isinstance(data, dict) or data.get("preset") not in PRESETS:
+            return data
+        lists = data.get("lists")
+        if lists is not None and not isinstance(lists, dict):
+            return data  # the field's own validation says what is wrong
+        # The same declaration again is fine: a spec read back from its own dump holds it.
+        taken = sorted(str(n) for n, sep in (lists or {}).items() if n in PRESET_LISTS and sep != PRESET_LISTS[n])
+        if taken:
+            raise ValueError(
+                f"source {data.get('name')!r}: {taken[0]!r} is a list the preset makes itself: leave it out of lists"
+            )
+        return {**data, "lists": {**(lists or {}), **PRESET_LISTS}}
+
     @model_validator(mode="after")
     def _preset(self) -> SourceSpec:
-        """A preset reads one platform's export format, and declares the list fields it makes (#49)."""
+        """A preset reads one platform's export format: anything else is a spec error naming the source."""
         if self.preset is None:
             return self
-        from firefeed.pipeline.parse.presets import PRESET_LISTS
-
         fmt = self.format or format_from_name(self.url)
         fits = ("csv",) if self.preset == "shopify" else ("csv", "xml")
         if fmt is not None and fmt not in fits:
@@ -195,13 +212,6 @@ class SourceSpec(FeedSpec):
                 f"source {self.name!r}: preset {self.preset} needs the file's format: set format "
                 f"({' or '.join(fits)}), the name {self.url!r} does not tell"
             )
-        # The same declaration again is fine: a spec read back from its own dump holds it.
-        taken = sorted(n for n, sep in (self.lists or {}).items() if n in PRESET_LISTS and sep != PRESET_LISTS[n])
-        if taken:
-            raise ValueError(
-                f"source {self.name!r}: {taken[0]!r} is a list the preset makes itself: leave it out of lists"
-            )
-        self.lists = {**(self.lists or {}), **PRESET_LISTS}
         return self
 
     @property
