@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -164,7 +165,15 @@ def test_the_shopify_jewelry_catalog_lacks_identifiers_and_three_descriptions_ho
         "mpn": "Google Shopping / MPN",
         "color": "color",
     }
-    report = _run(tmp_path, _plain("plain_jewelry", "jewelery.csv", {}, fields))
+    spec = _plain("plain_jewelry", "jewelery.csv", {"lists": {"Tags": ","}}, fields)
+    spec["exports"].append(
+        {"name": "json", "format": "json", "path": "items.json", "fields": {"id": "id", "Tags": "Tags"}}
+    )
+    report = _run(tmp_path, spec)
+    # a list the spec declares on a preset source is split from the value the preset yields (inherited here)
+    tags = {i["id"]: i["Tags"] for i in json.loads((run_env / "presets" / "plain_jewelry" / "items.json").read_text())}
+    assert tags["leather-anchor:Silver"] == ["Anchor", "Gold", "Leather", "Silver"]
+    assert tags["chain-bracelet:Black"] == ["Beads"]
     assert _findings(report) == [
         # choker-with-gold-pendant's <ul> and both gemstone variants' <p>
         ("html", "description", "warning", 3),
