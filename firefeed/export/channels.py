@@ -94,7 +94,7 @@ GOOGLE = Channel(
     id_attribute="id",
     required=("id", "title", "description", "link", "image_link", "availability", "price"),
     max_length={"id": (50, ERROR), "title": (150, WARNING), "description": (5000, WARNING)},
-    price_attributes=("price",),
+    price_attributes=("price", "sale_price"),
     availability_attribute="availability",
     # Google's values, in the underscore form of its XML spec and the spaced form of its text feeds.
     availability=frozenset(
@@ -109,7 +109,7 @@ META = Channel(
     id_attribute="id",
     required=("id", "title", "description", "availability", "condition", "price", "link", "image_link", "brand"),
     max_length={"id": (100, ERROR), "title": (200, WARNING), "description": (9999, WARNING)},
-    price_attributes=("price",),
+    price_attributes=("price", "sale_price"),
     availability_attribute="availability",
     availability=frozenset({"in stock", "out of stock", "preorder", "available for order", "discontinued"}),
     url_attributes=("link", "image_link"),

@@ -123,7 +123,14 @@ def test_under_the_threshold_bad_items_are_written_and_exclude_leaves_them_out_a
     assert google["rows"] == 40
     assert b"<g:id>K4</g:id>" in (run_env / "c3" / "under" / "g.xml").read_bytes()
 
-    spec = _spec(tmp_path, "excluded", {4, 9}, 60, invalid_items="exclude", where={"field": "title", "op": "ne", "value": "Item 1"})
+    spec = _spec(
+        tmp_path,
+        "excluded",
+        {4, 9},
+        60,
+        invalid_items="exclude",
+        where={"field": "title", "op": "ne", "value": "Item 1"},
+    )
     code, report = run_json(spec)
     assert code == 0, report["error"]
     google = _google(report)
@@ -141,8 +148,9 @@ def test_fail_on_error_is_max_invalid_0_and_a_looser_max_invalid_publishes(run_e
     code, report = run_json(spec)
     assert code == 1
     assert report["error"]["type"] == "ChannelRejectError"
-    assert "1 of 100 items (1%) have errors google rejects, more than fail_on: error allows none" in (
-        report["error"]["message"]
+    assert (
+        "1 of 100 items (1%) have errors google rejects, more than fail_on: error allows none"
+        in (report["error"]["message"])
     )
     assert _google(report)["diagnostics"]["max_invalid"]["max_invalid"] == 0.0
 

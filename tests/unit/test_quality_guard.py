@@ -22,7 +22,15 @@ def _spec(*exports: dict[str, Any]) -> Any:
     )
 
 
-def _entry(name: str, *, previous: int | None, removed: int, findings: list[dict[str, Any]] | None = None) -> dict:
+def _entry(
+    name: str,
+    *,
+    previous: int | None,
+    removed: int,
+    findings: list[dict[str, Any]] | None = None,
+    items: int = 10,
+    invalid: int | None = None,
+) -> dict:
     entry: dict[str, Any] = {
         "name": name,
         "bytes": 100,  # a written file's size, as every RunReport entry has it (the run's byte bound reads it)
@@ -30,7 +38,9 @@ def _entry(name: str, *, previous: int | None, removed: int, findings: list[dict
         "diagnostics": None,
     }
     if findings is not None:
-        entry["diagnostics"] = {"channel": "google", "findings": findings}
+        if invalid is None:  # each error finding on items of its own
+            invalid = sum(f["count"] for f in findings if f["severity"] == "error")
+        entry["diagnostics"] = {"channel": "google", "findings": findings, "items": items, "invalid": invalid}
     return entry
 
 
@@ -110,4 +120,20 @@ def test_a_drop_and_a_channel_error_in_two_exports_make_one_drop_guard_error_nam
         )
     assert err.value.exports == ["a", "b"]
     assert err.value.message.startswith("export 'b': 2 of 10 items would be dropped (20% > max_drop 10%)")
-    assert "export 'a': google would reject items (1 item(s) title: long (e.g. A))" in err.value.message
+    assert "export 'a': google warns about items (1 item(s) title: long (e.g. A))" in err.value.message
+
+
+def test_max_invalid_blocks_over_its_share_only_and_accept_invalid_answers_it() -> None:
+    spec = _spec({"name": "g", "format": "google-xml", "path": "g.xml"})  # max_invalid 5%
+    error = {"severity": "error", "check": "gtin", "count": 5, "samples": ["B"], "message": "gtin: bad"}
+    at_limit = _entry("g", previous=None, removed=0, findings=[error], items=100)
+    assert check_publish(spec, [at_limit], accept_drop=False) == []
+    assert at_limit["diagnostics"]["max_invalid"] == {"share": 5.0, "max_invalid": 5.0, "status": "ok"}
+    over = _entry("g", previous=None, removed=0, findings=[{**error, "count": 6}], items=100)
+    with pytest.raises(ChannelRejectError) as err:
+        check_publish(spec, [over], accept_drop=True)
+    assert err.value.message.startswith("export 'g': 6 of 100 items (6%) have errors google rejects")
+    assert over["diagnostics"]["max_invalid"]["status"] == "blocked"
+    accepted = _entry("g", previous=None, removed=0, findings=[{**error, "count": 6}], items=100)
+    assert check_publish(spec, [accepted], accept_drop=False, accept_invalid=True) == []
+    assert accepted["diagnostics"]["max_invalid"]["status"] == "accepted"
