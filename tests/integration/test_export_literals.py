@@ -27,6 +27,8 @@ FIELDS: dict[str, Any] = {
 
 def _run(tmp_path: Path, exports: list[dict[str, Any]]) -> None:
     write_csv(tmp_path / "main.csv", ["id", "title", "price"], [["1", "Tee", "9"], ["2", "Cap", ""]])
+    # C3: these items are not Google-complete; this test reads the literal columns each format writes.
+    exports = [{**e, "max_invalid": "100%"} if e["format"] == "google-xml" else e for e in exports]
     spec = {
         "company": "literals",
         "project": "c1",
