@@ -77,7 +77,8 @@ def test_a_feed_with_one_violation_of_each_google_check_gets_exactly_those_findi
         tmp_path,
         "diag_google",
         _one_violation_each(),
-        [{"name": "google", "format": "google-xml", "path": "g.xml", "fields": _GOOGLE_FIELDS}],
+        # C3: 8 of the 11 items have an error; this test reads the findings of a published run.
+        [{"name": "google", "format": "google-xml", "path": "g.xml", "fields": _GOOGLE_FIELDS, "max_invalid": "100%"}],
     )
     code, report = run_json(spec)
     assert code == 0, report["error"]
@@ -92,10 +93,15 @@ def test_a_feed_with_one_violation_of_each_google_check_gets_exactly_those_findi
             ("url", "link", "error", 1, ["S8"]),
             ("url", "image_link", "error", 1, ["S9"]),
             ("duplicate_id", "id", "error", 1, ["S1"]),
+            # C2: no item has a gtin or an mpn (the export writes neither)
+            ("identifier", "gtin", "warning", 11, ["S1", "S2", "S" * 51, "S4", "S5"]),
         ]
     )
     diagnostics = report["exports"][0]["diagnostics"]
-    assert (diagnostics["channel"], diagnostics["errors"], diagnostics["warnings"]) == ("google", 7, 2)
+    assert (diagnostics["channel"], diagnostics["errors"], diagnostics["warnings"]) == ("google", 7, 3)
+    # C3: items 2, 3, 6, 7, 8, 9, 10 (S1 again) and 11 have an error: 8 of 11, accepted up to 100%
+    assert (diagnostics["items"], diagnostics["invalid"]) == (11, 8)
+    assert diagnostics["max_invalid"] == {"share": 72.73, "max_invalid": 100.0, "status": "ok"}
 
 
 def test_a_clean_feed_gets_no_findings_and_an_export_without_channel_is_not_checked(
@@ -106,7 +112,8 @@ def test_a_clean_feed_gets_no_findings_and_an_export_without_channel_is_not_chec
         "diag_clean",
         [_item(n) for n in range(1, 8)],
         [
-            {"name": "google", "format": "google-xml", "path": "g.xml", "fields": _GOOGLE_FIELDS},
+            # The sku as mpn: an identifier, which C2 wants of a clean item.
+            {"name": "google", "format": "google-xml", "path": "g.xml", "fields": {**_GOOGLE_FIELDS, "mpn": "sku"}},
             {"name": "tsv", "format": "tsv", "path": "g.tsv", "channel": "google"},
             {"name": "plain", "format": "csv", "path": "p.csv"},
         ],
@@ -114,8 +121,34 @@ def test_a_clean_feed_gets_no_findings_and_an_export_without_channel_is_not_chec
     code, report = run_json(spec)
     assert code == 0, report["error"]
     by_name = {e["name"]: e for e in report["exports"]}
-    assert by_name["google"]["diagnostics"] == {"channel": "google", "errors": 0, "warnings": 0, "findings": [], "items": 7, "invalid": 0}
-    assert by_name["tsv"]["diagnostics"] == {"channel": "google", "errors": 0, "warnings": 0, "findings": [], "items": 7, "invalid": 0}
+    ok = {"share": 0.0, "max_invalid": 5.0, "status": "ok"}
+    assert by_name["google"]["diagnostics"] == {
+        "channel": "google",
+        "errors": 0,
+        "warnings": 0,
+        "findings": [],
+        "items": 7,
+        "invalid": 0,
+        "max_invalid": ok,
+    }
+    # The same items with no gtin or mpn column: only C2's identifier warning, on every item, none invalid.
+    identifier = {
+        "severity": "warning",
+        "check": "identifier",
+        "attribute": "gtin",
+        "count": 7,
+        "samples": ["G1", "G2", "G3", "G4", "G5"],
+        "message": "gtin: no gtin, no mpn and identifier_exists not 'no'",
+    }
+    assert by_name["tsv"]["diagnostics"] == {
+        "channel": "google",
+        "errors": 0,
+        "warnings": 1,
+        "findings": [identifier],
+        "items": 7,
+        "invalid": 0,
+        "max_invalid": ok,
+    }
     assert by_name["plain"]["diagnostics"] is None
 
 
@@ -126,7 +159,9 @@ def test_the_meta_channel_has_its_own_id_length_values_and_required_attributes(r
         _item(3, availability="discontinued", id="M" * 100),  # 100 characters: Meta's limit, not beyond
         _item(4, availability="out of stock", id="M" * 101),
     ]
-    spec = _spec(tmp_path, "diag_meta", rows, [{"name": "meta", "format": "csv", "path": "m.csv", "channel": "meta"}])
+    # C3: every item lacks condition and brand; this test reads the findings of a published run.
+    meta = {"name": "meta", "format": "csv", "path": "m.csv", "channel": "meta", "max_invalid": "100%"}
+    spec = _spec(tmp_path, "diag_meta", rows, [meta])
     code, report = run_json(spec)
     assert code == 0, report["error"]
     everyone = ["G1", "G2", "M" * 100, "M" * 101]
@@ -178,20 +213,25 @@ def test_fail_on_error_keeps_the_previous_file_and_fails_the_run_with_the_findin
     assert report["status"] == "FAILED"
     error = report["error"]
     assert (error["step"], error["type"]) == ("EXPORT", "ChannelRejectError")
-    assert (
-        "export 'google': google would reject items (1 item(s) price: not '<number> <ISO 4217 code>' (e.g. G3))"
-        in (error["message"])
+    # C3: `fail_on: error` is max_invalid 0%: one invalid item of six blocks the export.
+    assert error["message"] == (
+        "export 'google': 1 of 6 items (16.7%) have errors google rejects, more than fail_on: error allows none "
+        "(1 item(s) price: not '<number> <ISO 4217 code>' (e.g. G3)); re-run with --accept-invalid to publish anyway"
     )
-    assert "fail_on: error" in error["message"]
     assert _findings(report, "google") == [
+        # C2: the export's default columns hold no gtin or mpn
+        ("identifier", "gtin", "warning", 6, ["G1", "G2", "G3", "G4", "G5"]),
         ("price_format", "price", "error", 1, ["G3"]),
         ("too_long", "title", "warning", 1, ["G6"]),
     ]
+    diagnostics = report["exports"][0]["diagnostics"]
+    assert (diagnostics["items"], diagnostics["invalid"]) == (6, 1)
+    assert diagnostics["max_invalid"] == {"share": 16.67, "max_invalid": 0.0, "status": "blocked"}
     assert {name: (folder / name).read_bytes() for name in ("g.xml", "p.csv")} == before
     assert not [p for p in folder.iterdir() if p.name.endswith(".partial")]
     code, out = cli("run", str(spec))
     assert code == 1
-    assert "google: 1 error(s), 1 warning(s)" in out
+    assert "google: 1 error(s), 2 warning(s)" in out
 
 
 def test_fail_on_warning_blocks_on_a_warning_too(run_env: Path, tmp_path: Path) -> None:
@@ -232,7 +272,10 @@ def test_unchanged_items_keep_their_published_flags_and_the_findings_match_a_fre
     run_env: Path, tmp_path: Path
 ) -> None:
     """Later runs check only new and changed items; what they report must be what checking every item gives."""
-    google = [{"name": "google", "format": "google-xml", "path": "g.xml", "fields": _GOOGLE_FIELDS}]
+    # C3: most items have an error; this test reads the findings of published runs.
+    google = [
+        {"name": "google", "format": "google-xml", "path": "g.xml", "fields": _GOOGLE_FIELDS, "max_invalid": "100%"}
+    ]
     first = _one_violation_each()
     spec = _spec(tmp_path, "diag_reuse", first, google)
     assert run_json(spec)[0] == 0
@@ -269,8 +312,11 @@ def test_flags_are_not_reused_when_the_checks_change(run_env: Path, tmp_path: Pa
     code, report = run_json(spec)
     assert code == 0, report["error"]
     assert report["exports"][0]["diff"]["unchanged"] == 2
-    assert _findings(report, "feed") == []
-    _spec(tmp_path, "diag_rechecked", rows, [{"name": "feed", "format": "csv", "path": "f.csv", "channel": "meta"}])
+    # C2: the feed has no gtin or mpn, which only checking the unchanged items again finds
+    assert _findings(report, "feed") == [("identifier", "gtin", "warning", 2, ["G1", "G2"])]
+    # C3: meta wants condition and brand, which no item has; this test reads the findings.
+    meta = {"name": "feed", "format": "csv", "path": "f.csv", "channel": "meta", "max_invalid": "100%"}
+    _spec(tmp_path, "diag_rechecked", rows, [meta])
     code, report = run_json(spec)
     assert code == 0, report["error"]
     assert report["exports"][0]["diff"]["unchanged"] == 2
