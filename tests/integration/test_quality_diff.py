@@ -18,7 +18,8 @@ from tests.integration.conftest import cli, run_json, write_csv
 
 HEADER = ["id", "title", "price"]
 EXPORTS = [
-    {"name": "google", "format": "google-xml", "path": "g.xml"},
+    # C3: these items are not Google-complete; the tests read diffs and the drop guard.
+    {"name": "google", "format": "google-xml", "path": "g.xml", "max_invalid": "100%"},
     {"name": "titles", "format": "csv", "path": "t.csv", "fields": {"id": "id", "title": "title"}},
 ]
 
