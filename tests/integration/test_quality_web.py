@@ -29,7 +29,8 @@ def test_the_page_shows_diffs_and_findings_and_re_runs_a_blocked_drop_on_request
         "company": company,
         "project": project,
         "sources": [{"name": "main", "url": "main.csv"}],
-        "exports": [{"name": "google", "format": "google-xml", "path": "g.xml"}],
+        # C3: every item's price is an error; this test reads the page's diff, findings and drop guard.
+        "exports": [{"name": "google", "format": "google-xml", "path": "g.xml", "max_invalid": "100%"}],
     }
     header = ["id", "title", "description", "link", "image_link", "availability", "price"]
     store = RunStore()
@@ -63,8 +64,13 @@ def test_the_page_shows_diffs_and_findings_and_re_runs_a_blocked_drop_on_request
         assert "against 4 published: 0 added, 3 removed, 0 changed, 1 unchanged" in diff
         assert "drop 75% > max_drop 50%: blocked" in diff
         cells = page.locator(".findings[data-export=google] tbody tr td").all_text_contents()
-        # The title's markup is a finding too (#49 C2 `html`), and is shown as text.
-        assert cells == ["error", "price_format", "price", "1", "A0", "warning", "html", "title", "1", "A0"]
+        # The title's markup is a finding too (#49 C2 `html`), and is shown as text; the export writes no
+        # gtin or mpn (C2 `identifier`).
+        assert cells == [
+            *("error", "price_format", "price", "1", "A0"),
+            *("warning", "identifier", "gtin", "1", "A0"),
+            *("warning", "html", "title", "1", "A0"),
+        ]
         assert page.locator(".quality-block b").count() == 0  # values are text, never markup
         assert page.locator("#accept-drop").is_visible()
         page.click("#accept-drop")
