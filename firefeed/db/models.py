@@ -245,3 +245,21 @@ class CompanySecret(Base):
     ciphertext: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class HostKey(Base):
+    """The SSH host key an SFTP server of a company presented first, pinned for later fetches (SPEC 10 C6).
+
+    Written by the first fetch from (company, host, port) when the spec gives no `host_key`;
+    removed by `firefeed host-key forget` to accept a server's new key (firefeed/pipeline/transfer).
+    """
+
+    __tablename__ = "host_keys"
+
+    company_id: Mapped[str] = mapped_column(ForeignKey("companies.id", ondelete="CASCADE"), primary_key=True)
+    host: Mapped[str] = mapped_column(Text, primary_key=True)
+    port: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # OpenSSH public key text, `<type> <base64>`, and its SHA256 fingerprint as ssh-keygen -l prints it.
+    public_key: Mapped[str] = mapped_column(Text)
+    fingerprint: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
