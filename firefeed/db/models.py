@@ -263,3 +263,23 @@ class HostKey(Base):
     public_key: Mapped[str] = mapped_column(Text)
     fingerprint: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class FeedUrl(Base):
+    """An export's feed URL (SPEC 10 C4): its secret id and its last fetch (firefeed/feeds).
+
+    Keyed by project and export name, not by the `exports` row, which every apply replaces: the URL a
+    merchant gave a channel must survive re-applying the spec. `changed_at` moves with every new or
+    rotated id, so API processes see the change in their cheap version check.
+    """
+
+    __tablename__ = "feed_urls"
+
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True)
+    export_name: Mapped[str] = mapped_column(Text, primary_key=True)
+    feed_id: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    changed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    last_fetch_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_fetch_user_agent: Mapped[str | None] = mapped_column(Text)
+    last_fetch_status: Mapped[int | None] = mapped_column(Integer)
