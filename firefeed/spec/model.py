@@ -260,6 +260,21 @@ def _field_value(v: Any) -> Any:
 FieldValue = Annotated[str | FieldLiteral, BeforeValidator(_field_value)]
 
 
+class FeedAuth(_Strict):
+    """HTTP basic auth on an export's feed URL (SPEC 10 C4), as Merchant Center's scheduled fetch sends it.
+
+    The password must be a `${secret:NAME}` reference: a literal would sit in the spec for anyone who
+    reads it, and the API resolves the company's secret when it checks a fetch (firefeed/feeds).
+    """
+
+    username: str = Field(min_length=1, max_length=200)
+    password: str = Field(pattern=r"^\$\{secret:[A-Za-z_][A-Za-z0-9_]{0,63}\}$")
+
+    @property
+    def secret_name(self) -> str:
+        return self.password[len("${secret:") : -1]
+
+
 class ExportSpec(_Strict):
     name: str = Field(min_length=1, max_length=200)
     format: Literal["csv", "tsv", "json", "jsonl", "google-xml"]
@@ -284,6 +299,8 @@ class ExportSpec(_Strict):
     invalid_items: Literal["write", "exclude"] = "write"
     # SPEC 9 (P29): channel rules, run after the project's rules on this export's copy of the items
     rules: list[Any] | None = None
+    # SPEC 10 C4: basic auth on the export's feed URL
+    feed_auth: FeedAuth | None = None
 
     _where: Condition | None = PrivateAttr(default=None)
     _rules: list[Rule] = PrivateAttr(default_factory=list)
