@@ -105,6 +105,11 @@ class Settings(BaseSettings):
     # How long an API process trusts a token it verified before asking the database again: a token revoked
     # elsewhere (the CLI, another API process) is refused everywhere within it (runs/tokens.py).
     token_cache_s: float = Field(default=5.0, ge=0)
+    # Feed URLs (SPEC 10 C4): the base that makes them absolute (unset: printed as paths), and how often an
+    # API process checks whether feed ids or published files changed (a rotated id is served at most this long
+    # by other processes; the one that rotated it forgets it at once).
+    public_url: str | None = None
+    feed_refresh_s: float = Field(default=1.0, gt=0, le=60)
     # Tenant bounds: every data-plane statement's timeout; a rules plan's largest compiled SQL.
     statement_timeout_s: float = Field(default=1800.0, gt=0)
     rules_max_sql_bytes: int = Field(default=4 * 1024**2, ge=1024)
