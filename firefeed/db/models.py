@@ -283,3 +283,37 @@ class FeedUrl(Base):
     last_fetch_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_fetch_user_agent: Mapped[str | None] = mapped_column(Text)
     last_fetch_status: Mapped[int | None] = mapped_column(Integer)
+
+
+class AlertDelivery(Base):
+    """One alert a run's end (or a delivery) recorded, and the attempts to POST it (SPEC 10 C8, firefeed/alerts).
+
+    An outbox: the run's end only inserts the row; a sender (a Celery task on `control`, or a bounded thread
+    of a batch process) posts `body`, byte for byte the bytes it signs, until it is delivered or its time runs out.
+    """
+
+    __tablename__ = "alert_deliveries"
+    __table_args__ = (
+        # One alert of each event, export and address per run: a run's end recorded twice records it once.
+        UniqueConstraint("run_id", "event", "export", "url", name="uq_alert_deliveries_once"),
+        Index("ix_alert_deliveries_due", "next_attempt_at", postgresql_where=text("status = 'pending'")),
+        Index("ix_alert_deliveries_project_created", "project_id", "created_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    company_id: Mapped[str] = mapped_column(Text)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    run_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("pipeline_runs.id", ondelete="CASCADE"))
+    event: Mapped[str] = mapped_column(String(32))
+    export: Mapped[str] = mapped_column(Text, server_default=text("''"))
+    url: Mapped[str] = mapped_column(Text)
+    secret_name: Mapped[str] = mapped_column(String(64))
+    body: Mapped[str] = mapped_column(Text)
+    # pending (to send), delivered, failed (gave up: a refusal or its retry time ran out)
+    status: Mapped[str] = mapped_column(String(16), server_default=text("'pending'"))
+    attempts: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    last_attempt_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Each attempt: {at, status_code, error, ms}, the last ones kept so an operator sees why it failed.
+    outcomes: Mapped[list[dict[str, Any]]] = mapped_column(JsonType, server_default=text("'[]'::jsonb"))
