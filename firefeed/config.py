@@ -160,6 +160,13 @@ class Settings(BaseSettings):
     metrics_dir: Path | None = None
     flower_address: str = "127.0.0.1"
     flower_port: int = Field(default=5555, ge=1, le=65535)
+    # alerts (SPEC 10 C8, #50, firefeed/alerts): how long an alert is retried, each attempt's timeout, the backoff
+    # (first delay, doubled per attempt up to the max), and how long a batch process keeps sending after its run
+    alert_retry_for_s: float = Field(default=3600.0, gt=0)
+    alert_timeout_s: float = Field(default=10.0, gt=0)
+    alert_backoff_s: float = Field(default=10.0, gt=0)
+    alert_backoff_max_s: float = Field(default=600.0, gt=0)
+    alert_batch_wait_s: float = Field(default=30.0, ge=0)
 
     @field_validator(
         "database_url",
