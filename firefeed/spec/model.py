@@ -18,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from firefeed.alerts.spec import AlertSpec
 from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.rules.model import Condition, Rule, parse_condition, parse_rules
 from firefeed.rules.template import Template
@@ -411,6 +412,8 @@ class ProjectSpec(_Strict):
     rules: list[Any] = Field(default_factory=list)
     exports: list[ExportSpec] = Field(default_factory=list)
     lookups: list[LookupSpec] = Field(default_factory=list)
+    # SPEC 10 C8: where a failed, blocked or recovered run is told (firefeed/alerts/spec.py)
+    alerts: list[AlertSpec] = Field(default_factory=list)
 
     _rules: list[Rule] = PrivateAttr(default_factory=list)
     _lists: ListFields = PrivateAttr(default=NO_LISTS)
