@@ -63,6 +63,13 @@ def check_server_side(
         except (UnsafePathError, UnsafeURLError) as err:
             folders = _folders(spec_dir, allowed)
             problems.append(SpecError(f"{where}.url", f"{err.reason}; {folders}" if folders else err.reason))
+    if spec.alerts:
+        from firefeed.alerts.spec import check_alerts
+
+        try:
+            check_alerts(spec.alerts, spec.company, settings, secret_names(spec.company))
+        except SpecError as err:
+            problems.append(err)
     if problems:
         raise SpecError.of(problems)
 
