@@ -127,6 +127,13 @@ class _ProcessMetrics:
             ["reason"],
             registry=r,
         )
+        # Feed URLs (SPEC 10 C5): labelled by known exports only (an unknown id counts under empty labels).
+        self.feed_fetches = Counter(
+            "firefeed_feed_fetches",
+            "Requests to feed URLs, by company, project, export and status class (2xx, 3xx, 4xx, 5xx).",
+            ["company", "project", "export", "status_class"],
+            registry=r,
+        )
         # Series that exist from the start read 0 rather than missing, so rate() and alerts work at once.
         for trigger in TRIGGERS:
             self.runs_started.labels(trigger)
@@ -204,6 +211,10 @@ def export_finding(channel: str, severity: str, check: str, items: int) -> None:
 
 def publish_blocked(reason: str) -> None:
     _process.publish_blocked.labels(reason).inc()
+
+
+def feed_fetched(company: str, project: str, export: str, status: int) -> None:
+    _process.feed_fetches.labels(company, project, export, f"{status // 100}xx").inc()
 
 
 def runs_pruned(count: int) -> None:
