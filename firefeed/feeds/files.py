@@ -1,0 +1,101 @@
+"""Opening an export's published file whole, and telling which publish it is.
+
+Local folder: the file is opened once and that inode is streamed; a publish renames a new file onto the
+name, so the open file stays the old one to its end. Which publish the open file is (its sha256 for the
+ETag) comes from the index's last two publishes: a rename sets the new inode's change time after its run's
+commit point (`recorded_at`), so a file changed at or after the newest commit point, of its size, is the
+newest; otherwise one of the previous one's size is the previous. A bucket: one object read from its open
+(s3fs pins the object's version for the reads of an open file, so a replace cannot mix two files; it fails
+the stream instead, and the client sees a short body against Content-Length).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from firefeed.feeds.index import Feed, Published
+from firefeed.storage.base import Storage
+from firefeed.storage.local import LocalStorage
+
+#: File change times come from the kernel's coarse clock (a few ms behind) and Postgres from its own:
+#: a file changed this little before a commit point still counts as switched after it. Two runs of one
+#: project are never this close (a run takes far longer than this between its switch and the next commit).
+CLOCK_SLACK = timedelta(milliseconds=50)
+#: Bytes read and sent at a time: large enough to keep syscalls few, small enough for 4 streams in little memory.
+CHUNK = 1 << 20
+
+
+@dataclass
+class OpenFile:
+    size: int
+    published: Published | None
+    _fd: int | None = None
+    _obj: Any = None
+
+    async def chunks(self, start: int, length: int) -> AsyncIterator[bytes]:
+        """`length` bytes from `start`, CHUNK at a time, read on a thread (a cold disk must not stall the loop)."""
+        offset, end = start, start + length
+        while offset < end:
+            n = min(CHUNK, end - offset)
+            data = await asyncio.to_thread(self._read, offset, n)
+            if not data:
+                raise OSError("the published file ended early")
+            offset += len(data)
+            yield data
+
+    def _read(self, offset: int, n: int) -> bytes:
+        if self._fd is not None:
+            return os.pread(self._fd, n, offset)
+        if self._obj.tell() != offset:
+            self._obj.seek(offset)
+        return bytes(self._obj.read(n))
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self._obj is not None:
+            self._obj.close()
+            self._obj = None
+
+
+def _which(feed: Feed, size: int, changed: datetime | None) -> Published | None:
+    """The publish the open file is, by its size and change time (see the module's docstring)."""
+    if not feed.published:
+        return None
+    newest = feed.published[0]
+    if size == newest.size and (changed is None or changed >= newest.recorded_at - CLOCK_SLACK):
+        return newest
+    for older in feed.published[1:]:
+        if size == older.size:
+            return older
+    # A file of neither size (touched by hand, or the switch of a third run): served, but without validators.
+    return None
+
+
+def open_published(storage: Storage, feed: Feed) -> OpenFile | None:
+    """The export's published file, opened; None when there is none."""
+    if not feed.published:
+        return None
+    key = feed.published[0].key
+    if isinstance(storage, LocalStorage):
+        try:
+            fd = os.open(storage.path(key), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return None
+        st = os.fstat(fd)
+        changed = datetime.fromtimestamp(st.st_ctime_ns / 1e9, UTC)
+        return OpenFile(st.st_size, _which(feed, st.st_size, changed), _fd=fd)
+    try:
+        obj = storage.open(key)
+    except Exception:
+        return None
+    details = getattr(obj, "details", {}) or {}
+    size = int(details.get("size", getattr(obj, "size", 0)))
+    modified = details.get("LastModified")
+    return OpenFile(size, _which(feed, size, modified if isinstance(modified, datetime) else None), _obj=obj)

@@ -1,0 +1,264 @@
+"""`GET`/`HEAD /feeds/{feed_id}/{file name}` as a plain ASGI middleware, ahead of FastAPI's machinery.
+
+A feed URL needs no API token, no JSON and no dependency injection; what it needs is speed (a 304 from
+memory, 2,000 a second on two cores) and streaming (a 1.3 GB file in 1 MiB chunks). So it is answered
+here, before the FastAPI router, from the process's `FeedIndex`; every other path goes on to the app.
+
+Order of checks: the id and the file name (404), basic auth (401), a published file (404), then the
+validators (304), a Range (206/416) and the body (200, gzip-encoded on the fly when the client accepts
+gzip and the file is not gzip already). The three 404s share one body, so a client learns nothing
+about which part was wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hmac
+import logging
+import re
+import zlib
+from collections.abc import Awaitable, Callable, MutableMapping
+from datetime import UTC, datetime
+from email.utils import format_datetime, parsedate_to_datetime
+from typing import Any
+
+from sqlalchemy import Engine
+
+from firefeed.config import Settings
+from firefeed.feeds.fetches import FetchRecorder
+from firefeed.feeds.files import OpenFile, open_published
+from firefeed.feeds.index import Feed, FeedIndex
+from firefeed.storage import export_storage
+
+log = logging.getLogger(__name__)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+PREFIX = "/feeds/"
+CONTENT_TYPES = {
+    "google-xml": b"application/xml",
+    "csv": b"text/csv; charset=utf-8",
+    "tsv": b"text/tab-separated-values; charset=utf-8",
+    "json": b"application/json",
+    "jsonl": b"application/x-ndjson",
+}
+NOT_FOUND = b'{"error":"not_found","message":"no such feed"}'
+UNAUTHORIZED = b'{"error":"unauthorized","message":"this feed needs its username and password (HTTP basic auth)"}'
+#: Fast, not small: a 1.3 GB feed compressed at level 6 would take a core for most of a minute per fetch.
+GZIP_LEVEL = 1
+_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+
+
+class FeedsMiddleware:
+    """Answers `/feeds/...` itself; hands every other request to the app it wraps."""
+
+    def __init__(self, app: ASGIApp, service: FeedService) -> None:
+        self.app = app
+        self.service = service
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith(PREFIX):
+            await self.service.handle(scope, send)
+        else:
+            await self.app(scope, receive, send)
+
+
+class FeedService:
+    """One per API process: the index, the fetch record, and the storage the files are read from."""
+
+    def __init__(self, engine: Engine, settings: Settings) -> None:
+        self.index = FeedIndex(engine, settings)
+        self.fetches = FetchRecorder(engine)
+        self.settings = settings
+
+    async def handle(self, scope: Scope, send: Send) -> None:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        feed: Feed | None = None
+        status = 404
+        try:
+            status, feed = await self._answer(scope, headers, send)
+        finally:
+            self.fetches.record(feed, status, headers.get("user-agent"))
+
+    async def _answer(self, scope: Scope, headers: dict[str, str], send: Send) -> tuple[int, Feed | None]:
+        method = scope["method"]
+        if method not in ("GET", "HEAD"):
+            await _send(send, 405, [(b"allow", b"GET, HEAD")], b"", head=False)
+            return 405, None
+        head = method == "HEAD"
+        feed_id, _, name = scope["path"][len(PREFIX) :].partition("/")
+        feed = await self.index.get(feed_id) if feed_id and name and "/" not in name else None
+        if feed is None:
+            await _send(send, 404, [(b"content-type", b"application/json")], NOT_FOUND, head=head)
+            return 404, None
+        if name not in feed.names:
+            await _send(send, 404, [(b"content-type", b"application/json")], NOT_FOUND, head=head)
+            return 404, feed
+        if feed.auth is not None and not await self._authorized(feed, headers.get("authorization", "")):
+            challenge = [
+                (b"content-type", b"application/json"),
+                (b"www-authenticate", b'Basic realm="FireFeed feed", charset="UTF-8"'),
+            ]
+            await _send(send, 401, challenge, UNAUTHORIZED, head=head)
+            return 401, feed
+        opened = open_published(export_storage(self.settings), feed)
+        if opened is None:
+            await _send(send, 404, [(b"content-type", b"application/json")], NOT_FOUND, head=head)
+            return 404, feed
+        try:
+            return await self._file(feed, opened, headers, send, head=head), feed
+        finally:
+            opened.close()
+
+    async def _authorized(self, feed: Feed, header: str) -> bool:
+        assert feed.auth is not None
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() != "basic":
+            return False
+        try:
+            user, sep, password = base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+        expected = await self.index.password(feed)
+        if not sep or expected is None:
+            return False
+        # Both compared in constant time, and both always: the answer's timing tells nothing.
+        ok_user = hmac.compare_digest(user.encode(), feed.auth.username.encode())
+        ok_password = hmac.compare_digest(password.encode(), expected.encode())
+        return ok_user and ok_password
+
+    async def _file(self, feed: Feed, opened: OpenFile, headers: dict[str, str], send: Send, *, head: bool) -> int:
+        key = feed.published[0].key
+        gzipped = key.endswith(".gz")
+        out: list[tuple[bytes, bytes]] = [
+            (
+                b"content-type",
+                b"application/gzip" if gzipped else CONTENT_TYPES.get(feed.format, b"application/octet-stream"),
+            ),
+            (b"accept-ranges", b"bytes"),
+            (b"cache-control", b"no-cache"),
+            (b"x-content-type-options", b"nosniff"),
+        ]
+        pub = opened.published
+        etag = f'"{pub.sha256}"' if pub is not None else None
+        if pub is not None:
+            out.append((b"etag", etag.encode()))  # type: ignore[union-attr]
+            out.append((b"last-modified", format_datetime(pub.recorded_at.astimezone(UTC), usegmt=True).encode()))
+            if _not_modified(headers, etag, pub.recorded_at):  # type: ignore[arg-type]
+                await _send(send, 304, out, b"", head=True)
+                return 304
+        size = opened.size
+        wanted = _range(headers, size, etag)
+        if wanted == "unsatisfiable":
+            out.append((b"content-range", f"bytes */{size}".encode()))
+            await _send(send, 416, out, b"", head=True)
+            return 416
+        if isinstance(wanted, tuple):
+            start, length = wanted
+            out.append((b"content-range", f"bytes {start}-{start + length - 1}/{size}".encode()))
+            out.append((b"content-length", str(length).encode()))
+            await send({"type": "http.response.start", "status": 206, "headers": out})
+            await _stream(send, opened, start, length, head=head)
+            return 206
+        if not gzipped:
+            out.append((b"vary", b"Accept-Encoding"))
+        if not gzipped and _accepts_gzip(headers.get("accept-encoding", "")):
+            out.append((b"content-encoding", b"gzip"))
+            await send({"type": "http.response.start", "status": 200, "headers": out})
+            if not head:
+                compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)
+                async for chunk in opened.chunks(0, size):
+                    packed = await asyncio.to_thread(compressor.compress, chunk)  # zlib lets go of the GIL
+                    if packed:
+                        await send({"type": "http.response.body", "body": packed, "more_body": True})
+                await send({"type": "http.response.body", "body": compressor.flush(), "more_body": False})
+            else:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return 200
+        out.append((b"content-length", str(size).encode()))
+        await send({"type": "http.response.start", "status": 200, "headers": out})
+        await _stream(send, opened, 0, size, head=head)
+        return 200
+
+
+async def _stream(send: Send, opened: OpenFile, start: int, length: int, *, head: bool) -> None:
+    if not head:
+        async for chunk in opened.chunks(start, length):
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _send(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes, *, head: bool) -> None:
+    if status not in (304, 416) or body:
+        headers = [*headers, (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": b"" if head else body, "more_body": False})
+
+
+def _not_modified(headers: dict[str, str], etag: str, published_at: datetime) -> bool:
+    """RFC 9110: If-None-Match decides when present (weak comparison); else a not-older If-Modified-Since."""
+    inm = headers.get("if-none-match")
+    if inm is not None:
+        tags = {t.strip().removeprefix("W/") for t in inm.split(",")}
+        return "*" in tags or etag in tags
+    ims = headers.get("if-modified-since")
+    if ims is None:
+        return False
+    try:
+        since = parsedate_to_datetime(ims)
+    except (TypeError, ValueError, IndexError):
+        return False
+    if since.tzinfo is None:
+        since = since.replace(tzinfo=UTC)
+    # HTTP dates have whole seconds: the publish time as Last-Modified showed it.
+    return published_at.replace(microsecond=0) <= since
+
+
+def _range(headers: dict[str, str], size: int, etag: str | None) -> tuple[int, int] | str | None:
+    """(start, length) of a single satisfiable byte range, "unsatisfiable", or None (send the whole file).
+
+    Several ranges, a malformed header or an If-Range for another version are answered with the whole
+    file, as RFC 9110 allows.
+    """
+    header = headers.get("range")
+    if header is None:
+        return None
+    if_range = headers.get("if-range")
+    if if_range is not None and (etag is None or if_range.strip() != etag):
+        return None
+    match = _RANGE.match(header.strip())
+    if match is None or (not match.group(1) and not match.group(2)):
+        return None
+    first, last = match.group(1), match.group(2)
+    if not first:  # a suffix: the last N bytes
+        n = int(last)
+        if n == 0 or size == 0:
+            return "unsatisfiable"
+        return max(0, size - n), min(n, size)
+    start = int(first)
+    if start >= size:
+        return "unsatisfiable"
+    end = min(int(last), size - 1) if last else size - 1
+    if end < start:
+        return None
+    return start, end - start + 1
+
+
+def _accepts_gzip(header: str) -> bool:
+    for part in header.split(","):
+        coding, _, params = part.strip().partition(";")
+        if coding.strip().lower() in ("gzip", "x-gzip", "*"):
+            q = params.strip().lower()
+            if q.startswith("q="):
+                try:
+                    return float(q[2:]) > 0
+                except ValueError:
+                    return False
+            return True
+    return False
