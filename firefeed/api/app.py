@@ -15,8 +15,9 @@ from sqlalchemy.engine import Engine
 
 from firefeed import __version__
 from firefeed.api import errors
-from firefeed.api.routes import findings, ops, preview, projects, runs, secrets, tokens
+from firefeed.api.routes import feeds, findings, ops, preview, projects, runs, secrets, tokens
 from firefeed.config import get_settings
+from firefeed.feeds.http import FeedService, FeedsMiddleware
 from firefeed.preview.pool import PREVIEWS, VALUES, BoundedPool
 from firefeed.runs.local import LocalRunner
 from firefeed.runs.service import RunStore
@@ -72,6 +73,9 @@ def create_app(*, engine: Engine | None = None, local_runs: bool = False) -> Fas
     # So do values calls (issue #47): one company's burst must not take the routes' threads and connections.
     app.state.values = BoundedPool(get_settings().values_pool_size, kind=VALUES)
     errors.install(app)
+    # Feed URLs (SPEC 10 C4-C5) are answered ahead of the router: no token, a 304 from memory.
+    app.state.feeds = FeedService(app.state.store.engine, get_settings())
+    app.add_middleware(FeedsMiddleware, service=app.state.feeds)
     app.include_router(projects.router)
     app.include_router(findings.router)
     app.include_router(preview.router)
@@ -79,6 +83,7 @@ def create_app(*, engine: Engine | None = None, local_runs: bool = False) -> Fas
     app.include_router(secrets.router)
     app.include_router(tokens.router)
     app.include_router(ops.router)
+    app.include_router(feeds.router)
     app.mount("/web", StaticFiles(directory=WEB_DIR), name="web")
 
     @app.get("/", include_in_schema=False)
