@@ -108,6 +108,26 @@ class FeedSpec(_Strict):
     item_path: str = "auto"
     compression: Literal["auto", "none", "gzip", "zip"] = "auto"
     headers: dict[str, str] = Field(default_factory=dict)
+    # SPEC 10 C6: an sftp://, ftp:// or ftps:// file's credentials, each a `${secret:NAME}`, and an SFTP
+    # server's pinned key (a known_hosts line); firefeed/spec/remote.py says where each may appear.
+    password: str | None = None
+    private_key: str | None = None
+    host_key: str | None = None
+
+    @model_validator(mode="after")
+    def _remote(self) -> FeedSpec:
+        from firefeed.spec.remote import remote_problem
+
+        problem = remote_problem(
+            url=self.url,
+            headers=self.headers,
+            password=self.password,
+            private_key=self.private_key,
+            host_key=self.host_key,
+        )
+        if problem is not None:
+            raise ValueError(f"{type(self).__name__.removesuffix('Spec').lower()} {self.name!r}: {problem}")
+        return self
 
     @field_validator("delimiter")
     @classmethod
