@@ -27,6 +27,7 @@ import httpx
 
 from firefeed.config import Settings
 from firefeed.errors import InvalidSourceRequestError, UnsafePathError, UnsafeURLError
+from firefeed.spec.remote import REMOTE_SCHEMES
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -36,7 +37,7 @@ HTTP_SCHEMES = frozenset({"http", "https"})
 
 
 def url_kind(source: str, url: str) -> str:
-    """Return "http" or "file" for a source URL; any other scheme is refused.
+    """Return "http", "remote" (sftp, ftp, ftps: firefeed/pipeline/transfer) or "file"; any other scheme is refused.
 
     A string without a scheme is a plain path. A name with a colon before any
     slash (`weird:name.csv`) reads as a scheme: write `./weird:name.csv`.
@@ -49,7 +50,12 @@ def url_kind(source: str, url: str) -> str:
         return "http"
     if scheme == "file":
         return "file"
-    raise UnsafeURLError(source, f"URL scheme {scheme!r} is not allowed; use http://, https://, file:// or a path")
+    if scheme in REMOTE_SCHEMES:
+        return "remote"
+    raise UnsafeURLError(
+        source,
+        f"URL scheme {scheme!r} is not allowed; use http://, https://, sftp://, ftp://, ftps://, file:// or a path",
+    )
 
 
 # ------------------------------------------------------------------ the special-purpose address table

@@ -560,7 +560,7 @@ def test_non_public_destinations_are_refused(tmp_path: Path, url: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "url", ["ftp://example.com/f.csv", "gopher://example.com/", "data:text/csv,a,b", "javascript:x"]
+    "url", ["ssh://example.com/f.csv", "gopher://example.com/", "data:text/csv,a,b", "javascript:x"]
 )
 def test_other_schemes_are_refused(tmp_path: Path, url: str) -> None:
     with pytest.raises(UnsafeURLError, match="scheme"):

@@ -172,13 +172,16 @@ def test_the_guard_does_not_consult_the_ipaddress_flags(monkeypatch: pytest.Monk
         ("stock.csv", "file"),
         ("/abs/stock.csv", "file"),
         ("./weird:name.csv", "file"),
+        ("sftp://u@x/f.csv", "remote"),
+        ("FTP://x/f.csv", "remote"),
+        ("ftps://u@x:990/f.csv", "remote"),
     ],
 )
 def test_url_kinds(url: str, kind: str) -> None:
     assert url_kind("s", url) == kind
 
 
-@pytest.mark.parametrize("url", ["ftp://x/f", "gopher://x/", "data:,x", "jar:http://x!/", "weird:name.csv"])
+@pytest.mark.parametrize("url", ["ssh://x/f", "gopher://x/", "data:,x", "jar:http://x!/", "weird:name.csv"])
 def test_other_schemes_are_unsafe(url: str) -> None:
     with pytest.raises(UnsafeURLError, match="scheme"):
         url_kind("s", url)
