@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urljoin, urlsplit
 
 import httpx
@@ -42,6 +43,10 @@ from firefeed.pipeline._fetch_deadline import FetchWatchdog
 from firefeed.pipeline._netguard import check_url_host, guarded_client, resolve_local_path, url_kind
 from firefeed.secrets.references import Resolver
 from firefeed.spec.headers import HEADER_VALUE, header_problem
+
+if TYPE_CHECKING:
+    from firefeed.pipeline.transfer import RemoteAccess
+    from firefeed.pipeline.transfer.host_keys import HostKeyStore
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +94,8 @@ def fetch_source(
     settings: Settings,
     deadline: float | None = None,
     references: Resolver | None = None,
+    access: RemoteAccess | None = None,
+    host_keys: HostKeyStore | None = None,
 ) -> FetchResult:
     """Fetch `url` for the source named `source` into `dest_dir`.
 
@@ -103,6 +110,9 @@ def fetch_source(
     `references` expands `${secret:NAME}` and `${VAR}` in the URL and headers
     for the spec's company and origin (firefeed/secrets); without one every
     reference is refused. No message, log line or result shows an expanded value.
+
+    An sftp://, ftp:// or ftps:// URL is fetched by firefeed/pipeline/transfer with `access` (the
+    feed's password, private_key, host_key) and `host_keys` (the company's pinned SFTP keys).
     """
     refs = references or Resolver.closed()
     try:
@@ -111,7 +121,23 @@ def fetch_source(
             raise InvalidSourceRequestError(source, "the URL is empty")
         if compression not in COMPRESSIONS:
             raise InvalidSourceRequestError(source, f"compression must be one of {', '.join(COMPRESSIONS)}")
-        if url_kind(source, url) == "http":
+        kind = url_kind(source, url)
+        if kind == "remote":
+            from firefeed.pipeline.transfer import fetch_remote
+
+            return fetch_remote(
+                source=source,
+                url=url,
+                access=access,
+                references=refs,
+                dest_dir=dest_dir,
+                compression=compression,
+                previous=previous,
+                settings=settings,
+                deadline=deadline,
+                host_keys=host_keys,
+            )
+        if kind == "http":
             if not _has_host(url):
                 raise InvalidSourceRequestError(source, "the URL has no host")
             check_url_host(source, url)

@@ -76,7 +76,11 @@ class ParseOutcome:
 
 def parse_signature(src: SourceSpec) -> str:
     """What the staged rows of a source depend on besides the bytes of the file."""
-    doc = src.model_dump(mode="json", exclude={"headers", "mode", "fields", "name", "key_from"})
+    # Credentials and the pinned key (SPEC 10 C6) change how a file is fetched, not how it is parsed.
+    doc = src.model_dump(
+        mode="json",
+        exclude={"headers", "mode", "fields", "name", "key_from", "password", "private_key", "host_key"},
+    )
     if doc.get("lists") is None:
         doc.pop("lists", None)  # a source without lists keeps the signature it always had
     else:
@@ -126,6 +130,8 @@ def fetch_feed(ctx: RunContext, src: FeedSpec, *, previous: Any = None, scope: s
     download folders of lookups apart from the sources' (their names may be equal).
     """
     from firefeed.pipeline.fetch import fetch_source
+    from firefeed.pipeline.transfer import RemoteAccess
+    from firefeed.pipeline.transfer.host_keys import HostKeyStore
     from firefeed.secrets.store import resolver_for
 
     settings = fetch_settings(ctx.settings, ctx.spec.company, ctx.spec_dir)
@@ -141,6 +147,8 @@ def fetch_feed(ctx: RunContext, src: FeedSpec, *, previous: Any = None, scope: s
         settings=settings,
         # The run's own company's secrets; the environment only for a spec the CLI applied.
         references=resolver_for(ctx.spec.company, ctx.spec_dir, settings=ctx.settings, engine=ctx.engine),
+        access=RemoteAccess.of(src),
+        host_keys=HostKeyStore(ctx.engine, ctx.spec.company),
     )
     path = str(result.path) if result.path is not None else None
     owned = path is not None and Path(path).resolve().is_relative_to(ctx.work_dir.resolve())

@@ -48,6 +48,8 @@ from firefeed.pipeline.merge import StagedSource, merge_sources
 from firefeed.pipeline.parse import FeedReader, open_reader
 from firefeed.pipeline.stage import stage_source
 from firefeed.pipeline.steps import fetch_settings
+from firefeed.pipeline.transfer import RemoteAccess
+from firefeed.pipeline.transfer.host_keys import HostKeyStore
 from firefeed.preview.budget import AnswerBudget
 from firefeed.preview.deadline import Deadline, bounded_engine
 from firefeed.preview.effects import Effects, rule_effects
@@ -295,6 +297,8 @@ def _fetch_and_open(
         settings=confined,
         deadline=deadline.at,
         references=resolver_for(spec.company, spec_dir, settings=settings, engine=engine),
+        access=RemoteAccess.of(feed),
+        host_keys=HostKeyStore(engine, spec.company),
     )
     assert fetched.path is not None  # without validators a fetch always returns the file
     deadline.check(f"parsing {kind} {feed.name!r}")
