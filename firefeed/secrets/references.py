@@ -123,6 +123,7 @@ def check_spec(spec: ProjectSpec, origin: SpecOrigin, env_allow: str) -> None:
     for where, src in feeds:
         url, headers = src.url, src.headers
         places = [(f"{where}.url", url)] + [(join_key(f"{where}.headers", k), v) for k, v in headers.items()]
+        places += [(f"{where}.{k}", v) for k, v in (("password", src.password), ("private_key", src.private_key)) if v]
         for path, text in places:
             try:
                 references = find_references(str(text))
@@ -258,7 +259,15 @@ def _mask(text: str, hidden: dict[str, str]) -> str:
 # running right now (any thread) are hidden in the records of these loggers.
 _active: dict[str, tuple[str, int]] = {}
 _active_lock = threading.Lock()
-_LIBRARY_LOGGERS = ("httpx", "httpcore", "httpcore.connection", "httpcore.http11", "httpcore.http2", "httpcore.proxy")
+_LIBRARY_LOGGERS = (
+    "httpx",
+    "httpcore",
+    "httpcore.connection",
+    "httpcore.http11",
+    "httpcore.http2",
+    "httpcore.proxy",
+    "asyncssh",  # sftp:// sources (firefeed/pipeline/transfer)
+)
 
 
 def _register(hidden: dict[str, str], step: int) -> None:

@@ -37,6 +37,9 @@ def check_server_side(
     have: set[str] | None = None
     for where, feed in feeds:
         places = [(f"{where}.url", feed.url)] + [(join_key(f"{where}.headers", k), v) for k, v in feed.headers.items()]
+        places += [
+            (f"{where}.{k}", v) for k, v in (("password", feed.password), ("private_key", feed.private_key)) if v
+        ]
         for path, text in places:
             try:
                 refs = [r for r in find_references(str(text)) if r.kind is Kind.SECRET]
