@@ -401,8 +401,15 @@ class RunStore:
             metrics.run_finished(before.trigger, status, before.started_at, now())  # metrics (#5)
 
     def save_report(self, run_id: str, report: dict[str, Any]) -> None:
-        """The report of a run `finish_run` ended (its finished_at stays the one the report shows)."""
+        """The report of a run `finish_run` ended (its finished_at stays the one the report shows).
+
+        Every ended run's report passes here (the driver, a takeover, a recovered publish), so here its
+        alerts are recorded (SPEC 10 C8): recorded only, sent elsewhere, never holding up the run.
+        """
         run_statement(self.engine, self.held, "save_report", {"run_id": str(run_id), "report": json.dumps(report)})
+        from firefeed.alerts.events import record_run_end
+
+        record_run_end(str(run_id), report, engine=self.engine)
 
 
 def _names(sections: Iterable[Any]) -> set[str]:

@@ -1,0 +1,95 @@
+"""One signed POST of an alert, through the fetcher's host rules (firefeed/pipeline/_netguard.py).
+
+The body is sent exactly as stored, and the signature is over those bytes:
+`X-FireFeed-Signature: sha256=<hex HMAC-SHA256 of the body, keyed with the company secret's value>`.
+No redirect is followed (a 3xx is a failed attempt that names its status), the answer's body is not
+read beyond a few hundred bytes, and every phase of the request is bounded by FIREFEED_ALERT_TIMEOUT_S.
+The secret's value is only ever the HMAC's key: no message here can quote it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from dataclasses import dataclass
+
+import httpx
+
+from firefeed.alerts.outbox import Outcome
+from firefeed.config import Settings
+from firefeed.errors import FetchError
+from firefeed.pipeline._netguard import GuardedTransport
+
+SIGNATURE_HEADER = "X-FireFeed-Signature"
+#: What a receiver reads of an answer that is not 2xx, for the attempt's error (a sink's page can be large)
+_ANSWER_BYTES = 256
+#: Answers worth another attempt; any other 4xx (and a 3xx) will not change by waiting
+_RETRYABLE_4XX = frozenset({408, 425, 429})
+
+
+def signature(body: bytes, key: str) -> str:
+    """The X-FireFeed-Signature value of `body` under the secret's value `key`."""
+    return "sha256=" + hmac.new(key.encode("utf-8"), body, hashlib.sha256).hexdigest()
+
+
+@dataclass(frozen=True)
+class Result:
+    outcome: Outcome
+    delivered: bool
+    retry: bool  # False with delivered False: refused for good
+
+
+def post(
+    url: str,
+    body: bytes,
+    *,
+    key: str,
+    headers: dict[str, str],
+    settings: Settings,
+) -> Result:
+    """POST `body` to `url` signed with `key`; what came of it. Never raises for the receiver's faults."""
+    began = time.monotonic()
+
+    def outcome(code: int | None, error: str | None) -> Outcome:
+        return Outcome(status_code=code, error=error, ms=int((time.monotonic() - began) * 1000))
+
+    sent = {**headers, "Content-Type": "application/json", SIGNATURE_HEADER: signature(body, key)}
+    guarded = GuardedTransport(source="alert", settings=settings)
+    try:
+        with (
+            httpx.Client(
+                transport=guarded,
+                timeout=httpx.Timeout(settings.alert_timeout_s),
+                follow_redirects=False,
+                trust_env=False,
+                headers={"User-Agent": "FireFeed-Alerts/1"},
+            ) as client,
+            client.stream("POST", url, content=body, headers=sent) as response,
+        ):
+            code = response.status_code
+            if 200 <= code < 300:
+                return Result(outcome(code, None), delivered=True, retry=False)
+            answer = _start_of(response)
+    except FetchError as err:  # the host rules refused the address: the same at every attempt
+        return Result(outcome(None, err.reason), delivered=False, retry=False)
+    except httpx.TimeoutException:
+        return Result(outcome(None, f"no answer within {settings.alert_timeout_s:g} s"), delivered=False, retry=True)
+    except httpx.HTTPError as err:
+        return Result(outcome(None, f"{type(err).__name__}: {err}"[:300]), delivered=False, retry=True)
+    if 300 <= code < 400:
+        where = response.headers.get("location", "")[:200]
+        error = f"answered {code} (to {where}); redirects are not followed: give the final URL"
+        return Result(outcome(code, error), delivered=False, retry=False)
+    error = f"answered {code}" + (f": {answer}" if answer else "")
+    return Result(outcome(code, error), delivered=False, retry=code >= 500 or code in _RETRYABLE_4XX)
+
+
+def _start_of(response: httpx.Response) -> str:
+    """The first bytes of an answer, as one line of text."""
+    read = b""
+    for chunk in response.iter_bytes():
+        read += chunk
+        if len(read) >= _ANSWER_BYTES:
+            break
+    return " ".join(read[:_ANSWER_BYTES].decode("utf-8", "replace").split())
