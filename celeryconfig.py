@@ -55,8 +55,10 @@ task_routes = {
     "firefeed.export.*": {"queue": Queue.EXPORT.value},
     "firefeed.maintenance.*": {"queue": Queue.CONTROL.value},
     "firefeed.schedules.*": {"queue": Queue.CONTROL.value},  # beat (#5)
+    "firefeed.alerts.*": {"queue": Queue.CONTROL.value},  # alerts (SPEC 10 C8): never behind a run
 }
 imports = ("firefeed.tasks.pipeline", "firefeed.tasks.steps", "firefeed.tasks.maintenance")
 # Operations (#5): the schedule tick and maintenance entries, and the worker hooks (metrics, log fields).
 imports += ("firefeed.tasks.schedules", "firefeed.tasks.signals")
+imports += ("firefeed.tasks.alerts",)
 beat_schedule = _beat_entries(_settings)

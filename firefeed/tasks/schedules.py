@@ -41,4 +41,5 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
         "janitor": every("firefeed.maintenance.janitor", settings.maintenance_interval_s),
         "reap-stale-runs": every("firefeed.maintenance.reap", settings.maintenance_interval_s),
         "prune-history": every("firefeed.maintenance.prune", settings.prune_interval_s),
+        "send-alerts": every("firefeed.alerts.sweep", settings.maintenance_interval_s),  # SPEC 10 C8
     }

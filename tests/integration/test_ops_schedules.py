@@ -187,6 +187,7 @@ def test_beat_sends_the_tick_and_the_maintenance_tasks_by_their_registered_names
         "firefeed.maintenance.janitor",
         "firefeed.maintenance.reap",
         "firefeed.maintenance.prune",
+        "firefeed.alerts.sweep",
     }
     for entry in entries.values():
         assert entry["task"] in app.tasks
