@@ -32,7 +32,10 @@ from firefeed.runs.service import RunStore
 from firefeed.secrets.crypto import generate_key
 from firefeed.secrets.store import SecretStore
 from firefeed.spec.loader import parse_spec
-from tests.integration.conftest import cli, write_csv
+from firefeed.tasks.queues import Queue
+from tests.integration.celery_workers import flush_broker, in_process_worker, use_broker
+from tests.integration.conftest import cli, eventually, write_csv
+from tests.services import redis_db
 
 pytestmark = pytest.mark.integration
 
@@ -368,3 +371,40 @@ def test_an_alert_whose_host_the_rules_refuse_when_it_is_sent_fails_at_once_with
     (alert,) = alerts_of(p.project)
     assert (alert["status"], alert["attempts"]) == ("failed", 1)
     assert "non-public address (127.0.0.0/8 loopback" in alert["outcomes"][0]["error"]
+
+
+# ---------------------------------------------------------------- with a broker: tasks on `control`
+
+ALERTS_REDIS_URL = redis_db(4)
+
+
+def test_with_a_broker_a_lost_alert_is_swept_into_a_control_task_that_retries_it_after_the_backoff(
+    alerts_env: Path, sink: Sink, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import firefeed.tasks.alerts  # noqa: F401  (registers the tasks with the in-process worker)
+    from firefeed.alerts.sender import SWEEP_TASK
+    from firefeed.celery_app import app
+
+    monkeypatch.setenv("FIREFEED_BROKER_URL", ALERTS_REDIS_URL)
+    reset_settings()
+    use_broker(ALERTS_REDIS_URL)
+    flush_broker(ALERTS_REDIS_URL)
+    try:
+        p = project_with(tmp_path, [{"url": sink.url, "secret": "ALERTS_KEY"}])
+        (p.folder / "items.csv").unlink()
+        assert p.run()["status"] == "FAILED"  # no worker yet: the task waits in the broker
+        assert not any(t.name == "firefeed-alerts" for t in threading.enumerate())  # no batch thread
+        flush_broker(ALERTS_REDIS_URL)  # ... and is lost
+        assert [a["status"] for a in alerts_of(p.project)] == ["pending"]
+
+        sink.answers = [503]
+        with in_process_worker(queues=(Queue.CONTROL.value,)):
+            app.send_task(SWEEP_TASK, queue=Queue.CONTROL.value)
+            assert eventually(lambda: alerts_of(p.project)[0]["status"] == "delivered", timeout=20)
+    finally:
+        use_broker("memory://")
+    (alert,) = alerts_of(p.project)
+    assert [o["status_code"] for o in alert["outcomes"]] == [503, 200]
+    assert sink.events() == ["failed", "failed"]
+    assert sink.received[1].at - sink.received[0].at >= 0.2  # sent again with the backoff as its countdown
+    assert all(verify(r, p.secret) for r in sink.received)
