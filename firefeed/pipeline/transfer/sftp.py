@@ -8,6 +8,8 @@ Nothing from the user's ~/.ssh is read: no config, no agent, no default keys, no
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 from typing import TYPE_CHECKING, cast
 
 import asyncssh
@@ -49,14 +51,7 @@ async def _fetch(attempt: Attempt) -> FetchResult:
     trusted = [asyncssh.import_public_key(expected.public_key)] if expected is not None else []
     client_keys: list[asyncssh.SSHKey] | None = None
     if attempt.private_key is not None:
-        try:
-            client_keys = [asyncssh.import_private_key(attempt.private_key)]
-        except (asyncssh.KeyImportError, ValueError):
-            # The library's text may quote the key's first bytes: only say what the secret should hold.
-            raise FetchError(
-                source,
-                "private_key: the secret does not hold an unencrypted private key (OpenSSH or PEM format)",
-            ) from None
+        client_keys = [_private_key(source, attempt.private_key)]
     methods = ["publickey"] if client_keys else []
     methods += ["keyboard-interactive", "password"] if attempt.password is not None else []
     timeout = attempt.timeout()
@@ -132,6 +127,26 @@ async def _fetch(attempt: Attempt) -> FetchResult:
         await conn.wait_closed()
 
 
+def _private_key(source: str, value: str) -> asyncssh.SSHKey:
+    """The key a secret holds: the key file base64-encoded on one line (a secret holds no line break), or
+    the file's own text."""
+    data = value.encode()
+    if not value.lstrip().startswith("-----BEGIN"):
+        try:
+            data = base64.b64decode(value.strip(), validate=True)
+        except binascii.Error:
+            data = b""
+    try:
+        return asyncssh.import_private_key(data)
+    except (asyncssh.KeyImportError, ValueError):
+        # The library's text may quote the key's first bytes: only say what the secret should hold.
+        raise FetchError(
+            source,
+            "private_key: the secret does not hold an unencrypted private key (the key file base64-encoded "
+            "on one line: `base64 -w0 KEYFILE | firefeed secret set --company COMPANY NAME`)",
+        ) from None
+
+
 def _expected_key(attempt: Attempt) -> tuple[PinnedKey | None, str]:
     """The key the server must present and where it comes from (for the error), or None on first use."""
     if attempt.host_key is not None:
@@ -155,11 +170,11 @@ def _changed_key(
         got = fingerprint(presented) if presented is not None else "a key of another type"
     want = expected.fingerprint if expected is not None else "?"
     if origin == "the source's host_key":
-        accept = "if the server's key really changed, put its new known_hosts line in host_key"
+        accept = "If the server's key really changed, put its new known_hosts line in host_key"
     else:
         company = attempt.host_keys.company if attempt.host_keys is not None else "COMPANY"
         accept = (
-            "if the server's key really changed, accept the new one with "
+            "If the server's key really changed, accept the new one with "
             f"{forget_hint(company, remote.host, remote.port)} (the next fetch records it)"
         )
     return (

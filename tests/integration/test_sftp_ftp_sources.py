@@ -1,0 +1,472 @@
+"""Sources on SFTP and FTP servers (SPEC 10 C6): real servers on 127.0.0.1, real runs.
+
+An asyncssh SFTP server (password and public-key logins, a host key the test chooses) and a
+pyftpdlib FTP server, each on a free port, each counting what it is asked, play the merchant's
+file server. The company's secrets hold the credentials; no report, log line or message shows them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+import pytest
+import yaml
+from sqlalchemy import text
+
+from firefeed.config import reset_settings
+from firefeed.errors import SpecError
+from firefeed.secrets.crypto import generate_key
+from firefeed.secrets.store import SecretStore
+from firefeed.spec.loader import parse_spec
+from tests.integration.conftest import cli, read_csv
+
+with warnings.catch_warnings():
+    # pyftpdlib 2.x imports asyncore and asynchat, which Python 3.11 calls deprecated.
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from pyftpdlib.authorizers import DummyAuthorizer
+    from pyftpdlib.handlers import FTPHandler
+    from pyftpdlib.servers import ThreadedFTPServer
+
+pytestmark = pytest.mark.integration
+
+CSV = b"id,title,price\nA1,Shoe,10\nA2,Boot,20\n"
+USER = "feeds"
+
+
+# ---------------------------------------------------------------- an SFTP server
+
+
+class SFTPServer:
+    """asyncssh serving `root` on 127.0.0.1 from its own event loop thread; counts connections and opens."""
+
+    def __init__(self, root: Path, password: str, authorized: asyncssh.SSHKey | None = None) -> None:
+        self.root, self.password, self.authorized = root, password, authorized
+        self.connections = 0
+        self.opens = 0
+        self.port = 0
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="test-sftp", daemon=True)
+        self._thread.start()
+        self._server: asyncssh.SSHAcceptor | None = None
+
+    def start(self, host_key: asyncssh.SSHKey) -> None:
+        self.host_key = host_key
+        asyncio.run_coroutine_threadsafe(self._listen(host_key), self.loop).result(10)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            server, self._server = self._server, None
+
+            async def close() -> None:
+                server.close()
+                await server.wait_closed()
+
+            asyncio.run_coroutine_threadsafe(close(), self.loop).result(10)
+
+    def close(self) -> None:
+        self.stop()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+    async def _listen(self, host_key: asyncssh.SSHKey) -> None:
+        outer = self
+
+        class Server(asyncssh.SSHServer):
+            def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
+                outer.connections += 1
+
+            def begin_auth(self, username: str) -> bool:
+                return True
+
+            def password_auth_supported(self) -> bool:
+                return True
+
+            def validate_password(self, username: str, password: str) -> bool:
+                return username == USER and password == outer.password
+
+            def public_key_auth_supported(self) -> bool:
+                return outer.authorized is not None
+
+            def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
+                return username == USER and outer.authorized is not None and key == outer.authorized
+
+        class Files(asyncssh.SFTPServer):
+            def __init__(self, chan: asyncssh.SSHServerChannel) -> None:
+                super().__init__(chan, chroot=str(outer.root).encode())
+
+            def open(self, path: bytes, pflags: int, attrs: asyncssh.SFTPAttrs) -> object:
+                outer.opens += 1
+                return super().open(path, pflags, attrs)
+
+        self._server = await asyncssh.listen(
+            "127.0.0.1",
+            self.port,
+            server_factory=Server,
+            server_host_keys=[host_key],
+            sftp_factory=Files,
+            allow_scp=False,
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+
+
+@pytest.fixture()
+def sftp(tmp_path: Path) -> Iterator[SFTPServer]:
+    root = tmp_path / "sftp"
+    (root / "out").mkdir(parents=True)
+    (root / "out" / "feed.csv").write_bytes(CSV)
+    server = SFTPServer(root, password="pw-" + uuid.uuid4().hex)
+    server.start(asyncssh.generate_private_key("ssh-ed25519"))
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+# ---------------------------------------------------------------- an FTP server
+
+
+class FTPServer:
+    """pyftpdlib on 127.0.0.1 in a thread, serving `root`; counts the files it sent."""
+
+    def __init__(self, root: Path, password: str) -> None:
+        outer = self
+        self.sent = 0
+        authorizer = DummyAuthorizer()
+        authorizer.add_user(USER, password, str(root), perm="elr")
+
+        class Handler(FTPHandler):
+            def on_file_sent(self, file: str) -> None:
+                outer.sent += 1
+
+        Handler.authorizer = authorizer
+        Handler.banner = "test ftp"
+        self._server = ThreadedFTPServer(("127.0.0.1", 0), Handler)
+        self.port = self._server.address[1]
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"timeout": 0.05}, name="test-ftp", daemon=True
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.close_all()
+        self._thread.join(10)
+
+
+@pytest.fixture()
+def ftp(tmp_path: Path) -> Iterator[tuple[FTPServer, str]]:
+    root = tmp_path / "ftp"
+    (root / "out").mkdir(parents=True)
+    (root / "out" / "feed.csv").write_bytes(CSV)
+    password = "pw-" + uuid.uuid4().hex
+    logging.getLogger("pyftpdlib").setLevel(logging.WARNING)
+    server = FTPServer(root, password)
+    try:
+        yield server, password
+    finally:
+        server.close()
+
+
+# ---------------------------------------------------------------- runs
+
+
+@pytest.fixture()
+def transfer_env(run_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A secrets key, 127.0.0.1 named as an allowed host (the servers live there), quick retries."""
+    monkeypatch.setenv("FIREFEED_SECRETS_KEY", generate_key())
+    monkeypatch.setenv("FIREFEED_FETCH_ALLOWED_HOSTS", "127.0.0.1")
+    monkeypatch.setenv("FIREFEED_FETCH_BACKOFF_S", "0.01")
+    monkeypatch.setenv("FIREFEED_FETCH_RETRIES", "1")
+    reset_settings()
+    yield run_env
+    reset_settings()
+
+
+def company_with(**secrets: str) -> str:
+    company = "co_" + uuid.uuid4().hex[:10]
+    for name, value in secrets.items():
+        SecretStore().set(company, name, value)
+    return company
+
+
+def run_source(tmp_path: Path, company: str, source: dict[str, Any], project: str | None = None) -> dict[str, Any]:
+    spec = {
+        "company": company,
+        "project": project or "p_" + uuid.uuid4().hex[:10],
+        "sources": [{"name": "main", "format": "csv", **source}],
+        "exports": [{"name": "csv", "format": "csv", "path": "out.csv"}],
+    }
+    path = tmp_path / f"{spec['project']}.yaml"
+    path.write_text(yaml.safe_dump(spec), encoding="utf-8")
+    _code, out = cli("run", str(path), "--json")
+    report: dict[str, Any] = json.loads(out)
+    return report
+
+
+def fetched(report: dict[str, Any]) -> dict[str, Any]:
+    source: dict[str, Any] = report["sources"][0]
+    return source
+
+
+def sftp_url(server: SFTPServer, path: str = "/out/feed.csv") -> str:
+    return f"sftp://{USER}@127.0.0.1:{server.port}{path}"
+
+
+def pinned_keys(engine: Any, company: str) -> list[tuple[str, int, str]]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT host, port, fingerprint FROM host_keys WHERE company_id = :c"), {"c": company}
+        ).all()
+    return [(r.host, r.port, r.fingerprint) for r in rows]
+
+
+def test_a_run_reads_a_csv_over_sftp_pins_the_key_and_skips_the_unchanged_file_next_time(
+    transfer_env: Path, tmp_path: Path, engine: Any, sftp: SFTPServer
+) -> None:
+    company = company_with(SFTP_PW=sftp.password)
+    project = "p_" + uuid.uuid4().hex[:10]
+    source = {"url": sftp_url(sftp), "password": "${secret:SFTP_PW}"}
+
+    first = run_source(tmp_path, company, source, project)
+    assert first["status"] == "SUCCEEDED", first["error"]
+    assert (fetched(first)["bytes"], fetched(first)["rows"], fetched(first)["not_modified"]) == (len(CSV), 2, False)
+    assert read_csv(transfer_env / company / project / "out.csv")[1][0][:2] == ["A1", "Shoe"]
+    fingerprint = str(sftp.host_key.get_fingerprint("sha256"))
+    assert pinned_keys(engine, company) == [("127.0.0.1", sftp.port, fingerprint)]
+    assert sftp.opens == 1
+
+    second = run_source(tmp_path, company, source, project)
+    assert second["status"] == "SUCCEEDED", second["error"]
+    assert fetched(second)["not_modified"] is True
+    assert sftp.opens == 1  # size and mtime unchanged: the file was not read again
+
+    # A new file (other size and mtime) is downloaded again.
+    (sftp.root / "out" / "feed.csv").write_bytes(CSV + b"A3,Clog,30\n")
+    third = run_source(tmp_path, company, source, project)
+    assert third["status"] == "SUCCEEDED", third["error"]
+    assert (fetched(third)["not_modified"], fetched(third)["rows"], sftp.opens) == (False, 3, 2)
+
+
+def test_a_run_reads_a_csv_over_ftp_and_skips_the_unchanged_file_next_time(
+    transfer_env: Path, tmp_path: Path, ftp: tuple[FTPServer, str]
+) -> None:
+    server, password = ftp
+    company = company_with(FTP_PW=password)
+    project = "p_" + uuid.uuid4().hex[:10]
+    source = {"url": f"ftp://{USER}@127.0.0.1:{server.port}/out/feed.csv", "password": "${secret:FTP_PW}"}
+
+    first = run_source(tmp_path, company, source, project)
+    assert first["status"] == "SUCCEEDED", first["error"]
+    assert (fetched(first)["bytes"], fetched(first)["rows"], server.sent) == (len(CSV), 2, 1)
+
+    second = run_source(tmp_path, company, source, project)
+    assert second["status"] == "SUCCEEDED", second["error"]
+    assert fetched(second)["not_modified"] is True
+    assert server.sent == 1
+
+
+def test_an_ftps_source_asks_for_tls_before_the_login_and_stops_when_the_server_has_none(
+    transfer_env: Path, tmp_path: Path, ftp: tuple[FTPServer, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    server, password = ftp
+    company = company_with(FTP_PW=password)
+    caplog.set_level(logging.DEBUG)
+    report = run_source(
+        tmp_path,
+        company,
+        {"url": f"ftps://{USER}@127.0.0.1:{server.port}/out/feed.csv", "password": "${secret:FTP_PW}"},
+    )
+    assert report["status"] == "FAILED"
+    assert "the server refused TLS (AUTH TLS)" in report["error"]["message"], report["error"]
+    assert server.sent == 0
+    assert password not in json.dumps(report) and password not in caplog.text
+
+
+def test_a_private_key_in_a_secret_logs_in_and_is_never_shown(
+    transfer_env: Path, tmp_path: Path, sftp: SFTPServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    sftp.authorized = key.convert_to_public()
+    private = key.export_private_key("openssh").decode()
+    # A secret holds one line: the key file goes in base64-encoded (`base64 -w0 KEYFILE`).
+    company = company_with(SFTP_KEY=base64.b64encode(private.encode()).decode())
+    caplog.set_level(logging.DEBUG)
+
+    report = run_source(tmp_path, company, {"url": sftp_url(sftp), "private_key": "${secret:SFTP_KEY}"})
+
+    assert report["status"] == "SUCCEEDED", report["error"]
+    assert fetched(report)["rows"] == 2
+    encoded = base64.b64encode(private.encode()).decode()
+    for shown in (private.splitlines()[1], encoded[20:80]):
+        assert shown not in json.dumps(report) and shown not in caplog.text
+
+
+def test_a_wrong_password_fails_naming_user_and_host_but_not_the_password(
+    transfer_env: Path, tmp_path: Path, sftp: SFTPServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    wrong = "wrong-" + uuid.uuid4().hex
+    company = company_with(SFTP_PW=wrong)
+    caplog.set_level(logging.DEBUG)
+
+    report = run_source(tmp_path, company, {"url": sftp_url(sftp), "password": "${secret:SFTP_PW}"})
+
+    assert report["status"] == "FAILED"
+    message = report["error"]["message"]
+    assert f"refused the login of user '{USER}'" in message and f"127.0.0.1:{sftp.port}" in message, message
+    assert wrong not in json.dumps(report) and wrong not in caplog.text
+    assert sftp.opens == 0
+
+
+def test_a_host_key_other_than_the_spec_s_fails_the_fetch_with_both_fingerprints(
+    transfer_env: Path, tmp_path: Path, engine: Any, sftp: SFTPServer
+) -> None:
+    company = company_with(SFTP_PW=sftp.password)
+    expected = asyncssh.generate_private_key("ssh-ed25519").convert_to_public()
+    line = f"[127.0.0.1]:{sftp.port} " + expected.export_public_key("openssh").decode().strip()
+    source = {"url": sftp_url(sftp), "password": "${secret:SFTP_PW}", "host_key": line}
+
+    report = run_source(tmp_path, company, source)
+
+    assert report["status"] == "FAILED"
+    message = report["error"]["message"]
+    assert str(expected.get_fingerprint("sha256")) in message, message
+    assert str(sftp.host_key.get_fingerprint("sha256")) in message, message
+    assert "host_key" in message and sftp.opens == 0
+    assert pinned_keys(engine, company) == []  # a spec's own key is never recorded
+
+    right = f"[127.0.0.1]:{sftp.port} " + sftp.host_key.export_public_key("openssh").decode().strip()
+    report = run_source(tmp_path, company, {**source, "host_key": right})
+    assert report["status"] == "SUCCEEDED", report["error"]
+
+
+def test_a_server_presenting_another_key_than_the_first_seen_fails_until_the_key_is_forgotten(
+    transfer_env: Path, tmp_path: Path, engine: Any, sftp: SFTPServer
+) -> None:
+    company = company_with(SFTP_PW=sftp.password)
+    project = "p_" + uuid.uuid4().hex[:10]
+    source = {"url": sftp_url(sftp), "password": "${secret:SFTP_PW}"}
+    assert run_source(tmp_path, company, source, project)["status"] == "SUCCEEDED"
+    first = str(sftp.host_key.get_fingerprint("sha256"))
+
+    # The same port, another server key (a rebuilt server, or someone in the middle).
+    sftp.stop()
+    sftp.start(asyncssh.generate_private_key("ssh-ed25519"))
+    second = str(sftp.host_key.get_fingerprint("sha256"))
+    report = run_source(tmp_path, company, source, project)
+
+    assert report["status"] == "FAILED"
+    message = report["error"]["message"]
+    assert first in message and second in message, message
+    forget = f"firefeed host-key forget {company} 127.0.0.1:{sftp.port}"
+    assert forget in message
+    assert pinned_keys(engine, company) == [("127.0.0.1", sftp.port, first)]
+
+    code, out = cli("host-key", "list", company)
+    assert code == 0 and first in out
+    code, out = cli(*forget.split()[1:])
+    assert code == 0, out
+    assert run_source(tmp_path, company, source, project)["status"] == "SUCCEEDED"
+    assert pinned_keys(engine, company) == [("127.0.0.1", sftp.port, second)]
+    assert cli("host-key", "forget", company, "elsewhere.example:2222")[0] == 4
+
+
+def test_a_host_that_resolves_to_a_refused_address_is_refused_before_connecting(
+    transfer_env: Path, tmp_path: Path, sftp: SFTPServer, ftp: tuple[FTPServer, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("FIREFEED_FETCH_ALLOWED_HOSTS")
+    reset_settings()
+    server, password = ftp
+    company = company_with(SFTP_PW=sftp.password, FTP_PW=password)
+    for url, secret in (
+        (f"sftp://{USER}@localhost:{sftp.port}/out/feed.csv", "SFTP_PW"),
+        (f"ftp://{USER}@localhost:{server.port}/out/feed.csv", "FTP_PW"),
+    ):
+        report = run_source(tmp_path, company, {"url": url, "password": f"${{secret:{secret}}}"})
+        assert report["status"] == "FAILED"
+        assert report["error"]["type"] == "UnsafeURLError", report["error"]
+        assert "resolves to" in report["error"]["message"] and "loopback" in report["error"]["message"]
+    assert sftp.connections == 0 and server.sent == 0
+
+
+def test_the_size_cap_stops_an_sftp_and_an_ftp_download(
+    transfer_env: Path,
+    tmp_path: Path,
+    sftp: SFTPServer,
+    ftp: tuple[FTPServer, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FIREFEED_FETCH_MAX_BYTES", str(len(CSV) - 1))
+    reset_settings()
+    server, password = ftp
+    company = company_with(SFTP_PW=sftp.password, FTP_PW=password)
+    for url, secret in (
+        (sftp_url(sftp), "SFTP_PW"),
+        (f"ftp://{USER}@127.0.0.1:{server.port}/out/feed.csv", "FTP_PW"),
+    ):
+        report = run_source(tmp_path, company, {"url": url, "password": f"${{secret:{secret}}}"})
+        assert report["status"] == "FAILED"
+        assert f"larger than the size cap of {len(CSV) - 1} bytes" in report["error"]["message"], report["error"]
+    assert sftp.opens == 0 and server.sent == 0  # the sizes the servers told were enough
+
+
+def test_file_server_keys_are_refused_where_they_mean_nothing_and_a_url_password_is_never_echoed() -> None:
+    secret = "hunter-" + uuid.uuid4().hex
+
+    def problem(source: dict[str, Any]) -> str:
+        doc = {"company": "c", "project": "p", "sources": [{"name": "main", "format": "csv", **source}]}
+        doc["exports"] = [{"name": "csv", "format": "csv", "path": "out.csv"}]
+        with pytest.raises(SpecError) as err:
+            parse_spec(doc)
+        return str(err.value)
+
+    said = problem({"url": f"sftp://u:{secret}@h.example/f.csv"})
+    assert "the URL holds a password" in said and "${secret:NAME}" in said and secret not in said
+    assert "must name a company secret" in problem({"url": "sftp://u@h.example/f.csv", "password": secret})
+    assert secret not in problem({"url": "sftp://u@h.example/f.csv", "password": secret})
+    assert "only an sftp:// source takes private_key" in problem(
+        {"url": "ftp://u@h.example/f.csv", "private_key": "${secret:K}"}
+    )
+    assert "only an sftp://, ftp:// or ftps:// source" in problem(
+        {"url": "https://h.example/f.csv", "password": "${secret:P}"}
+    )
+    assert "sends no HTTP headers" in problem({"url": "sftp://u@h.example/f.csv", "headers": {"X-A": "b"}})
+    assert "is not a known_hosts line" in problem({"url": "sftp://u@h.example/f.csv", "host_key": "nonsense"})
+    assert "must name a file" in problem({"url": "sftp://u@h.example/"})
+
+
+def test_a_fetch_already_past_its_deadline_fails_saying_so_without_downloading(
+    transfer_env: Path, tmp_path: Path, ftp: tuple[FTPServer, str]
+) -> None:
+    from firefeed.config import get_settings
+    from firefeed.errors import FetchError
+    from firefeed.pipeline.fetch import fetch_source
+    from firefeed.secrets.references import Resolver, SpecOrigin
+
+    server, password = ftp
+    url = f"ftp://{USER}@127.0.0.1:{server.port}/out/feed.csv"
+    refs = Resolver(company="c", origin=SpecOrigin.REMOTE, secret=lambda name: password)
+    started = time.monotonic()
+    with pytest.raises(FetchError, match="deadline"):
+        fetch_source(
+            source="main",
+            url=url,
+            dest_dir=tmp_path / "d",
+            base_dir=None,
+            headers=None,
+            previous=None,
+            settings=get_settings(),
+            deadline=time.monotonic() - 1,
+            references=refs,
+        )
+    assert time.monotonic() - started < 5 and server.sent == 0
