@@ -470,3 +470,34 @@ def test_a_fetch_already_past_its_deadline_fails_saying_so_without_downloading(
             references=refs,
         )
     assert time.monotonic() - started < 5 and server.sent == 0
+
+
+def test_a_lookup_table_on_an_sftp_server_is_fetched_like_a_source(
+    transfer_env: Path, tmp_path: Path, sftp: SFTPServer
+) -> None:
+    (sftp.root / "out" / "labels.csv").write_bytes(b"id,label\nA1,shoes\n")
+    (tmp_path / "main.csv").write_bytes(CSV)
+    company = company_with(SFTP_PW=sftp.password)
+    project = "p_" + uuid.uuid4().hex[:10]
+    spec = {
+        "company": company,
+        "project": project,
+        "sources": [{"name": "main", "url": "main.csv"}],
+        "lookups": [
+            {
+                "name": "labels",
+                "url": sftp_url(sftp, "/out/labels.csv"),
+                "password": "${secret:SFTP_PW}",
+                "key": "id",
+            }
+        ],
+        "rules": [{"name": "label", "then": [{"lookup": "labels", "match": "id", "set": {"custom_label_0": "label"}}]}],
+        "exports": [{"name": "csv", "format": "csv", "path": "out.csv"}],
+    }
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec), encoding="utf-8")
+    code, out = cli("run", str(path), "--json")
+    assert code == 0, out
+    header, body = read_csv(transfer_env / company / project / "out.csv")
+    assert [row[header.index("custom_label_0")] for row in body] == ["shoes", ""]
+    assert sftp.opens == 1
