@@ -2,9 +2,10 @@
 
 Local folder: the file is opened once and that inode is streamed; a publish renames a new file onto the
 name, so the open file stays the old one to its end. Which publish the open file is (its sha256 for the
-ETag) comes from the index's last two publishes: a rename sets the new inode's change time after its run's
-commit point (`recorded_at`), so a file changed at or after the newest commit point, of its size, is the
-newest; otherwise one of the previous one's size is the previous. A bucket: one object read from its open
+ETag) comes from the index's last two publishes: a rename sets the inode's change time, and a run switches
+its files before it ends and after the previous run ended. So a file changed after the previous publish's
+run ended, of the newest one's size, is the newest; otherwise one of the previous one's size is the
+previous (a run still switching its files in, or recovering). A bucket: one object read from its open
 (s3fs pins the object's version for the reads of an open file, so a replace cannot mix two files; it fails
 the stream instead, and the client sees a short body against Content-Length).
 """
@@ -15,17 +16,13 @@ import asyncio
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from firefeed.feeds.index import Feed, Published
 from firefeed.storage.base import Storage
 from firefeed.storage.local import LocalStorage
 
-#: File change times come from the kernel's coarse clock (a few ms behind) and Postgres from its own:
-#: a file changed this little before a commit point still counts as switched after it. Two runs of one
-#: project are never this close (a run takes far longer than this between its switch and the next commit).
-CLOCK_SLACK = timedelta(milliseconds=50)
 #: Bytes read and sent at a time: large enough to keep syscalls few, small enough for 4 streams in little memory.
 CHUNK = 1 << 20
 
@@ -69,7 +66,9 @@ def _which(feed: Feed, size: int, changed: datetime | None) -> Published | None:
     if not feed.published:
         return None
     newest = feed.published[0]
-    if size == newest.size and (changed is None or changed >= newest.recorded_at - CLOCK_SLACK):
+    previous = feed.published[1] if len(feed.published) > 1 else None
+    after_previous = previous is None or previous.finished_at is None or changed is None
+    if size == newest.size and (after_previous or changed > previous.finished_at):  # type: ignore[union-attr,operator]
         return newest
     for older in feed.published[1:]:
         if size == older.size:

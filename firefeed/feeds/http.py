@@ -26,7 +26,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from firefeed.config import Settings
+from firefeed.config import Settings, get_settings
 from firefeed.feeds.fetches import FetchRecorder
 from firefeed.feeds.files import OpenFile, open_published
 from firefeed.feeds.index import Feed, FeedIndex
@@ -107,7 +107,8 @@ class FeedService:
             ]
             await _send(send, 401, challenge, UNAUTHORIZED, head=head)
             return 401, feed
-        opened = open_published(export_storage(self.settings), feed)
+        # Read per request: cached by the settings module, and tests point it at their own folders.
+        opened = open_published(export_storage(get_settings()), feed)
         if opened is None:
             await _send(send, 404, [(b"content-type", b"application/json")], NOT_FOUND, head=head)
             return 404, feed
@@ -149,8 +150,8 @@ class FeedService:
         etag = f'"{pub.sha256}"' if pub is not None else None
         if pub is not None:
             out.append((b"etag", etag.encode()))  # type: ignore[union-attr]
-            out.append((b"last-modified", format_datetime(pub.recorded_at.astimezone(UTC), usegmt=True).encode()))
-            if _not_modified(headers, etag, pub.recorded_at):  # type: ignore[arg-type]
+            out.append((b"last-modified", format_datetime(pub.published_at.astimezone(UTC), usegmt=True).encode()))
+            if _not_modified(headers, etag, pub.published_at):  # type: ignore[arg-type]
                 await _send(send, 304, out, b"", head=True)
                 return 304
         size = opened.size

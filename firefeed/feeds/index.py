@@ -29,18 +29,23 @@ from firefeed.spec.model import FeedAuth
 
 log = logging.getLogger(__name__)
 
+#: An unknown id makes the index look again when its last look is older than this (seconds).
+MISS_RECHECK_S = 0.2
 #: How long a resolved feed_auth password is trusted before the company's secret is read again.
 SECRET_TTL_S = 5.0
 
 
 @dataclass(frozen=True)
 class Published:
-    """A file a run published for the export: the EXPORT step's entry and the run's commit point."""
+    """A file a run published for the export: the EXPORT step's entry and when."""
 
     sha256: str
     size: int
     key: str
-    recorded_at: datetime
+    #: when the file was published: its run's end, or (a run still switching) its EXPORT step's
+    published_at: datetime
+    #: its run's end; None while the run is still switching its files in
+    finished_at: datetime | None
 
 
 @dataclass(frozen=True)
@@ -64,7 +69,9 @@ def _feeds(rows: list[Any]) -> dict[str, Feed]:
     for feed_id, group in grouped.items():
         first = group[0]
         published = tuple(
-            Published(r.sha256, int(r.bytes), r.key, r.recorded_at) for r in group if r.sha256 is not None
+            Published(r.sha256, int(r.bytes), r.key, r.finished_at or r.recorded_at, r.finished_at)
+            for r in group
+            if r.sha256 is not None
         )
         try:
             auth = FeedAuth.model_validate(first.feed_auth) if first.feed_auth else None
@@ -105,10 +112,16 @@ class FeedIndex:
 
     async def get(self, feed_id: str) -> Feed | None:
         if time.monotonic() - self._checked >= self.refresh_s:
-            await self._refresh()
+            await self._refresh(self.refresh_s)
         if feed_id in self._forgotten:
             return None
-        return self._feeds.get(feed_id)
+        found = self._feeds.get(feed_id)
+        if found is None and time.monotonic() - self._checked >= MISS_RECHECK_S:
+            # An id created a moment ago (a run's report, `firefeed feed-url`) is served at once; a flood of
+            # unknown ids costs Postgres one version check per MISS_RECHECK_S, no more.
+            await self._refresh(MISS_RECHECK_S)
+            found = self._feeds.get(feed_id)
+        return found
 
     def forget(self, feed_id: str | None = None) -> None:
         """Drop an id at once (it was rotated here) and check the version on the next request."""
@@ -117,11 +130,11 @@ class FeedIndex:
             self._feeds.pop(feed_id, None)
         self._checked = float("-inf")
 
-    async def _refresh(self) -> None:
+    async def _refresh(self, every: float) -> None:
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:  # one check per process at a time; the requests behind it reuse its answer
-            if time.monotonic() - self._checked < self.refresh_s:
+            if time.monotonic() - self._checked < every:
                 return
             started = time.monotonic()
             try:
