@@ -7,10 +7,13 @@ same report from the database alone.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import Any
 
 from firefeed.runs.service import STEPS, RunStore
+
+log = logging.getLogger(__name__)
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -29,6 +32,26 @@ def _export_entry(entry: dict[str, Any]) -> dict[str, Any]:
     if not rules:
         return entry
     return {**entry, "rules": {**rules, "matched": dict(rules.get("matched") or [])}}
+
+
+def _with_feed_urls(store: RunStore, project_id: str, exports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each export's feed URL and last fetch (SPEC 10 C5), as of now; a report never fails for them."""
+    if not exports:
+        return exports
+    try:
+        from firefeed.config import get_settings
+        from firefeed.feeds.store import project_feeds
+
+        found = {f.export: f.as_dict() for f in project_feeds(store.engine, get_settings(), project_id)}
+    except Exception:
+        log.warning("could not add the feed URLs to a run's report", exc_info=True)
+        return exports
+    return [
+        {**e, "url": found[e["name"]]["url"], "last_fetch": found[e["name"]]["last_fetch"]}
+        if e.get("name") in found
+        else e
+        for e in exports
+    ]
 
 
 def build_report(store: RunStore, run_id: str) -> dict[str, Any]:
@@ -85,7 +108,9 @@ def build_report(store: RunStore, run_id: str) -> dict[str, Any]:
             **({"lookups": rules["lookups"]} if rules.get("lookups") else {}),
         },
         **({"lookups": details["MERGE"]["lookups"]} if details.get("MERGE", {}).get("lookups") else {}),
-        "exports": [_export_entry(e) for e in details.get("EXPORT", {}).get("exports", [])],
+        "exports": _with_feed_urls(
+            store, run.project_id, [_export_entry(e) for e in details.get("EXPORT", {}).get("exports", [])]
+        ),
         "warnings": [w for st in steps for w in (st.detail or {}).get("warnings", [])],
         "error": run.error,
     }
