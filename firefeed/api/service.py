@@ -83,9 +83,18 @@ def list_projects(store: RunStore, company: str) -> schemas.ProjectList:
     )
 
 
+#: Keys GET /api/projects/{id} adds to the stored spec; a PUT of that answer ignores them.
+READ_ONLY_KEYS = frozenset({"feed_urls"})
+
+
 def project_spec(store: RunStore, company: str, project_id: str) -> dict[str, Any]:
-    """The stored spec of one of the company's projects."""
-    return dict(store.project(project_id, company=company).spec)
+    """The stored spec of one of the company's projects, and each export's feed URL (`feed_urls`, SPEC 10 C4)."""
+    from firefeed.config import get_settings
+    from firefeed.feeds.store import project_feeds
+
+    doc = dict(store.project(project_id, company=company).spec)
+    doc["feed_urls"] = [f.as_dict() for f in project_feeds(store.engine, get_settings(), project_id, company=company)]
+    return doc
 
 
 def spec_from_body(company: str, project_id: str, body: bytes, *, where: str) -> ProjectSpec:
@@ -95,7 +104,7 @@ def spec_from_body(company: str, project_id: str, body: bytes, *, where: str) ->
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise SpecError("", "the spec must be UTF-8 text (YAML or JSON)") from None
-    spec = load_spec(text, filename=where)
+    spec = load_spec(text, filename=where, read_only=READ_ONLY_KEYS)
     if spec.project != project_id:
         raise SpecError("project", f"must be {project_id!r}, the project id in the URL (got {spec.project!r})")
     if spec.company != company:

@@ -203,8 +203,11 @@ def check_spec_size(size: int) -> None:
         raise SpecError("", f"the spec is larger than {cap} bytes (FIREFEED_SPEC_MAX_BYTES)")
 
 
-def load_spec(text: str, *, filename: str = "<spec>") -> ProjectSpec:
-    """Decode YAML or JSON text (JSON is tried first when it starts like JSON) and validate it."""
+def load_spec(text: str, *, filename: str = "<spec>", read_only: frozenset[str] = frozenset()) -> ProjectSpec:
+    """Decode YAML or JSON text (JSON is tried first when it starts like JSON) and validate it.
+
+    `read_only`: top-level keys an answer of the API adds to a spec (`feed_urls`), dropped so what a GET
+    returned can be PUT back."""
     check_spec_size(len(text.encode("utf-8", "surrogatepass")))
     stripped = text.lstrip()
     try:
@@ -218,6 +221,8 @@ def load_spec(text: str, *, filename: str = "<spec>") -> ProjectSpec:
     except RecursionError:
         # Both decoders recurse per nesting level; a few thousand brackets exhaust the stack.
         raise SpecError(_too_deep_at(text), _TOO_DEEP) from None
+    if read_only and isinstance(data, dict):
+        data = {k: v for k, v in data.items() if k not in read_only}
     return parse_spec(data)
 
 
