@@ -206,24 +206,64 @@ def bad_value(v: Piece, allowed: Sequence[str]) -> Piece:
     return _cat("(", v, " <> '' AND lower(", v, ") <> ALL(", _p(sorted(allowed)), "))")
 
 
+#: the flag bit of an item whose group holds an earlier item with its variant values (the checks take bits 0-60)
+VARIANT_BIT = 1 << 61
+
+
+def mark_variants(cur: Any, table: sql.Composable, baseline: sql.Composable | None, removed: bool) -> None:
+    """Set `VARIANT_BIT` on exactly the items of `table` an earlier item of their group repeats (`v` equal).
+
+    `baseline`: the published table whose bits and `v` the unchanged rows carried over (`quality`):
+    only the groups an added, changed or removed item belongs to are judged again, so a refresh
+    that changed little reads the narrow run table once and the baseline only when items were
+    `removed`. None: every group is judged (one hash aggregate of `v`, then the repeats).
+    """
+    bit = sql.Literal(VARIANT_BIT)
+    if baseline is None:
+        cur.execute(
+            sql.SQL(
+                "WITH twice AS (SELECT v, min(o) AS first FROM {t} WHERE v IS NOT NULL GROUP BY v "
+                "HAVING count(*) > 1) "
+                "UPDATE {t} r SET f = r.f | {bit} FROM twice w WHERE r.v = w.v AND r.o > w.first"
+            ).format(t=table, bit=bit)
+        )
+        return
+    from firefeed.export.diff import UNCHANGED
+
+    # the groups an added or changed item is in now, and those a changed item left (`w`, its published hash)
+    touched = sql.SQL(
+        "SELECT v FROM {t} WHERE d <> {u} AND v IS NOT NULL UNION SELECT w FROM {t} WHERE w IS NOT NULL"
+    ).format(t=table, u=sql.Literal(UNCHANGED))
+    if removed:
+        touched = touched + sql.SQL(
+            " UNION SELECT p.v FROM {b} p WHERE p.v IS NOT NULL AND NOT EXISTS "
+            "(SELECT 1 FROM {t} s WHERE s.kh = p.kh AND s.k = p.k)"
+        ).format(b=baseline, t=table)
+    cur.execute(
+        sql.SQL(
+            "WITH touched AS (" + "{touched}" + "), "
+            "ranked AS (SELECT r.ctid AS at, row_number() OVER (PARTITION BY r.v ORDER BY r.o) > 1 AS later "
+            "FROM {t} r WHERE r.v IN (SELECT v FROM touched)) "
+            "UPDATE {t} r SET f = CASE WHEN x.later THEN r.f | {bit} ELSE r.f & ~{bit} END "
+            "FROM ranked x WHERE r.ctid = x.at AND ((r.f & {bit}) <> 0) <> x.later"
+        ).format(touched=touched, t=table, bit=bit)
+    )
+
+
 def variants(cur: Any, columns: Sequence[OutputColumn], table: sql.Composable, with_id: bool) -> dict[str, Any] | None:
     """The `variants` finding: items of one item_group_id with the same values of every variant attribute present.
 
-    It compares items with each other, so it reads every row of the export's run table, whose `v` is a
-    hash of the item's group and variant values (`quality`): one hash aggregate finds the hashes
-    held twice, and only their rows are read again. An item counts when an earlier item of its group
-    (export order) has its values.
+    Read from the bits `mark_variants` set: an item counts when an earlier item of its group (export
+    order) has its values.
     """
     names = {c.name for c in columns}
     if "item_group_id" not in names:
         return None
-    sample = "CASE WHEN t.i <> '' THEN t.i ELSE t.k END" if with_id else "t.k"
+    sample = "CASE WHEN i <> '' THEN i ELSE k END" if with_id else "k"
     cur.execute(
-        sql.SQL(
-            "WITH twice AS (SELECT v, min(o) AS first FROM {t} WHERE v IS NOT NULL GROUP BY v HAVING count(*) > 1) "
-            "SELECT count(*), (array_agg(" + sample + " ORDER BY t.o))[1:%s] "
-            "FROM {t} t JOIN twice w ON t.v = w.v WHERE t.o > w.first"
-        ).format(t=table),
+        sql.SQL("SELECT count(*), (array_agg(" + sample + " ORDER BY o))[1:%s] FROM {t} WHERE (f & {bit}) <> 0").format(
+            t=table, bit=sql.Literal(VARIANT_BIT)
+        ),
         (_MAX_SAMPLES,),
     )
     count, samples = cur.fetchone()

@@ -44,7 +44,7 @@ from firefeed.db.engine import raw_connection
 from firefeed.errors import ExportError
 from firefeed.export import diff
 from firefeed.export._copy import render
-from firefeed.export.channel_checks import VARIANT_ATTRIBUTES, variants
+from firefeed.export.channel_checks import VARIANT_ATTRIBUTES, mark_variants, variants
 from firefeed.export.channels import ERROR, WARNING, Channel, channel
 from firefeed.export.diagnostics import Check, channel_checks, findings, findings_sql, flags_sql
 from firefeed.export.select import OutputColumn, Piece, output_columns, sql_text, where_clause
@@ -93,7 +93,8 @@ def _hash(names: Sequence[str]) -> Piece:
 
 def fingerprint(ch: Channel, columns: Sequence[OutputColumn], checks: Sequence[Check], cur: Any) -> str:
     """What an item's flags depend on besides its output values: the channel, the columns, the checks' SQL."""
-    digest = hashlib.sha256(ch.name.encode())
+    # "v2": flags carry the variant and duplicate bits, rows their variant hash (#49); older tables are checked anew
+    digest = hashlib.sha256(b"v2\x00" + ch.name.encode())
     for column in columns:
         digest.update(b"\x00" + column.name.encode())
     digest.update(b"\x01" + render(flags_sql(checks), cur))
@@ -143,13 +144,15 @@ def _insert(
     if reuse_flags:
         # the duplicate-id bit is the run's own (`_mark_duplicates`): another item may hold the id now
         flags = sql_text(f"CASE WHEN p.h = s.h THEN p.f & {~DUPLICATE_BIT} ELSE ") + flags + sql_text(" END")
-    names = "k, kh, h, f, o, d" + (", i" if id_at is not None else "") + ", fv, v"
+    names = "k, kh, h, f, o, d" + (", i" if id_at is not None else "") + ", fv, v, w"
     select = sql_text("SELECT s.k, s.kh, s.h, ") + flags + sql_text(" AS f, s.o, ") + Piece(diff.state_sql(baseline))
     select = select + sql_text(" AS d")
     if id_at is not None:
         select = select + sql_text(f", s.c{id_at} AS i")
     carried = "".join(f", s.c{j}" for j in sorted({*checked_at.values(), *variant_at}))
     select = select + sql_text(carried)
+    if reuse_flags and variant_at:
+        select = select + sql_text(", p.h = s.h AS pv_same, p.v AS pv")
     source = sql_text(" FROM (") + hashed + sql_text(") s")
     if baseline is not None:
         source = source + Piece(
@@ -157,7 +160,12 @@ def _insert(
         )
     # The flags are computed once (OFFSET 0), then a flagged item's checked values are kept beside them.
     outer = "SELECT k, kh, h, f, o, d" + (", i" if id_at is not None else "")
-    outer += ", " + _checked_values(checks, checked_at) + ", " + _variant_hash(variant_at)
+    outer += ", " + _checked_values(checks, checked_at) + ", "
+    if reuse_flags and variant_at:
+        # an unchanged item (its content hash the published one's) has the published variant hash
+        outer += f"CASE WHEN pv_same THEN pv ELSE {_variant_hash(variant_at)} END, CASE WHEN NOT pv_same THEN pv END"
+    else:
+        outer += _variant_hash(variant_at) + ", NULL::bigint"
     inner = select + source + sql_text(" OFFSET 0")
     insert = Piece(sql.SQL("INSERT INTO {} (" + names + ") ").format(ident(schema, run_table)))
     return insert + sql_text(outer + " FROM (") + inner + sql_text(") q")
@@ -339,7 +347,11 @@ def measure(engine: Engine, schema: SchemaService, target: Target, export: Expor
         )
         cur.execute(render(statement, cur))
         rows = int(cur.rowcount)
+        changes = diff.compare(cur, company, run_table, baseline, rows)
         diagnostics = None
+        if variant_at:
+            kept = ident(company, baseline.table) if reuse and baseline is not None else None
+            mark_variants(cur, table, kept, removed=bool(changes["removed"]))
         if ch is not None:
             found: list[dict[str, Any]] = []
             dup = _duplicates(cur, table) if id_at is not None else None
@@ -360,7 +372,6 @@ def measure(engine: Engine, schema: SchemaService, target: Target, export: Expor
         capped = capped_values(cur, export, columns, ident(company, target.table), where)
         if capped:
             diagnostics = (diagnostics or {}) | summary([*(diagnostics or {}).get("findings", []), *capped], ch)
-        changes = diff.compare(cur, company, run_table, baseline, rows)
     return {"diagnostics": diagnostics, "diff": changes, _MASK: error_mask(checks) if ch is not None else 0}
 
 
@@ -423,7 +434,6 @@ class Measurement:
             raise self._error
         assert self._outcome is not None
         return {k: v for k, v in self._outcome.items() if k != _MASK}
-
 
 
 @contextmanager

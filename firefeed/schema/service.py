@@ -616,8 +616,9 @@ class SchemaService:
         ]
         if with_id:
             cols.append(sql.SQL("i text NOT NULL"))
-        # A flagged item's checked values, for the findings list (#49), and its variant hash (`variants`).
-        cols += [sql.SQL("fv text[]"), sql.SQL("v bigint")]
+        # A flagged item's checked values, for the findings list (#49), its variant hash (`variants`) and, for
+        # a changed item, its published one (the group it left is judged again).
+        cols += [sql.SQL("fv text[]"), sql.SQL("v bigint"), sql.SQL("w bigint")]
         with _connection(self.engine, conn) as c, c.cursor() as cur:
             cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(schema, table)))
             cur.execute(sql.SQL("CREATE TABLE {} ({})").format(ident(schema, table), sql.SQL(", ").join(cols)))

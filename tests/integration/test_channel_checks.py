@@ -284,3 +284,53 @@ def test_a_feed_with_one_violation_of_each_channel_grade_check_gets_exactly_thos
     # C3's share: the items with at least one error (G2, G6-G8, G10-G12, G15-G17), not the findings' sum
     google = next(e for e in report["exports"] if e["name"] == "google")["diagnostics"]
     assert (google["items"], google["invalid"], google["max_invalid"]["status"]) == (24, 10, "ok")
+
+
+def _variants(report: dict[str, Any]) -> tuple[int, list[str]] | None:
+    found = [f for f in _findings(report, "google") if f[0] == "variants"]
+    return (found[0][3], found[0][4]) if found else None
+
+
+def test_a_refresh_judges_again_only_the_groups_it_touched_and_agrees_with_a_fresh_project(
+    run_env: Path, tmp_path: Path
+) -> None:
+    """`variants` carries an unchanged item's bit over and judges the touched groups again (#49).
+
+    Each refresh of one project is compared with a fresh project of the same items (every group judged).
+    """
+    same = {"group": "shirt", "color": "red", "size": "M"}
+    base = [
+        _item(1, **same),
+        _item(2, **same),  # repeats G1
+        _item(3, **same),  # repeats G1
+        _item(4, group="shirt", color="red", size="L"),
+        _item(5, group="hat", color="blue", size="S"),
+        _item(6, group="hat", color="blue", size="S"),  # repeats G5
+    ]
+    steps = [
+        ("the same items", base),
+        (
+            "G2 changed to size L: it now repeats G4",
+            [base[0], _item(2, group="shirt", color="red", size="L"), *base[2:]],
+        ),
+        ("G1 removed: G2 first of its values", base[1:]),
+        ("G5 removed: G6 alone", [*base[:4], base[5]]),
+        ("G7 added as a copy of G4", [*base, _item(7, group="shirt", color="red", size="L")]),
+        (
+            "G3 made a hat: G5 and G6 now repeat it",
+            [*base[:2], _item(3, group="hat", color="blue", size="S"), *base[3:]],
+        ),
+    ]
+    expected = {
+        "the same items": (3, ["G2", "G3", "G6"]),
+        "G2 changed to size L: it now repeats G4": (3, ["G3", "G4", "G6"]),
+        "G1 removed: G2 first of its values": (2, ["G3", "G6"]),
+        "G5 removed: G6 alone": (2, ["G2", "G3"]),
+        "G7 added as a copy of G4": (4, ["G2", "G3", "G6", "G7"]),
+        "G3 made a hat: G5 and G6 now repeat it": (3, ["G2", "G5", "G6"]),
+    }
+    _run(tmp_path, "variants_refresh", base, lists=True)
+    for n, (what, rows) in enumerate(steps):
+        refreshed = _variants(_run(tmp_path, "variants_refresh", rows, lists=True))
+        fresh = _variants(_run(tmp_path, f"variants_fresh_{n}", rows, lists=True))
+        assert refreshed == fresh == expected[what], what
