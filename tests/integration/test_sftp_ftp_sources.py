@@ -501,3 +501,25 @@ def test_a_lookup_table_on_an_sftp_server_is_fetched_like_a_source(
     header, body = read_csv(transfer_env / company / project / "out.csv")
     assert [row[header.index("custom_label_0")] for row in body] == ["shoes", ""]
     assert sftp.opens == 1
+
+
+def test_a_password_naming_a_secret_the_company_lacks_is_refused_when_applied_naming_the_key(
+    transfer_env: Path, tmp_path: Path, sftp: SFTPServer
+) -> None:
+    company = company_with(SFTP_PW=sftp.password)
+    spec = {
+        "company": company,
+        "project": "p_" + uuid.uuid4().hex[:10],
+        "sources": [{"name": "main", "format": "csv", "url": sftp_url(sftp), "password": "${secret:SFTP_PV}"}],
+        "exports": [{"name": "csv", "format": "csv", "path": "out.csv"}],
+    }
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec), encoding="utf-8")
+    code, _out = cli("apply", str(path))
+    assert code == 2
+    assert sftp.connections == 0
+    from firefeed.config import get_settings
+    from firefeed.spec.server_checks import check_server_side
+
+    with pytest.raises(SpecError, match=r"sources\[0\]\.password: company .* has no secret 'SFTP_PV'"):
+        check_server_side(parse_spec(spec), tmp_path, get_settings(), lambda c: ["SFTP_PW"])
