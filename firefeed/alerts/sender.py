@@ -153,7 +153,9 @@ def wait_batches(timeout: float) -> bool:
 def _send_for_a_while(alert_ids: list[int], project: str, settings: Settings, engine: Engine, deadline: float) -> None:
     try:
         pending = dict.fromkeys(alert_ids + outbox.due(engine, project=project, limit=100))
-        while pending and time.monotonic() < deadline:
+        first = True  # one attempt each even with FIREFEED_ALERT_BATCH_WAIT_S=0
+        while pending and (first or time.monotonic() < deadline):
+            first = False
             waits: list[float] = []
             for alert_id in list(pending):
                 result = attempt(alert_id, settings=settings, engine=engine)
@@ -161,7 +163,7 @@ def _send_for_a_while(alert_ids: list[int], project: str, settings: Settings, en
                     pending.pop(alert_id)
                 else:
                     waits.append(result.wait_s)
-            if pending:
+            if pending and time.monotonic() < deadline:
                 time.sleep(max(0.05, min(min(waits), deadline - time.monotonic())))
         if pending:
             log.info("alerts %s still pending: beat's sweep or the next run sends them", list(pending))

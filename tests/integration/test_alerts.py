@@ -312,6 +312,26 @@ def test_retries_of_a_sink_that_is_down_stop_after_the_retry_time_and_the_listin
     assert "failed" in out and f"{alert['attempts']} attempt(s)" in out and "ConnectError" in out
 
 
+def test_a_batch_process_bounds_its_sending_and_alerts_send_delivers_what_it_left_pending(
+    alerts_env: Path, sink: Sink, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FIREFEED_ALERT_BATCH_WAIT_S", "0")  # one attempt, then this process lets go
+    reset_settings()
+    sink.answers = [500]
+    p = project_with(tmp_path, [{"url": sink.url, "secret": "ALERTS_KEY"}])
+    (p.folder / "items.csv").unlink()
+    assert p.run()["status"] == "FAILED"
+    assert wait_batches(20)
+    (alert,) = alerts_of(p.project)
+    assert (alert["status"], alert["attempts"]) == ("pending", 1)
+    time.sleep(0.3)  # past its backoff
+    code, out = cli("alerts", "send", p.project)
+    assert code == 0 and f"alert {alert['id']}: delivered" in out
+    (alert,) = alerts_of(p.project)
+    assert (alert["status"], [o["status_code"] for o in alert["outcomes"]]) == ("delivered", [500, 200])
+    assert sink.events() == ["failed", "failed"]
+
+
 # ---------------------------------------------------------------- hostile addresses, secrets at apply
 
 
