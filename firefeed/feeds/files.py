@@ -24,7 +24,7 @@ from firefeed.storage.base import Storage
 from firefeed.storage.local import LocalStorage
 
 #: Bytes read and sent at a time: large enough to keep syscalls few, small enough for 4 streams in little memory.
-CHUNK = 1 << 20
+CHUNK = 2 << 20
 
 
 @dataclass
