@@ -116,7 +116,7 @@ def payload(
     settings: Settings,
 ) -> bytes:
     """The alert's body, the exact bytes that are signed and sent (compact JSON, keys in this order)."""
-    base = str(getattr(settings, "public_url", None) or "").rstrip("/")
+    base = (settings.public_url or "").rstrip("/")
     body = {
         "event": event.value,
         "company": company,

@@ -236,8 +236,10 @@ def test_a_run_end_recorded_twice_alerts_once_and_an_alert_hears_only_the_events
 
 
 def test_delivery_failed_is_recorded_by_the_function_delivery_calls_and_sent_once_per_export_and_run(
-    alerts_env: Path, sink: Sink, tmp_path: Path
+    alerts_env: Path, sink: Sink, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("FIREFEED_PUBLIC_URL", "https://firefeed.example/")
+    reset_settings()
     p = project_with(tmp_path, [{"url": sink.url, "secret": "ALERTS_KEY", "on": ["delivery_failed"]}])
     run = p.run()
     assert wait_batches(20) and sink.received == []
@@ -255,6 +257,10 @@ def test_delivery_failed_is_recorded_by_the_function_delivery_calls_and_sent_onc
     )
     assert body["error"]["target"] == "sftp://shop.example:22/feeds/out.csv"
     assert body["error"]["message"] == "connection refused"
+    assert body["links"] == {
+        "run": f"https://firefeed.example/api/runs/{run['run_id']}",
+        "project": f"https://firefeed.example/api/projects/{p.project}",
+    }
     assert verify(received, p.secret)
 
 
