@@ -29,6 +29,27 @@ function el(tag, props, ...children) {
   return node;
 }
 
+// SPEC 10 C5: an export's feed URL (absolute when FIREFEED_PUBLIC_URL is set, else on this host) with a copy button.
+function feedUrlCell(url) {
+  if (!url) return el("td", {}, "-");
+  const full = /^https?:\/\//.test(url) ? url : window.location.origin + url;
+  const button = el("button", { type: "button", class: "copy-url", title: "copy the feed URL" }, "copy");
+  button.addEventListener("click", async () => {
+    try {
+      await navigator.clipboard.writeText(full);
+      button.textContent = "copied";
+    } catch {
+      button.textContent = "copy failed";
+    }
+  });
+  return el("td", {}, el("span", { class: "mono feed-url" }, full), " ", button);
+}
+
+function lastFetchText(last) {
+  if (!last) return "never";
+  return `${fmtTime(last.at)}, ${last.status}, ${last.user_agent || "no user agent"}`;
+}
+
 function fill(tbody, rows) {
   tbody.replaceChildren(...rows);
 }
@@ -251,6 +272,8 @@ function renderReport(report) {
         el("td", { class: "num" }, fmtInt(e.bytes)),
         el("td", { class: "mono" }, e.path),
         el("td", { class: "mono", title: e.sha256 || "" }, shortId(e.sha256)),
+        feedUrlCell(e.url),
+        el("td", {}, lastFetchText(e.last_fetch)),
       ),
     ),
   );
