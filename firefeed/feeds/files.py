@@ -66,9 +66,8 @@ def _which(feed: Feed, size: int, changed: datetime | None) -> Published | None:
     if not feed.published:
         return None
     newest = feed.published[0]
-    previous = feed.published[1] if len(feed.published) > 1 else None
-    after_previous = previous is None or previous.finished_at is None or changed is None
-    if size == newest.size and (after_previous or changed > previous.finished_at):  # type: ignore[union-attr,operator]
+    previous_end = feed.published[1].finished_at if len(feed.published) > 1 else None
+    if size == newest.size and (previous_end is None or changed is None or changed > previous_end):
         return newest
     for older in feed.published[1:]:
         if size == older.size:
