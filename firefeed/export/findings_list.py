@@ -36,6 +36,7 @@ from sqlalchemy import Engine
 from firefeed.config import get_settings
 from firefeed.db.engine import raw_connection
 from firefeed.errors import NotFoundError, SpecError, ValuesTimeoutError
+from firefeed.export.channel_checks import VARIANT_BIT
 from firefeed.export.channels import CHECKS, ERROR, WARNING
 from firefeed.export.quality import DUPLICATE_BIT
 from firefeed.runs.service import RunStore
@@ -310,12 +311,11 @@ def _union(table: sql.Composable, found: _Table, check: str | None) -> tuple[sql
             )
         )
     if found.has_variants and check in (None, "variants"):
-        # As EXPORT counts them (`channel_checks.variants`): the hashes held twice, then the later rows of each.
+        # The bit EXPORT sets on each later item of a repeated group and variant values (`mark_variants`).
         parts.append(
-            sql.SQL(
-                "SELECT {key} AS key, t.o, {n} AS n, NULL::text AS value FROM {t} t JOIN (SELECT v, min(o) AS first"
-                " FROM {t} WHERE v IS NOT NULL GROUP BY v HAVING count(*) > 1) w ON t.v = w.v WHERE t.o > w.first"
-            ).format(n=sql.Literal(_VARIANTS), key=key, t=table)
+            sql.SQL("SELECT {key} AS key, t.o, {n} AS n, NULL::text AS value FROM {t} t WHERE t.f & {bit} <> 0").format(
+                n=sql.Literal(_VARIANTS), key=key, t=table, bit=sql.Literal(VARIANT_BIT)
+            )
         )
     if not parts:
         return None
