@@ -22,6 +22,7 @@ from firefeed.alerts.spec import AlertSpec
 from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.rules.model import Condition, Rule, parse_condition, parse_rules
 from firefeed.rules.template import Template
+from firefeed.spec.delivery import DeliveryTarget
 from firefeed.spec.headers import header_problem
 
 SOURCE_FORMATS = ("csv", "tsv", "json", "jsonl", "xml")
@@ -322,6 +323,8 @@ class ExportSpec(_Strict):
     rules: list[Any] | None = None
     # SPEC 10 C4: basic auth on the export's feed URL
     feed_auth: FeedAuth | None = None
+    # SPEC 10 C7: where the published file is handed after each run that publishes it (firefeed/deliveries)
+    deliver: list[DeliveryTarget] = Field(default_factory=list)
 
     _where: Condition | None = PrivateAttr(default=None)
     _rules: list[Rule] = PrivateAttr(default_factory=list)
