@@ -35,6 +35,25 @@ def tls_context() -> ssl.SSLContext:
 def fetch_ftp(attempt: Attempt) -> FetchResult:
     """Download the file over FTP/FTPS; FetchError for a refusal, Retryable for a connection failure."""
     remote, source = attempt.remote, attempt.source
+    ftp = connect(attempt)
+    try:
+        try:
+            stat = Stat(size=_size(ftp, remote.path), mtime=_mtime(ftp, remote.path))
+            if (skipped := attempt.unchanged(stat)) is not None:
+                return skipped
+            return _retrieve(ftp, attempt, stat)
+        except ftplib.error_perm as exc:
+            raise FetchError(source, f"{attempt.shown}: {_code(exc)}") from exc
+        except (OSError, EOFError, ftplib.Error) as exc:
+            raise Retryable(f"connection lost reading {attempt.shown}: {exc or type(exc).__name__}") from exc
+    finally:
+        ftp.close()
+
+
+def connect(attempt: Attempt) -> ftplib.FTP:
+    """A logged-in connection in binary mode (TLS first and for the data too with ftps://); FetchError for a
+    refusal, Retryable for a connection failure. The caller closes it."""
+    remote, source = attempt.remote, attempt.source
     secure = remote.scheme == "ftps"
     ftp: ftplib.FTP = ftplib.FTP_TLS(context=tls_context()) if secure else ftplib.FTP()
     try:
@@ -61,16 +80,14 @@ def fetch_ftp(attempt: Attempt) -> FetchResult:
             if isinstance(ftp, ftplib.FTP_TLS):
                 ftp.prot_p()
             ftp.voidcmd("TYPE I")
-            stat = Stat(size=_size(ftp, remote.path), mtime=_mtime(ftp, remote.path))
-            if (skipped := attempt.unchanged(stat)) is not None:
-                return skipped
-            return _retrieve(ftp, attempt, stat)
         except ftplib.error_perm as exc:
             raise FetchError(source, f"{attempt.shown}: {_code(exc)}") from exc
         except (OSError, EOFError, ftplib.Error) as exc:
-            raise Retryable(f"connection lost reading {attempt.shown}: {exc or type(exc).__name__}") from exc
-    finally:
+            raise Retryable(f"connection lost talking to {attempt.shown}: {exc or type(exc).__name__}") from exc
+    except BaseException:
         ftp.close()
+        raise
+    return ftp
 
 
 def _retrieve(ftp: ftplib.FTP, attempt: Attempt, stat: Stat) -> FetchResult:

@@ -44,7 +44,9 @@ def fetch_sftp(attempt: Attempt) -> FetchResult:
     return asyncio.run(_fetch(attempt))
 
 
-async def _fetch(attempt: Attempt) -> FetchResult:
+async def connect(attempt: Attempt) -> asyncssh.SSHClientConnection:
+    """A logged-in connection to a server that presented its pinned key (recorded now on first use);
+    FetchError for a refusal, Retryable for a connection failure. The caller closes it."""
     remote, source = attempt.remote, attempt.source
     expected, origin = _expected_key(attempt)
     client = _Client(first_use=expected is None)
@@ -87,14 +89,21 @@ async def _fetch(attempt: Attempt) -> FetchResult:
     except (OSError, asyncssh.Error, TimeoutError) as exc:
         reason = exc.reason if isinstance(exc, asyncssh.Error) else (str(exc) or type(exc).__name__)
         raise Retryable(f"could not connect to {attempt.shown}: {reason}") from exc
+    if expected is None:
+        server_key = conn.get_server_host_key()
+        assert server_key is not None  # a connected client has verified one
+        seen = pinned(server_key)
+        stored = attempt.host_keys.record(remote.host, remote.port, seen) if attempt.host_keys else seen
+        if stored != seen:  # another fetch pinned a different key first
+            conn.close()
+            raise FetchError(source, _changed_key(attempt, stored, "the key recorded at the first fetch", seen))
+    return conn
+
+
+async def _fetch(attempt: Attempt) -> FetchResult:
+    remote, source = attempt.remote, attempt.source
+    conn = await connect(attempt)
     try:
-        if expected is None:
-            server_key = conn.get_server_host_key()
-            assert server_key is not None  # a connected client has verified one
-            seen = pinned(server_key)
-            stored = attempt.host_keys.record(remote.host, remote.port, seen) if attempt.host_keys else seen
-            if stored != seen:  # another fetch pinned a different key first
-                raise FetchError(source, _changed_key(attempt, stored, "the key recorded at the first fetch", seen))
         try:
             async with conn.start_sftp_client() as sftp:
                 try:
