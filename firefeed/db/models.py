@@ -285,6 +285,21 @@ class FeedUrl(Base):
     last_fetch_status: Mapped[int | None] = mapped_column(Integer)
 
 
+class DeliveredFile(Base):
+    """What each delivery target of an export last received (SPEC 10 C7): a delivery of the same sha256 is
+    `unchanged` and sends nothing (firefeed/deliveries). Keyed by project, export name and target URL."""
+
+    __tablename__ = "delivered_files"
+
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True)
+    export_name: Mapped[str] = mapped_column(Text, primary_key=True)
+    target: Mapped[str] = mapped_column(Text, primary_key=True)
+    sha256: Mapped[str] = mapped_column(String(64))
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    run_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True))
+    delivered_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
 class AlertDelivery(Base):
     """One alert a run's end (or a delivery) recorded, and the attempts to POST it (SPEC 10 C8, firefeed/alerts).
 
