@@ -49,6 +49,7 @@ class JobKind(StrEnum):
     RULES = "rules"  # every rule pass, in the worker's process
     RULES_CHUNK = "rules_chunk"  # one slice of one rule pass
     EXPORT = "export"  # one export, written beside its published name
+    DELIVER = "deliver"  # one published export handed to one delivery target (SPEC 10 C7)
 
     @property
     def step(self) -> Step:
@@ -62,6 +63,7 @@ _STEP_OF = {
     JobKind.RULES: Step.RULES,
     JobKind.RULES_CHUNK: Step.RULES,
     JobKind.EXPORT: Step.EXPORT,
+    JobKind.DELIVER: Step.EXPORT,  # after the publish, on EXPORT's line of the timeline
 }
 
 
@@ -170,7 +172,23 @@ class ExportParams:
         return cls(doc["table"], list(doc["fields"]), doc.get("rows"))
 
 
-JobParams = MergeParams | RulesParams | RulesChunkParams | ExportParams
+@dataclass(frozen=True)
+class DeliverParams:
+    """Which published file goes where: the export's and the target's places in the run's spec, the file's key."""
+
+    export: int
+    target: int
+    key: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"export": self.export, "target": self.target, "key": self.key}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> DeliverParams:
+        return cls(int(doc["export"]), int(doc["target"]), str(doc["key"]))
+
+
+JobParams = MergeParams | RulesParams | RulesChunkParams | ExportParams | DeliverParams
 """A source job takes no params: its `idx` is the source's place in the spec."""
 
 
@@ -383,6 +401,50 @@ class ExportResult:
 
 
 # -- the job rows ----------------------------------------------------------------------
+class DeliveryStatus(StrEnum):
+    DELIVERED = "delivered"
+    FAILED = "failed"
+    UNCHANGED = "unchanged"  # the target already holds this sha256
+
+
+@dataclass(frozen=True)
+class DeliveryResult:
+    """One delivery's outcome (a failed delivery is a job that succeeded: the run does not fail for it)."""
+
+    export: str
+    target: str  # the URL without credentials
+    status: DeliveryStatus
+    bytes: int
+    attempts: int
+    error: str | None = None
+    sha256: str | None = None
+
+    def report(self) -> dict[str, Any]:
+        """The RunReport's `exports[i].deliveries[j]`."""
+        return {
+            "target": self.target,
+            "status": str(self.status),
+            "bytes": self.bytes,
+            "attempts": self.attempts,
+            "error": self.error,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.report(), "export": self.export, "sha256": self.sha256}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> DeliveryResult:
+        return cls(
+            export=doc["export"],
+            target=doc["target"],
+            status=DeliveryStatus(doc["status"]),
+            bytes=int(doc["bytes"]),
+            attempts=int(doc["attempts"]),
+            error=doc.get("error"),
+            sha256=doc.get("sha256"),
+        )
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """A job to create: its kind, its place (`idx`, `pass_no`) and what it takes."""

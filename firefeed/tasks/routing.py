@@ -15,4 +15,5 @@ TASK_FOR_KIND: dict[JobKind, tuple[str, Queue]] = {
     JobKind.RULES: ("firefeed.rules.apply", Queue.RULES),
     JobKind.RULES_CHUNK: ("firefeed.rules.chunk", Queue.RULES),
     JobKind.EXPORT: ("firefeed.export.write", Queue.EXPORT),
+    JobKind.DELIVER: ("firefeed.export.deliver", Queue.EXPORT),
 }

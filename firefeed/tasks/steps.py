@@ -46,5 +46,11 @@ def write(job_id: int) -> None:
     _run(job_id)
 
 
+@app.task(name="firefeed.export.deliver", **STEP_TASK)
+def deliver(job_id: int) -> None:
+    """Hand one published export to one delivery target (SPEC 10 C7)."""
+    _run(job_id)
+
+
 #: the step tasks, whose one argument is a job row's id (their log lines carry its run: tasks/signals.py)
-STEP_TASK_NAMES = frozenset(t.name for t in (source, merge, apply, chunk, write))
+STEP_TASK_NAMES = frozenset(t.name for t in (source, merge, apply, chunk, write, deliver))
