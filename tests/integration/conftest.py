@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from firefeed.config import reset_settings
+from tests.integration.file_servers import ftp, sftp, transfer_env  # noqa: F401  (fixtures of the file-server tests)
 
 
 @pytest.fixture(scope="module")
