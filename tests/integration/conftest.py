@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from firefeed.config import reset_settings
-from tests.integration.file_servers import ftp, sftp, transfer_env  # noqa: F401  (fixtures of the file-server tests)
+from tests.integration.file_servers import ftp, sftp, transfer_env, trusted_cert  # noqa: F401  (fixtures)
 
 
 @pytest.fixture(scope="module")
