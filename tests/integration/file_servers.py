@@ -8,6 +8,7 @@ each counting what it is asked.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import threading
 import uuid
@@ -26,7 +27,7 @@ with warnings.catch_warnings():
     # pyftpdlib 2.x imports asyncore and asynchat, which Python 3.11 calls deprecated.
     warnings.simplefilter("ignore", DeprecationWarning)
     from pyftpdlib.authorizers import DummyAuthorizer
-    from pyftpdlib.handlers import FTPHandler
+    from pyftpdlib.handlers import FTPHandler, TLS_FTPHandler
     from pyftpdlib.servers import ThreadedFTPServer
 
 CSV = b"id,title,price\nA1,Shoe,10\nA2,Boot,20\n"
@@ -127,18 +128,30 @@ def sftp(tmp_path: Path) -> Iterator[SFTPServer]:
 
 
 class FTPServer:
-    """pyftpdlib on 127.0.0.1 in a thread, serving `root`; counts the files it sent."""
+    """pyftpdlib on 127.0.0.1 in a thread, serving `root`; counts the files it sent and received.
 
-    def __init__(self, root: Path, password: str) -> None:
+    `perm` is pyftpdlib's (elr: read only; elradfmw: write too); `tls` (certificate, key) makes it an
+    explicit FTPS server that requires TLS on the control and data connections.
+    """
+
+    def __init__(self, root: Path, password: str, *, perm: str = "elr", tls: tuple[Path, Path] | None = None) -> None:
         outer = self
         self.sent = 0
+        self.received = 0
         authorizer = DummyAuthorizer()
-        authorizer.add_user(USER, password, str(root), perm="elr")
+        authorizer.add_user(USER, password, str(root), perm=perm)
+        base: type[FTPHandler] = TLS_FTPHandler if tls is not None else FTPHandler
 
-        class Handler(FTPHandler):
+        class Handler(base):  # type: ignore[valid-type,misc]
             def on_file_sent(self, file: str) -> None:
                 outer.sent += 1
 
+            def on_file_received(self, file: str) -> None:
+                outer.received += 1
+
+        if tls is not None:
+            Handler.certfile, Handler.keyfile = str(tls[0]), str(tls[1])
+            Handler.tls_control_required = Handler.tls_data_required = True
         Handler.authorizer = authorizer
         Handler.banner = "test ftp"
         self._server = ThreadedFTPServer(("127.0.0.1", 0), Handler)
@@ -151,6 +164,56 @@ class FTPServer:
     def close(self) -> None:
         self._server.close_all()
         self._thread.join(10)
+
+
+def self_signed(folder: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 (an IP SAN) and its key: the FTPS test server's, trusted by the test as a CA."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
+
+
+@pytest.fixture()
+def trusted_cert(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, Path]]:
+    """A self-signed certificate for 127.0.0.1 that the https/ftps clients trust (SSL_CERT_FILE, which the
+    shared TLS context reads when it is made: its cache is cleared before and after)."""
+    from firefeed.pipeline._netguard import tls_context
+
+    cert, key = self_signed(tmp_path / "tls")
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    tls_context.cache_clear()
+    try:
+        yield cert, key
+    finally:
+        monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+        tls_context.cache_clear()
 
 
 @pytest.fixture()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
 import time
 import uuid
 from pathlib import Path
@@ -352,3 +353,33 @@ def test_a_password_naming_a_secret_the_company_lacks_is_refused_when_applied_na
 
     with pytest.raises(SpecError, match=r"sources\[0\]\.password: company .* has no secret 'SFTP_PV'"):
         check_server_side(parse_spec(spec), tmp_path, get_settings(), lambda c: ["SFTP_PW"])
+
+
+def test_an_ftps_source_is_read_over_tls_from_a_server_whose_certificate_the_worker_trusts(
+    transfer_env: Path, tmp_path: Path, trusted_cert: tuple[Path, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "ftps"
+    (root / "out").mkdir(parents=True)
+    (root / "out" / "feed.csv").write_bytes(CSV)
+    password = "pw-" + uuid.uuid4().hex
+    server = FTPServer(root, password, tls=trusted_cert)
+    caplog.set_level(logging.DEBUG)
+    try:
+        company = company_with(FTP_PW=password)
+        url = f"ftps://{USER}@127.0.0.1:{server.port}/out/feed.csv"
+        report = run_source(tmp_path, company, {"url": url, "password": "${secret:FTP_PW}"})
+        assert report["status"] == "SUCCEEDED", report["error"]
+        assert (fetched(report)["rows"], server.sent) == (2, 1)
+        assert password not in json.dumps(report) and password not in caplog.text
+
+        # The same server, its certificate no longer trusted: refused before the login.
+        from firefeed.pipeline._netguard import tls_context
+
+        os.environ.pop("SSL_CERT_FILE")
+        tls_context.cache_clear()
+        refused = run_source(tmp_path, company, {"url": url, "password": "${secret:FTP_PW}"})
+        assert refused["status"] == "FAILED"
+        assert "the server's certificate" in refused["error"]["message"], refused["error"]
+        assert server.sent == 1
+    finally:
+        server.close()
