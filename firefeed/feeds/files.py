@@ -45,6 +45,11 @@ class OpenFile:
             offset += len(data)
             yield data
 
+    @property
+    def fd(self) -> int | None:
+        """The open local file's descriptor (None for an object in a bucket)."""
+        return self._fd
+
     def _read(self, offset: int, n: int) -> bytes:
         if self._fd is not None:
             return os.pread(self._fd, n, offset)
