@@ -73,9 +73,11 @@ def create_app(*, engine: Engine | None = None, local_runs: bool = False) -> Fas
     # So do values calls (issue #47): one company's burst must not take the routes' threads and connections.
     app.state.values = BoundedPool(get_settings().values_pool_size, kind=VALUES)
     errors.install(app)
-    # Feed URLs (SPEC 10 C4-C5) are answered ahead of the router: no token, a 304 from memory.
+    # Feed URLs (SPEC 10 C4-C5) are answered ahead of everything else: no token, a 304 from memory, and the
+    # server's own `send`, whose connection a large file is sent to by the kernel (firefeed/feeds/http.py).
     app.state.feeds = FeedService(app.state.store.engine, get_settings())
-    app.add_middleware(FeedsMiddleware, service=app.state.feeds)
+    build_stack = app.build_middleware_stack
+    app.build_middleware_stack = lambda: FeedsMiddleware(build_stack(), app.state.feeds)  # type: ignore[method-assign]
     app.include_router(projects.router)
     app.include_router(findings.router)
     app.include_router(preview.router)
