@@ -322,7 +322,25 @@ class _Driver:
         self.promote(entries)
         self.keep_result(rules)
         steps.drop_unnamed_tables(ctx)
+        self.deliver(entries, detail)
         return None, done
+
+    def deliver(self, entries: list[dict[str, Any]], detail: dict[str, Any]) -> None:
+        """SPEC 10 C7: each published file to its export's targets, as deliver jobs; a failed delivery is a
+        `delivery_failed` warning (recorded with the step), never the run's failure."""
+        from firefeed.deliveries import plan
+
+        try:
+            specs = plan.plan(self.ctx, [e["name"] for e in entries])
+            if not specs:
+                return
+            states = self.run_jobs(JobKind.DELIVER, specs)
+            failed = plan.warnings([contract.DeliveryResult.from_json(s.result_doc()) for s in states])
+        except Exception as err:  # published already: `firefeed deliver PROJECT` sends what is left
+            log.warning("the deliveries did not finish: %s", err, exc_info=not isinstance(err, FireFeedError))
+            failed = [f"delivery_failed: the deliveries did not finish ({type(err).__name__}): `firefeed deliver`"]
+        if failed:
+            detail["warnings"] = [*detail.get("warnings", []), *failed]
 
     def check_publish(self, exports: list[dict[str, Any]]) -> list[str]:
         """fail_on and the drop guard (#9), before anything is published; a block fails the run."""
