@@ -34,7 +34,13 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-JobOutcome = contract.SourceResult | contract.MergeResult | contract.RulesResult | contract.ExportResult
+JobOutcome = (
+    contract.SourceResult
+    | contract.MergeResult
+    | contract.RulesResult
+    | contract.ExportResult
+    | contract.DeliveryResult
+)
 JobFunc = Callable[[RunContext, JobState, JobStore], JobOutcome | None]
 """A kind's work; None when the job recorded its own SUCCEEDED (in the transaction of its effect)."""
 
@@ -224,10 +230,17 @@ def _export_job(ctx: RunContext, job: JobState, jobs: JobStore) -> contract.Expo
     return contract.ExportResult(steps.export_one(ctx, job.idx, params.table, params.fields, params.rows))
 
 
+def _deliver_job(ctx: RunContext, job: JobState, jobs: JobStore) -> contract.DeliveryResult:
+    from firefeed.deliveries.deliver import deliver_job
+
+    return deliver_job(ctx, job, jobs)
+
+
 _JOB_FUNCS: dict[JobKind, JobFunc] = {
     JobKind.SOURCE: _source_job,
     JobKind.MERGE: _merge_job,
     JobKind.RULES: _rules_job,
     JobKind.RULES_CHUNK: _rules_chunk_job,
     JobKind.EXPORT: _export_job,
+    JobKind.DELIVER: _deliver_job,
 }

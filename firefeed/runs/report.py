@@ -54,6 +54,12 @@ def _with_feed_urls(store: RunStore, project_id: str, exports: list[dict[str, An
     ]
 
 
+def with_deliveries(engine: Any, run_id: str, exports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from firefeed.deliveries.plan import with_deliveries as add
+
+    return add(engine, run_id, exports)
+
+
 def build_report(store: RunStore, run_id: str) -> dict[str, Any]:
     run = store.run(run_id)
     steps = store.steps(run_id)
@@ -108,8 +114,12 @@ def build_report(store: RunStore, run_id: str) -> dict[str, Any]:
             **({"lookups": rules["lookups"]} if rules.get("lookups") else {}),
         },
         **({"lookups": details["MERGE"]["lookups"]} if details.get("MERGE", {}).get("lookups") else {}),
-        "exports": _with_feed_urls(
-            store, run.project_id, [_export_entry(e) for e in details.get("EXPORT", {}).get("exports", [])]
+        "exports": with_deliveries(
+            store.engine,
+            str(run.id),
+            _with_feed_urls(
+                store, run.project_id, [_export_entry(e) for e in details.get("EXPORT", {}).get("exports", [])]
+            ),
         ),
         "warnings": [w for st in steps for w in (st.detail or {}).get("warnings", [])],
         "error": run.error,
