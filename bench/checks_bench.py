@@ -40,15 +40,28 @@ def without_channel_grade() -> Iterator[None]:
     """The export's measurement as it was before #49's checks (their functions replaced, then restored)."""
     from firefeed.export import diagnostics, quality
 
-    saved = (diagnostics._channel_grade, quality._checked_values, quality._variant_hash, quality.variants)
+    saved = (
+        diagnostics._channel_grade,
+        quality._checked_values,
+        quality._variant_hash,
+        quality.variants,
+        quality.mark_variants,
+    )
     diagnostics._channel_grade = lambda channel, by_name: []  # type: ignore[assignment]
     quality._checked_values = lambda checks, checked_at: "NULL::text[]"  # type: ignore[assignment]
     quality._variant_hash = lambda variant_at: "NULL::bigint"  # type: ignore[assignment]
     quality.variants = lambda *a, **k: None  # type: ignore[assignment]
+    quality.mark_variants = lambda *a, **k: None  # type: ignore[assignment]
     try:
         yield
     finally:
-        diagnostics._channel_grade, quality._checked_values, quality._variant_hash, quality.variants = saved
+        (
+            diagnostics._channel_grade,
+            quality._checked_values,
+            quality._variant_hash,
+            quality.variants,
+            quality.mark_variants,
+        ) = saved
 
 
 def main() -> None:

@@ -210,13 +210,16 @@ def bad_value(v: Piece, allowed: Sequence[str]) -> Piece:
 VARIANT_BIT = 1 << 61
 
 
-def mark_variants(cur: Any, table: sql.Composable, baseline: sql.Composable | None, removed: bool) -> None:
+def mark_variants(
+    cur: Any, table: sql.Composable, baseline: sql.Composable | None, *, touched: bool, removed: bool
+) -> None:
     """Set `VARIANT_BIT` on exactly the items of `table` an earlier item of their group repeats (`v` equal).
 
     `baseline`: the published table whose bits and `v` the unchanged rows carried over (`quality`):
     only the groups an added, changed or removed item belongs to are judged again, so a refresh
     that changed little reads the narrow run table once and the baseline only when items were
-    `removed`. None: every group is judged (one hash aggregate of `v`, then the repeats).
+    `removed`, and not at all when no item was added, changed or removed (`touched` false).
+    None: every group is judged (one hash aggregate of `v`, then the repeats).
     """
     bit = sql.Literal(VARIANT_BIT)
     if baseline is None:
@@ -228,6 +231,8 @@ def mark_variants(cur: Any, table: sql.Composable, baseline: sql.Composable | No
             ).format(t=table, bit=bit)
         )
         return
+    if not touched:
+        return  # every row and bit is the published one's
     from firefeed.export.diff import UNCHANGED
 
     # the groups an added or changed item is in now, and those a changed item left (`w`, its published hash)
@@ -250,24 +255,14 @@ def mark_variants(cur: Any, table: sql.Composable, baseline: sql.Composable | No
     )
 
 
-def variants(cur: Any, columns: Sequence[OutputColumn], table: sql.Composable, with_id: bool) -> dict[str, Any] | None:
+def variants(columns: Sequence[OutputColumn], count: int, samples: Sequence[Any] | None) -> dict[str, Any] | None:
     """The `variants` finding: items of one item_group_id with the same values of every variant attribute present.
 
-    Read from the bits `mark_variants` set: an item counts when an earlier item of its group (export
-    order) has its values.
+    Its count and samples are those of the bits `mark_variants` set, read in the findings' one scan
+    (`diagnostics.findings_sql`): an item counts when an earlier item of its group (export order) has its values.
     """
     names = {c.name for c in columns}
-    if "item_group_id" not in names:
-        return None
-    sample = "CASE WHEN i <> '' THEN i ELSE k END" if with_id else "k"
-    cur.execute(
-        sql.SQL("SELECT count(*), (array_agg(" + sample + " ORDER BY o))[1:%s] FROM {t} WHERE (f & {bit}) <> 0").format(
-            t=table, bit=sql.Literal(VARIANT_BIT)
-        ),
-        (_MAX_SAMPLES,),
-    )
-    count, samples = cur.fetchone()
-    if not count:
+    if "item_group_id" not in names or not count:
         return None
     present = ", ".join(a for a in VARIANT_ATTRIBUTES if a in names) or "none"
     return {
@@ -275,6 +270,6 @@ def variants(cur: Any, columns: Sequence[OutputColumn], table: sql.Composable, w
         "check": "variants",
         "attribute": "item_group_id",
         "count": int(count),
-        "samples": [str(s) for s in samples or []],
+        "samples": [str(s) for s in (samples or [])[:_MAX_SAMPLES]],
         "message": f"item_group_id: the same variant attributes ({present}) as an earlier item of its group",
     }

@@ -211,16 +211,19 @@ def flags_sql(checks: Sequence[Check]) -> Piece:
     return sql_text("(") + total + sql_text(")::bigint")
 
 
-def findings_sql(checks: Sequence[Check], table: sql.Composable, sample: sql.Composable, errors: int = 0) -> Piece:
+def findings_sql(
+    checks: Sequence[Check], table: sql.Composable, sample: sql.Composable, errors: int = 0, extra: Sequence[int] = ()
+) -> Piece:
     """One scan of the diff table's flagged rows: a count and up to 5 sample ids per check.
 
     The samples are the first flagged items in export order (`o`): only the
-    flagged rows are sorted, usually none or a few. The last column counts the items with any
+    flagged rows are sorted, usually none or a few. Then the same two columns for each bit of
+    `extra` (findings that are no check's: `variants`), and last the count of items with any
     of the `errors` bits (C3's invalid items).
     """
     cols: list[Piece] = []
-    for n in range(len(checks)):
-        bit = f"(f & {1 << n}) <> 0"
+    for n in [*(1 << n for n in range(len(checks))), *extra]:
+        bit = f"(f & {n}) <> 0"
         cols.append(sql_text(f"count(*) FILTER (WHERE {bit})"))
         cols.append(sql_text(f"(array_agg(sample) FILTER (WHERE {bit}))[1:{_MAX_SAMPLES}]"))
     cols.append(sql_text(f"count(*) FILTER (WHERE (f & {int(errors)}) <> 0)"))

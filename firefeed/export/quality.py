@@ -44,7 +44,7 @@ from firefeed.db.engine import raw_connection
 from firefeed.errors import ExportError
 from firefeed.export import diff
 from firefeed.export._copy import render
-from firefeed.export.channel_checks import VARIANT_ATTRIBUTES, mark_variants, variants
+from firefeed.export.channel_checks import VARIANT_ATTRIBUTES, VARIANT_BIT, mark_variants, variants
 from firefeed.export.channels import ERROR, WARNING, Channel, channel
 from firefeed.export.diagnostics import Check, channel_checks, findings, findings_sql, flags_sql
 from firefeed.export.select import OutputColumn, Piece, output_columns, sql_text, where_clause
@@ -351,21 +351,21 @@ def measure(engine: Engine, schema: SchemaService, target: Target, export: Expor
         diagnostics = None
         if variant_at:
             kept = ident(company, baseline.table) if reuse and baseline is not None else None
-            mark_variants(cur, table, kept, removed=bool(changes["removed"]))
+            touched = bool(changes["added"] or changes["changed"] or changes["removed"])
+            mark_variants(cur, table, kept, touched=touched, removed=bool(changes["removed"]))
         if ch is not None:
             found: list[dict[str, Any]] = []
             dup = _duplicates(cur, table) if id_at is not None else None
             invalid = 0
-            if checks or dup is not None:
-                # The sample of an item is its channel id when that is not the key (and not empty).
-                sample = sql.SQL("CASE WHEN i <> '' THEN i ELSE k END") if id_at is not None else sql.Identifier("k")
-                cur.execute(render(findings_sql(checks, table, sample, error_mask(checks)), cur))
-                row = cur.fetchone()
-                invalid = int(row[-1] or 0) if row is not None else 0
-                found = list(findings(checks, row))
+            # The sample of an item is its channel id when that is not the key (and not empty).
+            sample = sql.SQL("CASE WHEN i <> '' THEN i ELSE k END") if id_at is not None else sql.Identifier("k")
+            cur.execute(render(findings_sql(checks, table, sample, error_mask(checks), (VARIANT_BIT,)), cur))
+            row = cur.fetchone()
+            invalid = int(row[-1] or 0)
+            found = list(findings(checks, row))
             if dup is not None:
                 found.append(dup)
-            same = variants(cur, columns, table, id_at is not None)
+            same = variants(columns, int(row[-3] or 0), row[-2])
             if same is not None:
                 found.append(same)
             diagnostics = summary(found, ch) | {"items": rows, "invalid": invalid}
