@@ -228,6 +228,7 @@ def test_an_unknown_id_an_unknown_file_name_and_an_unpublished_export_answer_the
     ]
     assert {a.status_code for a in answers} == {404}
     assert len({a.content for a in answers}) == 1
+    assert answers[0].json() == {"error": "not_found", "message": "no such feed"}
     assert http.head(unpublished).status_code == 404
 
 
@@ -395,3 +396,29 @@ def test_a_fetch_across_a_publish_gets_the_old_file_whole_and_the_next_one_the_n
         gone.close()
     again = http.get(url)
     assert again.status_code == 200 and again.content == new
+
+
+def test_a_feed_in_a_bucket_is_served_from_the_object_a_run_published(
+    http: httpx.Client, s3_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.integration.moto_s3 import bucket_objects, new_bucket
+
+    bucket = new_bucket(s3_endpoint)
+    monkeypatch.setenv("FIREFEED_STORAGE_URL", f"s3://{bucket}/ff")
+    monkeypatch.setenv("FIREFEED_STORAGE_ENDPOINT_URL", s3_endpoint)
+    reset_settings()
+    try:
+        p = Project(tmp_path, [GOOGLE])
+        p.run()
+        body = bucket_objects(s3_endpoint, bucket)[f"ff/exports/{p.company}/{p.project}/google.xml"]
+        url = p.urls(http)["google"]
+        r = http.get(url)
+        assert r.status_code == 200 and r.content == body
+        assert r.headers["etag"] == f'"{hashlib.sha256(body).hexdigest()}"'
+        part = http.get(url, headers={"Range": "bytes=5-9"})
+        assert part.status_code == 206 and part.content == body[5:10]
+        assert http.get(url, headers={"If-None-Match": r.headers["etag"]}).status_code == 304
+    finally:
+        monkeypatch.delenv("FIREFEED_STORAGE_URL")
+        monkeypatch.delenv("FIREFEED_STORAGE_ENDPOINT_URL")
+        reset_settings()
