@@ -101,7 +101,10 @@ def target_problem(target: DeliveryTarget) -> str | None:
     if target.host_key is not None:
         return "host_key: only an sftp:// target takes host_key"
     if _USERINFO.match(url):
-        return 'url: an https:// target takes no user or password in the URL; use headers: {Authorization: "${secret:NAME}"}'
+        return (
+            "url: an https:// target takes no user or password in the URL; "
+            'use headers: {Authorization: "${secret:NAME}"}'
+        )
     if "${" not in url and not urlsplit(url).hostname:
         return "url: the URL has no host"
     return None

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 _BLOCK = 256 * 1024
 
 
-def temp_name(final: str, tag: str, attempt: int) -> str:
+def temp_name(final: str, tag: str, attempt: str) -> str:
     """The temporary name of one attempt's upload, beside the final file (hidden by its leading dot)."""
     return f".{posixpath.basename(final)}.ff-{tag}-{attempt}.part"
 
@@ -49,7 +49,7 @@ def upload_remote(
     references: Resolver,
     local: Path,
     tag: str,
-    attempt_no: int,
+    attempt_no: str,
     settings: Settings,
     host_keys: HostKeyStore | None,
 ) -> None:
