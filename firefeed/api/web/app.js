@@ -50,6 +50,25 @@ function lastFetchText(last) {
   return `${fmtTime(last.at)}, ${last.status}, ${last.user_agent || "no user agent"}`;
 }
 
+// SPEC 10 C7: each delivery target of an export, its status, and why it failed.
+function deliveriesCell(deliveries) {
+  if (!deliveries || !deliveries.length) return el("td", {}, "-");
+  return el(
+    "td",
+    {},
+    ...deliveries.map((d) =>
+      el(
+        "div",
+        { class: d.status === "failed" ? "delivery-failed" : "", title: d.error || `${d.attempts} attempt(s)` },
+        el("span", { class: "mono" }, d.target),
+        `: ${d.status}`,
+        d.status === "delivered" ? ` (${fmtInt(d.bytes)} bytes)` : "",
+        d.error ? `: ${d.error}` : "",
+      ),
+    ),
+  );
+}
+
 function fill(tbody, rows) {
   tbody.replaceChildren(...rows);
 }
@@ -274,6 +293,7 @@ function renderReport(report) {
         el("td", { class: "mono", title: e.sha256 || "" }, shortId(e.sha256)),
         feedUrlCell(e.url),
         el("td", {}, lastFetchText(e.last_fetch)),
+        deliveriesCell(e.deliveries),
       ),
     ),
   );
