@@ -35,7 +35,14 @@ def check_server_side(
     feeds += [(f"lookups[{i}]", lk) for i, lk in enumerate(spec.lookups)]
     problems: list[SpecError] = []
     have: set[str] | None = None
-    for where, feed in feeds:
+    # SPEC 10 C7: a delivery target's secrets are checked as a source's are; it has no local path.
+    from firefeed.spec.delivery import DeliveryTarget
+
+    places_of: list[tuple[str, FeedSpec | DeliveryTarget]] = [*feeds]
+    places_of += [
+        (f"exports[{i}].deliver[{j}]", t) for i, e in enumerate(spec.exports) for j, t in enumerate(e.deliver)
+    ]
+    for where, feed in places_of:
         places = [(f"{where}.url", feed.url)] + [(join_key(f"{where}.headers", k), v) for k, v in feed.headers.items()]
         places += [
             (f"{where}.{k}", v) for k, v in (("password", feed.password), ("private_key", feed.private_key)) if v
@@ -57,7 +64,7 @@ def check_server_side(
                         )
                     )
         url = feed.url
-        if "${" in url:
+        if isinstance(feed, DeliveryTarget) or "${" in url:
             continue  # a path made by a reference is checked at FETCH, once it is known
         try:
             if url_kind(feed.name, url) != "file":
