@@ -335,3 +335,38 @@ def test_targets_are_checked_when_the_spec_is_read_and_no_message_echoes_a_passw
     assert "no user or password" in problem({"url": "https://u:hunter2@files.example.com/e.csv"})
     assert "can't be set" in problem({"url": "https://files.example.com/e.csv", "headers": {"Host": "x"}})
     assert "private_key" in problem({"url": "https://files.example.com/e.csv", "private_key": "${secret:K}"})
+
+
+def test_a_target_naming_a_secret_the_company_lacks_is_refused_when_applied_naming_its_key(
+    transfer_env: Path, tmp_path: Path
+) -> None:
+    from firefeed.config import get_settings
+    from firefeed.errors import SpecError
+    from firefeed.spec.server_checks import check_server_side
+
+    feed = tmp_path / "feed.csv"
+    feed.write_text("id,title\nA1,Shoe\n", encoding="utf-8")
+    spec = {
+        "company": company_with(SFTP_PW="x"),
+        "project": "p_" + uuid.uuid4().hex[:10],
+        "sources": [{"name": "main", "url": str(feed)}],
+        "exports": [
+            {
+                "name": "e",
+                "format": "csv",
+                "path": "e.csv",
+                "deliver": [
+                    {"url": "sftp://u@files.example.com/in/e.csv", "password": "${secret:SFTP_PV}"},
+                    {"url": "https://files.example.com/e.csv", "headers": {"Authorization": "Bearer ${secret:TOK}"}},
+                ],
+            }
+        ],
+    }
+    with pytest.raises(SpecError) as caught:
+        check_server_side(parse_spec(spec), tmp_path, get_settings(), lambda c: ["SFTP_PW"])
+    message = str(caught.value)
+    assert "exports[0].deliver[0].password: company" in message and "'SFTP_PV'" in message, message
+    assert "exports[0].deliver[1].headers.Authorization: company" in message and "'TOK'" in message, message
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec), encoding="utf-8")
+    assert cli("apply", str(path))[0] == 2
