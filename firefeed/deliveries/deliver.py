@@ -68,7 +68,8 @@ def deliver_job(ctx: RunContext, job: JobState, jobs: JobStore) -> DeliveryResul
         raise
     except Exception as err:
         message = _message(err)
-        log.warning("delivery of %s to %s failed: %s", export.name, target.shown, message)
+        # A refusal or a lost server is the target's business; anything else is a bug worth its traceback.
+        log.warning("delivery of %s to %s failed: %s", export.name, target.shown, message, exc_info=_unexpected(err))
         record_delivery_failed(ctx.run_id, export.name, target.shown, message, settings=ctx.settings, engine=ctx.engine)
         return DeliveryResult(export.name, target.shown, DeliveryStatus.FAILED, 0, tries, message, None)
 
@@ -121,6 +122,10 @@ def _digest(path: Path) -> tuple[str, int]:
             digest.update(chunk)
             size += len(chunk)
     return digest.hexdigest(), size
+
+
+def _unexpected(err: BaseException) -> bool:
+    return not isinstance(err, FireFeedError)
 
 
 def _message(err: BaseException) -> str:

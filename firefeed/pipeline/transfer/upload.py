@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import ftplib
 import posixpath
+import ssl
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -160,8 +161,7 @@ def _ftp_put(attempt: Attempt, local: Path, temp: str, own: str) -> None:
     try:
         try:
             _ftp_forget_own(ftp, final, own)
-            with local.open("rb") as f:
-                ftp.storbinary(f"STOR {temp}", f, blocksize=_BLOCK)
+            _store(ftp, attempt, local, temp)
             try:
                 ftp.rename(temp, final)
             except ftplib.error_perm:
@@ -181,10 +181,44 @@ def _ftp_put(attempt: Attempt, local: Path, temp: str, own: str) -> None:
         ftp.close()
 
 
+def _store(ftp: ftplib.FTP, attempt: Attempt, local: Path, temp: str) -> None:
+    """STOR as ftplib's storbinary, but a TLS close that fails is no failure: with TLS 1.3 the unwrap of a
+    small file's data connection can meet a handshake the server has not finished (SHUTDOWN_WHILE_IN_INIT);
+    the server's reply after the transfer says whether the file arrived whole."""
+    conn = ftp.transfercmd(f"STOR {temp}")
+    try:
+        with local.open("rb") as f:
+            while chunk := f.read(_BLOCK):
+                conn.settimeout(attempt.timeout())
+                conn.sendall(chunk)
+        if isinstance(conn, ssl.SSLSocket):
+            with contextlib.suppress(OSError, ValueError):
+                conn.unwrap()
+    finally:
+        conn.close()
+    ftp.voidresp()
+
+
+def _nlst(ftp: ftplib.FTP, folder: str) -> list[str]:
+    """NLST as ftplib's, with the same forgiving TLS close as `_store`."""
+    conn = ftp.transfercmd(f"NLST {folder}" if folder else "NLST")
+    data = b""
+    try:
+        while chunk := conn.recv(_BLOCK):
+            data += chunk
+        if isinstance(conn, ssl.SSLSocket):
+            with contextlib.suppress(OSError, ValueError):
+                conn.unwrap()
+    finally:
+        conn.close()
+    ftp.voidresp()
+    return [line for line in data.decode("utf-8", "replace").splitlines() if line]
+
+
 def _ftp_forget_own(ftp: ftplib.FTP, final: str, own: str) -> None:
     folder = posixpath.dirname(final)
     try:
-        names = ftp.nlst(folder) if folder else ftp.nlst()
+        names = _nlst(ftp, folder)
     except ftplib.error_perm:
         return
     for name in names:
