@@ -370,3 +370,22 @@ def test_a_target_naming_a_secret_the_company_lacks_is_refused_when_applied_nami
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec), encoding="utf-8")
     assert cli("apply", str(path))[0] == 2
+
+
+def test_the_fetcher_s_host_rules_keep_a_delivery_from_a_loopback_target_the_operator_did_not_allow(
+    transfer_env: Path, tmp_path: Path, sftp_in: SFTPServer, sink: PutSink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("FIREFEED_FETCH_ALLOWED_HOSTS")
+    reset_settings()
+    company = company_with(SFTP_PW=sftp_in.password)
+    targets = [
+        {"url": f"sftp://{USER}@127.0.0.1:{sftp_in.port}/in/feed.csv", "password": "${secret:SFTP_PW}"},
+        {"url": f"https://127.0.0.1:{sink.port}/upload/feed.csv"},
+    ]
+
+    report = run_project(tmp_path, company, "p_" + uuid.uuid4().hex[:10], targets)
+
+    assert report["status"] == "SUCCEEDED", report["error"]
+    assert [d["status"] for d in deliveries(report)] == ["failed", "failed"]
+    assert all("127.0.0.1" in d["error"] for d in deliveries(report)), deliveries(report)
+    assert (sftp_in.connections, sink.puts) == (0, [])
