@@ -73,6 +73,19 @@ def check_server_side(
         except (UnsafePathError, UnsafeURLError) as err:
             folders = _folders(spec_dir, allowed)
             problems.append(SpecError(f"{where}.url", f"{err.reason}; {folders}" if folders else err.reason))
+    for i, export in enumerate(spec.exports):  # SPEC 10 C4: a feed URL's password is a secret the company has
+        if export.feed_auth is None:
+            continue
+        name = export.feed_auth.secret_name
+        have = set(secret_names(spec.company)) if have is None else have
+        if name not in have:
+            problems.append(
+                SpecError(
+                    f"exports[{i}].feed_auth.password",
+                    f"company {spec.company!r} has no secret {name!r}{did_you_mean(name, have)}: set it with "
+                    f"`firefeed secret set --company {spec.company} {name}` or PUT /api/secrets/{name}",
+                )
+            )
     if spec.alerts:
         from firefeed.alerts.spec import check_alerts
 

@@ -264,6 +264,19 @@ def test_feed_auth_asks_for_the_secret_password_and_never_shows_it(
     assert all(PASSWORD not in text for text in shown)
 
 
+def test_a_feed_auth_secret_the_company_lacks_is_refused_when_applied_naming_its_key(tmp_path: Path) -> None:
+    from firefeed.secrets.store import SecretStore
+
+    auth = {"username": "merchant", "password": "${secret:FEED_PASWORD}"}
+    p = Project(tmp_path, [{**GOOGLE, "feed_auth": auth}])
+    SecretStore().set(p.company, "FEED_PASSWORD", PASSWORD)
+    code, out = cli("run", str(p.spec), "--json")
+    assert code == 2, out
+    assert "exports[0].feed_auth.password" in out
+    assert "has no secret 'FEED_PASWORD' (did you mean 'FEED_PASSWORD'?)" in out
+    assert PASSWORD not in out
+
+
 def test_rotating_a_feed_url_makes_the_old_one_404_at_once(http: httpx.Client, published: Project) -> None:
     old = published.urls(http)["google"]
     assert http.get(old).status_code == 200
