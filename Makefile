@@ -97,7 +97,7 @@ bench-feeds: $(STAMP)
 
 # The stress suites, then the SQL route's property tests with every example (make test tries half).
 stress: $(STAMP) bytecode
-	$(BIN)/pytest -m stress tests/stress
+	$(BIN)/pytest -m stress tests
 	FIREFEED_THOROUGH_PROPERTIES=1 $(BIN)/pytest -m "not stress" tests/integration/test_rules_differential.py \
 		tests/integration/test_rules_size.py
 

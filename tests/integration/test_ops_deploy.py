@@ -167,6 +167,7 @@ def test_the_grafana_dashboard_only_charts_metrics_that_exist(
 
 
 @requires_shared_broker
+@pytest.mark.stress  # a real worker fleet for one warning: 16 s, run by `make stress`
 def test_doctor_warns_when_workers_answer_but_no_control_worker_does(database_url: str, tmp_path: Path) -> None:
     """Without a control worker, triggers by task name and beat's ticks wait in its queue: say so."""
     broker = broker_url(DOCTOR_REDIS_URL)

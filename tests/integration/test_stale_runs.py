@@ -251,6 +251,9 @@ def _kill_api_mid_run(env: dict[str, str], cwd: Path, feed: _Feed, project: str,
     return run_id
 
 
+# Four API processes started, two killed mid-run: 35 s, the slowest test of the suite, so it runs with
+# `make stress`; the takeover itself is covered here by the CLI and processes-row tests.
+@pytest.mark.stress
 def test_an_api_without_a_broker_takes_over_the_run_a_killed_api_left_and_can_cancel_it(
     env: dict[str, str], engine: Engine, feed: _Feed, tmp_path: Path
 ) -> None:
