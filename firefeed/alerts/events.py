@@ -63,9 +63,7 @@ def record_run_end(
             return []
         export = blocked_export(report) if event is AlertEvent.BLOCKED else None
         body = payload(event, company, project, run_id, status, error, export, settings)
-        ids = outbox.record(engine, _for(alerts, event, company, project, run_id, export, body))
-        sender.kick(ids, project, settings=settings, engine=engine)
-        return ids
+        return _record_and_send(engine, settings, alerts, event, company, project, run_id, export, body)
     except Exception:
         log.warning("could not record the alerts of run %s's end", run_id, exc_info=True)
         return []
@@ -97,12 +95,27 @@ def record_delivery_failed(
         event = AlertEvent.DELIVERY_FAILED
         detail = {"step": "DELIVER", "type": "DeliveryFailed", "message": error, "target": target}
         body = payload(event, company, project, run_id, status, detail, export, settings)
-        ids = outbox.record(engine, _for(alerts, event, company, project, run_id, export, body))
-        sender.kick(ids, project, settings=settings, engine=engine)
-        return ids
+        return _record_and_send(engine, settings, alerts, event, company, project, run_id, export, body)
     except Exception:
         log.warning("could not record the delivery_failed alert of run %s", run_id, exc_info=True)
         return []
+
+
+def _record_and_send(
+    engine: Engine,
+    settings: Settings,
+    alerts: Any,
+    event: AlertEvent,
+    company: str,
+    project: str,
+    run_id: str,
+    export: str | None,
+    body: bytes,
+) -> list[int]:
+    """Put the event's alerts in the outbox, then have them sent; their ids."""
+    ids = outbox.record(engine, _for(alerts, event, company, project, run_id, export, body))
+    sender.kick(ids, project, settings=settings, engine=engine)
+    return ids
 
 
 def payload(

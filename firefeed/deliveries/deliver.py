@@ -19,8 +19,8 @@ from firefeed.alerts.events import record_delivery_failed
 from firefeed.deliveries import store
 from firefeed.deliveries.http_put import put_https
 from firefeed.errors import FireFeedError, JobLostError, RunCancelledError, SourceError
+from firefeed.pipeline._retries import Retryable
 from firefeed.pipeline.context import RunContext
-from firefeed.pipeline.transfer._common import Retryable
 from firefeed.runs.contract import DeliverParams, DeliveryResult, DeliveryStatus, JobState
 from firefeed.runs.jobs import JobStore
 from firefeed.spec.delivery import DeliveryTarget

@@ -16,8 +16,8 @@ import httpx
 from firefeed.config import Settings
 from firefeed.errors import FetchError, InvalidSourceRequestError
 from firefeed.pipeline._netguard import check_url_host, guarded_client
+from firefeed.pipeline._retries import Retryable
 from firefeed.pipeline.fetch import expand_headers
-from firefeed.pipeline.transfer._common import Retryable
 
 if TYPE_CHECKING:
     from firefeed.secrets.references import Resolver

@@ -41,6 +41,8 @@ from firefeed.pipeline._decompress import (
 from firefeed.pipeline._fetch_deadline import PAST_DEADLINE as _PAST_DEADLINE
 from firefeed.pipeline._fetch_deadline import FetchWatchdog
 from firefeed.pipeline._netguard import check_url_host, guarded_client, resolve_local_path, url_kind
+from firefeed.pipeline._retries import Retryable as _Retryable
+from firefeed.pipeline._retries import with_retries
 from firefeed.secrets.references import Resolver
 from firefeed.spec.headers import HEADER_VALUE, header_problem
 
@@ -51,7 +53,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_REDIRECTS = 10
-MAX_RETRY_AFTER_S = 60.0  # never let a server park a worker longer than this between tries
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504}) | frozenset(range(505, 600))
 _REDIRECT_STATUS = frozenset({301, 302, 303, 307, 308})
 _PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#@:]*:)[^/?#@]*@")
@@ -195,15 +196,6 @@ def redact_url(url: str) -> str:
 # ---------------------------------------------------------------- http(s)
 
 
-class _Retryable(Exception):
-    """One try failed in a way worth another (5xx, 429, connection error, timeout)."""
-
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.retry_after = retry_after
-
-
 def _fetch_http(
     *,
     source: str,
@@ -226,42 +218,20 @@ def _fetch_http(
     request_headers.update(headers)
     dest_dir.mkdir(parents=True, exist_ok=True)
 
-    attempt = 0
-    while True:
-        try:
-            return _try_http(
-                source=source,
-                url=url,
-                dest_dir=dest_dir,
-                headers=request_headers,
-                compression=compression,
-                previous=previous,
-                settings=settings,
-                deadline=deadline,
-                mask=mask,
-            )
-        except _Retryable as failure:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise FetchError(source, f"{failure.message}: {_PAST_DEADLINE}") from failure.__cause__
-            if attempt >= settings.fetch_retries:
-                raise FetchError(
-                    source, f"{failure.message} (gave up after {attempt + 1} tries)"
-                ) from failure.__cause__
-            delay = settings.fetch_backoff_s * 2**attempt
-            if failure.retry_after is not None:
-                delay = max(delay, min(failure.retry_after, MAX_RETRY_AFTER_S))
-            if deadline is not None and time.monotonic() + delay >= deadline:
-                raise FetchError(source, f"{failure.message}: no time left to try again") from failure.__cause__
-            attempt += 1
-            log.warning(
-                "fetch %s: %s; try %d of %d in %.2fs",
-                source,
-                failure.message,
-                attempt + 1,
-                settings.fetch_retries + 1,
-                delay,
-            )
-            time.sleep(delay)
+    def one_try() -> FetchResult:
+        return _try_http(
+            source=source,
+            url=url,
+            dest_dir=dest_dir,
+            headers=request_headers,
+            compression=compression,
+            previous=previous,
+            settings=settings,
+            deadline=deadline,
+            mask=mask,
+        )
+
+    return with_retries(source, settings, deadline, one_try)
 
 
 def _try_http(

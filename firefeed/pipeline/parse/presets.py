@@ -128,6 +128,14 @@ class PresetReader:
         notes.write(self.stats)
 
 
+def number(text: str) -> float | None:
+    """A platform export's price or quantity as a number (a decimal comma read as a point); None when it is none."""
+    try:
+        return float(text.strip().replace(",", "."))
+    except ValueError:
+        return None
+
+
 def _staged(value: str | list[str], separator: str, delimited: bool) -> str:
     """A declared list's staged value: an array literal, or (csv, one-character separator) delimited text."""
     if isinstance(value, list):

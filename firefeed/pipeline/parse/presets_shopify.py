@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from firefeed.errors import ParseError
 from firefeed.pipeline.parse._base import FeedReader
-from firefeed.pipeline.parse.presets import Item, Notes
+from firefeed.pipeline.parse.presets import Item, Notes, number
 
 HANDLE = "Handle"
 OPTION_VALUES = ("Option1 Value", "Option2 Value", "Option3 Value")
@@ -106,18 +106,11 @@ def _images(group: list[tuple[int, dict[str, str]]]) -> list[str]:
     return list(dict.fromkeys(ordered))
 
 
-def _number(text: str) -> float | None:
-    try:
-        return float(text.strip().replace(",", "."))
-    except ValueError:
-        return None
-
-
 def _prices(row: dict[str, str]) -> tuple[str, str]:
     """(price, sale_price): a compare-at price above the price makes the price a sale (Google's reading)."""
     price = row.get("Variant Price", "").strip()
     compare = row.get("Variant Compare At Price", "").strip()
-    p, c = _number(price), _number(compare)
+    p, c = number(price), number(compare)
     if p is not None and c is not None and c > p:
         return compare, price
     return price, ""
@@ -127,7 +120,7 @@ def _availability(row: dict[str, str]) -> str:
     """in_stock unless Shopify tracks the variant's stock, has none, and does not sell beyond it."""
     if not row.get("Variant Inventory Tracker", "").strip():
         return "in_stock"
-    qty = _number(row.get("Variant Inventory Qty", ""))
+    qty = number(row.get("Variant Inventory Qty", ""))
     if qty is not None and qty > 0:
         return "in_stock"
     if row.get("Variant Inventory Policy", "").strip().lower() == "continue":

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from firefeed.pipeline.parse._base import EncodingRestart, FeedReader
-from firefeed.pipeline.parse.presets import Item, Notes
+from firefeed.pipeline.parse.presets import Item, Notes, number
 from firefeed.pipeline.parse.presets_wxr import WxrReader
 
 #: what a variation takes from its parent where its own value is empty
@@ -319,18 +319,11 @@ def _images(row: dict[str, str], census: _Census, wxr: bool) -> list[str]:
     return list(dict.fromkeys(u for u in urls if u))
 
 
-def _number(text: str) -> float | None:
-    try:
-        return float(text.strip().replace(",", "."))
-    except ValueError:
-        return None
-
-
 def _prices(row: dict[str, str]) -> tuple[str, str]:
     """(price, sale_price): the regular price, and the sale price when it is lower."""
     regular = row.get("_regular_price", "").strip()
     sale = row.get("_sale_price", "").strip()
-    r, s = _number(regular), _number(sale)
+    r, s = number(regular), number(sale)
     if r is not None and s is not None and s < r:
         return regular, sale
     if regular:

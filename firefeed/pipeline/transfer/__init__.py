@@ -21,10 +21,10 @@ from urllib.parse import unquote
 import httpx
 
 from firefeed.config import Settings
-from firefeed.errors import FetchError, InvalidSourceRequestError
-from firefeed.pipeline._fetch_deadline import PAST_DEADLINE
+from firefeed.errors import InvalidSourceRequestError
 from firefeed.pipeline._netguard import check_host_notation, host_is_exempt, resolve_public
-from firefeed.pipeline.transfer._common import Attempt, Retryable
+from firefeed.pipeline._retries import Retryable, with_retries
+from firefeed.pipeline.transfer._common import Attempt
 from firefeed.spec.remote import RemoteURL, split_remote_url
 
 if TYPE_CHECKING:
@@ -108,37 +108,7 @@ def fetch_remote(
         return _try_addresses(_addresses(source, remote, settings), attempt)
 
     with refs.hiding():  # the SSH library's log lines hide the expanded values too
-        return _with_retries(source, settings, deadline, one_try)
-
-
-def _with_retries(
-    source: str, settings: Settings, deadline: float | None, one_try: Callable[[], FetchResult]
-) -> FetchResult:
-    """`one_try` again after a connection failure, with the backoff and tries of an http fetch."""
-    attempt_no = 0
-    while True:
-        try:
-            return one_try()
-        except Retryable as failure:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise FetchError(source, f"{failure.message}: {PAST_DEADLINE}") from failure.__cause__
-            if attempt_no >= settings.fetch_retries:
-                raise FetchError(
-                    source, f"{failure.message} (gave up after {attempt_no + 1} tries)"
-                ) from failure.__cause__
-            delay = settings.fetch_backoff_s * 2**attempt_no
-            if deadline is not None and time.monotonic() + delay >= deadline:
-                raise FetchError(source, f"{failure.message}: no time left to try again") from failure.__cause__
-            attempt_no += 1
-            log.warning(
-                "fetch %s: %s; try %d of %d in %.2fs",
-                source,
-                failure.message,
-                attempt_no + 1,
-                settings.fetch_retries + 1,
-                delay,
-            )
-            time.sleep(delay)
+        return with_retries(source, settings, deadline, one_try)
 
 
 def _decoded(source: str, parts: RemoteURL) -> RemoteURL:

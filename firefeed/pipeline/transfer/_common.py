@@ -22,14 +22,6 @@ if TYPE_CHECKING:
     from firefeed.pipeline.transfer.host_keys import HostKeyStore
 
 
-class Retryable(Exception):
-    """One try failed in a way worth another (a refused or lost connection, a timeout)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
 @dataclass(frozen=True)
 class Stat:
     """A remote file's size and modification time (seconds), None where the server does not say."""

@@ -17,7 +17,8 @@ import time
 from typing import TYPE_CHECKING
 
 from firefeed.errors import FetchError
-from firefeed.pipeline.transfer._common import Attempt, Retryable, Stat
+from firefeed.pipeline._retries import Retryable
+from firefeed.pipeline.transfer._common import Attempt, Stat
 
 if TYPE_CHECKING:
     from firefeed.pipeline.fetch import FetchResult

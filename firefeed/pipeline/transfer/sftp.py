@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, cast
 import asyncssh
 
 from firefeed.errors import FetchError
-from firefeed.pipeline.transfer._common import Attempt, Retryable, Stat
+from firefeed.pipeline._retries import Retryable
+from firefeed.pipeline.transfer._common import Attempt, Stat
 from firefeed.pipeline.transfer.host_keys import PinnedKey, fingerprint, forget_hint, parse_host_key, pinned
 
 if TYPE_CHECKING:

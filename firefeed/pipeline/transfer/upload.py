@@ -26,8 +26,9 @@ import asyncssh
 from firefeed.config import Settings
 from firefeed.errors import FetchError, InvalidSourceRequestError
 from firefeed.pipeline._netguard import check_host_notation
+from firefeed.pipeline._retries import Retryable
 from firefeed.pipeline.transfer import RemoteAccess, _addresses, _decoded, _hostport
-from firefeed.pipeline.transfer._common import Attempt, Retryable
+from firefeed.pipeline.transfer._common import Attempt
 from firefeed.spec.remote import split_remote_url
 
 if TYPE_CHECKING:
