@@ -24,6 +24,7 @@ from firefeed.rules.model import Condition, Rule, parse_condition, parse_rules
 from firefeed.rules.template import Template
 from firefeed.spec.delivery import DeliveryTarget
 from firefeed.spec.headers import header_problem
+from firefeed.spec.sync import CHANNEL_OF, SyncSpec
 
 SOURCE_FORMATS = ("csv", "tsv", "json", "jsonl", "xml")
 EXPORT_FORMATS = ("csv", "tsv", "json", "jsonl", "google-xml")
@@ -325,6 +326,8 @@ class ExportSpec(_Strict):
     feed_auth: FeedAuth | None = None
     # SPEC 10 C7: where the published file is handed after each run that publishes it (firefeed/deliveries)
     deliver: list[DeliveryTarget] = Field(default_factory=list)
+    # SPEC 10 C9: the channel API the export's items are pushed to after each publish (firefeed/sync)
+    sync: SyncSpec | None = None
 
     _where: Condition | None = PrivateAttr(default=None)
     _rules: list[Rule] = PrivateAttr(default_factory=list)
@@ -494,6 +497,13 @@ class ProjectSpec(_Strict):
                 paths.add(norm)
                 if e.where is not None:
                     e._where = parse_condition(e.where, f"exports[{i}].where", group=self.group)
+                if e.sync is not None and e.resolved_channel != CHANNEL_OF[e.sync.to]:
+                    want = CHANNEL_OF[e.sync.to]
+                    raise SpecError(
+                        f"exports[{i}].sync.to",
+                        f"{e.sync.to} takes the columns of the {want} channel: set channel: {want} on the export "
+                        f"(its items are checked and mapped by the {want} rules)",
+                    )
                 if e.fail_on != "none" and e.resolved_channel is None:
                     raise SpecError(
                         f"exports[{i}].fail_on", "needs a channel whose rules it can check: set channel: google or meta"
