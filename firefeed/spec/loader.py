@@ -19,6 +19,7 @@ from firefeed.config import get_settings
 from firefeed.errors import SpecError
 from firefeed.spec.model import EXPORT_FORMATS, SOURCE_FORMATS, ProjectSpec
 from firefeed.spec.paths import render_path
+from firefeed.spec.sync import CHANNEL_OF
 from firefeed.suggest import did_you_mean
 
 # A real spec nests about ten levels (rules, conditions, actions) and holds a few thousand values.
@@ -75,8 +76,16 @@ def _textify(value: Any, depth: int = 0, count: list[int] | None = None, where: 
     return value
 
 
+SYNC_TARGETS = tuple(CHANNEL_OF)
+
+
+def _untagged(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """`loc` without a tagged union's tag (an export's `sync`, told apart by `to`): the spec has no such key."""
+    return tuple(p for i, p in enumerate(loc) if not (i and loc[i - 1] == "sync" and p in SYNC_TARGETS))
+
+
 def _path(loc: tuple[Any, ...]) -> str:
-    return render_path(part if isinstance(part, int) else str(part) for part in loc)
+    return render_path(part if isinstance(part, int) else str(part) for part in _untagged(loc))
 
 
 def _message(err: dict[str, Any]) -> str:
@@ -86,6 +95,10 @@ def _message(err: dict[str, Any]) -> str:
         return "unknown key"
     if kind == "missing":
         return "is required"
+    if kind == "union_tag_invalid":
+        return "`to` must be one of " + ", ".join(SYNC_TARGETS)
+    if kind == "union_tag_not_found":
+        return "needs `to`: one of " + ", ".join(SYNC_TARGETS)
     if kind == "literal_error":
         expected = err.get("ctx", {}).get("expected", "")
         if loc and loc[-1] == "format":
@@ -168,6 +181,10 @@ def _hint(err: dict[str, Any]) -> str:
 def _keys_at(loc: tuple[Any, ...]) -> list[str]:
     """The keys the spec model allows at `loc` (walking list items and nested models), for a suggestion."""
     model: Any = ProjectSpec
+    if len(loc) >= 2 and loc[-2] == "sync" and loc[-1] in SYNC_TARGETS:
+        from firefeed.spec.sync import GoogleMerchantSync, MetaCatalogSync
+
+        return list((GoogleMerchantSync if loc[-1] == "google-merchant" else MetaCatalogSync).model_fields)
     for part in loc:
         if isinstance(part, int):
             continue
