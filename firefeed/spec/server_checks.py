@@ -86,6 +86,20 @@ def check_server_side(
                     f"`firefeed secret set --company {spec.company} {name}` or PUT /api/secrets/{name}",
                 )
             )
+    for i, export in enumerate(spec.exports):  # SPEC 10 C9: a sync's credentials are a secret the company has
+        if export.sync is None:
+            continue
+        name = export.sync.secret_name
+        have = set(secret_names(spec.company)) if have is None else have
+        if name not in have:
+            key = "credentials" if export.sync.to == "google-merchant" else "token"
+            problems.append(
+                SpecError(
+                    f"exports[{i}].sync.{key}",
+                    f"company {spec.company!r} has no secret {name!r}{did_you_mean(name, have)}: set it with "
+                    f"`firefeed secret set --company {spec.company} {name}` or PUT /api/secrets/{name}",
+                )
+            )
     if spec.alerts:
         from firefeed.alerts.spec import check_alerts
 
