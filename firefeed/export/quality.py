@@ -113,6 +113,7 @@ def _insert(
     structured: bool = False,
     checked_at: dict[str, int] | None = None,
     variant_at: Sequence[int] = (),
+    payload: bool = False,
 ) -> Piece:
     """INSERT the run table's rows from one scan of the items joined to the published rows.
 
@@ -122,6 +123,8 @@ def _insert(
     checks run only for new and changed items. `structured`: the format writes a list's elements
     apart (json, google-xml) and json a text apart from a list, so a list column's hash reads its
     array's text form (`{"x,y"}` is not `{x,y}`, `[0:0]={x}` not `{x}`), not the joined value.
+    `payload` (an export with `sync`, SPEC 10 C9): `j`, the output values as a JSON array in column
+    order (a list column as an array of its elements), what the sync engine sends for the item.
     """
     schema = company_schema(target.company)
     checked_at = checked_at or {}
@@ -135,16 +138,29 @@ def _insert(
             form = sql_text("(") + column.elements + sql_text(")::text")
             projected = projected + sql_text(", ") + form + Piece(sql.SQL(" AS {}").format(ident(name)))
         hashed_names.append(name)
+    if payload:
+        values = [
+            sql_text(f"to_jsonb(e{j})") if c.elements is not None else sql_text(f"to_jsonb(c{j})")
+            for j, c in enumerate(columns)
+        ]
+        for j, column in enumerate(columns):
+            if column.elements is not None:
+                projected = projected + sql_text(", ") + column.elements + sql_text(f" AS e{j}")
     projected = projected + Piece(sql.SQL(" FROM {}").format(ident(schema, target.table))) + where
     hashed = sql_text("SELECT k, o, hashtextextended(k, 0) AS kh, ") + _hash(hashed_names) + sql_text(" AS h")
     for j in range(len(columns)):
         hashed = hashed + sql_text(f", c{j}")
+    if payload:
+        array = values[0]
+        for value in values[1:]:
+            array = array + sql_text(", ") + value
+        hashed = hashed + sql_text(", jsonb_build_array(") + array + sql_text(") AS j")
     hashed = hashed + sql_text(" FROM (") + projected + sql_text(" OFFSET 0) x OFFSET 0")
     flags = flags_sql(checks)
     if reuse_flags:
         # the duplicate-id bit is the run's own (`_mark_duplicates`): another item may hold the id now
         flags = sql_text(f"CASE WHEN p.h = s.h THEN p.f & {~DUPLICATE_BIT} ELSE ") + flags + sql_text(" END")
-    names = "k, kh, h, f, o, d" + (", i" if id_at is not None else "") + ", fv, v, w"
+    names = "k, kh, h, f, o, d" + (", i" if id_at is not None else "") + ", fv, v, w" + (", j" if payload else "")
     select = sql_text("SELECT s.k, s.kh, s.h, ") + flags + sql_text(" AS f, s.o, ") + Piece(diff.state_sql(baseline))
     select = select + sql_text(" AS d")
     if id_at is not None:
@@ -153,6 +169,8 @@ def _insert(
     select = select + sql_text(carried)
     if reuse_flags and variant_at:
         select = select + sql_text(", p.h = s.h AS pv_same, p.v AS pv")
+    if payload:
+        select = select + sql_text(", s.j")
     source = sql_text(" FROM (") + hashed + sql_text(") s")
     if baseline is not None:
         source = source + Piece(
@@ -166,6 +184,8 @@ def _insert(
         outer += f"CASE WHEN pv_same THEN pv ELSE {_variant_hash(variant_at)} END, CASE WHEN NOT pv_same THEN pv END"
     else:
         outer += _variant_hash(variant_at) + ", NULL::bigint"
+    if payload:
+        outer += ", j"
     inner = select + source + sql_text(" OFFSET 0")
     insert = Piece(sql.SQL("INSERT INTO {} (" + names + ") ").format(ident(schema, run_table)))
     return insert + sql_text(outer + " FROM (") + inner + sql_text(") q")
@@ -330,6 +350,7 @@ def measure(engine: Engine, schema: SchemaService, target: Target, export: Expor
             with_id=id_at is not None,
             checks=f"{checked} {label(target.run_id, checks)}" if checked is not None else None,
             conn=conn,
+            with_payload=export.sync is not None,
         )
         table = ident(company, run_table)
         reuse = checked is not None and baseline is not None and baseline.checks == checked
@@ -343,7 +364,18 @@ def measure(engine: Engine, schema: SchemaService, target: Target, export: Expor
         structured = export.format in ("json", "jsonl", "google-xml")
         checked_at = {c.attribute: at[c.attribute] for c in checks if c.attribute in at}
         statement = _insert(
-            target, run_table, columns, where, checks, id_at, baseline, reuse, structured, checked_at, variant_at
+            target,
+            run_table,
+            columns,
+            where,
+            checks,
+            id_at,
+            baseline,
+            reuse,
+            structured,
+            checked_at,
+            variant_at,
+            payload=export.sync is not None,
         )
         cur.execute(render(statement, cur))
         rows = int(cur.rowcount)
@@ -369,6 +401,11 @@ def measure(engine: Engine, schema: SchemaService, target: Target, export: Expor
             if same is not None:
                 found.append(same)
             diagnostics = summary(found, ch) | {"items": rows, "invalid": invalid}
+        if export.sync is not None and export.invalid_items == "exclude" and ch is not None:
+            # The items the file leaves out (C3) are not sent either: no payload, so the sync plans none.
+            cur.execute(
+                sql.SQL("UPDATE {} SET j = NULL WHERE (f & {}) <> 0").format(table, sql.Literal(error_mask(checks)))
+            )
         capped = capped_values(cur, export, columns, ident(company, target.table), where)
         if capped:
             diagnostics = (diagnostics or {}) | summary([*(diagnostics or {}).get("findings", []), *capped], ch)

@@ -587,7 +587,15 @@ class SchemaService:
 
     # -- export diff tables (feed quality, #9) ----------------------------
     def create_export_tmp(
-        self, company: str, run_id: str, index: int, *, with_id: bool, checks: str | None = None, conn: Any = None
+        self,
+        company: str,
+        run_id: str,
+        index: int,
+        *,
+        with_id: bool,
+        checks: str | None = None,
+        conn: Any = None,
+        with_payload: bool = False,
     ) -> str:
         """The table one export of a run fills with its diff and check rows (`quality` names the columns).
 
@@ -596,6 +604,7 @@ class SchemaService:
         run reuses an unchanged item's flags only when its checks are the same.
         After the fingerprint, the comment may carry a JSON document (`quality.label`):
         what each flag bit means, so the findings list can read the table alone.
+        `with_payload` adds `j`, the item's output values, for an export with `sync` (only those pay for it).
         Dropped by `drop_export_tmp_for_run` when the run ends, or renamed into the
         published one by `promote_export_keys`; a crashed run's is the janitor's.
 
@@ -619,6 +628,10 @@ class SchemaService:
         # A flagged item's checked values, for the findings list (#49), its variant hash (`variants`) and, for
         # a changed item, its published one (the group it left is judged again).
         cols += [sql.SQL("fv text[]"), sql.SQL("v bigint"), sql.SQL("w bigint")]
+        if with_payload:
+            # SPEC 10 C9: an export with `sync` keeps each item's output values, what the sync engine sends
+            # (firefeed/sync): a JSON array in the export's column order, NULL for an item the file leaves out.
+            cols.append(sql.SQL("j jsonb"))
         with _connection(self.engine, conn) as c, c.cursor() as cur:
             cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(schema, table)))
             cur.execute(sql.SQL("CREATE TABLE {} ({})").format(ident(schema, table), sql.SQL(", ").join(cols)))
