@@ -50,6 +50,7 @@ class JobKind(StrEnum):
     RULES_CHUNK = "rules_chunk"  # one slice of one rule pass
     EXPORT = "export"  # one export, written beside its published name
     DELIVER = "deliver"  # one published export handed to one delivery target (SPEC 10 C7)
+    SYNC = "sync"  # one published export's changes sent to its channel's API (SPEC 10 C9-C10)
 
     @property
     def step(self) -> Step:
@@ -64,6 +65,7 @@ _STEP_OF = {
     JobKind.RULES_CHUNK: Step.RULES,
     JobKind.EXPORT: Step.EXPORT,
     JobKind.DELIVER: Step.EXPORT,  # after the publish, on EXPORT's line of the timeline
+    JobKind.SYNC: Step.EXPORT,  # after the publish and the deliveries, on EXPORT's line too
 }
 
 
@@ -188,7 +190,23 @@ class DeliverParams:
         return cls(int(doc["export"]), int(doc["target"]), str(doc["key"]))
 
 
-JobParams = MergeParams | RulesParams | RulesChunkParams | ExportParams | DeliverParams
+@dataclass(frozen=True)
+class SyncParams:
+    """Which export's published items go to its channel: its place in the run's spec, and the run's fields
+    (from which the export's output columns, the names of the values in its payloads, are derived)."""
+
+    export: int
+    fields: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"export": self.export, "fields": self.fields}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> SyncParams:
+        return cls(int(doc["export"]), [str(f) for f in doc["fields"]])
+
+
+JobParams = MergeParams | RulesParams | RulesChunkParams | ExportParams | DeliverParams | SyncParams
 """A source job takes no params: its `idx` is the source's place in the spec."""
 
 
@@ -398,6 +416,64 @@ class ExportResult:
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> ExportResult:
         return cls(doc)
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    """One sync's outcome (SPEC 10 C10). A failed sync is a job that succeeded: the run does not fail for it.
+
+    `report()` is the RunReport's `exports[i].sync`; `error` (the channel refused the sync itself, or it
+    could not start) is the `sync_failed` warning's text, and never holds a secret.
+    """
+
+    export: str
+    to: str
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    failed: int = 0
+    pending: int = 0
+    errors: list[dict[str, str]] = field(default_factory=list)
+    channel_issues: dict[str, Any] | None = None
+    error: str | None = None
+    requests: int = 0
+    seconds: float = 0.0
+
+    def report(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "to": self.to,
+            "inserted": self.inserted,
+            "updated": self.updated,
+            "deleted": self.deleted,
+            "failed": self.failed,
+            "pending": self.pending,
+            "errors": self.errors,
+        }
+        if self.channel_issues is not None:
+            doc["channel_issues"] = self.channel_issues
+        if self.error is not None:
+            doc["error"] = self.error
+        return doc
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.report(), "export": self.export, "requests": self.requests, "seconds": self.seconds}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> SyncResult:
+        return cls(
+            export=doc["export"],
+            to=doc["to"],
+            inserted=int(doc.get("inserted", 0)),
+            updated=int(doc.get("updated", 0)),
+            deleted=int(doc.get("deleted", 0)),
+            failed=int(doc.get("failed", 0)),
+            pending=int(doc.get("pending", 0)),
+            errors=list(doc.get("errors", [])),
+            channel_issues=doc.get("channel_issues"),
+            error=doc.get("error"),
+            requests=int(doc.get("requests", 0)),
+            seconds=float(doc.get("seconds", 0.0)),
+        )
 
 
 # -- the job rows ----------------------------------------------------------------------
