@@ -194,6 +194,18 @@ class NotFoundError(FireFeedError):
     code = "not_found"
 
 
+class PayloadTooLargeError(FireFeedError):
+    """A request body is larger than the route takes (its bound is named in the message)."""
+
+    code = "payload_too_large"
+
+
+class LookupNotInlineError(FireFeedError):
+    """Rows can be added only to a lookup whose rows are in the spec (`rows:`), not one read from a URL."""
+
+    code = "lookup_not_inline"
+
+
 class PipelineBusyError(FireFeedError):
     """The project already has a run in progress."""
 

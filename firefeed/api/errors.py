@@ -26,8 +26,10 @@ from firefeed.errors import (
     FetchError,
     FireFeedError,
     InvalidSourceRequestError,
+    LookupNotInlineError,
     MergeError,
     NotFoundError,
+    PayloadTooLargeError,
     PipelineBusyError,
     PreviewRefusedError,
     PreviewsBusyError,
@@ -55,6 +57,9 @@ STATUS: tuple[tuple[type[FireFeedError], int], ...] = (
     # The company holds as much as one may (secrets, spec versions): deleting something resolves it.
     (CompanyLimitError, 409),
     (NotFoundError, 404),
+    (PayloadTooLargeError, 413),
+    # Rows go only into a lookup the spec holds; a url lookup's rows are its file's.
+    (LookupNotInlineError, 409),
     (PipelineBusyError, 409),
     (RunCancelledError, 409),
     (SpecError, 422),
