@@ -4,7 +4,9 @@
 jobs (SPEC 1). `control` carries the short tasks that must be answered while
 every pipeline slot drives a run: the trigger by task name (busy "at once",
 SPEC 1), beat's schedule tick and the maintenance tasks (the janitor that finds
-lost runs must not wait behind a run). Its worker also takes Celery's default
+lost runs must not wait behind a run). `sync` carries the sync jobs (SPEC 10 C9-C10):
+paced by a channel's quota, a sync may send for many minutes, and must not hold an
+export slot that another run's file is waiting for. Its worker also takes Celery's default
 queue, where a client that names no queue sends.
 """
 
@@ -20,6 +22,7 @@ class Queue(StrEnum):
     RULES = "rules"
     EXPORT = "export"
     CONTROL = "control"
+    SYNC = "sync"  # an export's changes to a channel's API (SPEC 10 C9-C10): minutes at a channel's pace
 
 
 ALL_QUEUES = tuple(q.value for q in Queue)
