@@ -16,4 +16,5 @@ TASK_FOR_KIND: dict[JobKind, tuple[str, Queue]] = {
     JobKind.RULES_CHUNK: ("firefeed.rules.chunk", Queue.RULES),
     JobKind.EXPORT: ("firefeed.export.write", Queue.EXPORT),
     JobKind.DELIVER: ("firefeed.export.deliver", Queue.EXPORT),
+    JobKind.SYNC: ("firefeed.sync.send", Queue.SYNC),
 }
