@@ -52,5 +52,11 @@ def deliver(job_id: int) -> None:
     _run(job_id)
 
 
+@app.task(name="firefeed.sync.send", **STEP_TASK)
+def sync(job_id: int) -> None:
+    """Send one published export's changes to its channel's API, from its ledger (SPEC 10 C9-C10)."""
+    _run(job_id)
+
+
 #: the step tasks, whose one argument is a job row's id (their log lines carry its run: tasks/signals.py)
-STEP_TASK_NAMES = frozenset(t.name for t in (source, merge, apply, chunk, write, deliver))
+STEP_TASK_NAMES = frozenset(t.name for t in (source, merge, apply, chunk, write, deliver, sync))
