@@ -53,6 +53,7 @@ task_routes = {
     "firefeed.import.*": {"queue": Queue.IMPORT.value},
     "firefeed.rules.*": {"queue": Queue.RULES.value},
     "firefeed.export.*": {"queue": Queue.EXPORT.value},
+    "firefeed.sync.*": {"queue": Queue.SYNC.value},  # SPEC 10 C9-C10: paced by a channel, never in an export slot
     "firefeed.maintenance.*": {"queue": Queue.CONTROL.value},
     "firefeed.schedules.*": {"queue": Queue.CONTROL.value},  # beat (#5)
     "firefeed.alerts.*": {"queue": Queue.CONTROL.value},  # alerts (SPEC 10 C8): never behind a run
