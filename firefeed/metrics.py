@@ -461,11 +461,12 @@ def mark_process_dead(pid: int) -> None:
         multiprocess.mark_process_dead(pid, path)
 
 
-QUEUE_PORT_OFFSET = {"pipeline": 0, "import": 1, "rules": 2, "export": 3, "control": 4}
+QUEUE_PORT_OFFSET = {"pipeline": 0, "import": 1, "rules": 2, "export": 3, "control": 4, "sync": 5}
 
 
 def worker_port(base: int, queues: Sequence[str]) -> int:
-    """The metrics port of a worker: the base for `pipeline`, +1 `import`, +2 `rules`, +3 `export`, +4 `control`.
+    """The metrics port of a worker: the base for `pipeline`, +1 `import`, +2 `rules`, +3 `export`, +4 `control`,
+    +5 `sync`.
 
     One worker per queue per machine (what `firefeed worker` starts) gets
     distinct ports without configuration; a worker of several queues uses the
