@@ -1,7 +1,7 @@
-"""The one module that reads the four concurrency variables (SPEC section 1), and sizes the worker pools.
+"""The one module that reads the concurrency variables (SPEC section 1), and sizes the worker pools.
 
 PIPELINE_CONCURRENCY is the runs one pipeline worker drives at once; IMPORT,
-RULES and EXPORT_CONCURRENCY are a step's jobs per such run, so a step worker's
+RULES, EXPORT and SYNC_CONCURRENCY are a step's jobs per such run, so a step worker's
 pool holds PIPELINE x that many (`Concurrency.pool_size`): the pool slots are
 then exactly what the connection budget `connections_needed` counts.
 
@@ -26,6 +26,9 @@ DEFAULTS: dict[str, int] = {
     "IMPORT_CONCURRENCY": 2,
     "RULES_CONCURRENCY": 2,
     "EXPORT_CONCURRENCY": 2,
+    # SPEC 10 C9-C10: sync jobs (one per export with `sync`) per run. One: a channel's quota is per
+    # account and one sync per account runs at a time anyway; its requests go out on threads within it.
+    "SYNC_CONCURRENCY": 1,
 }
 #: The control worker's pool (not a variable): the trigger, beat's tick and maintenance are short
 #: statements; two slots let a trigger be answered while a maintenance task runs.
@@ -38,6 +41,7 @@ class Concurrency:
     import_: int
     rules: int
     export: int
+    sync: int = 1  # a sync slot holds one connection: its ledger statements and its account's lock
 
     def for_queue(self, queue: str) -> int:
         return {
@@ -45,6 +49,7 @@ class Concurrency:
             "import": self.import_,
             "rules": self.rules,
             "export": self.export,
+            "sync": self.sync,
         }[queue]
 
     def pool_size(self, queue: str) -> int:
@@ -66,8 +71,8 @@ class Concurrency:
         return self.pipeline * self.for_queue(queue)
 
     def connections_needed(self, web_pool: int) -> int:
-        """Postgres connections the fleet may hold: PIPELINE x (IMPORT + RULES + EXPORT) + web pool."""
-        return self.pipeline * (self.import_ + self.rules + self.export) + web_pool
+        """Postgres connections the fleet may hold: PIPELINE x (IMPORT + RULES + EXPORT + SYNC) + web pool."""
+        return self.pipeline * (self.import_ + self.rules + self.export + self.sync) + web_pool
 
 
 def _dotenv(path: Path = Path(".env")) -> dict[str, str]:
@@ -96,7 +101,7 @@ def _parse(name: str, raw: str | None) -> int:
 
 
 def load_concurrency(environ: dict[str, str] | None = None) -> Concurrency:
-    """Read the four variables (environment first, then `.env`, then the defaults)."""
+    """Read the variables (environment first, then `.env`, then the defaults)."""
     env = dict(os.environ) if environ is None else environ
     fallback = _dotenv() if environ is None else {}
     values = {name: _parse(name, env.get(name, fallback.get(name))) for name in DEFAULTS}
@@ -105,4 +110,5 @@ def load_concurrency(environ: dict[str, str] | None = None) -> Concurrency:
         import_=values["IMPORT_CONCURRENCY"],
         rules=values["RULES_CONCURRENCY"],
         export=values["EXPORT_CONCURRENCY"],
+        sync=values["SYNC_CONCURRENCY"],
     )
