@@ -76,7 +76,7 @@ def budget_fix(pipeline: int, per_run: int, web_pool: int, usable: int) -> str:
     if fits >= 1 and pipeline > fits:
         return f"lower PIPELINE_CONCURRENCY from {pipeline} to {fits}, {raise_it}"
     return (
-        f"lower IMPORT_CONCURRENCY + RULES_CONCURRENCY + EXPORT_CONCURRENCY (now {per_run}) or "
+        f"lower IMPORT_CONCURRENCY + RULES_CONCURRENCY + EXPORT_CONCURRENCY + SYNC_CONCURRENCY (now {per_run}) or "
         f"FIREFEED_WEB_POOL_SIZE (now {web_pool}) so that the budget fits in {usable}, {raise_it}"
     )
 
@@ -155,9 +155,9 @@ def _check_budget(report: Report, settings: Any, engine: Any) -> None:
         report.fail("concurrency", str(err), "set the variable to a whole number >= 1 in the environment or .env")
         return
     web = settings.web_pool_size
-    per_run = c.import_ + c.rules + c.export
+    per_run = c.import_ + c.rules + c.export + c.sync
     needed = c.connections_needed(web)
-    formula = f"PIPELINE {c.pipeline} x (IMPORT {c.import_} + RULES {c.rules} + EXPORT {c.export})"
+    formula = f"PIPELINE {c.pipeline} x (IMPORT {c.import_} + RULES {c.rules} + EXPORT {c.export} + SYNC {c.sync})"
     formula += f" + web pool {web} = {needed}"
     if engine is None:
         report.info("connections", f"{formula} (max_connections unknown: no database)")

@@ -32,4 +32,4 @@ def test_the_connection_budget_is_pipeline_times_steps_plus_web_pool() -> None:
     c = load_concurrency(
         {"PIPELINE_CONCURRENCY": "2", "IMPORT_CONCURRENCY": "3", "RULES_CONCURRENCY": "4", "EXPORT_CONCURRENCY": "5"}
     )
-    assert c.connections_needed(web_pool=7) == 2 * (3 + 4 + 5) + 7
+    assert c.connections_needed(web_pool=7) == 2 * (3 + 4 + 5 + 1) + 7  # SYNC_CONCURRENCY 1 by default

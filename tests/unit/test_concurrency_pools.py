@@ -19,14 +19,15 @@ def test_a_step_pool_holds_its_value_for_every_run_the_pipeline_worker_drives() 
 
 def test_the_defaults_keep_the_pools_of_one_run() -> None:
     c = load_concurrency({})
-    assert {q: c.pool_size(q) for q in ("pipeline", "import", "rules", "export")} == {
+    assert {q: c.pool_size(q) for q in ("pipeline", "import", "rules", "export", "sync")} == {
         "pipeline": 1,
         "import": 2,
         "rules": 2,
         "export": 2,
+        "sync": 1,
     }
 
 
 def test_the_step_pools_are_the_slots_the_connection_budget_counts() -> None:
     c = load_concurrency(ENV)
-    assert sum(c.pool_size(q) for q in ("import", "rules", "export")) == c.connections_needed(web_pool=0)
+    assert sum(c.pool_size(q) for q in ("import", "rules", "export", "sync")) == c.connections_needed(web_pool=0)
