@@ -201,6 +201,11 @@ def checked_keys_table(project: str, export: str) -> str:
     return _bounded("export_checked_", f"{check_project_id(project)}_{_digest(export, 8)}")
 
 
+def sync_ledger_table(project: str, export: str) -> str:
+    """An export's sync ledger (SPEC 10 C10): each item's last operation sent to its channel and the answer."""
+    return _bounded("sync_ledger_", f"{check_project_id(project)}_{_digest(export, 8)}")
+
+
 def tmp_table_number(table: str) -> int | None:
     """The number at the end of a `rules_tmp_*` / `export_tmp_*` name (a pass, a part, an export); None for
     a groups table and any other name."""

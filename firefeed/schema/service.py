@@ -652,6 +652,38 @@ class SchemaService:
                 dropped += 1
         return dropped
 
+    def create_sync_ledger(self, company: str, table: str, conn: Any = None) -> None:
+        """An export's sync ledger (SPEC 10 C10, firefeed/sync/ledger.py), if it is not there yet.
+
+        LOGGED: it is the memory of what the channel holds; a crash must not make FireFeed forget it.
+        `op`/`status` are text checked by the table, so a reader of a row never meets another word.
+        """
+        schema = company_schema(company)
+        with _connection(self.engine, conn) as c, c.cursor() as cur:
+            cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident(schema)))
+            cur.execute(
+                sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {} ("
+                    "k text PRIMARY KEY, kh bigint, h bigint, "
+                    "op text NOT NULL CHECK (op IN ('insert', 'delete')), "
+                    "kind text NOT NULL CHECK (kind IN ('new', 'changed', 'resend', 'repair', 'delete')), "
+                    "status text NOT NULL CHECK (status IN ('pending', 'sending', 'acked', 'failed')), "
+                    "attempts integer NOT NULL DEFAULT 0, code text, message text, "
+                    "planned_at timestamptz NOT NULL DEFAULT now(), sent_at timestamptz, acked_at timestamptz, "
+                    "inserted_at timestamptz, issues jsonb, issues_at timestamptz)"
+                ).format(ident(schema, table))
+            )
+            cur.execute(
+                sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (status) WHERE status IN ('pending', 'sending')").format(
+                    ident(table[:55] + "_todo"), ident(schema, table)
+                )
+            )
+
+    def drop_sync_ledger(self, company: str, table: str) -> None:
+        """Forget what a channel holds (the export's sync now points at another account or catalog)."""
+        with raw_connection(self.engine) as conn, conn.cursor() as cur:
+            cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(company_schema(company), table)))
+
     def promote_export_keys(self, company: str, renames: Sequence[tuple[str, str]], drop: Sequence[str] = ()) -> None:
         """Make each run table (first) the published one (second), all in one transaction; drop `drop`.
 
