@@ -300,6 +300,25 @@ class DeliveredFile(Base):
     delivered_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
+class SyncState(Base):
+    """An export's channel API sync (SPEC 10 C9-C10, firefeed/sync): the account its ledger belongs to, the
+    export's output columns (the names of each payload's values), and the last sync's outcome and time.
+    The ledger itself is a table per export in the company's schema (`sync_ledger_table`)."""
+
+    __tablename__ = "sync_state"
+
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True)
+    export_name: Mapped[str] = mapped_column(Text, primary_key=True)
+    target: Mapped[str] = mapped_column(Text)  # google-merchant | meta-catalog
+    account: Mapped[str] = mapped_column(Text)  # `google-merchant:<account>/<data source>`, `meta-catalog:<catalog>`
+    columns: Mapped[list[str]] = mapped_column(JSONB)
+    run_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True), nullable=True)
+    last_sync_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    last_result: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
+    listed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    channel_issues: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
+
+
 class AlertDelivery(Base):
     """One alert a run's end (or a delivery) recorded, and the attempts to POST it (SPEC 10 C8, firefeed/alerts).
 
