@@ -167,6 +167,20 @@ class Settings(BaseSettings):
     alert_backoff_s: float = Field(default=10.0, gt=0)
     alert_backoff_max_s: float = Field(default=600.0, gt=0)
     alert_batch_wait_s: float = Field(default=30.0, ge=0)
+    # channel API sync (SPEC 10 C9-C10, #51, firefeed/sync): the channels' base URLs (tests point them at local
+    # stand-ins; the fetcher's host rules apply to any other than these defaults), Google's request budget per
+    # minute (the account's Merchant API quota; the sender keeps 3% under it), the threads sending Google's
+    # one-product requests, how long one sync may send before it leaves the rest pending, how often a sync
+    # reads the channel's item statuses, after how many days an unchanged item is sent again (Google expires a
+    # product 30 days after its last update), and how often one item is tried on a transient failure.
+    google_merchant_url: str = "https://merchantapi.googleapis.com"
+    meta_graph_url: str = "https://graph.facebook.com"
+    google_merchant_requests_per_minute: int = Field(default=3000, ge=1)
+    sync_threads: int = Field(default=8, ge=1, le=64)
+    sync_max_s: float = Field(default=900.0, gt=0)
+    sync_status_every_s: float = Field(default=3600.0, ge=0)
+    sync_resend_days: float = Field(default=25.0, gt=0, le=29)
+    sync_max_attempts: int = Field(default=5, ge=1)
 
     @field_validator(
         "database_url",
