@@ -1,0 +1,282 @@
+"""The web workspace's API (#53): the spec as text, validation at lines, versions and restore, downloads,
+and the same 404 for another company on every route.
+
+One real API (uvicorn in a thread) and one export folder for the module; one project is run once through
+`firefeed run` and shared by the tests that read what it published.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from firefeed.config import reset_settings
+from tests.integration.conftest import cli, new_company, write_csv
+
+pytestmark = pytest.mark.integration
+
+HOSTILE = "<img src=x onerror=alert(1)>\u202e"
+
+
+@pytest.fixture(scope="module")
+def env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    root = tmp_path_factory.mktemp("workspace")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FIREFEED_EXPORT_DIR", str(root / "exports"))
+        mp.setenv("FIREFEED_DATA_DIR", str(root / "var"))
+        mp.setenv("FIREFEED_LOCAL_SOURCES_ROOT", str(root / "sources"))
+        mp.delenv("FIREFEED_STORAGE_URL", raising=False)
+        mp.delenv("FIREFEED_PUBLIC_URL", raising=False)
+        reset_settings()
+        yield root
+    reset_settings()
+
+
+@pytest.fixture(scope="module")
+def api(env: Path) -> Iterator[str]:
+    from firefeed.api.app import create_app
+    from firefeed.api.serve import ServerThread
+
+    with ServerThread(create_app()) as url:
+        yield url
+
+
+@pytest.fixture()
+def http(api: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=api, timeout=30, headers={"Accept-Encoding": "identity"}) as client:
+        yield client
+
+
+def spec_doc(company: str, project: str, folder: Path) -> dict[str, Any]:
+    return {
+        "company": company,
+        "project": project,
+        "name": HOSTILE,
+        "sources": [{"name": "main", "url": str(folder / "main.csv")}],
+        "rules": [
+            {
+                "name": HOSTILE,
+                "when": {"field": "quantity", "op": "lte", "value": "0"},
+                "then": [{"set": "availability", "value": "out of stock"}],
+            },
+            {"name": "vat", "then": [{"math": "price", "op": "multiply", "value": "1.22", "round": "2"}]},
+        ],
+        "exports": [
+            {"name": "csv", "format": "csv", "path": "feed.csv", "fields": {"title": "title", "id": "id", "p": "price"}}
+        ],
+    }
+
+
+class Shop:
+    """A company with a project whose spec lives under the local sources root (so the API may apply it)."""
+
+    def __init__(self, env: Path) -> None:
+        self.company, self.auth = new_company("ws_")
+        self.project = "ws_" + uuid.uuid4().hex[:10]
+        self.folder = env / "sources" / self.company
+        self.folder.mkdir(parents=True)
+        write_csv(
+            self.folder / "main.csv",
+            ["id", "title", "price", "quantity", "availability"],
+            [["A1", HOSTILE, "10.00", "0", "in stock"], ["A2", "Boot", "20.00", "4", "in stock"]],
+        )
+        self.doc = spec_doc(self.company, self.project, self.folder)
+
+    def put(self, http: httpx.Client, doc: dict[str, Any] | None = None) -> httpx.Response:
+        return http.put(f"/api/projects/{self.project}", headers=self.auth, content=json.dumps(doc or self.doc))
+
+    def run(self) -> None:
+        spec = self.folder / "spec.yaml"
+        spec.write_text(yaml.safe_dump(self.doc, sort_keys=False))
+        code, out = cli("run", str(spec), "--json")
+        assert code == 0, out
+
+
+@pytest.fixture(scope="module")
+def shop(env: Path, api: str) -> Shop:
+    """The shared project: applied over the API, then run once (which applies it again from its file)."""
+    s = Shop(env)
+    with httpx.Client(base_url=api, timeout=30) as http:
+        assert s.put(http).status_code == 201
+    s.run()
+    return s
+
+
+def test_the_spec_comes_back_as_yaml_in_the_documents_key_order_and_names_as_json_text(
+    http: httpx.Client, shop: Shop
+) -> None:
+    r = http.get(f"/api/projects/{shop.project}/spec", headers=shop.auth)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"] == "application/json"
+    body = r.json()
+    assert body["project"] == shop.project
+    assert isinstance(body["version"], int)
+    assert body["spec"]["rules"][0]["name"] == HOSTILE
+    assert body["applied_at"]
+    again = yaml.load(body["yaml"], Loader=yaml.BaseLoader)
+    assert again == body["spec"]
+    # the export's fields in the order the merchant wrote them, not sorted
+    assert list(again["exports"][0]["fields"]) == ["title", "id", "p"]
+    assert body["yaml"].index("company:") < body["yaml"].index("sources:") < body["yaml"].index("exports:")
+
+
+def test_a_valid_draft_is_ok_and_nothing_is_stored(http: httpx.Client, shop: Shop) -> None:
+    before = http.get(f"/api/projects/{shop.project}/versions", headers=shop.auth).json()
+    draft = dict(shop.doc, name="changed but only validated")
+    r = http.post(f"/api/projects/{shop.project}/validate", headers=shop.auth, content=yaml.safe_dump(draft))
+    assert r.status_code == 200, r.text
+    assert r.json() == {"ok": True}
+    assert http.get(f"/api/projects/{shop.project}/versions", headers=shop.auth).json() == before
+
+
+DRAFT = """\
+company: {company}
+project: {project}
+sources:
+  - name: main
+    url: {url}
+    fromat: csv
+rules:
+  - name: vat
+    then:
+      - math: price
+        op: multiply
+        value: "1.22"
+  - name: broken
+    when: {{field: price, op: biggerthan, value: "3"}}
+    then:
+      - sett: title
+        value: x
+exports:
+  - name: out
+    format: cvs
+    path: out.csv
+"""
+
+
+def test_every_error_of_a_draft_comes_back_at_its_line_and_key_with_a_suggestion(
+    http: httpx.Client, shop: Shop
+) -> None:
+    text = DRAFT.format(company=shop.company, project=shop.project, url=shop.folder / "main.csv")
+    r = http.post(f"/api/projects/{shop.project}/validate", headers=shop.auth, content=text)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["ok"] is False
+    by_path = {e["path"]: e for e in body["errors"]}
+    lines = text.splitlines()
+    assert by_path["sources[0].fromat"]["line"] == 6
+    assert lines[by_path["sources[0].fromat"]["line"] - 1].strip().startswith("fromat")
+    assert by_path["sources[0].fromat"]["suggestion"] == "did you mean 'format'?"
+    assert "did you mean" not in by_path["sources[0].fromat"]["message"]
+    assert by_path["exports[0].format"]["line"] == 20
+    assert by_path["exports[0].format"]["column"] == 5
+    assert by_path["exports[0].format"]["suggestion"] == "did you mean 'csv'?"
+    for e in body["errors"]:
+        assert set(e) == {"path", "line", "column", "message", "suggestion"}
+        assert e["line"] is not None and 1 <= e["line"] <= len(lines), e
+
+
+def test_a_draft_that_is_not_yaml_points_at_the_parsers_line(http: httpx.Client, shop: Shop) -> None:
+    text = f"company: {shop.company}\nproject: {shop.project}\nsources: [\n  - name: main\n"
+    body = http.post(f"/api/projects/{shop.project}/validate", headers=shop.auth, content=text).json()
+    assert body["ok"] is False
+    assert body["errors"][0]["path"] == ""
+    assert body["errors"][0]["line"] is not None
+
+
+def test_a_draft_over_the_size_cap_is_413_and_a_new_project_may_be_validated(
+    http: httpx.Client, shop: Shop, env: Path
+) -> None:
+    big = "# " + "x" * (1024**2 + 10)
+    r = http.post(f"/api/projects/{shop.project}/validate", headers=shop.auth, content=big)
+    assert r.status_code == 413
+    assert r.json()["error"] == "payload_too_large"
+    fresh = "new_" + uuid.uuid4().hex[:8]
+    doc = spec_doc(shop.company, fresh, shop.folder)
+    r = http.post(f"/api/projects/{fresh}/validate", headers=shop.auth, content=json.dumps(doc))
+    assert r.json() == {"ok": True}
+    r = http.post(f"/api/projects/{fresh}/validate", headers=shop.auth, content=json.dumps(dict(doc, company="other")))
+    assert r.json()["errors"][0]["path"] == "company"
+
+
+def test_versions_list_newest_first_and_an_older_one_is_restored_through_the_apply(
+    http: httpx.Client, env: Path
+) -> None:
+    s = Shop(env)
+    assert s.put(http).status_code == 201
+    first = http.get(f"/api/projects/{s.project}/spec", headers=s.auth).json()
+    s.doc["rules"][1]["then"][0]["value"] = "1.10"
+    assert s.put(http).status_code == 200
+    listed = http.get(f"/api/projects/{s.project}/versions", headers=s.auth).json()["versions"]
+    assert [v["current"] for v in listed] == [True, False]
+    assert listed[1]["version"] == first["version"]
+    assert all(v["bytes"] > 0 and v["runs"] == 0 and v["created_at"] for v in listed)
+
+    old = http.get(f"/api/projects/{s.project}/versions/{first['version']}", headers=s.auth).json()
+    assert old["version"] == first["version"]
+    assert yaml.load(old["yaml"], Loader=yaml.BaseLoader)["rules"][1]["then"][0]["value"] == "1.22"
+
+    r = http.post(f"/api/projects/{s.project}/versions/{first['version']}/restore", headers=s.auth)
+    assert r.status_code == 200, r.text
+    assert r.json()["project"] == s.project and r.json()["created"] is False
+    now = http.get(f"/api/projects/{s.project}/spec", headers=s.auth).json()
+    assert now["spec"]["rules"][1]["then"][0]["value"] == "1.22"
+    # the same document: the same version is current again
+    assert now["version"] == first["version"]
+    assert http.get(f"/api/projects/{s.project}/versions/999999999", headers=s.auth).status_code == 404
+
+
+def test_the_published_file_downloads_as_an_attachment_of_its_type(http: httpx.Client, shop: Shop, env: Path) -> None:
+    r = http.get(f"/api/projects/{shop.project}/exports/csv/file", headers=shop.auth)
+    assert r.status_code == 200, r.text
+    assert r.content == (env / "exports" / shop.company / shop.project / "feed.csv").read_bytes()
+    assert r.headers["content-type"] == "text/csv; charset=utf-8"
+    assert r.headers["content-disposition"].startswith('attachment; filename="feed.csv"')
+    assert int(r.headers["content-length"]) == len(r.content)
+    assert r.content.splitlines()[0] == b"title,id,p"
+
+
+def test_an_export_never_published_or_unknown_is_404(http: httpx.Client, env: Path) -> None:
+    s = Shop(env)
+    assert s.put(http).status_code == 201
+    for export in ("csv", "nope"):
+        r = http.get(f"/api/projects/{s.project}/exports/{export}/file", headers=s.auth)
+        assert r.status_code == 404
+        assert r.json()["error"] == "not_found"
+
+
+ROUTES = [
+    ("GET", "/api/projects/{p}/spec"),
+    ("POST", "/api/projects/{p}/validate"),
+    ("GET", "/api/projects/{p}/versions"),
+    ("GET", "/api/projects/{p}/versions/{v}"),
+    ("POST", "/api/projects/{p}/versions/{v}/restore"),
+    ("GET", "/api/projects/{p}/exports/csv/file"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), ROUTES)
+def test_another_company_gets_the_404_of_a_missing_project_on_every_route(
+    http: httpx.Client, shop: Shop, method: str, path: str
+) -> None:
+    _, other = new_company("ws_other_")
+    version = http.get(f"/api/projects/{shop.project}/spec", headers=shop.auth).json()["version"]
+    url = path.format(p=shop.project, v=version)
+    body = json.dumps(shop.doc) if method == "POST" else None
+    theirs = http.request(method, url, headers=other, content=body)
+    nothing = "no_such_" + uuid.uuid4().hex[:5]
+    missing = http.request(method, path.format(p=nothing, v=version), headers=other)
+    assert theirs.status_code == 404, theirs.text
+    assert theirs.json()["error"] == "not_found"
+    if "validate" not in path:  # a project that does not exist yet may be validated (the page creates projects)
+        assert missing.status_code == 404
+        # word for word the answer of a project that does not exist
+        assert theirs.text.replace(shop.project, "P") == missing.text.replace(nothing, "P")
+    assert http.request(method, url, content=body).status_code == 401
