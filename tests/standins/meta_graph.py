@@ -156,6 +156,8 @@ class MetaGraphStandIn:
         calls_per_window: int | None = None,
         window_s: float = 3600.0,
         latency_s: float = 0.0,
+        final_status: str = "finished",
+        report_invalid_ids: bool = True,
     ) -> None:
         self.token = token
         self.catalog = catalog
@@ -166,6 +168,8 @@ class MetaGraphStandIn:
         self.calls_per_window = calls_per_window
         self.window_s = window_s
         self.latency_s = latency_s
+        self.final_status = final_status  # "error" or "canceled": a batch Meta gave up on
+        self.report_invalid_ids = report_invalid_ids  # False: only the sample of errors names refused items
         self.items: dict[str, dict[str, Any]] = {}  # retailer id -> fields as items_batch took them
         self.fbids: dict[str, str] = {}  # retailer id -> the Graph id of its product item
         self.item_errors: dict[str, list[dict[str, Any]]] = {}  # retailer id -> ProductItem.errors
@@ -210,18 +214,16 @@ class MetaGraphStandIn:
         self.stop()
 
     # -- what a test sets or reads -----------------------------------------------------------------
-    def fail_next(self, n: int = 1, status: int = 503) -> None:
-        """The next `n` calls answer `status` with the Graph's transient error (code 2)."""
+    def fail_next(
+        self,
+        n: int = 1,
+        status: int = 503,
+        message: str = "An unexpected error has occurred. Please retry your request later.",
+    ) -> None:
+        """The next `n` calls answer `status` with the Graph's transient error (code 2) saying `message`."""
         with self._lock:
             for _ in range(n):
-                self._faults.append(
-                    GraphError(
-                        status,
-                        2,
-                        "An unexpected error has occurred. Please retry your request later.",
-                        is_transient=True,
-                    )
-                )
+                self._faults.append(GraphError(status, 2, message, is_transient=True))
 
     def rate_limit_next(self, n: int = 1, code: int = 80014, regain_minutes: int = 1) -> None:
         """The next `n` calls are refused as over a rate limit (4 app, 17 user, 80014 catalog batch)."""
@@ -263,6 +265,8 @@ class MetaGraphStandIn:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # headers and body are two writes: without this a delayed ACK holds each answer ~40 ms
+            disable_nagle_algorithm = True
 
             def do_GET(self) -> None:
                 standin._serve(self, "GET")
@@ -450,13 +454,14 @@ class MetaGraphStandIn:
                 }
             out: dict[str, Any] = {
                 "handle": handle,
-                "status": "finished",
+                "status": self.final_status,
                 "errors": batch.errors[: self.error_sample],
                 "errors_total_count": len(batch.errors),
                 "warnings": batch.warnings[: self.error_sample],
                 "warnings_total_count": len(batch.warnings),
             }
-        if (query.get("load_ids_of_invalid_requests") or ["false"])[0].lower() in ("true", "1"):
+        asked = (query.get("load_ids_of_invalid_requests") or ["false"])[0].lower() in ("true", "1")
+        if asked and self.report_invalid_ids:
             out["ids_of_invalid_requests"] = batch.invalid_ids
         return {"data": [out]}
 
