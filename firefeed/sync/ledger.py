@@ -1,0 +1,201 @@
+"""An export's sync ledger (SPEC 10 C10): what each item's last operation was, and what the channel answered.
+
+One table per export with `sync`, in the company's schema (`sync_ledger_table`): key `k` (primary key),
+`kh`, `h` (the content hash last planned), `op` (insert / delete), `kind` (new / changed / resend /
+repair / delete: what the report counts it as), `status` (pending / sending / acked / failed),
+`attempts`, the channel's `code` and `message`, `sent_at`, `acked_at`, `inserted_at` (when the
+channel first took the item), and `issues` (its itemLevelIssues when the sync last listed it).
+
+Planning is a few set statements against the export's published table (no item goes through
+Python): an insert for a key that is new, whose hash changed, or acked longer ago than the resend
+age; a delete for a key the export no longer sends. Sending claims a block of pending rows as
+`sending` and commits that before any request leaves; the answers turn them `acked` or `failed`.
+So a killed worker leaves only its in-flight rows `sending`, and the next sync (holding the
+account's lock, so no other sync is sending them) sends exactly the rows not acked.
+
+Every statement is in queries.sql; this module only fills in the two table names and binds values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg2 import sql
+
+from firefeed.db.sqlfile import load_queries
+from firefeed.schema.identifiers import company_schema, ident, published_keys_table, sync_ledger_table
+from firefeed.sync.channel import Op, Outcome
+
+
+def _query(name: str) -> str:
+    return load_queries("firefeed.sync")[name]
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A claimed operation: its key, op, the kind the report counts it as, and its payload (inserts)."""
+
+    key: str
+    op: Op
+    kind: str
+    attempts: int
+    values: list[Any] | None
+
+
+@dataclass
+class Tally:
+    """What the answers of one sync did, for the report."""
+
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    failed: int = 0
+
+    def add(self, op: str, kind: str, ok: bool) -> None:
+        if not ok:
+            self.failed += 1
+        elif op == Op.DELETE:
+            self.deleted += 1
+        elif kind == "new":
+            self.inserted += 1
+        else:
+            self.updated += 1
+
+
+class Ledger:
+    """The statements of one export's ledger, on the caller's psycopg2 connection (the caller commits)."""
+
+    def __init__(self, conn: Any, company: str, project: str, export: str) -> None:
+        self.conn = conn
+        self.project = project
+        self.export = export
+        self.company = company
+        self.schema = company_schema(company)
+        self.table = sync_ledger_table(project, export)
+        self.published = published_keys_table(project, export)
+        index = "sync_k_" + hashlib.sha256(self.published.encode()).hexdigest()[:24]
+        self._names = {
+            "ledger": ident(self.schema, self.table),
+            "published": ident(self.schema, self.published),
+            "index": ident(index),
+        }
+
+    def _sql(self, name: str) -> sql.Composed:
+        return sql.SQL(_query(name)).format(**self._names)
+
+    def _run(self, name: str, params: dict[str, Any] | None = None) -> Any:
+        cur = self.conn.cursor()
+        cur.execute(self._sql(name), params or {})
+        return cur
+
+    def drop(self) -> None:
+        """Forget the ledger (its sync now goes to another account, data source or catalog)."""
+        self.conn.cursor().execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self._names["ledger"]))
+
+    def has_published(self) -> bool:
+        """Whether the export has a published table (a run published it with its payloads)."""
+        cur = self.conn.cursor()
+        cur.execute(
+            "SELECT count(*) FROM information_schema.columns "
+            "WHERE table_schema = %(s)s AND table_name = %(t)s AND column_name = 'j'",
+            {"s": self.schema, "t": self.published},
+        )
+        return bool(cur.fetchone()[0])
+
+    # -- planning
+    def plan(self, *, resend_s: float) -> None:
+        """Pending inserts and deletes from the published table (one transaction with the caller's commit)."""
+        self._run("published_index")
+        self._run("plan_inserts", {"resend_s": resend_s})
+        self._run("plan_deletes")
+
+    def reset_sending(self) -> int:
+        return int(self._run("reset_sending").rowcount)
+
+    # -- sending
+    def claim(self, n: int) -> list[Claimed]:
+        rows = self._run("claim", {"n": n}).fetchall()
+        return [
+            Claimed(str(k), Op(op), str(kind), int(n), list(j) if j is not None else None) for k, op, kind, n, j in rows
+        ]
+
+    def answer(self, outcomes: Sequence[Outcome], tally: Tally) -> None:
+        """Record the channel's answers (refusals included) and count them."""
+        if not outcomes:
+            return
+        params = {
+            "keys": [o.key for o in outcomes],
+            "oks": [o.ok for o in outcomes],
+            "codes": [o.code or "" for o in outcomes],
+            "messages": [o.message or "" for o in outcomes],
+        }
+        done = self._run("answer", params).fetchall()
+        for _k, op, kind, ok in done:
+            tally.add(str(op), str(kind), bool(ok))
+        deleted = [str(k) for k, op, _kind, ok in done if ok and op == Op.DELETE]
+        if deleted:
+            self._run("drop_deleted", {"keys": deleted})
+
+    def requeue(self, keys: Sequence[str], *, uncount: bool) -> None:
+        """Back to pending (`uncount`: the try did not reach the item: a busy channel refused the whole call)."""
+        if keys:
+            self._run("requeue", {"keys": list(keys), "uncount": 1 if uncount else 0})
+
+    # -- what it holds
+    def counts(self) -> dict[str, dict[str, int]]:
+        """{op: {status: n}}."""
+        found: dict[str, dict[str, int]] = {}
+        for op, status, n in self._run("counts").fetchall():
+            found.setdefault(str(op), {})[str(status)] = int(n)
+        return found
+
+    def failed_rows(self, n: int = 20) -> list[dict[str, str]]:
+        return [
+            {"key": str(k), "op": str(op), "code": str(code or ""), "message": str(message or "")}
+            for k, op, code, message in self._run("failed_rows", {"n": n}).fetchall()
+        ]
+
+    # -- the channel's statuses
+    def store_issues(self, items: Iterable[tuple[str, list[dict[str, str]]]]) -> None:
+        batch = [{"k": k, "issues": issues} for k, issues in items]
+        if batch:
+            self._run("store_issues", {"items": json.dumps(batch)})
+
+    def clear_unlisted_issues(self, since: Any) -> None:
+        self._run("clear_unlisted_issues", {"since": since})
+
+    def issue_summary(self) -> dict[str, Any]:
+        """`channel_issues`: items with issues, how many of them FireFeed's checks flagged, counts by code."""
+        codes = {str(code): int(n) for code, n in self._run("issue_codes").fetchall()}
+        items, flagged = self._run("issue_items").fetchone()
+        return {"items": int(items or 0), "flagged_by_firefeed": int(flagged or 0), "codes": codes}
+
+    # -- repair
+    def repair_begin(self) -> None:
+        self._run("published_index")
+        self._run("repair_remote_table")
+
+    def repair_add(self, keys: Sequence[str], same: Sequence[bool]) -> None:
+        if keys:
+            self._run("repair_remote_add", {"keys": list(keys), "same": list(same)})
+
+    def payloads(self, keys: Sequence[str]) -> dict[str, list[Any]]:
+        return {str(k): list(j) for k, j in self._run("payloads", {"keys": list(keys)}).fetchall()}
+
+    def repair_plan(self, *, delete_orphans: bool, list_orphans: int = 100) -> dict[str, Any]:
+        missing, different = self._run("repair_counts").fetchone()
+        orphans = [str(r[0]) for r in self._run("repair_orphans").fetchall()]
+        resent = self._run("repair_resend").rowcount
+        if delete_orphans and orphans:
+            self._run("repair_delete_orphans")
+        return {
+            "missing": int(missing or 0),
+            "different": int(different or 0),
+            "resent": int(resent),
+            "orphans": len(orphans),
+            "orphan_keys": orphans[:list_orphans],
+        }

@@ -1,0 +1,180 @@
+-- The sync engine's statements (SPEC 10 C9-C10), as named blocks loaded by firefeed/db/sqlfile.py.
+-- A block starts with `-- name --` and a one-line description; parameters are psycopg2 `%(name)s`.
+-- `{ledger}` (the export's sync ledger) and `{published}` (its published run table: k, kh, h, f, j)
+-- are identifiers, filled in by ledger.py through psycopg2.sql and firefeed/schema/identifiers.py.
+
+-- published_index --
+-- The published table is read by key, a block of keys at a time: an index on k (dropped with the table)
+CREATE INDEX IF NOT EXISTS {index} ON {published} (k);
+
+-- plan_inserts --
+-- New items, changed ones (content hash), re-added ones and those acked longer ago than the resend age
+INSERT INTO {ledger} AS l (k, kh, h, op, kind, status, attempts, code, message, planned_at)
+SELECT p.k, p.kh, p.h, 'insert',
+       CASE WHEN o.k IS NULL OR o.inserted_at IS NULL THEN 'new'
+            WHEN o.h IS DISTINCT FROM p.h OR o.op = 'delete' THEN 'changed'
+            ELSE 'resend' END,
+       'pending', 0, NULL, NULL, now()
+  FROM {published} p
+  LEFT JOIN {ledger} o ON o.k = p.k
+ WHERE p.j IS NOT NULL
+   AND (o.k IS NULL
+        OR o.op = 'delete'
+        OR o.h IS DISTINCT FROM p.h
+        OR (o.status = 'acked' AND o.acked_at < now() - make_interval(secs => %(resend_s)s)))
+ON CONFLICT (k) DO UPDATE
+   SET kh = EXCLUDED.kh, h = EXCLUDED.h, op = 'insert', kind = EXCLUDED.kind, status = 'pending',
+       attempts = 0, code = NULL, message = NULL, planned_at = now();
+
+-- plan_deletes --
+-- Every ledger key the export no longer sends (removed, or left out as invalid) is deleted, a failed delete again
+UPDATE {ledger} l
+   SET op = 'delete', kind = 'delete', status = 'pending', attempts = 0, code = NULL, message = NULL,
+       planned_at = now()
+ WHERE (l.op <> 'delete' OR l.status = 'failed')
+   AND NOT EXISTS (SELECT 1 FROM {published} p WHERE p.k = l.k AND p.j IS NOT NULL);
+
+-- reset_sending --
+-- Rows left `sending` by a sync that died (this one holds the account's lock): they go out again
+UPDATE {ledger} SET status = 'pending' WHERE status = 'sending';
+
+-- claim --
+-- Up to n pending operations become `sending` (committed before any request leaves), with their payloads
+WITH c AS (
+    UPDATE {ledger} l
+       SET status = 'sending', attempts = l.attempts + 1, sent_at = now()
+     WHERE l.k IN (SELECT k FROM {ledger} WHERE status = 'pending' LIMIT %(n)s FOR UPDATE SKIP LOCKED)
+ RETURNING l.k, l.op, l.kind, l.attempts
+)
+SELECT c.k, c.op, c.kind, c.attempts, CASE WHEN c.op = 'insert' THEN p.j END AS j
+  FROM c LEFT JOIN {published} p ON p.k = c.k;
+
+-- answer --
+-- The channel's answers: acked or failed, with its code and message; an acked delete's row is dropped after
+UPDATE {ledger} l
+   SET status = CASE WHEN a.ok THEN 'acked' ELSE 'failed' END,
+       code = NULLIF(a.code, ''), message = NULLIF(a.message, ''),
+       acked_at = CASE WHEN a.ok THEN now() ELSE l.acked_at END,
+       inserted_at = CASE WHEN a.ok AND l.op = 'insert' THEN coalesce(l.inserted_at, now())
+                          WHEN a.ok THEN NULL ELSE l.inserted_at END
+  FROM unnest(%(keys)s::text[], %(oks)s::boolean[], %(codes)s::text[], %(messages)s::text[]) AS a(k, ok, code, message)
+ WHERE l.k = a.k AND l.status = 'sending'
+RETURNING l.k, l.op, l.kind, a.ok;
+
+-- drop_deleted --
+-- An acked delete leaves nothing to remember: the channel holds no such item
+DELETE FROM {ledger} WHERE k = ANY(%(keys)s) AND op = 'delete' AND status = 'acked';
+
+-- requeue --
+-- Operations the channel was too busy to take go back to pending; the try did not count
+UPDATE {ledger} SET status = 'pending', attempts = greatest(attempts - %(uncount)s, 0)
+ WHERE k = ANY(%(keys)s) AND status = 'sending';
+
+-- counts --
+-- The ledger by operation and status
+SELECT op, status, count(*) AS n FROM {ledger} GROUP BY op, status;
+
+-- failed_rows --
+-- The first failed operations, for `errors`
+SELECT k, op, code, message FROM {ledger} WHERE status = 'failed' ORDER BY k LIMIT %(n)s;
+
+-- store_issues --
+-- The channel's item-level issues of the items it listed ("google says"); an item it holds without issues has []
+UPDATE {ledger} l SET issues = x.issues, issues_at = now()
+  FROM jsonb_to_recordset(%(items)s::jsonb) AS x(k text, issues jsonb)
+ WHERE l.k = x.k;
+
+-- clear_unlisted_issues --
+-- Items the channel no longer lists have no issues to show
+UPDATE {ledger} SET issues = NULL, issues_at = NULL
+ WHERE issues IS NOT NULL AND issues_at < %(since)s;
+
+-- issue_codes --
+-- How many items the channel reports each issue code for
+SELECT x ->> 'code' AS code, count(DISTINCT l.k) AS n
+  FROM {ledger} l, jsonb_array_elements(l.issues) x
+ WHERE l.issues IS NOT NULL
+ GROUP BY 1 ORDER BY 2 DESC, 1;
+
+-- issue_items --
+-- Items with channel issues, and how many of those FireFeed's own checks had flagged (the export's flags)
+SELECT count(*) AS items, count(*) FILTER (WHERE p.f <> 0) AS flagged
+  FROM {ledger} l LEFT JOIN {published} p ON p.k = l.k
+ WHERE l.issues IS NOT NULL AND jsonb_array_length(l.issues) > 0;
+
+-- repair_remote_table --
+-- The keys the channel holds, and whether each matches the export, for `sync repair`
+DROP TABLE IF EXISTS pg_temp.sync_remote;
+CREATE TEMP TABLE sync_remote (k text PRIMARY KEY, same boolean NOT NULL);
+
+-- repair_remote_add --
+-- A page of the channel's keys
+INSERT INTO sync_remote (k, same)
+SELECT * FROM unnest(%(keys)s::text[], %(same)s::boolean[]) ON CONFLICT (k) DO NOTHING;
+
+-- repair_resend --
+-- Items of the export the channel lacks or holds otherwise: pending inserts again
+INSERT INTO {ledger} AS l (k, kh, h, op, kind, status, attempts, planned_at)
+SELECT p.k, p.kh, p.h, 'insert', 'repair', 'pending', 0, now()
+  FROM {published} p LEFT JOIN sync_remote r ON r.k = p.k
+ WHERE p.j IS NOT NULL AND (r.k IS NULL OR NOT r.same)
+ON CONFLICT (k) DO UPDATE
+   SET kh = EXCLUDED.kh, h = EXCLUDED.h, op = 'insert', kind = 'repair', status = 'pending', attempts = 0,
+       code = NULL, message = NULL, planned_at = now()
+RETURNING l.k;
+
+-- repair_counts --
+-- How many of the export's items the channel lacks, and how many it holds otherwise
+SELECT count(*) FILTER (WHERE r.k IS NULL) AS missing, count(*) FILTER (WHERE NOT r.same) AS different
+  FROM {published} p LEFT JOIN sync_remote r ON r.k = p.k
+ WHERE p.j IS NOT NULL;
+
+-- repair_orphans --
+-- Items the channel holds that the export does not send
+SELECT r.k FROM sync_remote r
+ WHERE NOT EXISTS (SELECT 1 FROM {published} p WHERE p.k = r.k AND p.j IS NOT NULL)
+ ORDER BY r.k;
+
+-- repair_delete_orphans --
+-- Orphans to delete (`--delete-orphans`): pending deletes in the ledger
+INSERT INTO {ledger} AS l (k, op, kind, status, attempts, planned_at)
+SELECT r.k, 'delete', 'delete', 'pending', 0, now() FROM sync_remote r
+ WHERE NOT EXISTS (SELECT 1 FROM {published} p WHERE p.k = r.k AND p.j IS NOT NULL)
+ON CONFLICT (k) DO UPDATE
+   SET op = 'delete', kind = 'delete', status = 'pending', attempts = 0, code = NULL, message = NULL,
+       planned_at = now();
+
+-- payloads --
+-- The export's payloads of some keys (repair compares them with what the channel holds)
+SELECT k, j FROM {published} WHERE k = ANY(%(keys)s) AND j IS NOT NULL;
+
+-- state_get --
+-- An export's sync state
+SELECT target, account, columns, run_id, last_sync_at, last_result, listed_at, channel_issues
+  FROM sync_state WHERE project_id = %(project)s AND export_name = %(export)s;
+
+-- state_begin --
+-- A sync starts: the account and columns it sends with (a changed account was handled by the caller)
+INSERT INTO sync_state (project_id, export_name, target, account, columns, run_id)
+VALUES (%(project)s, %(export)s, %(target)s, %(account)s, %(columns)s::jsonb, CAST(%(run_id)s AS uuid))
+ON CONFLICT (project_id, export_name) DO UPDATE
+   SET target = EXCLUDED.target, account = EXCLUDED.account, columns = EXCLUDED.columns,
+       run_id = coalesce(EXCLUDED.run_id, sync_state.run_id);
+
+-- state_end --
+-- A sync ended: its outcome and time
+UPDATE sync_state SET last_sync_at = now(), last_result = %(result)s::jsonb
+ WHERE project_id = %(project)s AND export_name = %(export)s;
+
+-- state_listed --
+-- The channel was listed: its issue summary and time
+UPDATE sync_state SET listed_at = now(), channel_issues = %(issues)s::jsonb
+ WHERE project_id = %(project)s AND export_name = %(export)s;
+
+-- account_lock --
+-- One sync per channel account at a time (the quota is the account's): a session lock on its name
+SELECT pg_try_advisory_lock(hashtextextended('firefeed-sync:' || %(account)s, 0));
+
+-- account_unlock --
+-- The account's lock, given back
+SELECT pg_advisory_unlock(hashtextextended('firefeed-sync:' || %(account)s, 0));
