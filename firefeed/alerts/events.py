@@ -101,6 +101,29 @@ def record_delivery_failed(
         return []
 
 
+def record_sync_failed(
+    run_id: str, export: str, error: str, *, settings: Settings | None = None, engine: Engine | None = None
+) -> list[int]:
+    """Record a `sync_failed` alert for an export whose channel refused its sync (SPEC 10 C9-C10), and have it
+    sent; their ids. Never raises; `error` never holds a secret (firefeed/sync masks it)."""
+    try:
+        settings = settings or get_settings()
+        engine = engine or get_engine()
+        row = outbox.run_end(engine, run_id)
+        if row is None:
+            return []
+        status, company, project, _error, alerts, _previous = row
+        if not alerts:
+            return []
+        event = AlertEvent.SYNC_FAILED
+        detail = {"step": "SYNC", "type": "SyncFailed", "message": error}
+        body = payload(event, company, project, run_id, status, detail, export, settings)
+        return _record_and_send(engine, settings, alerts, event, company, project, run_id, export, body)
+    except Exception:
+        log.warning("could not record the sync_failed alert of run %s", run_id, exc_info=True)
+        return []
+
+
 def _record_and_send(
     engine: Engine,
     settings: Settings,

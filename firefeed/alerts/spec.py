@@ -26,6 +26,7 @@ class AlertEvent(StrEnum):
     BLOCKED = "blocked"  # a run stopped by the drop guard or max_invalid (PublishBlockedError)
     DELIVERY_FAILED = "delivery_failed"  # a published file did not reach a delivery target (C7)
     RECOVERED = "recovered"  # the first SUCCEEDED run after a failed or blocked one
+    SYNC_FAILED = "sync_failed"  # a channel API refused an export's sync (C9-C10, firefeed/sync)
 
 
 #: The run error types that make a FAILED run `blocked` (firefeed/errors.py: PublishBlockedError's subclasses)
