@@ -323,6 +323,7 @@ class _Driver:
         self.keep_result(rules)
         steps.drop_unnamed_tables(ctx)
         self.deliver(entries, detail)
+        self.sync(entries, rules.fields, detail)
         return None, done
 
     def deliver(self, entries: list[dict[str, Any]], detail: dict[str, Any]) -> None:
@@ -339,6 +340,23 @@ class _Driver:
         except Exception as err:  # published already: `firefeed deliver PROJECT` sends what is left
             log.warning("the deliveries did not finish: %s", err, exc_info=not isinstance(err, FireFeedError))
             failed = [f"delivery_failed: the deliveries did not finish ({type(err).__name__}): `firefeed deliver`"]
+        if failed:
+            detail["warnings"] = [*detail.get("warnings", []), *failed]
+
+    def sync(self, entries: list[dict[str, Any]], fields: Sequence[str], detail: dict[str, Any]) -> None:
+        """SPEC 10 C9-C10: each published export with `sync` sends its changes to its channel, as sync jobs; a
+        refused sync is a `sync_failed` warning (recorded with the step), never the run's failure."""
+        from firefeed.sync import jobs as sync_jobs
+
+        try:
+            specs = sync_jobs.plan(self.ctx, [e["name"] for e in entries], fields)
+            if not specs:
+                return
+            states = self.run_jobs(JobKind.SYNC, specs)
+            failed = sync_jobs.warnings([contract.SyncResult.from_json(s.result_doc()) for s in states])
+        except Exception as err:  # published already: the next run or `firefeed sync repair` sends what is left
+            log.warning("the syncs did not finish: %s", err, exc_info=not isinstance(err, FireFeedError))
+            failed = [f"sync_failed: the syncs did not finish ({type(err).__name__}): `firefeed sync repair`"]
         if failed:
             detail["warnings"] = [*detail.get("warnings", []), *failed]
 

@@ -40,6 +40,7 @@ JobOutcome = (
     | contract.RulesResult
     | contract.ExportResult
     | contract.DeliveryResult
+    | contract.SyncResult
 )
 JobFunc = Callable[[RunContext, JobState, JobStore], JobOutcome | None]
 """A kind's work; None when the job recorded its own SUCCEEDED (in the transaction of its effect)."""
@@ -236,6 +237,12 @@ def _deliver_job(ctx: RunContext, job: JobState, jobs: JobStore) -> contract.Del
     return deliver_job(ctx, job, jobs)
 
 
+def _sync_job(ctx: RunContext, job: JobState, jobs: JobStore) -> contract.SyncResult:
+    from firefeed.sync.jobs import sync_job
+
+    return sync_job(ctx, job, jobs)
+
+
 _JOB_FUNCS: dict[JobKind, JobFunc] = {
     JobKind.SOURCE: _source_job,
     JobKind.MERGE: _merge_job,
@@ -243,4 +250,5 @@ _JOB_FUNCS: dict[JobKind, JobFunc] = {
     JobKind.RULES_CHUNK: _rules_chunk_job,
     JobKind.EXPORT: _export_job,
     JobKind.DELIVER: _deliver_job,
+    JobKind.SYNC: _sync_job,
 }
