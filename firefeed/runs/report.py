@@ -60,6 +60,12 @@ def with_deliveries(engine: Any, run_id: str, exports: list[dict[str, Any]]) -> 
     return add(engine, run_id, exports)
 
 
+def with_sync(engine: Any, run_id: str, exports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from firefeed.sync.jobs import with_sync as add
+
+    return add(engine, run_id, exports)
+
+
 def build_report(store: RunStore, run_id: str) -> dict[str, Any]:
     run = store.run(run_id)
     steps = store.steps(run_id)
@@ -114,11 +120,15 @@ def build_report(store: RunStore, run_id: str) -> dict[str, Any]:
             **({"lookups": rules["lookups"]} if rules.get("lookups") else {}),
         },
         **({"lookups": details["MERGE"]["lookups"]} if details.get("MERGE", {}).get("lookups") else {}),
-        "exports": with_deliveries(
+        "exports": with_sync(
             store.engine,
             str(run.id),
-            _with_feed_urls(
-                store, run.project_id, [_export_entry(e) for e in details.get("EXPORT", {}).get("exports", [])]
+            with_deliveries(
+                store.engine,
+                str(run.id),
+                _with_feed_urls(
+                    store, run.project_id, [_export_entry(e) for e in details.get("EXPORT", {}).get("exports", [])]
+                ),
             ),
         ),
         "warnings": [w for st in steps for w in (st.detail or {}).get("warnings", [])],
