@@ -260,19 +260,32 @@ class MetaCatalogClient:
 
     # -- the ChannelClient protocol ----------------------------------------------------------------
     def send(self, ops: Sequence[Operation]) -> list[Outcome]:
-        """One items_batch call for `ops`, polled until Meta has processed it; one outcome per operation."""
+        """One items_batch call for `ops`, polled until Meta has processed it; one outcome per operation.
+
+        More operations or bytes than one call takes is the caller's mistake (BatchTooLarge), except one item
+        too large on its own, which is that item's refusal. Should Meta still find a batch too large (its
+        code 1, "reduce the amount of data"), the batch is sent again in two halves."""
         if not ops:
             return []
         if len(ops) > MAX_BATCH:
             raise BatchTooLarge(f"{len(ops)} operations in one Meta batch; it takes at most {MAX_BATCH}")
         requests = [_request(op) for op in ops]
         body = _dumps({"item_type": "PRODUCT_ITEM", "allow_upsert": True, "requests": requests})
-        if len(body) > GRAPH_MAX_BYTES:
+        if len(body) > GRAPH_MAX_BYTES and len(ops) > 1:
             raise BatchTooLarge(
                 f"a Meta batch of {len(ops)} operations is {len(body):,} bytes; one call takes at most "
                 f"{GRAPH_MAX_BYTES:,}"
             )
-        answer = self._call("POST", "items_batch", content=body, headers={"Content-Type": "application/json"})
+        try:
+            if len(body) > GRAPH_MAX_BYTES:
+                raise BatchTooLarge(f"{len(body):,} bytes")
+            answer = self._call("POST", "items_batch", content=body, headers={"Content-Type": "application/json"})
+        except BatchTooLarge:
+            if len(ops) == 1:
+                message = f"the item is too large for one Meta call ({len(body):,} bytes as JSON)"
+                return [Outcome(key=ops[0].key, ok=False, code="too_large", message=message)]
+            half = len(ops) // 2
+            return self.send(ops[:half]) + self.send(ops[half:])
         refused = _validation_errors(answer)
         handles = [str(h) for h in answer.get("handles") or []]
         if not handles:  # Meta took nothing: what it did not name goes again

@@ -168,11 +168,26 @@ def test_more_than_the_batch_limits_is_refused_before_anything_is_sent(graph: Me
     c = client(graph)
     with pytest.raises(BatchTooLarge, match="at most 5000"):
         c.send([delete(str(i)) for i in range(MAX_BATCH + 1)])
-    huge = insert("big", description="x" * (c.limits.max_batch_bytes or 0))
-    assert operation_bytes(huge) > (c.limits.max_batch_bytes or 0)
+    half = insert("big", description="x" * (15 * 1024 * 1024))
+    assert 2 * operation_bytes(half) > (c.limits.max_batch_bytes or 0)
     with pytest.raises(BatchTooLarge, match="bytes"):
-        c.send([huge, huge])
+        c.send([half, half])
     assert graph.requests == []
+    alone = insert("alone", description="x" * (29 * 1024 * 1024))
+    (refused,) = c.send([alone])  # one item over the limit is its own refusal, never sent
+    assert refused.code == "too_large" and not refused.ok
+    assert graph.requests == []
+
+
+def test_a_batch_meta_finds_too_large_is_sent_again_in_halves() -> None:
+    with MetaGraphStandIn(token=TOKEN, catalog=CATALOG, max_bytes=3000) as graph:
+        ops = [insert(k, description="d" * 900) for k in ("a", "b", "c")] + [insert("e", description="e" * 4000)]
+        outcomes = {o.key: o for o in client(graph).send(ops)}
+        assert [k for k, o in outcomes.items() if o.ok] == ["a", "b", "c"]
+        assert outcomes["e"].code == "too_large" and not outcomes["e"].retry
+        assert set(graph.items) == {"a", "b", "c"}
+        # [a b c e] too large; [a b] taken; [c e] too large; [c] taken; [e] alone too large
+        assert [r.status for r in graph.calls("items_batch")] == [500, 200, 500, 200, 500]
 
 
 def test_rate_limits_and_server_errors_are_busy_and_take_nothing(graph: MetaGraphStandIn) -> None:
