@@ -3,9 +3,10 @@ endpoints (SPEC 10 C9-C10), with plain httpx.
 
 The issue allowed `facebook-business` or plain HTTP. Plain HTTP it is: three calls are all the sync needs
 (`POST /{catalog}/items_batch`, `GET /{catalog}/check_batch_request_status`, `GET /{catalog}/products`), and
-the SDK would bring `requests`, `pycountry`, `aiohttp` and thousands of generated classes into every worker,
-holds its token in a process-wide default API object (one token per process, where a worker syncs many
-companies' catalogs), and builds every URL with the token in its query string.
+`facebook-business` (25.0) would bring requests, aiohttp, pycountry, curlify, six and capi-param-builder and
+about 1,000 generated modules into every worker, keeps its token in a process-wide default API object unless
+each call is handed its own (a worker syncs many companies' catalogs), and sends the token as a query
+parameter of every URL (its session's `params`), where the HTTP libraries' logs and errors print it.
 
 One `send` is one items_batch call of at most 5,000 requests and 28 MB, then the handle it answers is polled
 (with backoff, for a bounded time) until Meta has processed it; the per-item errors of the finished batch
@@ -26,17 +27,16 @@ import logging
 import re
 import time
 from collections.abc import Iterator, Sequence
-from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from firefeed.errors import FireFeedError
 from firefeed.pipeline._netguard import GuardedTransport, tls_context
+from firefeed.sync._meta_fields import FIELDS, READ_FIELDS, comparable, remote_item, to_meta, unmapped_columns
 from firefeed.sync.channel import (
     ChannelBusy,
     ChannelDown,
-    Issue,
     Limits,
     Op,
     Operation,
@@ -49,6 +49,17 @@ if TYPE_CHECKING:
     from firefeed.secrets.references import Resolver
     from firefeed.spec.sync import MetaCatalogSync
 
+__all__ = [
+    "FIELDS",
+    "LIMITS",
+    "BatchTooLarge",
+    "MetaCatalogClient",
+    "client_for",
+    "comparable",
+    "operation_bytes",
+    "to_meta",
+    "unmapped_columns",
+]
 log = logging.getLogger(__name__)
 
 NAME = "meta-catalog"
@@ -64,82 +75,6 @@ LIMITS = Limits(max_batch=MAX_BATCH, max_batch_bytes=GRAPH_MAX_BYTES - 1024 * 10
 #: Products per page of the list call (the Graph caps a page; 500 keeps an answer well under a few MB).
 PAGE_SIZE = 500
 
-#: Export column (Google's feed attribute names, which Meta's catalog fields mostly share) -> items_batch field.
-#: A column not named here is not sent (Meta would refuse the batch's item for an unknown field); Google-only
-#: attributes (identifier_exists, tax, shipping_label, adult, multipack, ...) are among them.
-FIELDS: dict[str, str] = {
-    name: name
-    for name in (
-        "id",
-        "title",
-        "description",
-        "rich_text_description",
-        "short_description",
-        "availability",
-        "condition",
-        "price",
-        "sale_price",
-        "sale_price_effective_date",
-        "link",
-        "mobile_link",
-        "image_link",
-        "additional_image_link",
-        "video",
-        "brand",
-        "gtin",
-        "mpn",
-        "item_group_id",
-        "color",
-        "size",
-        "gender",
-        "age_group",
-        "material",
-        "pattern",
-        "google_product_category",
-        "fb_product_category",
-        "product_type",
-        "shipping",
-        "shipping_weight",
-        "quantity_to_sell_on_facebook",
-        "inventory",
-        "status",
-        "visibility",
-        "origin_country",
-        "expiration_date",
-        "internal_label",
-        *(f"custom_label_{i}" for i in range(5)),
-        *(f"custom_number_{i}" for i in range(5)),
-    )
-}
-#: ProductItem field (what the products edge answers) -> export column; price and sale_price are read apart.
-READ_FIELDS: dict[str, str] = {
-    "retailer_id": "id",
-    "name": "title",
-    "description": "description",
-    "availability": "availability",
-    "condition": "condition",
-    "url": "link",
-    "image_url": "image_link",
-    "additional_image_urls": "additional_image_link",
-    "brand": "brand",
-    "gtin": "gtin",
-    "manufacturer_part_number": "mpn",
-    "retailer_product_group_id": "item_group_id",
-    "color": "color",
-    "size": "size",
-    "gender": "gender",
-    "age_group": "age_group",
-    "material": "material",
-    "pattern": "pattern",
-    "category": "google_product_category",
-    "product_type": "product_type",
-    **{f"custom_label_{i}": f"custom_label_{i}" for i in range(5)},
-}
-_LIST_FIELDS = frozenset({"additional_image_link"})
-_LOWER_FIELDS = frozenset({"availability", "condition", "gender", "age_group", "visibility"})
-#: Google's availability words (underscored in its XML) in Meta's spelling.
-_AVAILABILITY = {"in_stock": "in stock", "out_of_stock": "out of stock", "backorder": "available for order"}
-_PRICE = re.compile(r"^\s*(\d+)(?:[.,](\d+))?\s+([A-Za-z]{3})\s*$")
 #: Graph error codes of a rate limit (app, user, page, custom, ads, catalog batch): wait and send again.
 _RATE_LIMIT_CODES = frozenset({4, 17, 32, 341, 613, 80004, 80014})
 #: Graph error codes of credentials or permissions: no waiting will change them.
@@ -152,60 +87,9 @@ class BatchTooLarge(FireFeedError):
     """More operations or bytes than one items_batch call takes: the engine should send fewer at a time."""
 
 
-def to_meta(key: str, item: dict[str, Any]) -> dict[str, Any]:
-    """The items_batch `data` of one export item: mapped fields only, every one present ("" when empty)."""
-    data: dict[str, Any] = {}
-    for column, value in item.items():
-        field = FIELDS.get(column)
-        if field is not None:
-            data[field] = _value(field, value)
-    data["id"] = key  # the ledger's key is the retailer id, whatever the id column says
-    return data
-
-
-def unmapped_columns(columns: Sequence[str]) -> list[str]:
-    """The export's columns a Meta catalog is not sent (for a warning at apply or in the report)."""
-    return [c for c in columns if c not in FIELDS]
-
-
-def comparable(item: dict[str, Any]) -> dict[str, Any]:
-    """An export item in the form `list_items` gives back a product (mapped fields, the same spellings), so
-    `sync repair` can compare what the ledger sent with what the catalog holds; empty fields are left out."""
-    data = to_meta(str(item.get("id", "")), item)
-    return {k: v for k, v in data.items() if v not in ("", [])}
-
-
 def operation_bytes(op: Operation) -> int:
     """What one operation adds to an items_batch body, in bytes (what `limits.max_batch_bytes` counts)."""
     return len(_dumps(_request(op)))
-
-
-def _value(field: str, value: Any) -> Any:
-    if value is None:
-        return [] if field in _LIST_FIELDS else ""
-    if field in _LIST_FIELDS:
-        values = value if isinstance(value, list) else [value]
-        return [str(v) for v in values if v not in (None, "")]
-    if isinstance(value, list):  # one value per field on Meta: product_type takes the first path
-        value = value[0] if field == "product_type" and value else ",".join(str(v) for v in value)
-    text = str(value).strip() if not isinstance(value, bool) else ("true" if value else "false")
-    if field in ("price", "sale_price"):
-        return _price(text)
-    if field in _LOWER_FIELDS:
-        text = text.lower()
-        if field == "availability":
-            text = _AVAILABILITY.get(text, text)
-    return text
-
-
-def _price(text: str) -> str:
-    """ "12,5 eur" -> "12.50 EUR" (Meta's form: a dot, two decimals, the code); anything else as it is, for
-    Meta to refuse that item with its own message."""
-    found = _PRICE.match(text)
-    if not found:
-        return text
-    amount = Decimal(f"{found.group(1)}.{found.group(2) or '0'}")
-    return f"{amount:.2f} {found.group(3).upper()}"
 
 
 def _request(op: Operation) -> dict[str, Any]:
@@ -313,11 +197,15 @@ class MetaCatalogClient:
             params = {"fields": fields, "limit": str(PAGE_SIZE), **({"after": after} if after else {})}
             answer = self._call("GET", "products", params=params)
             for product in answer.get("data") or []:
-                yield _remote(product)
+                yield remote_item(product)
             paging = answer.get("paging") or {}
             after = str((paging.get("cursors") or {}).get("after") or "")
             if not paging.get("next") or not after:
                 return
+
+    def comparable(self, item: dict[str, Any]) -> dict[str, Any]:
+        """An export item as `list_items` would give it back (for `sync repair`'s comparison)."""
+        return comparable(item)
 
     def close(self) -> None:
         self._client.close()
@@ -481,48 +369,6 @@ def _batch_errors(status: dict[str, Any], state: str, ops: Sequence[Operation]) 
         for op in ops:
             refused.setdefault(op.key, _retry("unconfirmed", f"Meta did not confirm this item ({why})"))
     return refused
-
-
-def _remote(product: dict[str, Any]) -> RemoteItem:
-    item: dict[str, Any] = {}
-    for read, column in READ_FIELDS.items():
-        value = product.get(read)
-        if value not in (None, "", []):
-            item[column] = _value(column, value) if column != "id" else str(value)
-    currency = str(product.get("currency") or "")
-    for name in ("price", "sale_price"):
-        price = _read_price(product.get(name), currency)
-        if price:
-            item[name] = price
-    issues = [
-        Issue(
-            code=str(e.get("error_type") or e.get("title") or "error"),
-            severity={"HIGH": "error", "MEDIUM": "warning", "LOW": "info"}.get(
-                str(e.get("error_priority") or "").upper(), "error"
-            ),
-            message=str(e.get("description") or e.get("title") or ""),
-        )
-        for e in product.get("errors") or []
-        if isinstance(e, dict)
-    ]
-    if not issues and str(product.get("review_status") or "").lower() == "rejected":
-        issues.append(Issue(code="rejected", severity="error", message="Meta's review rejected the item"))
-    return RemoteItem(key=str(product.get("retailer_id") or ""), item=item, issues=tuple(issues))
-
-
-def _read_price(value: Any, currency: str) -> str:
-    """A price as the Graph reads it back ("€1,234.50" with currency "EUR") as the export writes it."""
-    if value in (None, ""):
-        return ""
-    text = str(value)
-    if _PRICE.match(text):  # already "12.34 EUR"
-        return _price(text)
-    number = re.sub(r"[^\d.]", "", text.replace(",", ""))  # en_US formatting: "," groups thousands
-    try:
-        amount = Decimal(number)
-    except InvalidOperation:
-        return text
-    return f"{amount:.2f} {currency.upper()}" if currency else text
 
 
 def _regain_after(response: httpx.Response) -> float | None:
