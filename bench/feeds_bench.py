@@ -6,6 +6,9 @@ and measures:
   (a) `cat FILE > /dev/null` (page cache warm) against 4 concurrent full fetches of the feed URL (plain
       sockets read into 4 MiB buffers, one process each),
       their total throughput (target >= 0.5x of cat's), with the API's RSS sampled meanwhile (< 300 MB);
+      The same 4 fetches from a bare sendfile server (`ceiling`: accept, read the request, sendfile the file on
+      a thread per connection; no HTTP framework, no Python per byte) are measured in the same rounds: the
+      kernel's loopback TCP is what bounds both, and `fetch_vs_ceiling` says how close the API comes to it;
   (b) 200 concurrent keep-alive clients sending If-None-Match for --seconds: 304 answers per second
       (target >= 2,000/s).
 Prints the figures and writes them as JSON to bench/out/.
@@ -96,6 +99,37 @@ def _fetch(args: tuple[int, str]) -> int:
         while n := sock.recv_into(view):
             body += n
         return body
+
+
+def _bare_server(path: str, ready: Any) -> None:
+    """The ceiling's server: what any server in any language must at least do to send the file on loopback."""
+    size = os.path.getsize(path)
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(64)
+    ready.send(srv.getsockname()[1])
+
+    def serve(conn: socket.socket) -> None:
+        with conn:
+            got = b""
+            while b"\r\n\r\n" not in got:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                got += chunk
+            conn.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {size}\r\nConnection: close\r\n\r\n".encode())
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                sent = 0
+                while sent < size:
+                    sent += os.sendfile(conn.fileno(), fd, sent, min(size - sent, 8 << 20))
+            finally:
+                os.close(fd)
+
+    while True:
+        conn, _ = srv.accept()
+        threading.Thread(target=serve, args=(conn,), daemon=True).start()
 
 
 def fetch_throughput(port: int, path: str, size: int, clients: int) -> float:
@@ -231,29 +265,43 @@ def main() -> None:
 
         # cat and the fetches alternate, --repeat times: on a shared machine both see the same neighbours,
         # and the median of the rounds' ratios is the figure.
+        parent, child = multiprocessing.Pipe()
+        bare = multiprocessing.get_context("fork").Process(target=_bare_server, args=(str(path), child), daemon=True)
+        bare.start()
+        bare_port = parent.recv()
         sampler = RssSampler(api.pid)
         sampler.start()
         rounds = []
         for _ in range(args.repeat):
             round_cat = cat_throughput(path)
             round_fetched = fetch_throughput(port, url_path, size, args.fetches)
-            rounds.append((round_fetched / round_cat, round_cat, round_fetched))
-            print(f"    round: cat {round_cat / 1e6:,.0f} MB/s, fetches {round_fetched / 1e6:,.0f} MB/s", flush=True)
+            round_bare = fetch_throughput(bare_port, "/", size, args.fetches)
+            rounds.append((round_fetched / round_cat, round_cat, round_fetched, round_bare))
+            print(
+                f"    round: cat {round_cat / 1e6:,.0f} MB/s, fetches {round_fetched / 1e6:,.0f} MB/s, "
+                f"ceiling {round_bare / 1e6:,.0f} MB/s",
+                flush=True,
+            )
         peak = sampler.stop()
-        _, cat, fetched = statistics.median_low(rounds)
+        bare.terminate()
+        _, cat, fetched, ceiling = statistics.median_low(rounds)
         results |= {
             "cat_mb_s": round(cat / 1e6),
             "fetches": args.fetches,
-            "rounds": [[round(r, 2), round(c / 1e6), round(f / 1e6)] for r, c, f in rounds],
+            "rounds": [[round(r, 2), round(c / 1e6), round(f / 1e6), round(b / 1e6)] for r, c, f, b in rounds],
             "fetch_total_mb_s": round(fetched / 1e6),
             "fetch_vs_cat": round(fetched / cat, 2),
+            "ceiling_mb_s": round(ceiling / 1e6),
+            "ceiling_vs_cat": round(ceiling / cat, 2),
+            "fetch_vs_ceiling": round(fetched / ceiling, 2),
             "api_rss_idle_mib": round(idle_rss),
             "api_rss_peak_mib": round(peak),
         }
         print(
             f"(a) cat {cat / 1e6:,.0f} MB/s; {args.fetches} concurrent fetches {fetched / 1e6:,.0f} MB/s in all "
-            f"= {fetched / cat:.2f}x (target >= 0.5x); API RSS peak {peak:.0f} MiB (idle {idle_rss:.0f}; "
-            "target < 300)",
+            f"= {fetched / cat:.2f}x (target >= 0.5x); the bare sendfile ceiling {ceiling / 1e6:,.0f} MB/s "
+            f"= {ceiling / cat:.2f}x of cat, the API {fetched / ceiling:.2f}x of it; "
+            f"API RSS peak {peak:.0f} MiB (idle {idle_rss:.0f}; target < 300)",
             flush=True,
         )
 

@@ -196,6 +196,32 @@ def test_a_run_delivers_to_sftp_ftps_and_https_and_the_next_run_finds_the_target
         assert secret not in caplog.text
 
 
+def test_a_plain_ftp_target_gets_the_file_under_a_temporary_name_then_renamed(
+    transfer_env: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "ftp"
+    (root / "in").mkdir(parents=True)
+    password = "ftp-" + uuid.uuid4().hex
+    logging.getLogger("pyftpdlib").setLevel(logging.WARNING)
+    server = FTPServer(root, password, perm="elradfmw")
+    try:
+        company = company_with(FTP_PW=password)
+        project = "p_" + uuid.uuid4().hex[:10]
+        target = {"url": f"ftp://{USER}@127.0.0.1:{server.port}/in/feed.csv", "password": "${secret:FTP_PW}"}
+        caplog.set_level(logging.DEBUG)
+
+        report = run_project(tmp_path, company, project, [target], rows=4)
+
+        assert report["status"] == "SUCCEEDED", report["error"]
+        published = (transfer_env / company / project / "feed.csv").read_bytes()
+        assert [(d["status"], d["bytes"]) for d in deliveries(report)] == [("delivered", len(published))]
+        assert (root / "in" / "feed.csv").read_bytes() == published
+        assert leftovers(root / "in") == [] and server.received == 1
+        assert password not in json.dumps(report) and password not in caplog.text
+    finally:
+        server.close()
+
+
 def test_a_failed_delivery_leaves_the_run_succeeded_with_a_warning_and_an_alert_and_firefeed_deliver_retries_it(
     transfer_env: Path,
     tmp_path: Path,
