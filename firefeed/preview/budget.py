@@ -11,11 +11,14 @@ the sample, never a sample with holes. The answer's `cut` says how many items it
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TypeVar
 
 from pydantic import BaseModel
 
 from firefeed.errors import PreviewRefusedError
-from firefeed.preview.models import PreviewItem
+
+#: what a list of the answer holds: items, or an export's rows
+Entry = TypeVar("Entry", bound=BaseModel)
 
 #: what the `cut` note's words, a float's spelling and JSON's punctuation may add beyond what is measured
 _SLACK_BYTES = 512
@@ -45,9 +48,9 @@ class AnswerBudget:
         #: (what was cut, items shown, items there were), for the note
         self._cuts: list[tuple[str, int, int]] = []
 
-    def take(self, what: str, items: Iterable[PreviewItem], total: int) -> list[PreviewItem]:
+    def take(self, what: str, items: Iterable[Entry], total: int) -> list[Entry]:
         """The leading `items` that fit in what is left (none once an earlier list was cut)."""
-        kept: list[PreviewItem] = []
+        kept: list[Entry] = []
         if self.full:
             for item in items:
                 size = json_bytes(item) + 1  # and its comma

@@ -28,6 +28,10 @@ class ItemRuleEffect(BaseModel):
     changes: list[FieldChange]
 
 
+#: a cell's value: a text, or a list field's elements (SPEC 9)
+Cell = str | list[str]
+
+
 class PreviewItem(BaseModel):
     """One sample item, in feed order, and the rules it went through."""
 
@@ -35,6 +39,16 @@ class PreviewItem(BaseModel):
     source: str = Field(description="the source that brought the item: the primary, or an append source")
     excluded_by: str | None = Field(description="the rule that excluded the item, if one did")
     rules: list[ItemRuleEffect] = Field(description="every enabled rule the item reached, in order")
+    values: list[Cell] = Field(
+        default_factory=list,
+        description="the item after the rules, aligned with the answer's `fields` (an export's item: its `fields`);"
+        " an excluded item's values as the excluding rule found them",
+    )
+    origin: list[str] = Field(
+        default_factory=list,
+        description="aligned with `values`: what last set each cell, `source:<name>` or `rule:<rule name>`",
+    )
+    changed: list[int] = Field(default_factory=list, description="indexes of the cells a rule changed")
 
 
 class RuleSummary(BaseModel):
@@ -72,8 +86,34 @@ class ExportPreview(BaseModel):
     """An export's own rules (SPEC 9, channel rules) over its copy of the sample after the project's rules."""
 
     name: str
+    fields: list[str] = Field(default_factory=list, description="what its items' `values` are aligned with")
     rules: list[RuleSummary]
     items: list[PreviewItem] = Field(description="the sample items the project's rules kept, and the export's rules")
+
+
+class OutputRow(BaseModel):
+    """One row the export would write for a sample item: its cells aligned with the output's `columns`."""
+
+    key: str
+    cells: list[Cell]
+
+
+class OutputExcluded(BaseModel):
+    """A sample item the export would not write, and why: the rule that excluded it (a project rule or the
+    export's own), or `where` (the export's filter)."""
+
+    key: str
+    by: str
+
+
+class ExportOutput(BaseModel):
+    """What one export would write for the sample: its columns (its `fields` mapping, literals and
+    templates), after its `where` and its own rules, in feed order."""
+
+    export: str
+    columns: list[str]
+    rows: list[OutputRow]
+    excluded: list[OutputExcluded]
 
 
 class Preview(BaseModel):
@@ -88,6 +128,9 @@ class Preview(BaseModel):
     items: list[PreviewItem]
     exports: list[ExportPreview] = Field(
         default_factory=list, description="per export with channel rules, what its own rules do (SPEC 9)"
+    )
+    outputs: list[ExportOutput] = Field(
+        default_factory=list, description="per export (every one, in spec order), the rows it would write (#53)"
     )
     warnings: list[str] = Field(
         default_factory=list,

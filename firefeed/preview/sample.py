@@ -54,6 +54,8 @@ class SampleReader:
         self.key_from = key_from  # the source's `key_from` (SPEC 9): its rows' keys are rendered, as MERGE does
         self.lists = lists  # the source's list fields, as the inner reader stages them: key_from reads their elements
         self.kept: list[str] = []
+        #: the rows passed on, each as it was yielded (the preview's cache keeps them: preview/cache.py)
+        self.taken: list[tuple[int, list[str]]] = []
         self.rows_read = 0
 
     @property
@@ -86,7 +88,7 @@ class SampleReader:
         return self.first if self.first is not None else len(self.keys or ())
 
     def __iter__(self) -> Iterator[tuple[int, list[str]]]:
-        self.kept, self.rows_read = [], 0
+        self.kept, self.taken, self.rows_read = [], [], 0
         wanted = self._wanted()
         if wanted == 0:
             return
@@ -118,6 +120,7 @@ class SampleReader:
                     continue
                 seen.add(key)
                 self.kept.append(key)
+                self.taken.append((line, list(values)))
                 yield line, values
                 if len(seen) >= wanted:
                     return

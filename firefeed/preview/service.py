@@ -44,16 +44,19 @@ from firefeed.errors import (
     UnsafePathError,
 )
 from firefeed.pipeline.fetch import FetchResult, fetch_source
-from firefeed.pipeline.merge import StagedSource, merge_sources
+from firefeed.pipeline.merge import StagedSource, merge_sources, merged_fields
 from firefeed.pipeline.parse import FeedReader, open_reader
 from firefeed.pipeline.stage import stage_source
 from firefeed.pipeline.steps import fetch_settings
 from firefeed.pipeline.transfer import RemoteAccess
 from firefeed.pipeline.transfer.host_keys import HostKeyStore
 from firefeed.preview.budget import AnswerBudget
+from firefeed.preview.cache import SAMPLES, Replay, SourceRows, cache_key, validator_of
 from firefeed.preview.deadline import Deadline, bounded_engine
 from firefeed.preview.effects import Effects, rule_effects
+from firefeed.preview.grid import Cells, Output, SourceCells, excluded_by, export_output, item_cells
 from firefeed.preview.models import (
+    ExportOutput,
     ExportPreview,
     FieldChange,
     ItemRuleEffect,
@@ -141,7 +144,7 @@ def preview_spec(
             schema = SchemaService(work)
             deadline.check("creating its scratch schema")
             schema.create_scratch_area(area)
-            sources, staged = _sample_sources(
+            sources, staged, rows = _sample_sources(
                 spec, spec_dir, settings, work, schema, area, work_dir, items, wanted, deadline
             )
             deadline.check("merging the sources")
@@ -170,6 +173,8 @@ def preview_spec(
                 for exp in spec.exports
                 if exp.rules is not None
             ]
+            deadline.check("reading the exports' rows")
+            outputs = _outputs(spec, work, area, effects, {exp.name: e for exp, e in channels})
     except Exception as err:
         # Whatever failed once time was up (a shut connection, a cancelled statement) failed for the deadline.
         if deadline.expired() and not isinstance(err, PreviewTimeoutError):
@@ -184,6 +189,7 @@ def preview_spec(
             SchemaService(engine).drop_scratch_area(area)
         except Exception:
             log.exception("could not drop the preview's scratch area %s; the janitor will", area)
+    origins = SourceCells([s.name for s in spec.sources], rows, merged_fields(spec.key, staged)[1])
     found = {row[0] for row in effects.start.values()}
     answer = Preview(
         company=spec.company,
@@ -197,16 +203,28 @@ def preview_spec(
         sources=sources,
         rules=_summaries(spec.parsed_rules, effects),
         items=[],
-        exports=[ExportPreview(name=exp.name, rules=_summaries(exp.parsed_rules, e), items=[]) for exp, e in channels],
+        exports=[
+            ExportPreview(name=exp.name, fields=e.fields, rules=_summaries(exp.parsed_rules, e), items=[])
+            for exp, e in channels
+        ],
         warnings=_warnings(spec, merged.fields, effects.fields),
         duration_s=round(time.perf_counter() - started, 3),
     )
     # The answer is measured without items, then items are measured as they are made: past the bound
     # none is made (FIREFEED_PREVIEW_MAX_ANSWER_BYTES, preview/budget.py).
-    budget = AnswerBudget(settings.preview_max_answer_bytes, answer, lists=1 + len(channels))
-    answer.items = budget.take("the sample", _items(spec, effects), len(effects.start))
+    # The export outputs' rows are measured like items: a bare output (columns, excluded) is in the bare answer.
+    answer.outputs = [
+        ExportOutput(export=exp.name, columns=out.columns, rows=[], excluded=out.excluded)
+        for exp, out in zip(spec.exports, outputs, strict=True)
+    ]
+    budget = AnswerBudget(settings.preview_max_answer_bytes, answer, lists=1 + len(channels) + len(outputs))
+    project_cells = item_cells(effects, spec.list_fields, origins)
+    answer.items = budget.take("the sample", _items(spec, effects, project_cells), len(effects.start))
     for export, (exp, e) in zip(answer.exports, channels, strict=True):
-        export.items = budget.take(f"export {exp.name!r}", _items(spec, e), len(e.start))
+        cells = _channel_cells(e, exp, effects, project_cells)
+        export.items = budget.take(f"export {exp.name!r}", _items(spec, e, cells), len(e.start))
+    for shown, out in zip(answer.outputs, outputs, strict=True):
+        shown.rows = budget.take(f"export {shown.export!r}'s rows", out.rows, len(out.rows))
     answer.cut = budget.note()
     return answer
 
@@ -222,46 +240,86 @@ def _sample_sources(
     items: int,
     wanted: list[str] | None,
     deadline: Deadline,
-) -> tuple[list[SourceSample], list[StagedSource]]:
+) -> tuple[list[SourceSample], list[StagedSource], list[SourceRows]]:
     """FETCH and PARSE every source, staging only the sample's rows in the scratch area.
 
     The primary decides the sample (its first `items` keys, or the `wanted` ones it
     has); later sources contribute only rows of the sample's keys, and an append
-    source adds a wanted id the primary lacks, as a run would.
+    source adds a wanted id the primary lacks, as a run would. A source whose file
+    is the one an earlier preview of the same sample read is not parsed again: its
+    kept rows are replayed (preview/cache.py); it is fetched all the same, with
+    every check of a fetch, to know that.
     """
     confined = _preview_fetch_settings(spec, spec_dir, settings)
     reports: list[SourceSample] = []
     staged: list[StagedSource] = []
+    kept_rows: list[SourceRows] = []
     keys: frozenset[str] | None = frozenset(wanted) if wanted else None
     for index, src in enumerate(spec.sources):
-        fetched, reader = _fetch_and_open(
-            src, "source", work_dir / "fetch", spec, spec_dir, confined, settings, engine, deadline, lists=src.lists
+        key = cache_key(
+            spec.company,
+            src.model_dump(mode="json"),
+            primary=index == 0,
+            sample=[items, wanted],
+            extra=[spec.key, str(spec_dir or ""), sorted(spec.list_fields.fields), sorted(keys or ())],
         )
-        key_from = src.key_template
-        lists = src.list_fields
-        sample = (
-            SampleReader(reader, spec.key, keys=keys, check=deadline.check, key_from=key_from, lists=lists)
-            if keys is not None
-            else SampleReader(reader, spec.key, first=items, check=deadline.check, key_from=key_from, lists=lists)
+        kept = SAMPLES.get(spec.company, key)
+        fetched = _fetch(
+            src, "source", work_dir / "fetch", spec, spec_dir, confined, settings, engine, deadline, kept=kept
         )
+        validator = validator_of(fetched, kept)
         table = staging_table(spec.project, src.name)
-        result = stage_source(engine, schema, company=area, table=table, reader=sample, chunk_rows=settings.chunk_rows)
+        if kept is not None and validator is not None and validator == kept.validator:
+            replay = Replay(src.name, kept)
+            result = stage_source(
+                engine, schema, company=area, table=table, reader=replay, chunk_rows=settings.chunk_rows
+            )
+            rows, sample_keys, rows_read, size = kept, kept.keys, kept.rows_read, kept.bytes
+        else:
+            reader = _open(src, "source", fetched, deadline, lists=src.lists)
+            key_from = src.key_template
+            lists = src.list_fields
+            sample = (
+                SampleReader(reader, spec.key, keys=keys, check=deadline.check, key_from=key_from, lists=lists)
+                if keys is not None
+                else SampleReader(reader, spec.key, first=items, check=deadline.check, key_from=key_from, lists=lists)
+            )
+            result = stage_source(
+                engine, schema, company=area, table=table, reader=sample, chunk_rows=settings.chunk_rows
+            )
+            rows = SourceRows(
+                fields=list(sample.fields),
+                rows=sample.taken,
+                keys=list(sample.kept),
+                stats=result.stats,
+                lists=sample.lists,
+                delimited=sample.delimited,
+                lists_filled=sample.lists_filled,
+                bytes=fetched.bytes,
+                rows_read=sample.rows_read,
+                validator=validator or (),
+                http=fetched.validators if fetched.validators.etag or fetched.validators.last_modified else None,
+            )
+            if validator is not None:
+                SAMPLES.put(spec.company, key, rows)
+            sample_keys, rows_read, size = rows.keys, sample.rows_read, fetched.bytes
         if index == 0:
             if result.rows == 0 and keys is None:
                 raise ParseError(src.name, "the primary source has no items")
             if keys is None:
-                keys = frozenset(sample.kept)
+                keys = frozenset(sample_keys)
         reports.append(
             SourceSample(
                 name=src.name,
-                bytes=fetched.bytes,
-                rows_read=sample.rows_read,
+                bytes=size,
+                rows_read=rows_read,
                 rows_kept=result.rows,
                 malformed=result.stats.malformed,
             )
         )
         staged.append(StagedSource.of(src, table, result.fields))
-    return reports, staged
+        kept_rows.append(rows)
+    return reports, staged, kept_rows
 
 
 def _preview_fetch_settings(spec: ProjectSpec, spec_dir: Path | None, settings: Settings) -> Settings:
@@ -271,7 +329,7 @@ def _preview_fetch_settings(spec: ProjectSpec, spec_dir: Path | None, settings: 
     return confined.model_copy(update={"fetch_retries": min(confined.fetch_retries, PREVIEW_FETCH_RETRIES)})
 
 
-def _fetch_and_open(
+def _fetch(
     feed: FeedSpec,
     kind: str,
     folder: Path,
@@ -282,27 +340,34 @@ def _fetch_and_open(
     engine: Engine,
     deadline: Deadline,
     *,
-    lists: Mapping[str, str] | None = None,
-) -> tuple[FetchResult, FeedReader]:
-    """Fetch one source or lookup table of the preview (under the deadline) and open its reader."""
+    kept: SourceRows | None = None,
+) -> FetchResult:
+    """Fetch one source or lookup table of the preview (under the deadline); `kept`: the rows an earlier
+    preview kept of it, whose HTTP validators make the server answer 304 when the file is the same."""
     deadline.check(f"fetching {kind} {feed.name!r}")
-    fetched = fetch_source(
+    return fetch_source(
         source=feed.name,
         url=feed.url,
         dest_dir=folder / hashlib.sha256(feed.name.encode()).hexdigest()[:12],
         base_dir=spec_dir,
         headers=feed.headers,
         compression=feed.compression,
-        previous=None,
+        previous=kept.http if kept is not None else None,
         settings=confined,
         deadline=deadline.at,
         references=resolver_for(spec.company, spec_dir, settings=settings, engine=engine),
         access=RemoteAccess.of(feed),
         host_keys=HostKeyStore(engine, spec.company),
     )
+
+
+def _open(
+    feed: FeedSpec, kind: str, fetched: FetchResult, deadline: Deadline, *, lists: Mapping[str, str] | None = None
+) -> FeedReader:
+    """The reader of a fetched file."""
     assert fetched.path is not None  # without validators a fetch always returns the file
     deadline.check(f"parsing {kind} {feed.name!r}")
-    reader = open_reader(
+    return open_reader(
         fetched.path,
         source=feed.name,
         format=feed.resolved_format,
@@ -312,7 +377,6 @@ def _fetch_and_open(
         lists=lists,
         preset=getattr(feed, "preset", None),  # a lookup has none
     )
-    return fetched, reader
 
 
 def _stage_lookups(
@@ -334,9 +398,8 @@ def _stage_lookups(
     for lk in spec.lookups:
         staging = lookup_staging_table(spec.project, lk.name)
         try:
-            _, reader = _fetch_and_open(
-                lk, "lookup", work_dir / "lookups", spec, spec_dir, confined, settings, engine, deadline
-            )
+            fetched = _fetch(lk, "lookup", work_dir / "lookups", spec, spec_dir, confined, settings, engine, deadline)
+            reader = _open(lk, "lookup", fetched, deadline)
             result = stage_source(
                 engine, schema, company=area, table=staging, reader=reader, chunk_rows=settings.chunk_rows
             )
@@ -428,8 +491,8 @@ def _channel_effects(
     )
 
 
-def _items(spec: ProjectSpec, effects: Effects) -> Iterator[PreviewItem]:
-    """Each sample item and what the rules did to it, in feed order, made one at a time."""
+def _items(spec: ProjectSpec, effects: Effects, cells: dict[int, Cells]) -> Iterator[PreviewItem]:
+    """Each sample item, what the rules did to it and its cells after them, in feed order, one at a time."""
     names = [s.name for s in spec.sources]
     for pos, (key, src, _values) in effects.start.items():
         reached: list[ItemRuleEffect] = []
@@ -443,7 +506,49 @@ def _items(spec: ProjectSpec, effects: Effects) -> Iterator[PreviewItem]:
             if excluded:
                 excluded_by = e.rule.name
                 break
-        yield PreviewItem(key=key, source=names[src], excluded_by=excluded_by, rules=reached)
+        c = cells[pos]
+        yield PreviewItem(
+            key=key,
+            source=names[src],
+            excluded_by=excluded_by,
+            rules=reached,
+            values=c.values,
+            origin=c.origin,
+            changed=c.changed,
+        )
+
+
+def _channel_cells(effects: Effects, exp: ExportSpec, project: Effects, before: dict[int, Cells]) -> dict[int, Cells]:
+    """An export's items' cells: its own rules' changes over the project's result, whose origins stand for
+    the cells its rules left alone. Positions are the sample's: the export's copy keeps them."""
+    own = item_cells(effects, exp.list_fields, None)
+    fields = effects.fields
+    out: dict[int, Cells] = {}
+    for pos, c in own.items():
+        theirs = before.get(pos)
+        origin_of = dict(zip(project.fields, theirs.origin, strict=True)) if theirs is not None else {}
+        was = {project.fields[i] for i in theirs.changed} if theirs is not None else set()
+        origin = [o or origin_of.get(f, "") for f, o in zip(fields, c.origin, strict=True)]
+        changed = sorted(set(c.changed) | {i for i, f in enumerate(fields) if f in was})
+        out[pos] = Cells(values=c.values, origin=origin, changed=changed)
+    return out
+
+
+def _outputs(
+    spec: ProjectSpec, engine: Engine, area: str, effects: Effects, channels: dict[str, Effects]
+) -> list[Output]:
+    """Every export's rows for the sample, in spec order (preview/grid.py)."""
+    keys = {pos: row[0] for pos, row in effects.start.items()}
+    by_project = excluded_by(effects)
+    out = []
+    for exp in spec.exports:
+        own = channels.get(exp.name)
+        gone = dict(by_project)
+        if own is not None:
+            for pos, rule in excluded_by(own).items():
+                gone.setdefault(pos, rule)
+        out.append(export_output(engine, area=area, export=exp, effects=own or effects, keys=keys, excluded=gone))
+    return out
 
 
 #: what a preview's field warning adds when a source's fields are found item by item
