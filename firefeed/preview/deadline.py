@@ -161,6 +161,9 @@ def bounded_engine(
         ms = max(1, math.floor(deadline.remaining() * 1000))
         with dbapi_connection.cursor() as cur:
             cur.execute("SET statement_timeout = %s", (ms,))
+            # Nothing a preview writes outlives it (a scratch area, dropped at its end): its commits need not
+            # wait for the WAL flush. About 2 ms each, and a preview of ten rules commits ~90 times (#53).
+            cur.execute("SET synchronous_commit = off")
         dbapi_connection.commit()
 
     @event.listens_for(engine, "checkin")
