@@ -18,6 +18,15 @@ from firefeed.config import reset_settings
 from tests.integration.file_servers import ftp, sftp, transfer_env, trusted_cert  # noqa: F401  (fixtures)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Keep each phase's report on the test (`item.rep_call`), so a fixture's teardown can tell a failed
+    test: the browser tests then save a screenshot of the page they saw (tests/integration/web.py)."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    setattr(item, "rep_" + report.when, report)
+
+
 @pytest.fixture(scope="module")
 def base_url(database_url: str) -> Iterator[str]:
     """The real API (uvicorn in a thread), one server per test module."""

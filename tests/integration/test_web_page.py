@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,35 +16,23 @@ from firefeed.runs.service import RunStore
 from firefeed.runs.tokens import TokenStore
 from firefeed.spec.loader import parse_spec
 from tests.integration.conftest import write_csv
+from tests.integration.web import ARTIFACTS, launched_browser, screenshot_if_failed
 
 pytestmark = pytest.mark.integration
 
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 STEPS = ["FETCH", "PARSE", "MERGE", "RULES", "EXPORT"]
 # Waits in the browser: the page refreshes every 2 s at most, so 15 s is generous.
 WAIT_MS = 15_000
 
 
-def chromium_path() -> str:
-    for name in ("chromium", "chromium-browser"):
-        found = shutil.which(name)
-        if found:
-            return found
-    pytest.fail("headless Chromium is missing: install it with `apt-get install -y chromium` (.ci/run does)")
-
-
 @pytest.fixture()
-def browser() -> Iterator[object]:
-    from playwright.sync_api import sync_playwright
-
-    executable = chromium_path()
-    with sync_playwright() as pw:
-        # --no-sandbox: the tests run as root, where Chromium's sandbox refuses to start.
-        launched = pw.chromium.launch(executable_path=executable, args=["--no-sandbox", "--disable-gpu"])
+def browser(request: pytest.FixtureRequest) -> Iterator[object]:
+    """One browser per test; a failed test leaves a screenshot of each page it opened in test-artifacts/."""
+    for launched in launched_browser():
         try:
             yield launched
         finally:
-            launched.close()
+            screenshot_if_failed(request, launched)
 
 
 def finished_run(folder: Path) -> tuple[str, str, str]:
