@@ -15,7 +15,7 @@ from sqlalchemy.engine import Engine
 
 from firefeed import __version__
 from firefeed.api import errors
-from firefeed.api.routes import feeds, findings, ops, preview, projects, runs, secrets, specs, tokens
+from firefeed.api.routes import feeds, findings, ops, preview, projects, runs, secrets, specs, sync, tokens
 from firefeed.config import get_settings
 from firefeed.feeds.http import FeedService, FeedsMiddleware
 from firefeed.preview.pool import PREVIEWS, VALUES, BoundedPool
@@ -87,6 +87,7 @@ def create_app(*, engine: Engine | None = None, local_runs: bool = False) -> Fas
     app.include_router(tokens.router)
     app.include_router(ops.router)
     app.include_router(feeds.router)
+    app.include_router(sync.router)  # SPEC 10 C10: an export's channel sync status and repair
     app.mount("/web", StaticFiles(directory=WEB_DIR), name="web")
 
     @app.get("/", include_in_schema=False)
