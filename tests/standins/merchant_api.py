@@ -47,6 +47,7 @@ import argparse
 import base64
 import binascii
 import collections
+import functools
 import json
 import secrets
 import signal
@@ -174,6 +175,13 @@ def derived_issues(product_input: dict[str, Any]) -> list[dict[str, Any]]:
     return issues
 
 
+@functools.cache
+def _test_key() -> rsa.RSAPrivateKey:
+    """One RSA key for every service account the stand-ins make in a process (each has its own email, which
+    is what a token endpoint knows a key by): a 2048-bit key takes 0.1-0.5 s to make."""
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
 def _rfc3339(epoch: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
@@ -219,6 +227,7 @@ class MerchantStandIn:
         self._refused: dict[str, str] = {}
         self._refuse_credentials = False
         self.tokens_issued = 0
+        self.issued: list[str] = []  # every access token handed out (a test looks for them in logs)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -228,7 +237,10 @@ class MerchantStandIn:
         server = ThreadingHTTPServer(("127.0.0.1", self._port), _handler_for(self))
         server.daemon_threads = True
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="merchant-standin", daemon=True)
+        # a 50 ms poll: `stop` waits for the loop's next look, 0.5 s by default, in every test that stops one
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="merchant-standin", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -265,7 +277,7 @@ class MerchantStandIn:
 
     def service_account_info(self, email: str = "firefeed@standin.iam.gserviceaccount.com") -> dict[str, Any]:
         """A new service account whose key this stand-in trusts, as the JSON Google hands out."""
-        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        key = _test_key()
         with self._lock:
             self._keys[email] = key.public_key()
         pem = key.private_bytes(
@@ -405,6 +417,7 @@ class MerchantStandIn:
         with self._lock:
             self._tokens[token] = now + self.token_lifetime
             self.tokens_issued += 1
+            self.issued.append(token)
         return {"access_token": token, "expires_in": self.token_lifetime, "token_type": "Bearer"}
 
     def check_call(self, authorization: str | None) -> None:
@@ -587,28 +600,30 @@ def _handler_for(standin: MerchantStandIn) -> type[BaseHTTPRequestHandler]:
                 return
             if standin.latency:
                 time.sleep(standin.latency)
-            offer: str | None = None
             headers: dict[str, str] = {}
+            rest = path[len(_PREFIX) :].split("/") if path.startswith(_PREFIX) else []
+            account = rest[0] if rest else ""
+            body: Any = None
+            offer: str | None = None  # read before the checks, so a refused call is recorded with its offer
+            if method == "POST" and rest[1:] == ["productInputs:insert"]:
+                try:
+                    body = json.loads(raw or b"{}")
+                except ValueError:
+                    body = None
+                if isinstance(body, dict) and isinstance(body.get("offerId"), str):
+                    offer = body["offerId"]
+            elif method == "DELETE" and len(rest) == 3 and rest[1] == "productInputs":
+                try:
+                    offer = decode_product_id(rest[2])[2]
+                except ApiError:
+                    offer = None
             try:
                 standin.check_call(self.headers.get("Authorization"))
-                if not path.startswith(_PREFIX):
-                    raise ApiError(404, "NOT_FOUND", "Method not found.")
-                rest = path[len(_PREFIX) :].split("/")
-                account = rest[0]
                 if method == "POST" and rest[1:] == ["productInputs:insert"]:
-                    try:
-                        body = json.loads(raw or b"{}")
-                    except ValueError as exc:
-                        raise ApiError(400, "INVALID_ARGUMENT", "Invalid JSON payload received.") from exc
                     if not isinstance(body, dict):
                         raise ApiError(400, "INVALID_ARGUMENT", "Invalid JSON payload received.")
-                    offer = body.get("offerId") if isinstance(body.get("offerId"), str) else None
                     answer, code = standin.insert(account, query, body), 200
                 elif method == "DELETE" and len(rest) == 3 and rest[1] == "productInputs":
-                    try:
-                        offer = decode_product_id(rest[2])[2]
-                    except ApiError:
-                        offer = None
                     answer, code = standin.delete(account, rest[2], query), 200
                 elif method == "GET" and rest[1:] == ["products"]:
                     answer, code = standin.list(account, query), 200
