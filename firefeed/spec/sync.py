@@ -48,6 +48,11 @@ class _SyncBase(BaseModel):
         """What the channel's quota belongs to: one sync at a time per account (an advisory lock on it)."""
         raise NotImplementedError
 
+    @property
+    def ledger_key(self) -> str:
+        """What an export's ledger describes: a sync pointed at another one starts with an empty ledger."""
+        raise NotImplementedError
+
 
 class GoogleMerchantSync(_SyncBase):
     """Merchant API products v1: one `productInputs:insert` per item, deletes through the data source."""
@@ -72,6 +77,11 @@ class GoogleMerchantSync(_SyncBase):
     def account_key(self) -> str:
         return f"google-merchant:{self.account}"
 
+    @property
+    def ledger_key(self) -> str:
+        # Deletes name the data source, and a product is (language, feed label, offer id) within it.
+        return f"google-merchant:{self.account}/{self.data_source}/{self.content_language}/{self.feed_label}"
+
 
 class MetaCatalogSync(_SyncBase):
     """Graph API `/{catalog}/items_batch`, answered with handles the client polls."""
@@ -92,6 +102,10 @@ class MetaCatalogSync(_SyncBase):
     @property
     def account_key(self) -> str:
         return f"meta-catalog:{self.catalog}"
+
+    @property
+    def ledger_key(self) -> str:
+        return self.account_key
 
 
 SyncSpec = Annotated[GoogleMerchantSync | MetaCatalogSync, Field(discriminator="to")]
