@@ -395,9 +395,18 @@ def _repair_plan(
     page: list[RemoteItem] = []
     lock = threading.Lock()
 
+    # A client that maps values (a price to an amount and back) says how the channel would echo an item.
+    comparable = getattr(client, "comparable", None)
+
     def flush() -> None:
         ours = ledger.payloads([i.key for i in page])
-        same = [i.key in ours and same_item(dict(zip(columns, ours[i.key], strict=False)), i.item) for i in page]
+        same = []
+        for i in page:
+            if i.key not in ours:
+                same.append(False)
+                continue
+            item = dict(zip(columns, ours[i.key], strict=False))
+            same.append(same_item(comparable(item) if comparable is not None else item, i.item))
         ledger.repair_add([i.key for i in page], same)
         page.clear()
 
