@@ -1,0 +1,95 @@
+// Items: one item by its key, as each source brought it, after each rule, and as each export writes it
+// with its findings (GET .../items/{key}).
+import { $, el, field, say, table, announce } from "./dom.js";
+import { api, projectPath, errorText, missingRoute } from "./api.js";
+import { state } from "./state.js";
+
+const cellText = (v) => (Array.isArray(v) ? v.join(", ") : v === null || v === undefined ? "" : String(v));
+
+export function mount() {
+  $("view-items").append(
+    el("h2", { id: "items-heading" }, "Items"),
+    el(
+      "form",
+      { id: "item-form", class: "bar", role: "search", onsubmit: (e) => (e.preventDefault(), find()) },
+      field("Item key", el("input", { type: "search", id: "item-key", autocomplete: "off", required: true })),
+      el("button", { type: "submit" }, "Find"),
+    ),
+    el("p", { id: "item-note", class: "note", role: "status" }),
+    el("div", { id: "item-view" }),
+  );
+}
+
+export function show(project) {
+  $("items-heading").textContent = "Items of " + project;
+}
+
+function fieldTable(cls, fields, values) {
+  return table(cls, ["field", "value"], fields.map((f, i) => el("tr", { dataset: { field: f } }, el("th", { scope: "row", class: "mono" }, f), el("td", {}, cellText(values[i])))));
+}
+
+async function find() {
+  const project = state.project;
+  const key = $("item-key").value.trim();
+  if (!key) return;
+  say($("item-note"), "muted", "looking…");
+  $("item-view").replaceChildren();
+  try {
+    const item = await itemOf(project, key);
+    if (state.project !== project) return;
+    render(item);
+    say($("item-note"), "ok", `item ${item.key}`);
+    announce(`item ${item.key} found`);
+  } catch (err) {
+    if (err.status === 404 && err.body.error === "not_found" && err.body.message !== "Not Found") say($("item-note"), "bad", `no source has an item with key ${key}`);
+    else if (err.status !== 401) say($("item-note"), "bad", errorText(err));
+  }
+}
+
+// An API without the items route: the preview of that one item (its rules trail and fields after them).
+async function itemOf(project, key) {
+  try {
+    return await api("GET", projectPath(project, "items", key));
+  } catch (err) {
+    if (!missingRoute(err)) throw err;
+  }
+  const preview = await api("POST", projectPath(project, "preview") + "?item=" + encodeURIComponent(key));
+  const found = preview.items[0];
+  if (!found) throw Object.assign(new Error(`no source has an item with key ${key}`), { status: 404, body: { error: "not_found" } });
+  return { key: found.key, sources: [], rules: found.rules, fields: found.values ? preview.fields : [], values: found.values || [], exports: [] };
+}
+
+function render(item) {
+  const parts = [el("h3", {}, "As each source brought it")];
+  for (const s of item.sources || []) {
+    parts.push(el("h4", {}, "Source ", el("span", { class: "mono" }, s.name)), fieldTable("item-source", s.fields, s.values));
+  }
+  parts.push(el("h3", {}, "After each rule"));
+  const trail = (item.rules || []).map((r) =>
+    el(
+      "li",
+      { dataset: { rule: r.rule } },
+      el("strong", {}, r.rule),
+      r.excluded ? " — excluded the item" : r.matched ? "" : " — did not match",
+      r.changes.length
+        ? el("ul", {}, ...r.changes.map((c) => el("li", {}, el("span", { class: "mono" }, c.field), `: ${cellText(c.before)} → ${cellText(c.after)}`)))
+        : r.matched && !r.excluded ? " — matched, changed nothing" : null,
+    ),
+  );
+  parts.push(trail.length ? el("ol", { class: "item-rules" }, ...trail) : el("p", { class: "muted" }, "no rule reached it"));
+  parts.push(el("h3", {}, "After the project's rules"), fieldTable("item-after", item.fields || [], item.values || []));
+  parts.push(el("h3", {}, "In each export"));
+  for (const e of item.exports || []) {
+    const box = el("section", { class: "item-export", dataset: { export: e.name } }, el("h4", {}, "Export ", el("span", { class: "mono" }, e.name)));
+    if (e.excluded_by) box.append(el("p", {}, `not written: excluded by ${e.excluded_by}`));
+    else box.append(fieldTable("item-export-row", e.columns || [], e.cells || []));
+    const findings = e.findings || [];
+    box.append(
+      findings.length
+        ? table("item-findings", ["severity", "check", "message"], findings.map((f) => el("tr", { class: "finding finding-" + f.severity }, el("td", {}, f.severity), el("td", {}, f.check), el("td", {}, f.message))))
+        : el("p", { class: "muted" }, "no findings"),
+    );
+    parts.push(box);
+  }
+  $("item-view").replaceChildren(...parts);
+}
