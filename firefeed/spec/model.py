@@ -249,10 +249,60 @@ class SourceSpec(FeedSpec):
         return parse_template(self.key_from, "key_from") if self.key_from is not None else None
 
 
-class LookupSpec(FeedSpec):
-    """A lookup table (SPEC 9, P21): fetched and parsed like a source, never merged into the items."""
+#: rows a lookup may hold in the spec itself (`rows:`); a larger table belongs in a file (`url:`)
+MAX_INLINE_LOOKUP_ROWS = 10_000
+#: what a lookup with `rows:` may set besides them: the file's options have no file to apply to
+_INLINE_LOOKUP_KEYS = frozenset({"name", "key", "rows"})
 
+
+class LookupSpec(FeedSpec):
+    """A lookup table (SPEC 9, P21): fetched and parsed like a source, never merged into the items.
+
+    Or its rows written in the spec (`rows:`, #53): a list of mappings, each a row of column -> text, in
+    the key order written. Exactly one of `url` and `rows`. The page adds rows this way (the category
+    mapping workflow): each addition is a new spec version, so the table's history is the spec's.
+    """
+
+    url: str | None = Field(default=None, min_length=1)  # type: ignore[assignment]
     key: str = Field(min_length=1)
+    rows: list[dict[str, str]] | None = None
+
+    @model_validator(mode="after")
+    def _remote(self) -> LookupSpec:
+        """FeedSpec's check of a remote URL's credentials, for a lookup read from a URL; one with `rows:`
+        takes no file option."""
+        from firefeed.spec.remote import remote_problem
+
+        if (self.url is None) == (self.rows is None):
+            raise ValueError(f"lookup {self.name!r}: needs exactly one of `url` (a file) and `rows` (its rows here)")
+        if self.rows is not None:
+            extra = sorted(self.model_fields_set - _INLINE_LOOKUP_KEYS)
+            if extra:
+                raise ValueError(
+                    f"lookup {self.name!r}: `{extra[0]}` is a file's option; a lookup with `rows` has none"
+                )
+            if len(self.rows) > MAX_INLINE_LOOKUP_ROWS:
+                raise ValueError(
+                    f"lookup {self.name!r}: {len(self.rows)} rows; at most {MAX_INLINE_LOOKUP_ROWS} may be written in "
+                    "the spec (put a larger table in a file: `url`)"
+                )
+            return self
+        assert self.url is not None
+        problem = remote_problem(
+            url=self.url,
+            headers=self.headers,
+            password=self.password,
+            private_key=self.private_key,
+            host_key=self.host_key,
+        )
+        if problem is not None:
+            raise ValueError(f"lookup {self.name!r}: {problem}")
+        return self
+
+    @property
+    def inline(self) -> bool:
+        """Whether the rows are in the spec (`rows:`) rather than in a file."""
+        return self.rows is not None
 
 
 class FieldLiteral(_Strict):
@@ -419,6 +469,8 @@ def _names_and_formats(kind: str, feeds: Sequence[FeedSpec]) -> None:
         if feed.name in seen:
             raise SpecError(f"{kind}s[{i}].name", f"repeats the {kind} name {feed.name!r}")
         seen.add(feed.name)
+        if getattr(feed, "inline", False):
+            continue  # rows written in the spec: no file, no format
         if feed.format is None and format_from_name(feed.url) is None:
             raise SpecError(
                 f"{kind}s[{i}].format",
