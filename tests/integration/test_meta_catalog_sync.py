@@ -1,6 +1,7 @@
 """A run of a project whose export syncs to a Meta catalog, through the Graph stand-in over HTTP (SPEC 10
 C9-C10, #51): the run's sync job sends the published items in one batch, Meta's refusal of one item is in
-the report with Meta's own words, a removed item is deleted by the next run, and the token shows nowhere."""
+the report with Meta's own words, a removed item is deleted by the next run, `repair` puts back what was
+changed on the catalog and deletes an orphan only when told, and the token shows nowhere."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
-from firefeed.config import reset_settings
+from firefeed.config import get_settings, reset_settings
+from firefeed.db.engine import get_engine
 from firefeed.secrets.crypto import generate_key
+from firefeed.sync import service
 from tests.integration.conftest import cli
 from tests.integration.file_servers import company_with
 from tests.standins.meta_graph import MetaGraphStandIn
@@ -74,7 +77,7 @@ def run(path: Path) -> tuple[dict[str, Any], str]:
     return report, out
 
 
-def test_a_run_syncs_its_export_to_the_catalog_and_the_next_run_deletes_what_left(
+def test_runs_sync_the_export_to_the_catalog_and_repair_undoes_changes_made_behind_its_back(
     graph: MetaGraphStandIn, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     # the CLI sets the root logger to WARNING; these loggers' own level lets their INFO lines reach caplog
@@ -95,12 +98,21 @@ def test_a_run_syncs_its_export_to_the_catalog_and_the_next_run_deletes_what_lef
     assert len(graph.calls("items_batch")) == 1  # one batch for the export, polled until finished
 
     del rows["A"]
-    rows["B"] = ("Hat", "6 EUR")
+    rows["B"] = ("Hat", "6,5 EUR")
     second, out2 = run(write_project(tmp_path, company, project, rows))
     sync = second["exports"][0]["sync"]
     assert sync["deleted"] == 1 and sync["updated"] == 1, sync
-    assert set(graph.items) == {"B"} and graph.items["B"]["price"] == "6.00 EUR"
+    assert set(graph.items) == {"B"} and graph.items["B"]["price"] == "6.50 EUR"
     assert ("DELETE", "A") in list(graph.sent())
+
+    # behind FireFeed's back: B's title changed, an orphan Z added; B's "6,5 EUR" reads back "€6.50": the same
+    graph.edit("B", title="Hat (edited in Commerce Manager)")
+    graph.put("Z", title="Orphan", price="1.00 EUR")
+    kept = service.repair(project, "m", delete_orphans=False, settings=get_settings(), engine=get_engine())
+    assert (kept["missing"], kept["different"], kept["orphans"], kept["orphan_keys"]) == (1, 1, 1, ["Z"]), kept
+    assert graph.items["B"]["title"] == "Hat" and "Z" in graph.items  # C is still refused: missing again
+    gone = service.repair(project, "m", delete_orphans=True, settings=get_settings(), engine=get_engine())
+    assert gone["different"] == 0 and gone["orphans_deleted"] and "Z" not in graph.items, gone
 
     assert f"meta catalog {CATALOG}: batch" in caplog.text  # the sync's own log lines were captured
     for text in (out, out2, caplog.text):

@@ -241,6 +241,13 @@ class MetaGraphStandIn:
         with self._lock:
             self.items[retailer_id].update(fields)
 
+    def put(self, retailer_id: str, **fields: Any) -> None:
+        """Add a product behind the sender's back (a feed or Commerce Manager did): an orphan to FireFeed."""
+        with self._lock:
+            self.items[retailer_id] = {"id": retailer_id, **fields}
+            self._next_fbid += 1
+            self.fbids.setdefault(retailer_id, str(self._next_fbid))
+
     def set_errors(self, retailer_id: str, errors: list[dict[str, Any]]) -> None:
         """What the products list says is wrong with an item: [{title, description, error_type, error_priority}]."""
         with self._lock:
