@@ -1,7 +1,8 @@
 """Lookup tables (SPEC 9, P21): fetched and parsed like sources, then kept as one row per key.
 
 Each lookup is fetched and staged with the sources' own code (steps.fetch_feed and
-steps.stage_feed: the same URL checks, size limits, formats and options), then
+steps.stage_feed: the same URL checks, size limits, formats and options), or, when its
+rows are written in the spec (`rows:`, #53), staged from them (`InlineRows`), then
 one CREATE TABLE AS keeps each trimmed, non-blank key's first row with only the
 columns the rules read from it (a column the file lacks is ""). The rules join
 that table (rules/sqlgen.py). It runs in the MERGE job, after the items are
@@ -10,7 +11,7 @@ merged: the table is ready before RULES starts, on whichever machine runs it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,8 @@ from firefeed.db.engine import raw_connection
 from firefeed.errors import MergeError, SourceError, UnsafePathError
 from firefeed.pipeline.context import RunContext
 from firefeed.pipeline.merge import has_rows, trimmed
+from firefeed.pipeline.parse import ParseStats
+from firefeed.pipeline.stage import stage_source
 from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import Rule
 from firefeed.schema.identifiers import KEY, ORD, column_for_field, company_schema, ident, lookup_staging_table
@@ -51,6 +54,27 @@ class LookupStats:
         }
 
 
+class InlineRows:
+    """A FeedReader over a lookup's `rows:`: its columns in first-seen order, a row lacking one reads ""."""
+
+    def __init__(self, lookup: LookupSpec) -> None:
+        self.source = lookup.name
+        self._rows = lookup.rows or []
+        self.fields: list[str] = list(dict.fromkeys(k for row in self._rows for k in row))
+        self.stats = ParseStats(encoding="utf-8")
+
+    def __iter__(self) -> Iterator[tuple[int, list[str]]]:
+        self.stats.rows = 0
+        for number, row in enumerate(self._rows, start=1):
+            self.stats.rows += 1
+            yield number, [row.get(f, "") for f in self.fields]
+
+    @property
+    def bytes(self) -> int:
+        """What the rows weigh as text (the report's `bytes` of a lookup read from a file)."""
+        return sum(len(k.encode()) + len(v.encode()) for row in self._rows for k, v in row.items())
+
+
 def lookup_columns(spec: ProjectSpec, rules: Sequence[Rule] | None = None) -> dict[str, list[str]]:
     """Per lookup, the columns any `lookup` action reads from it (project and channel rules), in first-use order."""
     out: dict[str, list[str]] = {lk.name: [] for lk in spec.lookups}
@@ -73,12 +97,25 @@ def load_lookups(ctx: RunContext) -> list[LookupStats]:
     for lk in ctx.spec.lookups:
         ctx.check_cancel()
         staging = lookup_staging_table(ctx.spec.project, lk.name)
-        try:
-            fetched = steps.fetch_feed(ctx, lk, scope="lookup:")
-            staged = steps.stage_feed(ctx, lk, fetched, staging)
-        except (SourceError, UnsafePathError) as err:
-            # The sources' own code raised it: the message names the lookup, not a source of that name.
-            raise err.as_lookup() from err
+        if lk.inline:
+            inline = InlineRows(lk)
+            staged = stage_source(
+                ctx.engine,
+                ctx.schema,
+                company=ctx.spec.company,
+                table=staging,
+                reader=inline,
+                chunk_rows=ctx.settings.chunk_rows,
+            )
+            size = inline.bytes
+        else:
+            try:
+                fetched = steps.fetch_feed(ctx, lk, scope="lookup:")
+                staged = steps.stage_feed(ctx, lk, fetched, staging)
+            except (SourceError, UnsafePathError) as err:
+                # The sources' own code raised it: the message names the lookup, not a source of that name.
+                raise err.as_lookup() from err
+            size = fetched.bytes
         stats = build_lookup_table(
             ctx.engine,
             ctx.schema,
@@ -89,7 +126,7 @@ def load_lookups(ctx: RunContext) -> list[LookupStats]:
             fields=staged.fields,
             wanted=columns.get(lk.name, []),
         )
-        stats.bytes, stats.rows, stats.malformed = fetched.bytes, staged.rows, staged.stats.malformed
+        stats.bytes, stats.rows, stats.malformed = size, staged.rows, staged.stats.malformed
         ctx.schema.drop_table(ctx.spec.company, staging)
         out.append(stats)
     return out

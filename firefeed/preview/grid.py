@@ -19,7 +19,9 @@ from psycopg2 import sql
 from sqlalchemy import Engine
 
 from firefeed.db.engine import raw_connection
-from firefeed.export.select import output_columns, where_clause
+from firefeed.export.channels import channel
+from firefeed.export.diagnostics import Check, channel_checks
+from firefeed.export.select import OutputColumn, output_columns, where_clause
 from firefeed.preview.cache import SourceRows
 from firefeed.preview.effects import Effects
 from firefeed.preview.models import Cell, OutputExcluded, OutputRow
@@ -43,17 +45,16 @@ class SourceCells:
 
     def __init__(self, names: Sequence[str], rows: Sequence[SourceRows], contrib: Sequence[Sequence[str]]) -> None:
         self.names = list(names)
-        # per source: key -> {field: value} of the fields it contributes
+        # per source: key -> its row as the source brought it ({field: value}), and the fields it contributes
         self._by_key: list[dict[str, dict[str, str]]] = []
+        self._contrib = [frozenset(c) for c in contrib]
         #: the fields some source brings (the others only a rule can set)
         self._brought: set[str] = set()
-        for kept, mine in zip(rows, contrib, strict=True):
-            index = {f: i for i, f in enumerate(kept.fields)}
-            wanted = [(f, index[f]) for f in mine if f in index]
+        for kept in rows:
             self._brought.update(kept.fields)
             by_key: dict[str, dict[str, str]] = {}
             for key, (_line, values) in zip(kept.keys, kept.rows, strict=True):
-                by_key[key] = {f: values[i] if i < len(values) else "" for f, i in wanted}
+                by_key[key] = {f: values[i] if i < len(values) else "" for i, f in enumerate(kept.fields)}
             self._by_key.append(by_key)
 
     def origin(self, key: str, field: str, brought_by: int) -> str:
@@ -63,8 +64,10 @@ class SourceCells:
             return ""
         found = brought_by
         for j, by_key in enumerate(self._by_key):
+            if field not in self._contrib[j] or j == brought_by:
+                continue
             value = by_key.get(key, {}).get(field)
-            if value is not None and value.strip() != "" and value != "{}":
+            if value is not None and value.strip() != "" and value != "{}" and j > brought_by:
                 found = j
         return SOURCE + self.names[found]
 
@@ -131,6 +134,8 @@ class Output:
     columns: list[str]
     rows: list[OutputRow]
     excluded: list[OutputExcluded]
+    #: per written row's key, the export's channel checks that fail on it (only when asked for)
+    findings: dict[str, list[dict[str, str]]] | None = None
 
 
 def export_output(
@@ -141,14 +146,21 @@ def export_output(
     effects: Effects,
     keys: dict[int, str],
     excluded: dict[int, str],
+    checks: bool = False,
 ) -> Output:
     """The rows `export` would write for the sample: its columns over `effects.table` (the sample after the
-    project's rules, and the export's own when it has some), in feed order, and the items it leaves out."""
+    project's rules, and the export's own when it has some), in feed order, and the items it leaves out.
+
+    `checks`: also each row's findings, the export's channel checks (export/diagnostics.py) on the values
+    it would write (the checks of one item alone: not `variants`, which compares items of a group).
+    """
     fields = effects.fields
     lists = export.list_fields
     table = ident(company_schema(area), effects.table)
     columns = output_columns(fields, export, lists)
     cells = [c.elements if c.elements is not None else c.value for c in columns]
+    found = _checks(export, columns) if checks else []
+    cells += [c.condition for c in found]
     where = where_clause(fields, export, lists, table)
     params = [v for p in cells for v in p.params]
     parts = [p.text for p in cells]
@@ -161,12 +173,24 @@ def export_output(
         rows = cur.fetchall()
         cur.execute(kept_statement, list(where.params))
         passing = {int(r[0]) for r in cur.fetchall()}
-    out = Output(columns=[c.name for c in columns], rows=[], excluded=[])
+    out = Output(columns=[c.name for c in columns], rows=[], excluded=[], findings={} if checks else None)
     left_out: dict[int, OutputExcluded] = {}
+    width = 2 + len(columns)
     for r in rows:
         pos = int(r[0])
         if pos in passing:
-            out.rows.append(OutputRow(key=str(r[1]), cells=[_cell(v) for v in r[2:]]))
+            out.rows.append(OutputRow(key=str(r[1]), cells=[_cell(v) for v in r[2:width]]))
+            if out.findings is not None:
+                out.findings[str(r[1])] = [
+                    {
+                        "check": c.code,
+                        "attribute": c.attribute,
+                        "severity": c.severity,
+                        "message": f"{c.attribute}: {c.message}",
+                    }
+                    for c, failed in zip(found, r[width:], strict=True)
+                    if failed
+                ]
         else:
             left_out[pos] = OutputExcluded(key=str(r[1]), by="where")
     present = {int(r[0]) for r in rows}
@@ -175,3 +199,9 @@ def export_output(
             left_out[pos] = OutputExcluded(key=key, by=excluded.get(pos, ""))
     out.excluded = [left_out[pos] for pos in sorted(left_out)]
     return out
+
+
+def _checks(export: ExportSpec, columns: Sequence[OutputColumn]) -> list[Check]:
+    """The export's channel checks on its columns (none without a channel)."""
+    name = export.resolved_channel
+    return channel_checks(channel(name), columns) if name is not None else []

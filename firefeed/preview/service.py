@@ -26,6 +26,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg2
@@ -110,6 +111,15 @@ def refused(err: psycopg2.Error | DBAPIError) -> PreviewFailedError:
     return PreviewFailedError(message)
 
 
+@dataclass
+class Detail:
+    """What a preview knows besides its answer: each source's sample rows (for an item as each source brought
+    it) and each export's rows with their channel findings."""
+
+    sources: SourceCells
+    outputs: list[Output]
+
+
 def preview_spec(
     spec: ProjectSpec,
     *,
@@ -120,6 +130,23 @@ def preview_spec(
     settings: Settings | None = None,
     deadline: Deadline | None = None,
 ) -> Preview:
+    """What the spec's rules do to a sample (see `preview_detail`)."""
+    return preview_detail(
+        spec, spec_dir=spec_dir, items=items, ids=ids, engine=engine, settings=settings, deadline=deadline
+    )[0]
+
+
+def preview_detail(
+    spec: ProjectSpec,
+    *,
+    spec_dir: Path | None,
+    items: int = DEFAULT_ITEMS,
+    ids: Sequence[str] | None = None,
+    engine: Engine | None = None,
+    settings: Settings | None = None,
+    deadline: Deadline | None = None,
+    checks: bool = False,
+) -> tuple[Preview, Detail]:
     """What the spec's rules do to a sample: the first `items` items of the primary, or the items `ids`.
 
     `spec_dir` is the spec's folder (relative source paths); None for a spec sent
@@ -128,6 +155,7 @@ def preview_spec(
     finishing by `deadline` (default: FIREFEED_PREVIEW_DEADLINE_S from now)
     raises PreviewTimeoutError. Items that would take the answer past
     FIREFEED_PREVIEW_MAX_ANSWER_BYTES are left out, and its `cut` says so.
+    `checks`: the exports' rows also get their channel findings (in the detail).
     """
     if not 1 <= items <= MAX_ITEMS:
         raise ValueError(f"items must be between 1 and {MAX_ITEMS}, got {items}")
@@ -174,7 +202,7 @@ def preview_spec(
                 if exp.rules is not None
             ]
             deadline.check("reading the exports' rows")
-            outputs = _outputs(spec, work, area, effects, {exp.name: e for exp, e in channels})
+            outputs = _outputs(spec, work, area, effects, {exp.name: e for exp, e in channels}, checks=checks)
     except Exception as err:
         # Whatever failed once time was up (a shut connection, a cancelled statement) failed for the deadline.
         if deadline.expired() and not isinstance(err, PreviewTimeoutError):
@@ -226,7 +254,7 @@ def preview_spec(
     for shown, out in zip(answer.outputs, outputs, strict=True):
         shown.rows = budget.take(f"export {shown.export!r}'s rows", out.rows, len(out.rows))
     answer.cut = budget.note()
-    return answer
+    return answer, Detail(origins, outputs)
 
 
 def _sample_sources(
@@ -390,7 +418,7 @@ def _stage_lookups(
     deadline: Deadline,
 ) -> None:
     """Every lookup table, whole, keyed in the scratch area as a run keys it (the rules join it there)."""
-    from firefeed.pipeline.lookups import build_lookup_table, lookup_columns
+    from firefeed.pipeline.lookups import InlineRows, build_lookup_table, lookup_columns
     from firefeed.schema.identifiers import lookup_staging_table
 
     confined = _preview_fetch_settings(spec, spec_dir, settings)
@@ -398,8 +426,13 @@ def _stage_lookups(
     for lk in spec.lookups:
         staging = lookup_staging_table(spec.project, lk.name)
         try:
-            fetched = _fetch(lk, "lookup", work_dir / "lookups", spec, spec_dir, confined, settings, engine, deadline)
-            reader = _open(lk, "lookup", fetched, deadline)
+            if lk.inline:
+                reader: FeedReader = InlineRows(lk)  # its rows are in the spec: nothing to fetch
+            else:
+                fetched = _fetch(
+                    lk, "lookup", work_dir / "lookups", spec, spec_dir, confined, settings, engine, deadline
+                )
+                reader = _open(lk, "lookup", fetched, deadline)
             result = stage_source(
                 engine, schema, company=area, table=staging, reader=reader, chunk_rows=settings.chunk_rows
             )
@@ -535,7 +568,7 @@ def _channel_cells(effects: Effects, exp: ExportSpec, project: Effects, before: 
 
 
 def _outputs(
-    spec: ProjectSpec, engine: Engine, area: str, effects: Effects, channels: dict[str, Effects]
+    spec: ProjectSpec, engine: Engine, area: str, effects: Effects, channels: dict[str, Effects], *, checks: bool
 ) -> list[Output]:
     """Every export's rows for the sample, in spec order (preview/grid.py)."""
     keys = {pos: row[0] for pos, row in effects.start.items()}

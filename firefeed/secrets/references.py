@@ -119,7 +119,8 @@ def check_spec(spec: ProjectSpec, origin: SpecOrigin, env_allow: str) -> None:
     from firefeed.spec.paths import join_key
 
     feeds: list[tuple[str, FeedSpec]] = [(f"sources[{i}]", s) for i, s in enumerate(spec.sources)]
-    feeds += [(f"lookups[{i}]", lk) for i, lk in enumerate(spec.lookups)]  # fetched like sources (SPEC 9)
+    # fetched like sources (SPEC 9); one whose rows are in the spec is never fetched
+    feeds += [(f"lookups[{i}]", lk) for i, lk in enumerate(spec.lookups) if not lk.inline]
     for where, src in feeds:
         url, headers = src.url, src.headers
         places = [(f"{where}.url", url)] + [(join_key(f"{where}.headers", k), v) for k, v in headers.items()]

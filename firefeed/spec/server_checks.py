@@ -32,7 +32,7 @@ def check_server_side(
 
     allowed = fetch_settings(settings, spec.company, spec_dir)
     feeds: list[tuple[str, FeedSpec]] = [(f"sources[{i}]", s) for i, s in enumerate(spec.sources)]
-    feeds += [(f"lookups[{i}]", lk) for i, lk in enumerate(spec.lookups)]
+    feeds += [(f"lookups[{i}]", lk) for i, lk in enumerate(spec.lookups) if not lk.inline]  # rows: no file
     problems: list[SpecError] = []
     have: set[str] | None = None
     # SPEC 10 C7: a delivery target's secrets are checked as a source's are; it has no local path.
