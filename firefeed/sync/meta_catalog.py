@@ -218,21 +218,33 @@ class MetaCatalogClient:
 
     # -- polling -----------------------------------------------------------------------------------
     def _wait(self, handle: str, ops: Sequence[Operation]) -> dict[str, Outcome]:
-        """Poll one handle until Meta has processed it; the refused operations by key."""
+        """Poll one handle until Meta has processed it; the refused operations by key.
+
+        A busy answer to a poll is waited out within the same time bound: the batch is already taken, and
+        giving up would make the engine send all of it again."""
         began, delay = time.monotonic(), self._poll_first_s
         while True:
-            answer = self._call(
-                "GET", "check_batch_request_status", params={"handle": handle, "load_ids_of_invalid_requests": "true"}
-            )
-            status = ((answer.get("data") or [{}])[0]) or {}
+            pause = delay
+            try:
+                answer = self._call(
+                    "GET",
+                    "check_batch_request_status",
+                    params={"handle": handle, "load_ids_of_invalid_requests": "true"},
+                )
+            except ChannelBusy as busy:
+                answer, pause = {}, max(delay, busy.retry_after or 0.0)
+                if time.monotonic() - began + pause > self._poll_timeout_s:
+                    raise
+            found = (answer.get("data") or [{}])[0]
+            status: dict[str, Any] = found if isinstance(found, dict) else {}
             state = str(status.get("status", "")).lower()
             if state in _DONE:
                 return _batch_errors(status, state, ops)
             waited = time.monotonic() - began
-            if waited + delay > self._poll_timeout_s:
+            if waited + pause > self._poll_timeout_s:
                 # Nothing is lost: the operations go back to pending and an UPDATE sent again is harmless.
                 raise ChannelBusy(f"Meta was still processing batch {handle} after {waited:.0f} s", retry_after=60.0)
-            time.sleep(delay)
+            time.sleep(pause)
             delay = min(delay * 2, self._poll_max_s)
 
     # -- one call ----------------------------------------------------------------------------------

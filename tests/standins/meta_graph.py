@@ -177,7 +177,7 @@ class MetaGraphStandIn:
         self.versions: set[str] = set()
         self._refused: dict[str, str] = {}
         self._batches: dict[str, _Batch] = {}
-        self._faults: list[GraphError] = []
+        self._faults: list[tuple[str | None, GraphError]] = []  # (the edge it is for, None: any), the error
         self._batch_calls: list[float] = []
         self._lock = threading.RLock()
         self._next_fbid = 7_000_000_000_000_000
@@ -219,17 +219,19 @@ class MetaGraphStandIn:
         n: int = 1,
         status: int = 503,
         message: str = "An unexpected error has occurred. Please retry your request later.",
+        edge: str | None = None,
     ) -> None:
-        """The next `n` calls answer `status` with the Graph's transient error (code 2) saying `message`."""
+        """The next `n` calls (to `edge` only, when given) answer `status` with the Graph's transient error."""
         with self._lock:
             for _ in range(n):
-                self._faults.append(GraphError(status, 2, message, is_transient=True))
+                self._faults.append((edge, GraphError(status, 2, message, is_transient=True)))
 
-    def rate_limit_next(self, n: int = 1, code: int = 80014, regain_minutes: int = 1) -> None:
-        """The next `n` calls are refused as over a rate limit (4 app, 17 user, 80014 catalog batch)."""
+    def rate_limit_next(self, n: int = 1, code: int = 80014, regain_minutes: int = 1, edge: str | None = None) -> None:
+        """The next `n` calls (to `edge` only, when given) are refused as over a rate limit (4 app, 17 user,
+        80014 catalog batch)."""
         with self._lock:
             for _ in range(n):
-                self._faults.append(self._rate_limited(code, regain_minutes))
+                self._faults.append((edge, self._rate_limited(code, regain_minutes)))
 
     def refuse(self, retailer_id: str, message: str) -> None:
         """Every later create/update of this item fails with `message` (an error for that item only)."""
@@ -324,8 +326,10 @@ class MetaGraphStandIn:
         self._check_token(rec, params)
         with self._lock:
             self.versions.add(version)
-            if self._faults:
-                raise self._faults.pop(0)
+            for i, (only, fault) in enumerate(self._faults):
+                if only in (None, edge):
+                    del self._faults[i]
+                    raise fault
         if catalog != self.catalog:
             raise GraphError(
                 400,

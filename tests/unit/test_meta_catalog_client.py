@@ -134,6 +134,14 @@ def test_a_batch_in_progress_is_polled_until_finished(graph: MetaGraphStandIn) -
     assert len(graph.calls("check_batch_request_status")) == 4
 
 
+def test_a_busy_answer_to_a_poll_is_waited_out_without_sending_the_batch_again(graph: MetaGraphStandIn) -> None:
+    graph.polls_in_progress = 1
+    graph.fail_next(2, status=503, edge="check_batch_request_status")
+    assert all(o.ok for o in client(graph).send([insert("a"), insert("b")]))
+    assert len(graph.calls("items_batch")) == 1
+    assert [r.status for r in graph.calls("check_batch_request_status")] == [503, 503, 200, 200]
+
+
 def test_a_batch_meta_never_finishes_is_busy_not_lost(graph: MetaGraphStandIn) -> None:
     graph.polls_in_progress = 1000
     c = client(graph, poll_timeout_s=0.1)
