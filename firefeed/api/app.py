@@ -15,7 +15,20 @@ from sqlalchemy.engine import Engine
 
 from firefeed import __version__
 from firefeed.api import errors
-from firefeed.api.routes import feeds, findings, ops, preview, projects, runs, secrets, specs, sync, tokens
+from firefeed.api.routes import (
+    feeds,
+    findings,
+    items,
+    lookups,
+    ops,
+    preview,
+    projects,
+    runs,
+    secrets,
+    specs,
+    sync,
+    tokens,
+)
 from firefeed.config import get_settings
 from firefeed.feeds.http import FeedService, FeedsMiddleware
 from firefeed.preview.pool import PREVIEWS, VALUES, BoundedPool
@@ -81,6 +94,8 @@ def create_app(*, engine: Engine | None = None, local_runs: bool = False) -> Fas
     app.include_router(projects.router)
     app.include_router(findings.router)
     app.include_router(specs.router)
+    app.include_router(items.router)
+    app.include_router(lookups.router)
     app.include_router(preview.router)
     app.include_router(runs.router)
     app.include_router(secrets.router)
