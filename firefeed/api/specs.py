@@ -2,13 +2,14 @@
 
 Every function takes the caller's company: another company's project (or a version of it) is
 reported exactly like a missing one (NotFoundError -> 404). Validating runs the PUT's checks without
-storing anything; restoring applies the old document through the PUT's own path, so every check of
-an apply holds for it (the company's secrets, local paths, the version bound).
+storing anything; restoring applies the old document through the apply every PUT goes through, so
+every check of an apply holds for it (the company's secrets, local paths, the version bound).
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select
@@ -22,6 +23,7 @@ from firefeed.runs.service import RunStore
 from firefeed.secrets.references import check_spec as check_references
 from firefeed.secrets.references import origin_of
 from firefeed.secrets.store import SecretStore
+from firefeed.spec.loader import check_spec_size, parse_spec
 from firefeed.spec.server_checks import check_server_side
 
 
@@ -113,11 +115,16 @@ def version_document(store: RunStore, company: str, project_id: str, version: in
 
 
 def restore(store: RunStore, company: str, project_id: str, version: int) -> schemas.ProjectApplied:
-    """Apply an older version's document as the project's spec, through the PUT's path (a new apply).
+    """Apply an older version's document as the project's spec: a new apply, with every check of one.
 
-    A version applied from a spec file had a folder; restored over the API it has none, as a PUT's spec
-    has none: a relative local source then must be under FIREFEED_LOCAL_SOURCES_ROOT, or the apply says so.
+    With the version's own folder: a version applied from a spec file (`firefeed apply`) names its sources
+    relative to it, and restored without it they would point nowhere. Safe, since document and folder are
+    exactly a pair an earlier apply accepted; the checks run again on it (secrets, local paths, bounds).
     """
     row = _version(store, company, project_id, version)
-    body = json.dumps(row.spec).encode("utf-8")
-    return service.apply_project(store, company, project_id, body)
+    check_spec_size(len(json.dumps(row.spec).encode("utf-8")))
+    spec = parse_spec(row.spec)
+    created = store.apply_spec(spec, spec_dir=Path(row.spec_dir) if row.spec_dir else None, company=company)
+    return schemas.ProjectApplied(
+        project=project_id, company=company, created=created, links=schemas.project_links(project_id)
+    )
