@@ -1,7 +1,8 @@
 """A run of a project whose export syncs to a Meta catalog, through the Graph stand-in over HTTP (SPEC 10
 C9-C10, #51): the run's sync job sends the published items in one batch, Meta's refusal of one item is in
 the report with Meta's own words, a removed item is deleted by the next run, `repair` puts back what was
-changed on the catalog and deletes an orphan only when told, and the token shows nowhere."""
+changed on the catalog and deletes an orphan only when told, the status counts what Meta says is wrong
+with a product, and the token shows nowhere."""
 
 from __future__ import annotations
 
@@ -113,6 +114,11 @@ def test_runs_sync_the_export_to_the_catalog_and_repair_undoes_changes_made_behi
     assert graph.items["B"]["title"] == "Hat" and "Z" in graph.items  # C is still refused: missing again
     gone = service.repair(project, "m", delete_orphans=True, settings=get_settings(), engine=get_engine())
     assert gone["different"] == 0 and gone["orphans_deleted"] and "Z" not in graph.items, gone
+
+    # "meta says": the product's errors from the products edge, counted by code in the status
+    graph.set_errors("B", [{"title": "Image too small", "description": "500x500 at least", "error_type": "IMAGE_SIZE"}])
+    (status,) = service.status(project, "m", settings=get_settings(), engine=get_engine(), refresh=True)
+    assert status["channel_issues"]["codes"] == {"IMAGE_SIZE": 1}, status
 
     assert f"meta catalog {CATALOG}: batch" in caplog.text  # the sync's own log lines were captured
     for text in (out, out2, caplog.text):
