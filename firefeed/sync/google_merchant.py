@@ -402,8 +402,9 @@ def product_input(key: str, item: Mapping[str, Any], *, content_language: str, f
 
 
 def export_item(product: Mapping[str, Any]) -> dict[str, Any]:
-    """A Product (or ProductInput) from Google, in the export's column names and spellings."""
-    item: dict[str, Any] = {"id": str(product.get("offerId", ""))}
+    """A Product (or ProductInput) from Google, in the export's column names and spellings (its offerId is the
+    RemoteItem's key, not a column: an export's key need not be its `id` column)."""
+    item: dict[str, Any] = {}
     for field, value in (product.get("productAttributes") or {}).items():
         column = COLUMN_OF.get(field)
         if column is None or value in (None, "", []):
@@ -425,7 +426,7 @@ def comparable(item: Mapping[str, Any]) -> dict[str, Any]:
         attributes, custom = product_attributes(item)
     except _NotSendable:
         return {k: v for k, v in item.items() if v not in (None, "", [])}
-    return export_item({"offerId": item.get("id", ""), "productAttributes": attributes, "customAttributes": custom})
+    return export_item({"productAttributes": attributes, "customAttributes": custom})
 
 
 def unmapped_columns(columns: Sequence[str]) -> list[str]:
@@ -634,6 +635,10 @@ class GoogleMerchantClient:
             token = str(answer.get("nextPageToken") or "")
             if not token:
                 return
+
+    def comparable(self, item: dict[str, Any]) -> dict[str, Any]:
+        """How Google would echo this export item in `list_items` (what `sync repair` compares)."""
+        return comparable(item)
 
     def close(self) -> None:
         self._client.close()

@@ -191,6 +191,7 @@ def test_what_google_holds_reads_back_in_the_exports_spelling() -> None:
     assert back["additional_image_link"] == ["https://shop.example.com/i/A1-2.jpg"]
     assert back["gtin"] == "4006381333931"
     assert back["fabric_care"] == "wool"
+    assert "id" not in back  # the offerId is the RemoteItem's key
     # a value that differs reads back differently
     assert comparable(item("A1", price="20 EUR")) != back
 
@@ -214,7 +215,7 @@ def test_inserts_deletes_and_list_against_the_stand_in(google: MerchantStandIn, 
 
     listed = {r.key: r for r in c.list_items()}
     assert set(listed) == {"L1", "L2", odd}
-    assert listed["L1"].item == comparable(item("L1"))
+    assert listed["L1"].item == comparable(item("L1")) == c.comparable(item("L1"))
     assert listed["L1"].issues == ()
     assert {(i.code, i.attribute, i.severity) for i in listed["L2"].issues} == {
         ("item_missing_required_attribute", "image_link", "error"),
