@@ -126,10 +126,10 @@ def comparable(item: dict[str, Any]) -> dict[str, Any]:
 def meta_value(field: str, value: Any) -> Any:
     """One value as Meta takes it for `field`."""
     if value is None:
-        return [] if field in _LIST_FIELDS else ""
+        return ""  # an UPDATE unsets a field given "" (null leaves it as it was), a list field too
     if field in _LIST_FIELDS:
-        values = value if isinstance(value, list) else [value]
-        return [str(v) for v in values if v not in (None, "")]
+        values = [str(v) for v in (value if isinstance(value, list) else [value]) if v not in (None, "")]
+        return values or ""
     if isinstance(value, list):  # one value per field on Meta: product_type takes the first path
         value = value[0] if field == "product_type" and value else ",".join(str(v) for v in value)
     text = str(value).strip() if not isinstance(value, bool) else ("true" if value else "false")

@@ -103,6 +103,7 @@ def test_export_columns_map_to_meta_fields_and_google_only_ones_are_dropped() ->
     assert data["gender"] == "female" and data["product_type"] == "A > B"
     assert "identifier_exists" not in data
     assert to_meta("k", {"color": None, "backorder": "x"}) == {"color": "", "id": "k"}  # "" unsets on Meta
+    assert to_meta("k", {"additional_image_link": []})["additional_image_link"] == ""  # a list field too
     assert to_meta("k", {"availability": "backorder", "price": "abc"}) == {
         "availability": "available for order",
         "price": "abc",  # left for Meta to refuse that item with its own words
