@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -396,7 +397,10 @@ def _repair_plan(
     lock = threading.Lock()
 
     # A client that maps values (a price to an amount and back) says how the channel would echo an item.
-    comparable = getattr(client, "comparable", None)
+    # (Its method, or its module's function: the Google client has `comparable` beside its class.)
+    comparable = getattr(client, "comparable", None) or getattr(
+        sys.modules.get(type(client).__module__), "comparable", None
+    )
 
     def flush() -> None:
         ours = ledger.payloads([i.key for i in page])
@@ -406,7 +410,10 @@ def _repair_plan(
                 same.append(False)
                 continue
             item = dict(zip(columns, ours[i.key], strict=False))
-            same.append(same_item(comparable(item) if comparable is not None else item, i.item))
+            column = differing(comparable(item) if comparable is not None else item, i.item)
+            if column is not None:
+                log.info("repair: the channel's %s differs in %s", i.key, column)
+            same.append(column is None)
         ledger.repair_add([i.key for i in page], same)
         page.clear()
 
@@ -462,15 +469,18 @@ def _norm(value: Any) -> Any:
     return tuple(words) if len(words) != 1 else words[0]
 
 
-def same_item(ours: dict[str, Any], theirs: dict[str, Any]) -> bool:
-    """Whether the channel's copy says what the export says, for every column the client could map back.
+def differing(ours: dict[str, Any], theirs: dict[str, Any]) -> str | None:
+    """The first column where the channel's copy says otherwise than the export, or None.
 
     A column the channel does not echo (or the client cannot map) is not compared: only a difference the
     channel shows can be a change made behind FireFeed's back.
     """
     for name, value in theirs.items():
-        if name not in ours:
-            continue
-        if _norm(ours[name]) != _norm(value):
-            return False
-    return True
+        if name in ours and _norm(ours[name]) != _norm(value):
+            return name
+    return None
+
+
+def same_item(ours: dict[str, Any], theirs: dict[str, Any]) -> bool:
+    """Whether the channel's copy says what the export says, for every column the client could map back."""
+    return differing(ours, theirs) is None
