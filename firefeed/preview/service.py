@@ -297,7 +297,9 @@ def _sample_sources(
         )
         validator = validator_of(fetched, kept)
         table = staging_table(spec.project, src.name)
-        if kept is not None and validator is not None and validator == kept.validator:
+        hit = kept is not None and validator is not None and validator == kept.validator
+        SAMPLES.counted(hit)
+        if kept is not None and hit:
             replay = Replay(src.name, kept)
             result = stage_source(
                 engine, schema, company=area, table=table, reader=replay, chunk_rows=settings.chunk_rows
