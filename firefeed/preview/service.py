@@ -582,7 +582,11 @@ def _outputs(
         if own is not None:
             for pos, rule in excluded_by(own).items():
                 gone.setdefault(pos, rule)
-        out.append(export_output(engine, area=area, export=exp, effects=own or effects, keys=keys, excluded=gone))
+        out.append(
+            export_output(
+                engine, area=area, export=exp, effects=own or effects, keys=keys, excluded=gone, checks=checks
+            )
+        )
     return out
 
 

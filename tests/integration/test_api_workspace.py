@@ -71,6 +71,7 @@ def spec_doc(company: str, project: str, folder: Path) -> dict[str, Any]:
         "exports": [
             {"name": "csv", "format": "csv", "path": "feed.csv", "fields": {"title": "title", "id": "id", "p": "price"}}
         ],
+        "lookups": [{"name": "cats", "key": "title", "rows": [{"title": "Boot", "gpc": "187"}]}],
     }
 
 
@@ -259,6 +260,9 @@ ROUTES = [
     ("GET", "/api/projects/{p}/versions/{v}"),
     ("POST", "/api/projects/{p}/versions/{v}/restore"),
     ("GET", "/api/projects/{p}/exports/csv/file"),
+    ("GET", "/api/projects/{p}/items/A1"),
+    ("POST", "/api/projects/{p}/lookups/cats/rows"),
+    ("GET", "/api/projects/{p}/lookups/cats/unmatched"),
 ]
 
 
@@ -280,3 +284,176 @@ def test_another_company_gets_the_404_of_a_missing_project_on_every_route(
         # word for word the answer of a project that does not exist
         assert theirs.text.replace(shop.project, "P") == missing.text.replace(nothing, "P")
     assert http.request(method, url, content=body).status_code == 401
+
+
+def two_sources(env: Path) -> Shop:
+    """A shop whose stock file (enrich) sets quantities, with a channel-rule export and a filtered one."""
+    s = Shop(env)
+    write_csv(
+        s.folder / "main.csv",
+        ["id", "title", "price", "quantity", "brand"],
+        [
+            ["A1", "Runner test", "10.00", "5", "Acme"],
+            ["A2", HOSTILE, "20.00", "4", "Zeta"],
+            ["A3", "Hat", "5.00", "2", ""],
+        ],
+    )
+    write_csv(s.folder / "stock.csv", ["id", "quantity"], [["A2", "0"], ["A3", ""]])
+    s.doc["sources"].append({"name": "stock", "url": str(s.folder / "stock.csv"), "mode": "enrich"})
+    s.doc["rules"] = [
+        {
+            "name": "oos",
+            "when": {"field": "quantity", "op": "lte", "value": "0"},
+            "then": [{"set": "availability", "value": "out of stock"}],
+        },
+        {
+            "name": "drop tests",
+            "when": {"field": "title", "op": "contains", "value": "test"},
+            "then": [{"exclude": True}],
+        },
+    ]
+    s.doc["exports"] = [
+        {
+            "name": "plain",
+            "format": "csv",
+            "path": "plain.csv",
+            "fields": {"id": "id", "label": "{brand}: {title}", "fixed": {"value": "{x}"}, "q": "quantity"},
+            "where": {"field": "brand", "op": "not_empty"},
+        },
+        {
+            "name": "google",
+            "format": "google-xml",
+            "path": "g.xml",
+            "fields": {"id": "id", "title": "title", "price": "price", "availability": "availability"},
+            "rules": [
+                {"name": "no hats", "when": {"field": "title", "op": "eq", "value": "Hat"}, "then": [{"exclude": True}]}
+            ],
+        },
+    ]
+    return s
+
+
+def test_a_preview_shows_each_cell_after_the_rules_what_set_it_and_each_exports_rows(
+    http: httpx.Client, env: Path
+) -> None:
+    s = two_sources(env)
+    assert s.put(http).status_code == 201, s.put(http).text
+    r = http.post(f"/api/projects/{s.project}/preview", headers=s.auth)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    fields = body["fields"]
+    assert fields == ["id", "title", "price", "quantity", "brand", "availability"]
+    items = {i["key"]: i for i in body["items"]}
+    a2 = items["A2"]
+    assert a2["values"] == ["A2", HOSTILE, "20.00", "0", "Zeta", "out of stock"]
+    assert a2["origin"] == ["source:main", "source:main", "source:main", "source:stock", "source:main", "rule:oos"]
+    assert a2["changed"] == [5]
+    assert items["A3"]["origin"][3] == "source:main"  # the stock file's empty quantity does not overwrite
+    assert items["A3"]["origin"][5] == "" and items["A3"]["changed"] == []
+    assert items["A1"]["excluded_by"] == "drop tests"
+
+    outputs = {o["export"]: o for o in body["outputs"]}
+    assert [o["export"] for o in body["outputs"]] == ["plain", "google"]
+    plain = outputs["plain"]
+    assert plain["columns"] == ["id", "label", "fixed", "q"]
+    assert plain["rows"] == [{"key": "A2", "cells": ["A2", f"Zeta: {HOSTILE}", "{x}", "0"]}]
+    assert plain["excluded"] == [{"key": "A1", "by": "drop tests"}, {"key": "A3", "by": "where"}]
+    google = outputs["google"]
+    assert [row["key"] for row in google["rows"]] == ["A2"]
+    assert {"key": "A3", "by": "no hats"} in google["excluded"]
+    (channel,) = body["exports"]
+    assert channel["name"] == "google" and channel["fields"] == fields
+    assert "origin" in channel["items"][0]
+
+
+def test_an_edited_rule_replays_the_kept_source_rows_and_a_changed_file_is_read_again(
+    http: httpx.Client, env: Path
+) -> None:
+    from firefeed.preview.cache import SAMPLES
+
+    s = two_sources(env)
+    url = f"/api/projects/{s.project}/preview"
+    assert http.post(url, headers=s.auth, content=json.dumps(s.doc)).status_code == 200
+    hits, misses = SAMPLES.hits, SAMPLES.misses
+    s.doc["rules"][0]["then"][0]["value"] = "sold out"
+    edited = http.post(url, headers=s.auth, content=json.dumps(s.doc)).json()
+    assert SAMPLES.hits - hits == 2 and SAMPLES.misses == misses  # both sources replayed
+    assert {i["key"]: i["values"][5] for i in edited["items"]}["A2"] == "sold out"
+    assert [src["rows_read"] for src in edited["sources"]] == [3, 2]
+
+    write_csv(s.folder / "stock.csv", ["id", "quantity"], [["A2", "7"], ["A3", "0"]])
+    fresh = http.post(url, headers=s.auth, content=json.dumps(s.doc)).json()
+    assert SAMPLES.misses - misses == 1  # the stock file changed; the primary did not
+    values = {i["key"]: i["values"] for i in fresh["items"]}
+    assert values["A2"][3] == "7" and values["A3"][5] == "sold out"
+
+
+def test_an_item_as_each_source_brought_it_through_the_rules_and_in_each_export(http: httpx.Client, env: Path) -> None:
+    s = two_sources(env)
+    assert s.put(http).status_code == 201
+    r = http.get(f"/api/projects/{s.project}/items/A2", headers=s.auth)
+    assert r.status_code == 200, r.text
+    item = r.json()
+    assert item["key"] == "A2"
+    assert item["sources"] == [
+        {
+            "name": "main",
+            "fields": ["id", "title", "price", "quantity", "brand"],
+            "values": ["A2", HOSTILE, "20.00", "4", "Zeta"],
+        },
+        {"name": "stock", "fields": ["id", "quantity"], "values": ["A2", "0"]},
+    ]
+    assert [(x["rule"], x["matched"]) for x in item["rules"]] == [("oos", True), ("drop tests", False)]
+    assert item["values"][item["fields"].index("availability")] == "out of stock"
+    plain, google = item["exports"]
+    assert plain["cells"] == ["A2", f"Zeta: {HOSTILE}", "{x}", "0"] and plain["excluded_by"] is None
+    assert google["columns"] == ["id", "title", "price", "availability"]
+    checks = {f["check"] for f in google["findings"]}
+    assert {"price_format", "html", "missing"} <= checks, google["findings"]  # no currency, a tag, no link
+    assert all(set(f) == {"check", "attribute", "severity", "message"} for f in google["findings"])
+
+    gone = http.get(f"/api/projects/{s.project}/items/A1", headers=s.auth).json()
+    assert gone["excluded_by"] == "drop tests"
+    assert [e["excluded_by"] for e in gone["exports"]] == ["drop tests", "drop tests"]
+    assert all(e["cells"] is None for e in gone["exports"])
+    missing = http.get(f"/api/projects/{s.project}/items/NOPE", headers=s.auth)
+    assert missing.status_code == 404 and missing.json()["error"] == "not_found"
+
+
+def test_unmatched_values_become_lookup_rows_and_the_next_run_matches_them(http: httpx.Client, env: Path) -> None:
+    s = Shop(env)
+    s.doc["rules"].append({"name": "gpc", "then": [{"lookup": "cats", "match": "title", "set": {"gpc": "gpc"}}]})
+    s.doc["lookups"].append({"name": "file", "key": "title", "url": str(s.folder / "main.csv")})
+    assert s.put(http).status_code == 201
+    base = f"/api/projects/{s.project}/lookups"
+    before = http.get(f"{base}/cats/unmatched", headers=s.auth).json()
+    assert before == {"lookup": "cats", "run_id": None, "actions": [], "values": []}
+    s.run()
+    found = http.get(f"{base}/cats/unmatched", headers=s.auth).json()
+    assert found["run_id"] is not None
+    assert found["values"] == [{"value": HOSTILE, "count": 1}]
+    assert found["actions"][0]["rule"] == "gpc" and found["actions"][0]["unmatched"] == 1
+
+    versions = len(http.get(f"/api/projects/{s.project}/versions", headers=s.auth).json()["versions"])
+    added = http.post(f"{base}/cats/rows", headers=s.auth, json={"rows": [{"title": HOSTILE, "gpc": "<b>1</b>"}]})
+    assert added.status_code == 200, added.text
+    assert added.json()["rows"] == 2 and added.json()["lookup"] == "cats"
+    assert len(http.get(f"/api/projects/{s.project}/versions", headers=s.auth).json()["versions"]) == versions + 1
+    spec = http.get(f"/api/projects/{s.project}/spec", headers=s.auth).json()["spec"]
+    assert spec["lookups"][0]["rows"][-1] == {"title": HOSTILE, "gpc": "<b>1</b>"}
+    assert spec["sources"] == s.doc["sources"]
+
+    # the next run (from the stored spec, with its folder) matches the value
+    s.doc = spec
+    s.run()
+    assert http.get(f"{base}/cats/unmatched", headers=s.auth).json()["values"] == []
+
+    url_lookup = http.post(f"{base}/file/rows", headers=s.auth, json={"rows": [{"title": "x"}]})
+    assert url_lookup.status_code == 409 and url_lookup.json()["error"] == "lookup_not_inline"
+    assert http.post(f"{base}/nope/rows", headers=s.auth, json={"rows": [{"title": "x"}]}).status_code == 404
+    for bad in ({"rows": []}, {"rows": [{"gpc": "1"}]}, {"rows": [{"title": 3}]}, {"other": 1}, [1]):
+        r = http.post(f"{base}/cats/rows", headers=s.auth, json=bad)
+        assert r.status_code == 422, (bad, r.text)
+        assert r.json()["error"] == "spec_error"
+    big = {"rows": [{"title": "t" * 1000, "gpc": "g" * 1000}] * 600}
+    assert http.post(f"{base}/cats/rows", headers=s.auth, json=big).status_code == 413

@@ -25,6 +25,7 @@ _NOT_FOUND: dict[int | str, dict[str, Any]] = {
 
 def _add(store: RunStore, company: str, project_id: str, name: str, body: bytes) -> dict[str, Any]:
     with SPEC_WRITES.admitted(company):  # an apply: the PUT's bound
+        store.project(project_id, company=company)  # another company's project: 404 before a word on the body
         try:
             parsed = json.loads(body)
         except (ValueError, RecursionError):
