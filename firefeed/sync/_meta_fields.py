@@ -119,8 +119,9 @@ def unmapped_columns(columns: Sequence[str]) -> list[str]:
 def comparable(item: dict[str, Any]) -> dict[str, Any]:
     """An export item in the form `list_items` gives back a product (mapped fields, the same spellings), so
     `sync repair` can compare what the ledger sent with what the catalog holds; empty fields are left out."""
-    data = to_meta(str(item.get("id", "")), item)
-    return {k: v for k, v in data.items() if v not in ("", [])}
+    data = to_meta("", item)
+    # no id: the product's retailer id is its key (RemoteItem.key), whatever the export's id column says
+    return {k: v for k, v in data.items() if k != "id" and v not in ("", [])}
 
 
 def meta_value(field: str, value: Any) -> Any:
@@ -157,8 +158,8 @@ def remote_item(product: dict[str, Any]) -> RemoteItem:
     item: dict[str, Any] = {}
     for read, column in READ_FIELDS.items():
         found = product.get(read)
-        if found not in (None, "", []):
-            item[column] = meta_value(column, found) if column != "id" else str(found)
+        if found not in (None, "", []) and column != "id":  # the retailer id is the key, not a column
+            item[column] = meta_value(column, found)
     currency = str(product.get("currency") or "")
     for name in ("price", "sale_price"):
         amount = read_price(product.get(name), currency)

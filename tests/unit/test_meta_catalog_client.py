@@ -246,6 +246,7 @@ def test_list_items_pages_through_the_catalog_in_export_names(graph: MetaGraphSt
     first = listed[0]
     assert first.item["price"] == "1234.50 USD"  # read back as "$1,234.50" with currency USD
     assert first.item == comparable(sent[0].item or {})  # what repair compares: equal when nothing changed
+    assert first.key == "p0000" and "id" not in first.item  # the retailer id is the key, never compared
     assert listed[1].issues[0].code == "IMAGE" and listed[1].issues[0].severity == "error"
     graph.edit("p0002", title="Changed behind FireFeed's back")
     changed = next(r for r in c.list_items() if r.key == "p0002")
