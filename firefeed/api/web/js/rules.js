@@ -327,9 +327,8 @@ function gridOf(choice) {
   };
   if (choice.startsWith("export:")) {
     const name = choice.slice(7);
-    const exp = (p.exports || []).find((e) => e.name === name);
+    const out = outputsOf(p).find((o) => o.export === name);
     const spec = (ed.spec.exports || []).find((e) => e.name === name);
-    const out = exp.output;
     return {
       columns: ["item", ...out.columns],
       rows: out.rows.map((r) => {
@@ -370,12 +369,15 @@ function gridOf(choice) {
   };
 }
 
+// Each export's rows as it would write them: the answer's `outputs` (every export, in spec order).
+const outputsOf = (p) => p.outputs || [];
+
 function renderPreview() {
   const p = ed.preview;
   $("rule-preview-summary").textContent = `(${p.items.length} item(s), ${Number(p.duration_s).toFixed(2)} s)`;
   const select = $("rule-grid-of");
   const before = select.value;
-  const choices = [["fields", "the fields after the rules"], ...(p.exports || []).filter((e) => e.output).map((e) => ["export:" + e.name, "export " + e.name])];
+  const choices = [["fields", "the fields after the rules"], ...outputsOf(p).map((o) => ["export:" + o.export, "export " + o.export])];
   select.replaceChildren(...choices.map(([value, label]) => el("option", { value }, label)));
   select.value = choices.some(([v]) => v === before) ? before : choices.length > 1 ? choices[1][0] : "fields";
   $("rule-preview-warnings").replaceChildren(
@@ -423,10 +425,10 @@ async function putDraft(text, what) {
   const project = ed.project;
   try {
     await api("PUT", projectPath(project), { yaml: text });
+    forgetSpec();
+    await show(project); // the saved spec, read back: the rule list and the form are the stored ones
     say($("rule-note"), "ok", what);
     announce(what);
-    forgetSpec();
-    await show(project);
   } catch (err) {
     if (err.status !== 401) say($("rule-note"), "bad", "not saved: " + errorText(err));
   }

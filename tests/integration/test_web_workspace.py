@@ -1,0 +1,461 @@
+"""The page as the merchant's workspace (#53), in headless Chromium against the real API and Postgres.
+
+One browser and one API server for the module; each test opens its own page (its own tab storage) with
+its company's token. A failed test leaves a screenshot of its pages in test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from firefeed.config import reset_settings
+from firefeed.pipeline.run import execute_run
+from firefeed.runs.service import RunStore
+from firefeed.runs.tokens import TokenStore
+from firefeed.secrets.crypto import generate_key
+from firefeed.spec.loader import parse_spec
+from tests.integration.conftest import write_csv
+from tests.integration.web import ARTIFACTS, launched_browser, screenshot_if_failed
+
+pytestmark = pytest.mark.integration
+
+WAIT_MS = 15_000
+HOSTILE = "<img src=x onerror=alert(1)>"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    yield from launched_browser()
+
+
+@pytest.fixture(scope="module")
+def root(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """FIREFEED_LOCAL_SOURCES_ROOT (a company's files in root/<company>/), exports and data in a temp folder."""
+    base = tmp_path_factory.mktemp("workspace")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FIREFEED_LOCAL_SOURCES_ROOT", str(base / "root"))
+        mp.setenv("FIREFEED_EXPORT_DIR", str(base / "exports"))
+        mp.setenv("FIREFEED_DATA_DIR", str(base / "var"))
+        mp.setenv("FIREFEED_SECRETS_KEY", generate_key())
+        reset_settings()
+        yield base / "root"
+    reset_settings()
+
+
+@pytest.fixture(scope="module")
+def server(root: Path) -> Iterator[str]:
+    from firefeed.api.app import create_app
+    from firefeed.api.serve import ServerThread
+
+    with ServerThread(create_app()) as url:
+        yield url
+
+
+@pytest.fixture()
+def open_page(browser: Any, server: str, request: pytest.FixtureRequest) -> Iterator[Callable[[str], Any]]:
+    """open_page(token): a logged-in page at 1366x768; a dialog (an injected alert) fails the test."""
+    pages: list[Any] = []
+    dialogs: list[str] = []
+
+    def open_(token: str) -> Any:
+        page = browser.new_page(viewport={"width": 1366, "height": 768})
+        page.set_default_timeout(WAIT_MS)
+
+        def on_dialog(dialog: Any) -> None:
+            dialogs.append(dialog.message)
+            dialog.dismiss()
+
+        page.on("dialog", on_dialog)
+        page.goto(server + "/")
+        page.fill("#token-input", token)
+        page.click("#login-form button[type=submit]")
+        page.wait_for_selector("#projects-pane")
+        pages.append(page)
+        return page
+
+    yield open_
+    screenshot_if_failed(request, browser)
+    for page in pages:
+        page.context.close()
+    assert dialogs == [], f"the page opened a dialog: {dialogs}"
+
+
+def company_with_shop(
+    root: Path, *, name: str = "shop", rule: str = "out of stock", hostile: bool = False
+) -> tuple[str, str, str]:
+    """(company, project, token) of a project with one SUCCEEDED run: four items, two rules, two exports."""
+    company, project = "ws_" + uuid.uuid4().hex[:8], "shop_" + uuid.uuid4().hex[:8]
+    folder = root / company
+    folder.mkdir(parents=True)
+    bad = HOSTILE if hostile else ""
+    write_csv(
+        folder / "main.csv",
+        ["id", "title", "price", "quantity", "availability", "cat"],
+        [
+            ["A1", "Shoe" + bad, "10.00 EUR", "0", "in stock", "Rings"],
+            ["A2", "Boot", "20.00 EUR", "4", "in stock", "Hats" + bad],
+            ["A3", "Hat", "5.00 EUR", "0", "in stock", "Hats" + bad],
+            ["T9", "test item", "1.00 EUR", "1", "in stock", "Socks"],
+        ],
+    )
+    spec = {
+        "company": company,
+        "project": project,
+        "name": name + bad,
+        "sources": [{"name": "main" + bad, "url": "main.csv"}],
+        "rules": [
+            {
+                "name": rule + bad,
+                "when": {"field": "quantity", "op": "lte", "value": "0"},
+                "then": [{"set": "availability", "value": "out of stock" + bad}],
+            },
+            {
+                "name": "drop tests" + bad,
+                "when": {"field": "title", "op": "starts_with", "value": "test"},
+                "then": [{"exclude": True}],
+            },
+        ],
+        "exports": [
+            {"name": "csv" + bad, "format": "csv", "path": "out.csv"},
+            {"name": "google", "format": "google-xml", "path": "google.xml", "max_invalid": "100%"},
+        ],
+    }
+    store = RunStore()
+    store.apply_spec(parse_spec(spec), spec_dir=folder)
+    report = execute_run(store.request_run(project, "cli"))
+    assert report["status"] == "SUCCEEDED", report["error"]
+    return company, project, TokenStore().create(company)
+
+
+@pytest.fixture(scope="module")
+def shop(root: Path) -> tuple[str, str, str]:
+    return company_with_shop(root)
+
+
+def view(page: Any, name: str) -> None:
+    page.click(f"#view-tabs button[data-view={name}]")
+    page.wait_for_selector(f"#view-{name}:not([hidden])")
+
+
+# --- create a project ---------------------------------------------------------------------------------------
+
+
+def test_a_project_is_created_from_the_form_and_from_yaml_with_its_problems_at_their_lines(
+    root: Path, open_page: Callable[[str], Any]
+) -> None:
+    company = "ws_" + uuid.uuid4().hex[:8]
+    (root / company).mkdir(parents=True)
+    write_csv(root / company / "main.csv", ["id", "title"], [["A1", "Shoe"], ["A2", "Boot"]])
+    page = open_page(TokenStore().create(company))
+    page.wait_for_selector("#no-projects:not([hidden])")
+
+    # The form: a source, a rule, an export; created through PUT, then shown in the spec view.
+    project = "new_" + uuid.uuid4().hex[:8]
+    page.click("#new-project")
+    page.get_by_label("Project id").fill(project)
+    page.get_by_label("Schedule (cron, UTC)").fill("0 6 * * *")
+    page.get_by_label("Source 1 URL or file").fill("main.csv")
+    page.click("text=Add rule")
+    page.get_by_label("Rule 1 name").fill("shout")
+    page.get_by_label("Rule 1: set field").fill("title")
+    page.get_by_label("Rule 1: to the value").fill("{title}!")
+    page.get_by_label("Export 1 file").fill("out.csv")
+    page.click("#new-create")
+    page.wait_for_selector(f"#projects li[data-project={project}]")
+    page.wait_for_selector("#view-spec:not([hidden])")
+    expect(page.locator("#spec-yaml")).to_have_value(re.compile("shout"))
+    stored = RunStore().project(project, company=company).spec
+    assert stored["schedule"] == "0 6 * * *"
+    assert stored["rules"] == [{"name": "shout", "then": [{"set": "title", "value": "{title}!"}]}]
+    assert [(e["name"], e["path"]) for e in stored["exports"]] == [("feed", "out.csv")]
+
+    # As YAML: a mistake is listed at its line with a suggestion, and choosing it puts the caret there.
+    second = "yaml_" + uuid.uuid4().hex[:8]
+    page.click("#new-project")
+    page.get_by_label("Project id").fill(second)
+    page.get_by_label("Source 1 URL or file").fill("main.csv")
+    page.click("#new-as-yaml")
+    text = page.input_value("#new-yaml")
+    assert f"project: {second}" in text and "format: csv" in text
+    page.fill("#new-yaml", text.replace("format: csv", "format: cvs"))
+    problem = page.wait_for_selector("#view-new .problem-link")
+    line = text.splitlines().index("    format: csv") + 1
+    assert page.get_attribute("#view-new .problem", "data-line") == str(line)
+    assert "exports[0].format" in (problem.text_content() or "")
+    problem.click()
+    caret_line = page.evaluate(
+        "(() => { const t = document.getElementById('new-yaml');"
+        " return t.value.slice(0, t.selectionStart).split('\\n').length; })()"
+    )
+    assert caret_line == line
+    assert page.evaluate("document.activeElement.id") == "new-yaml"
+    page.fill("#new-yaml", text)
+    page.wait_for_selector("#new-yaml-status.note-ok")
+    page.click("#new-create")
+    page.wait_for_selector(f"#projects li[data-project={second}]")
+    assert RunStore().project(second, company=company).spec["sources"][0]["url"] == "main.csv"
+
+
+# --- the rule editor ----------------------------------------------------------------------------------------
+
+
+def test_editing_a_rule_changes_the_preview_grid_with_each_cells_why(
+    root: Path, open_page: Callable[[str], Any]
+) -> None:
+    company, project, token = company_with_shop(root)  # its own: the test saves the rule it edits
+    page = open_page(token)
+    view(page, "rules")
+    page.wait_for_selector("#rule-grid tbody tr")
+    # The first rule is open in the form; its cells are marked as changed, with words as well as colour.
+    cell = page.locator("#rule-grid tr[data-item=A1] td.changed", has_text="out of stock")
+    assert cell.count() == 1
+    assert "(changed)" in (cell.text_content() or "")
+    assert [t.strip() for t in page.locator("#rule-excluded li").all_text_contents()] == ["T9 excluded by drop tests"]
+    # The cell's "why" opens on keyboard focus, not only on hover.
+    cell.focus()
+    why = cell.locator(".why")
+    assert why.is_visible() and why.text_content() == "set by rule out of stock"
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "web-rules.png"), full_page=True)
+    page.get_by_label("Action 1 value").fill("sold out")
+    page.wait_for_selector("#rule-grid tr[data-item=A1] td.changed >> text=sold out")
+    assert page.locator("#rule-grid tr[data-item=A2] td.changed").count() == 0
+    # The rule's YAML is the same draft; saving it stores the rule.
+    page.check("#rule-mode-yaml")
+    assert "value: sold out" in page.input_value("#rule-yaml")
+    page.fill("#rule-yaml", page.input_value("#rule-yaml").replace("sold out", "gone"))
+    page.wait_for_selector("#rule-grid tr[data-item=A1] td.changed >> text=gone")
+    page.click("#rule-save")
+    page.wait_for_selector("#rule-note.note-ok")
+    rules = RunStore().project(project, company=company).spec["rules"]
+    assert rules[0]["then"] == [{"set": "availability", "value": "gone"}]
+    assert rules[1]["name"] == "drop tests"
+
+
+# --- spec versions --------------------------------------------------------------------------------------------
+
+
+def test_an_older_spec_version_is_viewed_and_restored(root: Path, open_page: Callable[[str], Any]) -> None:
+    company, project, token = company_with_shop(root, rule="first rule")
+    store = RunStore()
+    doc = store.project(project, company=company).spec
+    doc["rules"][0]["name"] = "second rule"
+    store.apply_spec(parse_spec(doc), spec_dir=root / company)
+    page = open_page(token)
+    view(page, "spec")
+    expect(page.locator("#spec-yaml")).to_have_value(re.compile("second rule"))
+    rows = page.locator("#spec-versions tbody tr")
+    page.wait_for_selector("#spec-versions tbody tr >> nth=1")
+    assert rows.count() == 2
+    older = rows.nth(1)
+    version = older.get_attribute("data-version")
+    older.locator(".view-version").click()
+    page.wait_for_selector("#version-view:not([hidden])")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "web-spec.png"), full_page=True)
+    assert "first rule" in (page.text_content("#version-yaml") or "")
+    older.locator(".restore-version").click()
+    page.wait_for_selector("#spec-note.note-ok")
+    expect(page.locator("#spec-yaml")).to_have_value(re.compile("first rule"))
+    assert store.project(project, company=company).spec["rules"][0]["name"] == "first rule"
+    # The same document is the same version again (spec_versions keeps one row per document): now current.
+    page.wait_for_selector(f"#spec-versions tr.selected[data-version='{version}']")
+
+
+# --- feeds ------------------------------------------------------------------------------------------------------
+
+
+def test_a_feed_is_downloaded_with_its_url_and_findings(
+    root: Path, shop: tuple[str, str, str], open_page: Callable[[str], Any]
+) -> None:
+    _, _, token = shop
+    page = open_page(token)
+    view(page, "feeds")
+    block = page.locator("#feeds section.feed[data-export=csv]")
+    block.wait_for()
+    assert "/feeds/" in (block.locator(".feed-url").text_content() or "")
+    with page.expect_download() as download:
+        block.locator("button.download").click()
+    path = download.value.path()
+    assert download.value.suggested_filename == "out.csv"
+    assert Path(path).read_bytes().splitlines()[0].startswith(b"id,")
+    google = page.locator("#feeds section.feed[data-export=google]")
+    assert google.locator(".feed-findings tbody tr").count() > 0
+
+
+# --- hostile names, other companies -----------------------------------------------------------------------------
+
+
+def test_a_hostile_companys_names_and_values_are_text_in_every_view(
+    root: Path, open_page: Callable[[str], Any]
+) -> None:
+    _, _, token = company_with_shop(root, name="x", rule="r", hostile=True)
+    page = open_page(token)
+    markup = "#workspace img, #workspace script"
+    page.wait_for_selector("#projects li")
+    assert HOSTILE in (page.text_content("#projects") or "")
+    view(page, "spec")
+    expect(page.locator("#spec-yaml")).to_have_value(re.compile("onerror"))
+    view(page, "rules")
+    page.wait_for_selector("#rule-grid tbody tr")
+    assert page.locator("#rule-list li").first.text_content() == "r" + HOSTILE
+    assert HOSTILE in (page.text_content("#rule-grid") or "")
+    view(page, "values")
+    page.get_by_label("Field", exact=True).fill("cat")
+    page.click("#values-form button[type=submit]")
+    page.wait_for_selector("#values-table tbody tr")
+    assert "Hats" + HOSTILE in page.locator("#values-table tbody tr td").all_text_contents()
+    view(page, "items")
+    page.get_by_label("Item key", exact=True).fill("A1")
+    page.click("#item-form button[type=submit]")
+    page.wait_for_selector("#item-view h3")
+    assert HOSTILE in (page.text_content("#item-view") or "")
+    view(page, "feeds")
+    page.wait_for_selector("#feeds section.feed")
+    assert page.locator("#feeds section.feed h3").first.text_content() == "Export csv" + HOSTILE
+    page.click("#open-settings")
+    page.wait_for_selector("#schedules-table tbody tr")
+    assert page.locator(markup).count() == 0
+
+
+def test_another_companys_projects_are_not_seen_or_reached_from_the_page(
+    root: Path, shop: tuple[str, str, str], open_page: Callable[[str], Any]
+) -> None:
+    _, project, _ = shop
+    _, own, token = company_with_shop(root)
+    page = open_page(token)
+    page.wait_for_selector(f"#projects li[data-project={own}]")
+    assert page.locator("#projects li").count() == 1
+    # Every route the page calls, with this tab's token, for the other company's project: 404.
+    statuses = page.evaluate(
+        """async ([project, spec]) => {
+            const token = sessionStorage.getItem("firefeed.token");
+            const routes = [
+                ["GET", ""], ["GET", "/spec"], ["GET", "/versions"], ["GET", "/versions/1"],
+                ["POST", "/versions/1/restore"], ["POST", "/validate"], ["POST", "/preview"],
+                ["GET", "/values?field=title"], ["GET", "/items/A1"], ["GET", "/lookups/cats/unmatched"],
+                ["GET", "/feed-urls"], ["GET", "/exports/csv/file"], ["GET", "/exports/google/findings"],
+                ["GET", "/pipeline/runs"], ["POST", "/lookups/cats/rows"], ["PUT", ""],
+            ];
+            const out = {}, rows = { rows: [] };
+            for (const [method, tail] of routes) {
+                const r = await fetch("/api/projects/" + project + tail, {
+                    method, headers: { Authorization: "Bearer " + token, "Content-Type": "application/json" },
+                    // A spec body is a valid one of this company naming that project (refused for whose it is).
+                    body: method === "GET" ? undefined : JSON.stringify(tail.includes("/lookups") ? rows : spec),
+                });
+                out[method + " " + tail] = r.status;
+            }
+            return out;
+        }""",
+        [project, dict(RunStore().project(own).spec, project=project)],
+    )
+    assert statuses == {k: 404 for k in statuses}, statuses
+
+
+# --- company settings ------------------------------------------------------------------------------------------
+
+
+def test_settings_set_a_secret_without_showing_its_value_and_revoke_a_token(
+    root: Path, open_page: Callable[[str], Any]
+) -> None:
+    company = "ws_" + uuid.uuid4().hex[:8]
+    tokens = TokenStore()
+    spare = tokens.create(company)
+    page = open_page(tokens.create(company))
+    page.click("#open-settings")
+    page.wait_for_selector("#tokens-table tbody tr >> nth=1")
+    secret = "s3cr3t-" + uuid.uuid4().hex
+    page.get_by_label("Secret name").fill("SHOP_KEY")
+    page.get_by_label("Secret value").fill(secret)
+    page.click("#secret-form button[type=submit]")
+    page.wait_for_selector("#secrets-table tbody tr[data-secret=SHOP_KEY]")
+    assert "${secret:SHOP_KEY}" in (page.text_content("#secrets-note") or "")
+    assert page.input_value("#secret-value") == ""
+    assert secret not in page.content()
+    assert secret not in page.evaluate("JSON.stringify(sessionStorage) + document.body.innerText")
+    # Revoking asks twice (no dialog); the spare token is refused from then on.
+    spare_id = next(t.id for t in tokens.list(company) if spare.startswith(t.prefix))
+    button = page.locator(f"#tokens-table tr[data-token-id='{spare_id}'] button")
+    button.click()
+    button.click()
+    page.wait_for_selector(f"#tokens-table tr[data-token-id='{spare_id}'][data-state=revoked]")
+    assert tokens.verify(spare) is None
+
+
+# --- values and the category mapping ------------------------------------------------------------------------------
+
+
+def test_unmatched_lookup_values_become_rows_of_the_lookup_and_the_next_run_matches_them(
+    root: Path, open_page: Callable[[str], Any]
+) -> None:
+    company, project = "ws_" + uuid.uuid4().hex[:8], "cats_" + uuid.uuid4().hex[:8]
+    folder = root / company
+    folder.mkdir(parents=True)
+    write_csv(folder / "main.csv", ["id", "cat"], [["1", "Rings"], ["2", "Hats"], ["3", "Hats"], ["4", "Socks"]])
+    spec = {
+        "company": company,
+        "project": project,
+        "sources": [{"name": "main", "url": "main.csv"}],
+        "lookups": [{"name": "cats", "key": "code", "rows": [{"code": "Rings", "gpc": "Jewelry > Rings"}]}],
+        "rules": [{"name": "gpc", "then": [{"lookup": "cats", "match": "cat", "set": {"gpc": "gpc"}}]}],
+        "exports": [{"name": "csv", "format": "csv", "path": "out.csv"}],
+    }
+    store = RunStore()
+    store.apply_spec(parse_spec(spec), spec_dir=folder)
+    assert execute_run(store.request_run(project, "cli"))["status"] == "SUCCEEDED"
+    page = open_page(TokenStore().create(company))
+    view(page, "values")
+    form = page.locator("#unmatched form.mapping[data-lookup=cats]")
+    form.wait_for()
+    assert form.locator("tbody tr td:first-child").all_text_contents() == ["Hats", "Socks"]
+    page.get_by_label("gpc for Hats").fill("Apparel > Hats")
+    form.locator("button.add-rows").click()
+    form.locator(".note-ok").wait_for()
+    rows = store.project(project, company=company).spec["lookups"][0]["rows"]
+    assert rows == [{"code": "Rings", "gpc": "Jewelry > Rings"}, {"code": "Hats", "gpc": "Apparel > Hats"}]
+
+    # "Run now" requests the run; this test is the worker that drives it, and the page shows the new counts.
+    form.locator("button.run-now").click()
+    page.wait_for_selector("#unmatched-note >> text=accepted")
+    run_id = str(store.runs_of_project(project)[0].id)
+    assert execute_run(run_id)["status"] == "SUCCEEDED"
+    page.wait_for_selector("#unmatched-note.note-ok")
+    assert page.text_content("#unmatched-note") == "run succeeded: cats matched 3, unmatched 1"
+    assert page.locator("#unmatched form.mapping tbody tr td:first-child").all_text_contents() == ["Socks"]
+    view(page, "values")
+    page.get_by_label("Field", exact=True).fill("gpc")
+    page.click("#values-form button[type=submit]")
+    page.wait_for_selector("#values-table tbody tr >> nth=1")
+    assert page.locator("#values-table tbody tr td").all_text_contents()[:2] == ["Apparel > Hats", "2"]
+
+
+# --- items --------------------------------------------------------------------------------------------------------
+
+
+def test_an_item_is_shown_per_source_after_each_rule_and_per_export(
+    shop: tuple[str, str, str], open_page: Callable[[str], Any]
+) -> None:
+    _, _, token = shop
+    page = open_page(token)
+    view(page, "items")
+    page.get_by_label("Item key", exact=True).fill("A1")
+    page.click("#item-form button[type=submit]")
+    page.wait_for_selector("#item-view .item-export")
+    assert page.locator("table.item-source tr[data-field=quantity] td").all_text_contents() == ["0"]
+    trail = page.locator("ol.item-rules > li").all_inner_texts()
+    assert trail[0].startswith("out of stock") and "availability: in stock → out of stock" in trail[0]
+    assert page.locator("table.item-after tr[data-field=availability] td").all_text_contents() == ["out of stock"]
+    google = page.locator("#item-view .item-export[data-export=google]")
+    assert google.locator("table.item-findings tbody tr").count() > 0
+    page.get_by_label("Item key", exact=True).fill("nope")
+    page.click("#item-form button[type=submit]")
+    page.wait_for_selector("#item-note >> text=no source has an item with key nope")
