@@ -55,8 +55,14 @@ def check_owner(store: RunStore, company: str, project_id: str) -> None:
 
 
 def validate(store: RunStore, company: str, project_id: str, body: bytes) -> dict[str, Any]:
-    """The PUT's checks on a draft, storing nothing: `{"ok": true}`, or every problem at its line and key."""
+    """The PUT's checks on a draft, storing nothing: `{"ok": true}`, or every problem at its line and key.
+
+    No body checks the stored spec again (as a preview without one previews it): a secret deleted or a
+    folder moved since it was applied shows here; without a stored spec that is a 404.
+    """
     check_owner(store, company, project_id)
+    if not body.strip():
+        body = spec_yaml(store.project(project_id, company=company).spec).encode("utf-8")
     settings = get_settings()
     try:
         spec = service.spec_from_body(company, project_id, body, where=f"POST /api/projects/{project_id}/validate")
@@ -99,22 +105,25 @@ def versions(store: RunStore, company: str, project_id: str) -> dict[str, Any]:
     }
 
 
-def _version(store: RunStore, company: str, project_id: str, version: int) -> SpecVersion:
+def _version(store: RunStore, company: str, project_id: str, version: str) -> SpecVersion:
+    """The project's version `version` (the id as the URL has it: anything else than one is unknown)."""
     store.project(project_id, company=company)
+    if not version.isascii() or not version.isdigit() or not 0 < int(version) < 2**63:
+        raise NotFoundError(f"project {project_id!r} has no spec version {version!r}")
     with store.sessions() as s:
-        row = s.get(SpecVersion, version)
+        row = s.get(SpecVersion, int(version))
         if row is None or row.project_id != project_id:
             raise NotFoundError(f"project {project_id!r} has no spec version {version}")
         return row
 
 
-def version_document(store: RunStore, company: str, project_id: str, version: int) -> dict[str, Any]:
+def version_document(store: RunStore, company: str, project_id: str, version: str) -> dict[str, Any]:
     """One stored version as YAML text (and as an object)."""
     row = _version(store, company, project_id, version)
     return {"version": row.id, "yaml": spec_yaml(row.spec), "spec": row.spec, "created_at": _iso(row.created_at)}
 
 
-def restore(store: RunStore, company: str, project_id: str, version: int) -> schemas.ProjectApplied:
+def restore(store: RunStore, company: str, project_id: str, version: str) -> schemas.ProjectApplied:
     """Apply an older version's document as the project's spec: a new apply, with every check of one.
 
     With the version's own folder: a version applied from a spec file (`firefeed apply`) names its sources

@@ -184,6 +184,12 @@ def test_every_error_of_a_draft_comes_back_at_its_line_and_key_with_a_suggestion
         assert e["line"] is not None and 1 <= e["line"] <= len(lines), e
 
 
+def test_no_body_checks_the_stored_spec_again_and_a_project_without_one_is_404(http: httpx.Client, shop: Shop) -> None:
+    assert http.post(f"/api/projects/{shop.project}/validate", headers=shop.auth).json() == {"ok": True}
+    r = http.post(f"/api/projects/nothing_{uuid.uuid4().hex[:6]}/validate", headers=shop.auth)
+    assert r.status_code == 404 and r.json()["error"] == "not_found"
+
+
 def test_a_draft_that_is_not_yaml_points_at_the_parsers_line(http: httpx.Client, shop: Shop) -> None:
     text = f"company: {shop.company}\nproject: {shop.project}\nsources: [\n  - name: main\n"
     body = http.post(f"/api/projects/{shop.project}/validate", headers=shop.auth, content=text).json()
@@ -231,7 +237,8 @@ def test_versions_list_newest_first_and_an_older_one_is_restored_through_the_app
     assert now["spec"]["rules"][1]["then"][0]["value"] == "1.22"
     # the same document: the same version is current again
     assert now["version"] == first["version"]
-    assert http.get(f"/api/projects/{s.project}/versions/999999999", headers=s.auth).status_code == 404
+    for unknown in ("999999999", "1e3", "-1", "99999999999999999999999", "x"):
+        assert http.get(f"/api/projects/{s.project}/versions/{unknown}", headers=s.auth).status_code == 404
 
 
 def test_the_published_file_downloads_as_an_attachment_of_its_type(http: httpx.Client, shop: Shop, env: Path) -> None:

@@ -1,5 +1,7 @@
 """/api/projects/{id}/items/{key}: one item as each source brought it, through each rule, in each export (#53).
 
+The key may hold a slash (`{key:path}`): SKUs like `A/1` are common.
+
 It runs where previews run (the app's preview pool, preview/pool.py), bounded as they are.
 """
 
@@ -28,7 +30,7 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.get("/{project_id}/items/{key}", responses=_RESPONSES)
+@router.get("/{project_id}/items/{key:path}", responses=_RESPONSES)
 async def get_item(
     project_id: str, key: str, request: Request, company: CurrentCompany, store: Store
 ) -> dict[str, Any]:

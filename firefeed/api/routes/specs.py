@@ -69,6 +69,7 @@ async def validate_spec(project_id: str, request: Request, company: CurrentCompa
     error with its `path`, `line`, `column` (1-based, in the text sent), `message` and `suggestion` (or null).
 
     A project that does not exist yet may be validated (the page creates projects); another company's is 404.
+    No body checks the stored spec again.
     """
     cap = get_settings().spec_max_bytes
     declared = request.headers.get("content-length", "")
@@ -89,12 +90,12 @@ def list_versions(project_id: str, company: CurrentCompany, store: Store) -> dic
 
 
 @router.get("/{project_id}/versions/{version}", responses=_NOT_FOUND)
-def get_version(project_id: str, version: int, company: CurrentCompany, store: Store) -> dict[str, Any]:
+def get_version(project_id: str, version: str, company: CurrentCompany, store: Store) -> dict[str, Any]:
     """One stored version: `version`, `yaml`, `spec`, `created_at`."""
     return specs.version_document(store, company, project_id, version)
 
 
-def _restore(store: RunStore, company: str, project_id: str, version: int) -> schemas.ProjectApplied:
+def _restore(store: RunStore, company: str, project_id: str, version: str) -> schemas.ProjectApplied:
     with SPEC_WRITES.admitted(company):
         return specs.restore(store, company, project_id, version)
 
@@ -109,7 +110,7 @@ def _restore(store: RunStore, company: str, project_id: str, version: int) -> sc
     },
 )
 async def restore_version(
-    project_id: str, version: int, response: Response, company: CurrentCompany, store: Store
+    project_id: str, version: str, response: Response, company: CurrentCompany, store: Store
 ) -> schemas.ProjectApplied:
     """Apply that version's document as the project's spec (a new apply, as PUT): the PUT's answer."""
     applied = await run_in_threadpool(_restore, store, company, project_id, version)
