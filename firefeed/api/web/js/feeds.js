@@ -124,7 +124,8 @@ async function listItems(project, exportName, check, box) {
   }
 }
 
-// #51's sync status, shown on the export when the route answers; a 404 (no sync, or no such route) shows nothing.
+// #51's sync status (GET .../sync), shown on the export when the route answers; a 404 (the export has no
+// sync, or the server no such route) shows nothing, so the page never depends on it.
 async function loadSync(project, exportName) {
   let s;
   try {
@@ -138,14 +139,56 @@ async function loadSync(project, exportName) {
   const dd = block.querySelector("dd.sync");
   block.querySelector("dt.sync-term").hidden = false;
   dd.hidden = false;
-  if (!s) {
-    dd.textContent = "sync status unavailable";
-    return;
+  dd.replaceChildren(...(s ? syncParts(project, exportName, s) : ["sync status unavailable"]));
+}
+
+function syncParts(project, exportName, s) {
+  const last = s.last_sync;
+  const parts = [
+    el(
+      "div",
+      { class: "sync-summary" },
+      `to ${s.to}: ${fmtInt(s.items)} item(s) on the channel, ${fmtInt(s.pending)} pending, ${fmtInt(s.failed)} failed`,
+    ),
+    el(
+      "div",
+      {},
+      s.last_sync_at
+        ? `last sync ${fmtTime(s.last_sync_at)}` +
+            (last ? `: ${fmtInt(last.inserted)} inserted, ${fmtInt(last.updated)} updated, ${fmtInt(last.deleted)} deleted` : "") +
+            (last && last.error ? ` — ${last.error}` : "")
+        : "not synced yet",
+    ),
+  ];
+  if ((s.errors || []).length) {
+    parts.push(
+      table(
+        "sync-errors",
+        ["item", "code", "message"],
+        s.errors.map((e) => el("tr", {}, el("td", { class: "mono" }, e.key), el("td", {}, e.code), el("td", {}, e.message))),
+      ),
+    );
   }
-  dd.replaceChildren(
-    `to ${s.to}: ${fmtInt(s.inserted)} inserted, ${fmtInt(s.updated)} updated, ${fmtInt(s.deleted)} deleted, ` +
-      `${fmtInt(s.failed)} failed, ${fmtInt(s.pending)} pending; last sync ${fmtTime(s.last_sync_at)}`,
-    ...(s.errors || []).slice(0, 20).map((e) => el("div", { class: "sync-error" }, el("span", { class: "mono" }, e.key), `: ${e.code}: ${e.message}`)),
-    ...(s.channel_issues ? [el("div", {}, `channel issues: ${typeof s.channel_issues === "object" ? JSON.stringify(s.channel_issues) : s.channel_issues}`)] : []),
-  );
+  if (s.channel_issues) {
+    const text = typeof s.channel_issues === "string" ? s.channel_issues : JSON.stringify(s.channel_issues);
+    parts.push(el("div", { class: "muted" }, "channel issues: " + (text.length > 500 ? text.slice(0, 500) + "…" : text)));
+  }
+  const orphans = el("input", { type: "checkbox", id: "orphans-" + exportName.replace(/[^A-Za-z0-9_-]/g, "_") });
+  const note = el("span", { class: "note", role: "status" });
+  const repair = el("button", { type: "button", class: "sync-repair" }, "Repair: send what differs");
+  repair.addEventListener("click", async () => {
+    repair.disabled = true;
+    say(note, "muted", "listing the channel and sending what differs…");
+    try {
+      await api("POST", projectPath(project, "exports", exportName, "sync", "repair"), { delete_orphans: orphans.checked });
+      say(note, "ok", "repaired");
+      loadSync(project, exportName);
+    } catch (err) {
+      if (err.status !== 401) say(note, "bad", "repair failed: " + errorText(err));
+    } finally {
+      repair.disabled = false;
+    }
+  });
+  parts.push(el("div", { class: "bar" }, repair, el("span", {}, orphans, el("label", { for: orphans.id }, " also delete items the feed no longer has")), note));
+  return parts;
 }
