@@ -459,3 +459,83 @@ def test_an_item_is_shown_per_source_after_each_rule_and_per_export(
     page.get_by_label("Item key", exact=True).fill("nope")
     page.click("#item-form button[type=submit]")
     page.wait_for_selector("#item-note >> text=no source has an item with key nope")
+
+
+# --- accessibility --------------------------------------------------------------------------------------------------
+
+#: Visible controls without an accessible name, and visible text whose contrast with its background is under
+#: WCAG AA (4.5:1; 3:1 for large text); the background is the first opaque one among the element's ancestors.
+A11Y_PROBLEMS = """() => {
+    const visible = (e) => e.offsetParent !== null && getComputedStyle(e).visibility !== "hidden";
+    const unlabelled = [...document.querySelectorAll("input, select, textarea, button")]
+        .filter((c) => visible(c) && c.type !== "hidden")
+        .filter((c) => !(c.labels && c.labels.length) && !c.getAttribute("aria-label")
+            && !c.getAttribute("aria-labelledby") && !(c.tagName === "BUTTON" && c.textContent.trim()))
+        .map((c) => c.outerHTML.slice(0, 80));
+    const rgb = (s) => (s.match(/[\\d.]+/g) || []).map(Number);
+    const lum = ([r, g, b]) => [r, g, b].map((v) => v / 255)
+        .map((c) => (c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4))
+        .reduce((sum, c, i) => sum + c * [0.2126, 0.7152, 0.0722][i], 0);
+    const background = (e) => {
+        for (let n = e; n; n = n.parentElement) {
+            const c = rgb(getComputedStyle(n).backgroundColor);
+            if (c.length === 3 || (c.length === 4 && c[3] === 1)) return c.slice(0, 3);
+        }
+        return [255, 255, 255];
+    };
+    const low = [];
+    for (const e of document.querySelectorAll("#main *, header *")) {
+        const own = [...e.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
+        if (!own || !visible(e) || e.closest("[disabled], .why, .visually-hidden")) continue;
+        const style = getComputedStyle(e);
+        const a = lum(rgb(style.color)), b = lum(background(e));
+        const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+        const size = parseFloat(style.fontSize);
+        const large = size >= 24 || (size >= 18.66 && Number(style.fontWeight) >= 700);
+        const text = e.textContent.trim().slice(0, 30);
+        if (ratio < (large ? 3 : 4.5)) low.push(`${e.tagName}.${e.className} ${ratio.toFixed(2)}: ${text}`);
+    }
+    return { unlabelled, low };
+}"""
+
+
+def test_every_view_has_named_controls_aa_contrast_and_works_from_the_keyboard(
+    shop: tuple[str, str, str], open_page: Callable[[str], Any]
+) -> None:
+    _, project, token = shop
+    page = open_page(token)
+    page.wait_for_selector("#runs tbody tr")
+    problems = {"runs": page.evaluate(A11Y_PROBLEMS)}
+    # The tabs are buttons: focused with Tab and pressed with Enter or Space, the view's heading takes the focus.
+    page.focus("#view-tabs button[data-view=runs]")
+    page.keyboard.press("Tab")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#view-spec:not([hidden])")
+    assert page.evaluate("document.activeElement.id") == "spec-heading"
+    page.focus("#view-tabs button[data-view=rules]")
+    page.keyboard.press("Space")
+    page.wait_for_selector("#rule-grid tbody tr")
+    # A grid cell is reached with Tab, and its "why" shows while it has the focus.
+    page.focus("#rule-grid tbody tr:first-child td.cell")
+    page.keyboard.press("Tab")
+    focused_why = page.evaluate("document.activeElement.querySelector('.why').offsetParent !== null")
+    assert focused_why
+    problems["rules"] = page.evaluate(A11Y_PROBLEMS)
+    for name, ready in [("spec", "#spec-versions tbody tr"), ("values", "#unmatched p"), ("feeds", "#feeds section")]:
+        view(page, name)
+        page.wait_for_selector(ready)
+        problems[name] = page.evaluate(A11Y_PROBLEMS)
+    view(page, "items")
+    page.get_by_label("Item key", exact=True).fill("A2")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#item-view .item-export")
+    problems["items"] = page.evaluate(A11Y_PROBLEMS)
+    page.click("#open-settings")
+    page.wait_for_selector("#schedules-table tbody tr")
+    problems["settings"] = page.evaluate(A11Y_PROBLEMS)
+    page.click("#new-project")
+    problems["new"] = page.evaluate(A11Y_PROBLEMS)
+    assert {k: v for k, v in problems.items() if v["unlabelled"] or v["low"]} == {}
+    # Landmarks and the live region the async results are announced in.
+    assert page.locator("header, main, nav#projects-pane, nav#view-tabs, #live[aria-live=polite]").count() == 5
+    assert project in (page.text_content("#projects") or "")
