@@ -1,7 +1,7 @@
 // A YAML text editor: a textarea with line numbers, checked on the fly by POST /validate (the API's own
 // checks), its problems listed at their line and key; choosing one puts the caret there.
 import { el, debounce, say } from "./dom.js";
-import { api, projectPath, errorText, missingRoute } from "./api.js";
+import { api, projectPath, errorText } from "./api.js";
 import { offsetOf } from "./yaml.js";
 
 const VALIDATE_MS = 400;
@@ -91,9 +91,7 @@ export function yamlEditor({ id, label, project, rows = 24, onChecked }) {
       if (onChecked) onChecked(answer.ok);
     } catch (err) {
       if (mine !== seq) return;
-      if (missingRoute(err)) {
-        say(status, "muted", "this server does not check drafts: the spec is checked when saved");
-      } else if (err.status === 422 || err.status === 413) {
+      if (err.status === 422 || err.status === 413) {
         // The whole document is refused (too large, not YAML): one problem with its key.
         showProblems([{ path: err.body.path || "", line: null, message: err.message, suggestion: null }]);
         say(status, "bad", errorText(err));

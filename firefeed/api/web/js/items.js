@@ -1,7 +1,7 @@
 // Items: one item by its key, as each source brought it, after each rule, and as each export writes it
 // with its findings (GET .../items/{key}).
 import { $, el, field, say, table, announce } from "./dom.js";
-import { api, projectPath, errorText, missingRoute } from "./api.js";
+import { api, projectPath, errorText } from "./api.js";
 import { state } from "./state.js";
 
 const cellText = (v) => (Array.isArray(v) ? v.join(", ") : v === null || v === undefined ? "" : String(v));
@@ -35,28 +35,15 @@ async function find() {
   say($("item-note"), "muted", "looking…");
   $("item-view").replaceChildren();
   try {
-    const item = await itemOf(project, key);
+    const item = await api("GET", projectPath(project, "items", key));
     if (state.project !== project) return;
     render(item);
     say($("item-note"), "ok", `item ${item.key}`);
     announce(`item ${item.key} found`);
   } catch (err) {
-    if (err.status === 404 && err.body.error === "not_found" && err.body.message !== "Not Found") say($("item-note"), "bad", `no source has an item with key ${key}`);
+    if (err.status === 404) say($("item-note"), "bad", `no source has an item with key ${key}`);
     else if (err.status !== 401) say($("item-note"), "bad", errorText(err));
   }
-}
-
-// An API without the items route: the preview of that one item (its rules trail and fields after them).
-async function itemOf(project, key) {
-  try {
-    return await api("GET", projectPath(project, "items", key));
-  } catch (err) {
-    if (!missingRoute(err)) throw err;
-  }
-  const preview = await api("POST", projectPath(project, "preview") + "?item=" + encodeURIComponent(key));
-  const found = preview.items[0];
-  if (!found) throw Object.assign(new Error(`no source has an item with key ${key}`), { status: 404, body: { error: "not_found" } });
-  return { key: found.key, sources: [], rules: found.rules, fields: found.values ? preview.fields : [], values: found.values || [], exports: [] };
 }
 
 function render(item) {

@@ -1,7 +1,7 @@
-// Company settings: API tokens (create — shown once —, list, revoke), secrets (names only: set and
+// Company settings: API tokens (list, revoke; the operator creates them), secrets (names only: set and
 // delete; a value is never shown or echoed), and each project's schedule.
-import { $, el, field, fmtTime, say, table, copyText, announce } from "./dom.js";
-import { api, projectPath, errorText, missingRoute } from "./api.js";
+import { $, el, field, fmtTime, say, table, announce } from "./dom.js";
+import { api, projectPath, errorText } from "./api.js";
 import { state } from "./state.js";
 import { forget as forgetSpec } from "./spec.js";
 
@@ -10,13 +10,9 @@ export function mount() {
     el("h2", { id: "settings-heading" }, "Company settings"),
     el("section", { "aria-labelledby": "tokens-heading" },
       el("h3", { id: "tokens-heading" }, "API tokens"),
-      el(
-        "form",
-        { id: "token-create", class: "bar", onsubmit: (e) => (e.preventDefault(), createToken()) },
-        field("Expires in days", el("input", { type: "number", id: "token-days", min: "1", max: "3650", inputmode: "numeric" }), "empty: never"),
-        el("button", { type: "submit" }, "Create token"),
-      ),
-      el("div", { id: "token-once", hidden: true }),
+      // No route makes a token (a token that could mint tokens would outlive its own revocation): the
+      // operator creates one, and the page lists and revokes them.
+      el("p", { class: "muted", id: "token-create-hint" }, "A new token is made by your operator: ", el("code", {}, "firefeed token create --company " + (state.company || "C")), ". It is shown once, when it is made; here you see and revoke them."),
       el("p", { id: "tokens-note", class: "note", role: "status" }),
       table("tokens", ["token", "state", "created", "expires", "last used", ""], [], { id: "tokens-table", "aria-labelledby": "tokens-heading" }),
     ),
@@ -43,8 +39,7 @@ export function mount() {
 }
 
 export async function show() {
-  $("token-once").hidden = true;
-  $("token-once").replaceChildren();
+  $("token-create-hint").querySelector("code").textContent = "firefeed token create --company " + state.company;
   await Promise.all([loadTokens(), loadSecrets(), loadSchedules()]);
 }
 
@@ -87,30 +82,6 @@ async function loadTokens() {
     );
   } catch (err) {
     if (err.status !== 401) say($("tokens-note"), "bad", "could not list the tokens: " + errorText(err));
-  }
-}
-
-async function createToken() {
-  const days = $("token-days").value.trim();
-  try {
-    const made = await api("POST", "/api/tokens", days ? { expires_in_days: Number(days) } : {});
-    const shown = el("input", { type: "text", id: "new-token", readonly: true, value: made.token, class: "mono wide" });
-    const copy = el("button", { type: "button" }, "Copy token");
-    copy.addEventListener("click", () => copyText(copy, made.token));
-    $("token-once").replaceChildren(
-      field("The new token (shown this once: copy it now)", shown),
-      copy,
-      el("button", { type: "button", onclick: () => ($("token-once").hidden = true, $("token-once").replaceChildren()) }, "Done, hide it"),
-    );
-    $("token-once").hidden = false;
-    shown.focus();
-    shown.select();
-    say($("tokens-note"), "ok", "token created");
-    announce("token created; it is shown once");
-    await loadTokens();
-  } catch (err) {
-    if (err.status === 401) return;
-    say($("tokens-note"), "bad", missingRoute(err) ? "this server creates tokens only with `firefeed token create`" : "not created: " + errorText(err));
   }
 }
 
@@ -176,16 +147,15 @@ async function deleteSecret(name) {
 async function loadSchedules() {
   try {
     const list = await api("GET", "/api/projects");
-    const specs = await Promise.all(list.projects.map((p) => api("GET", projectPath(p.project))));
     $("schedules-table").tBodies[0].replaceChildren(
-      ...specs.map((doc) => {
-        const input = el("input", { type: "text", value: doc.schedule || "", placeholder: "none", autocomplete: "off", "aria-label": `schedule of ${doc.project}` });
+      ...list.projects.map((p) => {
+        const input = el("input", { type: "text", value: p.schedule || "", placeholder: "none", autocomplete: "off", "aria-label": `schedule of ${p.project}` });
         return el(
           "tr",
-          { dataset: { project: doc.project } },
-          el("td", { class: "mono" }, doc.project),
+          { dataset: { project: p.project } },
+          el("td", { class: "mono" }, p.project),
           el("td", {}, input),
-          el("td", {}, el("button", { type: "button", onclick: () => saveSchedule(doc.project, input.value.trim()) }, `Save schedule of ${doc.project}`)),
+          el("td", {}, el("button", { type: "button", onclick: () => saveSchedule(p.project, input.value.trim()) }, `Save schedule of ${p.project}`)),
         );
       }),
     );
@@ -194,13 +164,22 @@ async function loadSchedules() {
   }
 }
 
+// The schedule is the spec's top-level `schedule:` line: changed in the spec's own text, so the rest of the
+// document (its key order, its comments) stays as its author wrote it.
+export function withSchedule(text, schedule) {
+  const line = schedule ? "schedule: " + JSON.stringify(schedule) : null;
+  if (/^schedule:.*$/m.test(text)) return text.replace(/^schedule:.*(\n|$)/m, line ? line + "$1" : "");
+  if (!line) return text;
+  const after = /^(project|name):.*$/m.exec(text);
+  if (!after) return line + "\n" + text;
+  const end = after.index + after[0].length;
+  return text.slice(0, end) + "\n" + line + text.slice(end);
+}
+
 async function saveSchedule(project, schedule) {
   try {
-    const doc = await api("GET", projectPath(project));
-    delete doc.feed_urls;
-    if (schedule) doc.schedule = schedule;
-    else delete doc.schedule;
-    await api("PUT", projectPath(project), doc);
+    const current = await api("GET", projectPath(project, "spec"));
+    await api("PUT", projectPath(project), { yaml: withSchedule(current.yaml, schedule) });
     forgetSpec();
     say($("schedules-note"), "ok", `schedule of ${project}: ${schedule || "none"}`);
     announce(`schedule of ${project} saved`);

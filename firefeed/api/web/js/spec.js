@@ -1,10 +1,9 @@
 // The spec view: the project's spec as YAML text (checked as it is typed), saved through PUT, and its
 // version history (spec_versions): list, view, restore (a new apply of that document, as PUT does).
 import { $, el, fmtInt, fmtTime, say, table, announce } from "./dom.js";
-import { api, projectPath, errorText, missingRoute } from "./api.js";
+import { api, projectPath, errorText } from "./api.js";
 import { state } from "./state.js";
 import { yamlEditor, problemsOf } from "./editor.js";
-import { toYaml } from "./yaml.js";
 
 let editor = null;
 let loaded = null; // the project whose spec the editor holds
@@ -35,17 +34,9 @@ export async function show(project) {
   else await loadVersions(project);
 }
 
-// The spec as its author wrote it (GET .../spec keeps the key order); an older server: the stored spec.
+// The spec as its author wrote it (GET .../spec keeps the document's key order).
 async function specText(project) {
-  try {
-    const answer = await api("GET", projectPath(project, "spec"));
-    return answer.yaml;
-  } catch (err) {
-    if (!missingRoute(err)) throw err;
-    const doc = await api("GET", projectPath(project));
-    delete doc.feed_urls;
-    return toYaml(doc);
-  }
+  return (await api("GET", projectPath(project, "spec"))).yaml;
 }
 
 async function load(project) {
@@ -89,8 +80,7 @@ async function loadVersions(project) {
   try {
     answer = await api("GET", projectPath(project, "versions"));
   } catch (err) {
-    if (missingRoute(err)) body.replaceChildren(el("tr", {}, el("td", { colspan: "6", class: "muted" }, "this server keeps no version list")));
-    else if (err.status !== 401) say($("spec-note"), "bad", "could not list the versions: " + errorText(err));
+    if (err.status !== 401) say($("spec-note"), "bad", "could not list the versions: " + errorText(err));
     return;
   }
   if (state.project !== project) return;

@@ -2,7 +2,7 @@
 // workflow: the values a lookup action did not match in the last run become new rows of that lookup
 // (rows kept in the spec), then "Run now" shows them matched.
 import { $, el, field, fmtInt, say, table, announce } from "./dom.js";
-import { api, projectPath, errorText, missingRoute, latestSucceededReport, runEnded } from "./api.js";
+import { api, projectPath, errorText, latestSucceededReport, runEnded } from "./api.js";
 import { state } from "./state.js";
 import { forget as forgetSpec } from "./spec.js";
 
@@ -157,21 +157,8 @@ async function addRows(project, action, keyColumn, form, note) {
     await api("POST", projectPath(project, "lookups", action.lookup, "rows"), { rows });
   } catch (err) {
     if (err.status === 401) return;
-    if (!missingRoute(err)) {
-      say(note, "bad", err.body.error === "lookup_not_inline" ? `${action.lookup} is read from a file (url): add the rows there` : "not added: " + errorText(err));
-      return;
-    }
-    // An API without the rows route: the same change as a spec write.
-    const doc = await api("GET", projectPath(project));
-    delete doc.feed_urls;
-    const target = (doc.lookups || []).find((l) => l.name === action.lookup);
-    target.rows = [...(target.rows || []), ...rows];
-    try {
-      await api("PUT", projectPath(project), doc);
-    } catch (err2) {
-      if (err2.status !== 401) say(note, "bad", "not added: " + errorText(err2));
-      return;
-    }
+    say(note, "bad", err.body.error === "lookup_not_inline" ? `${action.lookup} is read from a file (url): add the rows there` : "not added: " + errorText(err));
+    return;
   }
   forgetSpec();
   const text = `${rows.length} row(s) added to ${action.lookup}; run now to apply them`;
