@@ -364,15 +364,16 @@ def test_another_companys_projects_are_not_seen_or_reached_from_the_page(
 # --- company settings ------------------------------------------------------------------------------------------
 
 
-def test_settings_set_a_secret_without_showing_its_value_and_revoke_a_token(
+def test_settings_set_a_secret_without_showing_its_value_revoke_a_token_and_set_a_schedule(
     root: Path, open_page: Callable[[str], Any]
 ) -> None:
-    company = "ws_" + uuid.uuid4().hex[:8]
+    company, project, token = company_with_shop(root)
     tokens = TokenStore()
     spare = tokens.create(company)
-    page = open_page(tokens.create(company))
+    page = open_page(token)
     page.click("#open-settings")
     page.wait_for_selector("#tokens-table tbody tr >> nth=1")
+    assert f"firefeed token create --company {company}" in (page.text_content("#token-create-hint") or "")
     secret = "s3cr3t-" + uuid.uuid4().hex
     page.get_by_label("Secret name").fill("SHOP_KEY")
     page.get_by_label("Secret value").fill(secret)
@@ -389,6 +390,13 @@ def test_settings_set_a_secret_without_showing_its_value_and_revoke_a_token(
     button.click()
     page.wait_for_selector(f"#tokens-table tr[data-token-id='{spare_id}'][data-state=revoked]")
     assert tokens.verify(spare) is None
+    # A schedule is the spec's `schedule:` line, saved into the spec's own text.
+    page.get_by_label(f"schedule of {project}").fill("15 3 * * *")
+    page.click(f"#schedules-table tr[data-project={project}] button")
+    page.wait_for_selector("#schedules-note.note-ok")
+    spec = RunStore().project(project, company=company).spec
+    assert spec["schedule"] == "15 3 * * *"
+    assert [r["name"] for r in spec["rules"]] == ["out of stock", "drop tests"]
 
 
 # --- values and the category mapping ------------------------------------------------------------------------------
