@@ -1,0 +1,63 @@
+"""The spec as the page edits it (#53): key paths split back into keys, and mapped to lines and columns."""
+
+from __future__ import annotations
+
+import yaml
+
+from firefeed.api.spec_text import compose, error_list, locate, path_parts, spec_yaml
+from firefeed.errors import SpecError
+from firefeed.spec.paths import render_path
+
+TEXT = """\
+company: acme
+exports:
+  - name: out
+    fields:
+      "a.b": title
+      price: price
+rules:
+  - name: r
+    then:
+      - {set: x, value: "1"}
+"""
+
+
+def test_a_rendered_path_splits_back_into_its_keys() -> None:
+    for parts in (["rules", 2, "then", 0, "set"], ["exports", 0, "fields", "a.b"], ["x", "", 'q"uo[te]', 3]):
+        assert path_parts(render_path(parts)) == parts
+
+
+def test_a_path_points_at_its_key_and_a_missing_key_at_its_mapping() -> None:
+    root = compose(TEXT)
+    where = locate(root, 'exports[0].fields["a.b"]')
+    assert (where.line, where.column) == (5, 7)
+    where = locate(root, "exports[0].fields.price")
+    assert (where.line, where.column) == (6, 7)
+    where = locate(root, "rules[0].then[0].value")
+    assert (where.line, where.column) == (10, 20)
+    where = locate(root, "rules[0].when")  # not there: the rule's mapping
+    assert (where.line, where.column) == (8, 5)
+    assert locate(None, "company").line is None
+
+
+def test_every_problem_keeps_its_path_and_the_suggestion_is_apart() -> None:
+    err = SpecError.of(
+        [SpecError("exports[0].fields.price", "unknown key (did you mean 'prize'?)"), SpecError("", "x")]
+    )
+    first, second = error_list(err, TEXT)
+    assert first == {
+        "path": "exports[0].fields.price",
+        "line": 6,
+        "column": 7,
+        "message": "unknown key",
+        "suggestion": "did you mean 'prize'?",
+    }
+    assert second["path"] == "" and second["suggestion"] is None
+
+
+def test_the_yaml_keeps_the_documents_key_order_and_its_texts() -> None:
+    doc = {"z": "1", "a": {"y": "true", "b": "<b>x</b>"}, "list": ["010", ""]}
+    text = spec_yaml(doc)
+    assert list(yaml.load(text, Loader=yaml.BaseLoader)) == ["z", "a", "list"]
+    assert yaml.load(text, Loader=yaml.BaseLoader) == doc
+    assert yaml.safe_load(text) == doc  # quoted where YAML would read a number or a boolean
