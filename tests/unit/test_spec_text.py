@@ -34,7 +34,7 @@ def test_a_path_points_at_its_key_and_a_missing_key_at_its_mapping() -> None:
     where = locate(root, "exports[0].fields.price")
     assert (where.line, where.column) == (6, 7)
     where = locate(root, "rules[0].then[0].value")
-    assert (where.line, where.column) == (10, 20)
+    assert (where.line, where.column) == (10, 18)  # the key `value`
     where = locate(root, "rules[0].when")  # not there: the rule's mapping
     assert (where.line, where.column) == (8, 5)
     assert locate(None, "company").line is None
