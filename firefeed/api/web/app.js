@@ -72,16 +72,18 @@ async function loadProjects() {
     ),
   );
   $("projects").replaceChildren(...items);
-  if (!state.project && data.projects.length) selectProject(data.projects[0].project, false);
+  // The first project is selected at start, without leaving a company view the user already opened.
+  if (!state.project && data.projects.length) selectProject(data.projects[0].project, false, true);
   return data.projects.some((p) => p.latest_run && isActive(p.latest_run.status));
 }
 
-export function selectProject(project, reload = true) {
+function selectProject(project, reload = true, keepView = false) {
   const changed = state.project !== project;
   if (changed) {
     state.project = project;
     resetRuns();
   }
+  if (keepView && state.view in COMPANY_VIEWS) return;
   if (state.view in COMPANY_VIEWS) state.view = "runs";
   showView(state.view);
   if (reload) refresh();

@@ -47,6 +47,10 @@ export function field(labelText, control, hint) {
   );
 }
 
+// A column head: a text, or NUM(text) for a column of numbers (head and cells both right-aligned, #48).
+export const NUM = (label) => ({ label, num: true });
+const headCell = (h) => el("th", { scope: "col", class: h.num ? "num" : null }, h.num ? h.label : h);
+
 export function table(cls, heads, rows, props) {
   return el(
     "table",
@@ -54,7 +58,7 @@ export function table(cls, heads, rows, props) {
     el(
       "thead",
       {},
-      el("tr", {}, ...heads.map((h) => (typeof h === "string" ? el("th", { scope: "col" }, h) : h))),
+      el("tr", {}, ...heads.map(headCell)),
     ),
     el("tbody", {}, ...rows),
   );

@@ -1,6 +1,6 @@
 // Feeds: per export its feed URL (copy), last fetch, the published file (download), its findings with
 // the items behind them, its deliveries, and its sync status when the server has that route.
-import { $, el, fmtInt, fmtTime, say, table, copyText, announce } from "./dom.js";
+import { $, el, fmtInt, fmtTime, say, table, copyText, announce, NUM } from "./dom.js";
 import { api, request, projectPath, errorText, missingRoute, latestSucceededReport } from "./api.js";
 import { state } from "./state.js";
 import { lastFetchText, deliveriesCell } from "./runs.js";
@@ -38,7 +38,7 @@ function feedBlock(project, feed, exp, report) {
   const findings = diag && diag.findings.length
     ? table(
         "feed-findings",
-        ["severity", "check", "attribute", "items", ""],
+        ["severity", "check", "attribute", NUM("items"), ""],
         diag.findings.map((f) =>
           el(
             "tr",

@@ -311,7 +311,7 @@ function renderQuality(exports, project) {
               el(
                 "thead",
                 {},
-                el("tr", {}, ...["severity", "check", "attribute", "items", "sample ids"].map((h) => el("th", {}, h))),
+                el("tr", {}, ...["severity", "check", "attribute", "items", "sample ids"].map((h) => el("th", { class: h === "items" ? "num" : null }, h))),
               ),
               el("tbody", {}, ...rows),
             ),

@@ -1,6 +1,6 @@
 // The spec view: the project's spec as YAML text (checked as it is typed), saved through PUT, and its
 // version history (spec_versions): list, view, restore (a new apply of that document, as PUT does).
-import { $, el, fmtInt, fmtTime, say, table, announce } from "./dom.js";
+import { $, el, fmtInt, fmtTime, say, table, announce, NUM } from "./dom.js";
 import { api, projectPath, errorText } from "./api.js";
 import { state } from "./state.js";
 import { yamlEditor, problemsOf } from "./editor.js";
@@ -19,7 +19,7 @@ export function mount() {
     el("div", { class: "bar" }, save, reload),
     el("h3", { id: "versions-heading" }, "Versions"),
     el("p", { class: "muted" }, "Each save is a version; restoring one applies it again as a new version."),
-    table("versions", ["version", "saved", "bytes", "runs", "", "actions"], [], { id: "spec-versions", "aria-labelledby": "versions-heading" }),
+    table("versions", ["version", "saved", NUM("bytes"), NUM("runs"), "", "actions"], [], { id: "spec-versions", "aria-labelledby": "versions-heading" }),
     el(
       "div",
       { id: "version-view", hidden: true },

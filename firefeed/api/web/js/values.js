@@ -1,7 +1,7 @@
 // Values: a field's distinct values with their counts (GET .../values), and the category-mapping
 // workflow: the values a lookup action did not match in the last run become new rows of that lookup
 // (rows kept in the spec), then "Run now" shows them matched.
-import { $, el, field, fmtInt, say, table, announce } from "./dom.js";
+import { $, el, field, fmtInt, say, table, announce, NUM } from "./dom.js";
 import { api, projectPath, errorText, latestSucceededReport, runEnded } from "./api.js";
 import { state } from "./state.js";
 import { forget as forgetSpec } from "./spec.js";
@@ -20,7 +20,7 @@ export function mount() {
       el("button", { type: "submit" }, "Show values"),
     ),
     el("p", { id: "values-note", class: "note", role: "status" }),
-    table("values", ["value", "items"], [], { id: "values-table", "aria-label": "distinct values and their item counts" }),
+    table("values", ["value", NUM("items")], [], { id: "values-table", "aria-label": "distinct values and their item counts" }),
     el("h3", { id: "unmatched-heading" }, "Unmatched lookup values"),
     el("p", { class: "muted" }, "Values a lookup action found no row for in the last succeeded run. Enter what each maps to and add them as rows of the lookup."),
     el("div", { id: "unmatched" }),
@@ -118,7 +118,7 @@ function mappingForm(project, action, n) {
       ...inputs.map((input) => el("td", {}, input)),
     );
   });
-  const heads = [keyColumn + " (unmatched value)", "items", ...columns];
+  const heads = [keyColumn + " (unmatched value)", NUM("items"), ...columns];
   const note = el("p", { class: "note", role: "status" });
   const form = el(
     "form",
