@@ -471,8 +471,9 @@ def test_an_item_is_shown_per_source_after_each_rule_and_per_export(
 
 # --- accessibility --------------------------------------------------------------------------------------------------
 
-#: Visible controls without an accessible name, and visible text whose contrast with its background is under
-#: WCAG AA (4.5:1; 3:1 for large text); the background is the first opaque one among the element's ancestors.
+#: Visible controls without an accessible name, visible text whose contrast with its background is under
+#: WCAG AA (4.5:1; 3:1 for large text; the background is the first opaque one among the element's ancestors),
+#: and table headers aligned otherwise than their column's values.
 A11Y_PROBLEMS = """() => {
     const visible = (e) => e.offsetParent !== null && getComputedStyle(e).visibility !== "hidden";
     const unlabelled = [...document.querySelectorAll("input, select, textarea, button")]
@@ -503,7 +504,18 @@ A11Y_PROBLEMS = """() => {
         const text = e.textContent.trim().slice(0, 30);
         if (ratio < (large ? 3 : 4.5)) low.push(`${e.tagName}.${e.className} ${ratio.toFixed(2)}: ${text}`);
     }
-    return { unlabelled, low };
+    // Each header sits where its column's values do (#48): a right-aligned number under a left header reads
+    // as the next column's.
+    const misaligned = [...document.querySelectorAll("table")].filter(visible).flatMap((t) => {
+        const row = t.tBodies[0] && t.tBodies[0].rows[0];
+        if (!row || !t.tHead) return [];
+        return [...t.tHead.rows[0].cells].flatMap((th, i) => {
+            const td = row.cells[i];
+            const a = getComputedStyle(th).textAlign, b = td ? getComputedStyle(td).textAlign : a;
+            return a === b ? [] : [`${t.id || t.className}: ${th.textContent} ${a} over ${b}`];
+        });
+    });
+    return { unlabelled, low, misaligned };
 }"""
 
 
@@ -543,7 +555,7 @@ def test_every_view_has_named_controls_aa_contrast_and_works_from_the_keyboard(
     problems["settings"] = page.evaluate(A11Y_PROBLEMS)
     page.click("#new-project")
     problems["new"] = page.evaluate(A11Y_PROBLEMS)
-    assert {k: v for k, v in problems.items() if v["unlabelled"] or v["low"]} == {}
+    assert {k: v for k, v in problems.items() if any(v.values())} == {}
     # Landmarks and the live region the async results are announced in.
     assert page.locator("header, main, nav#projects-pane, nav#view-tabs, #live[aria-live=polite]").count() == 5
     assert project in (page.text_content("#projects") or "")
