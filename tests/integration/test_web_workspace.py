@@ -222,6 +222,12 @@ def test_editing_a_rule_changes_the_preview_grid_with_each_cells_why(
     cell.focus()
     why = cell.locator(".why")
     assert why.is_visible() and why.text_content() == "set by rule out of stock"
+    # and is seen, not clipped by its cell: the point at its middle is the tooltip itself.
+    on_top = why.evaluate(
+        "(w) => { const r = w.getBoundingClientRect();"
+        " return document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2) === w; }"
+    )
+    assert on_top
 
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "web-rules.png"), full_page=True)
