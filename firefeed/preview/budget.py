@@ -48,8 +48,9 @@ class AnswerBudget:
         #: (what was cut, items shown, items there were), for the note
         self._cuts: list[tuple[str, int, int]] = []
 
-    def take(self, what: str, items: Iterable[Entry], total: int) -> list[Entry]:
-        """The leading `items` that fit in what is left (none once an earlier list was cut)."""
+    def take(self, what: str, items: Iterable[Entry], total: int, *, noted: bool = True) -> list[Entry]:
+        """The leading `items` that fit in what is left (none once an earlier list was cut). `noted`: the
+        `cut` note names this list when it is cut (an export's rows say it themselves, `total`)."""
         kept: list[Entry] = []
         if self.full:
             for item in items:
@@ -59,7 +60,7 @@ class AnswerBudget:
                     break
                 self.left -= size
                 kept.append(item)
-        if len(kept) < total:
+        if len(kept) < total and noted:
             self._cuts.append((what, len(kept), total))
         return kept
 

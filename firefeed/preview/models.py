@@ -112,7 +112,10 @@ class ExportOutput(BaseModel):
 
     export: str
     columns: list[str]
-    rows: list[OutputRow]
+    rows: list[OutputRow] = Field(
+        description="in feed order; the first ones only when the answer's bound was reached (see `total`)"
+    )
+    total: int = Field(description="rows the export would write for the sample (more than `rows` when cut)")
     excluded: list[OutputExcluded]
 
 

@@ -242,7 +242,7 @@ def preview_detail(
     # none is made (FIREFEED_PREVIEW_MAX_ANSWER_BYTES, preview/budget.py).
     # The export outputs' rows are measured like items: a bare output (columns, excluded) is in the bare answer.
     answer.outputs = [
-        ExportOutput(export=exp.name, columns=out.columns, rows=[], excluded=out.excluded)
+        ExportOutput(export=exp.name, columns=out.columns, rows=[], total=len(out.rows), excluded=out.excluded)
         for exp, out in zip(spec.exports, outputs, strict=True)
     ]
     budget = AnswerBudget(settings.preview_max_answer_bytes, answer, lists=1 + len(channels) + len(outputs))
@@ -252,7 +252,7 @@ def preview_detail(
         cells = _channel_cells(e, exp, effects, project_cells)
         export.items = budget.take(f"export {exp.name!r}", _items(spec, e, cells), len(e.start))
     for shown, out in zip(answer.outputs, outputs, strict=True):
-        shown.rows = budget.take(f"export {shown.export!r}'s rows", out.rows, len(out.rows))
+        shown.rows = budget.take(shown.export, out.rows, len(out.rows), noted=False)
     answer.cut = budget.note()
     return answer, Detail(origins, outputs)
 

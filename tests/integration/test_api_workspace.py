@@ -364,6 +364,7 @@ def test_a_preview_shows_each_cell_after_the_rules_what_set_it_and_each_exports_
     plain = outputs["plain"]
     assert plain["columns"] == ["id", "label", "fixed", "q"]
     assert plain["rows"] == [{"key": "A2", "cells": ["A2", f"Zeta: {HOSTILE}", "{x}", "0"]}]
+    assert plain["total"] == 1
     assert plain["excluded"] == [{"key": "A1", "by": "drop tests"}, {"key": "A3", "by": "where"}]
     google = outputs["google"]
     assert [row["key"] for row in google["rows"]] == ["A2"]
