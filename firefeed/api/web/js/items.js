@@ -64,7 +64,9 @@ function render(item) {
     ),
   );
   parts.push(trail.length ? el("ol", { class: "item-rules" }, ...trail) : el("p", { class: "muted" }, "no rule reached it"));
-  parts.push(el("h3", {}, "After the project's rules"), fieldTable("item-after", item.fields || [], item.values || []));
+  parts.push(el("h3", {}, "After the project's rules"));
+  if (item.excluded_by) parts.push(el("p", { class: "item-excluded" }, `excluded by ${item.excluded_by}: no export writes it`));
+  parts.push(fieldTable("item-after", item.fields || [], item.values || []));
   parts.push(el("h3", {}, "In each export"));
   for (const e of item.exports || []) {
     const box = el("section", { class: "item-export", dataset: { export: e.name } }, el("h4", {}, "Export ", el("span", { class: "mono" }, e.name)));

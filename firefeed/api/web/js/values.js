@@ -46,7 +46,7 @@ export async function show(project) {
   }
 }
 
-// The fields the page knows of: the export columns, rule targets and lookup targets, as suggestions.
+// The fields the spec names (the key, what rules read and write, what exports write), as suggestions.
 function fieldOptions(doc) {
   const names = new Set([doc.key || "id"]);
   const walk = (v) => {
@@ -60,6 +60,9 @@ function fieldOptions(doc) {
     }
   };
   walk(doc.rules || []);
+  for (const e of doc.exports || []) {
+    for (const v of Object.values(e.fields || {})) if (typeof v === "string" && !v.includes("{")) names.add(v);
+  }
   $("values-fields").replaceChildren(...[...names].sort().map((n) => el("option", { value: n })));
 }
 
