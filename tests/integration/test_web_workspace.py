@@ -127,6 +127,11 @@ def company_with_shop(
             {"name": "google", "format": "google-xml", "path": "google.xml", "max_invalid": "100%"},
         ],
     }
+    if hostile:  # a lookup too, whose name and unmatched values the values view shows
+        spec["lookups"] = [{"name": "cats" + bad, "key": "code", "rows": [{"code": "Rings", "gpc": "R" + bad}]}]
+        spec["rules"].append(
+            {"name": "gpc" + bad, "then": [{"lookup": "cats" + bad, "match": "cat", "set": {"gpc": "gpc"}}]}
+        )
     store = RunStore()
     store.apply_spec(parse_spec(spec), spec_dir=folder)
     report = execute_run(store.request_run(project, "cli"))
@@ -319,6 +324,10 @@ def test_a_hostile_companys_names_and_values_are_text_in_every_view(
     page.click("#values-form button[type=submit]")
     page.wait_for_selector("#values-table tbody tr")
     assert "Hats" + HOSTILE in page.locator("#values-table tbody tr td").all_text_contents()
+    mapping = page.locator("#unmatched form.mapping")
+    assert mapping.get_attribute("data-lookup") == "cats" + HOSTILE
+    assert "Hats" + HOSTILE in mapping.locator("tbody td").all_text_contents()
+    assert f"Lookup cats{HOSTILE} — rule gpc{HOSTILE}" in (mapping.locator("h4").text_content() or "")
     view(page, "items")
     page.get_by_label("Item key", exact=True).fill("A1")
     page.click("#item-form button[type=submit]")
