@@ -28,6 +28,33 @@ function fieldTable(cls, fields, values) {
   return table(cls, ["field", "value"], fields.map((f, i) => el("tr", { dataset: { field: f } }, el("th", { scope: "row", class: "mono" }, f), el("td", {}, cellText(values[i])))));
 }
 
+// The item after the project's rules: each field's value, whether a rule changed it, and what set it.
+function afterTable(item) {
+  const fields = item.fields || [];
+  const changed = new Set(item.changed || []);
+  const origin = item.origin || [];
+  return table(
+    "item-after",
+    ["field", "value", "set by"],
+    fields.map((f, i) =>
+      el(
+        "tr",
+        { dataset: { field: f }, class: changed.has(i) ? "changed" : null },
+        el("th", { scope: "row", class: "mono" }, f),
+        el("td", {}, cellText((item.values || [])[i]), changed.has(i) ? el("span", { class: "changed-mark" }, " ✎ changed") : null),
+        el("td", { class: "origin" }, originText(origin[i])),
+      ),
+    ),
+  );
+}
+
+function originText(origin) {
+  if (!origin) return "";
+  const at = String(origin).indexOf(":");
+  const kind = String(origin).slice(0, at), name = String(origin).slice(at + 1);
+  return kind === "rule" ? `rule ${name}` : kind === "source" ? `source ${name}` : String(origin);
+}
+
 async function find() {
   const project = state.project;
   const key = $("item-key").value.trim();
@@ -66,7 +93,7 @@ function render(item) {
   parts.push(trail.length ? el("ol", { class: "item-rules" }, ...trail) : el("p", { class: "muted" }, "no rule reached it"));
   parts.push(el("h3", {}, "After the project's rules"));
   if (item.excluded_by) parts.push(el("p", { class: "item-excluded" }, `excluded by ${item.excluded_by}: no export writes it`));
-  parts.push(fieldTable("item-after", item.fields || [], item.values || []));
+  parts.push(afterTable(item));
   parts.push(el("h3", {}, "In each export"));
   for (const e of item.exports || []) {
     const box = el("section", { class: "item-export", dataset: { export: e.name } }, el("h4", {}, "Export ", el("span", { class: "mono" }, e.name)));
