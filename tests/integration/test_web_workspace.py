@@ -476,7 +476,9 @@ def test_an_item_is_shown_per_source_after_each_rule_and_per_export(
     assert page.locator("table.item-source tr[data-field=quantity] td").all_text_contents() == ["0"]
     trail = page.locator("ol.item-rules > li").all_inner_texts()
     assert trail[0].startswith("out of stock") and "availability: in stock → out of stock" in trail[0]
-    assert page.locator("table.item-after tr[data-field=availability] td").all_text_contents() == ["out of stock"]
+    after = page.locator("table.item-after tr[data-field=availability] td").all_text_contents()
+    assert after == ["out of stock ✎ changed", "rule out of stock"]
+    assert page.locator("table.item-after tr[data-field=title] td").all_text_contents() == ["Shoe", "source main"]
     google = page.locator("#item-view .item-export[data-export=google]")
     assert google.locator("table.item-findings tbody tr").count() > 0
     page.get_by_label("Item key", exact=True).fill("nope")
