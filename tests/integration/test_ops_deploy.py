@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-QUEUES = ("pipeline", "import", "rules", "export", "control")
+QUEUES = ("pipeline", "import", "rules", "export", "control", "sync")
 DOCTOR_REDIS_URL = redis_db(11)
 
 
@@ -121,7 +121,7 @@ def test_the_compose_file_declares_every_service_with_a_healthcheck() -> None:
         for volume in service.get("volumes", []):
             source = volume.split(":", 1)[0]
             assert source.startswith(".") or source in compose["volumes"], (name, volume)
-    for q, offset in zip(QUEUES, range(5), strict=True):
+    for q, offset in zip(QUEUES, range(6), strict=True):
         assert f":{9810 + offset}/metrics" in json.dumps(services[f"worker-{q}"]["healthcheck"])
     if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
         done = subprocess.run(
