@@ -5,14 +5,19 @@
 const PLAIN = /^[A-Za-z0-9_./(][^:#\n\r\t"'{}[\],&*!|>%`@]*$/;
 const RESERVED = /^(true|false|yes|no|on|off|null|y|n|~|-?\d[\d_.eE+-]*)$/i;
 
+// What YAML reads as a line break or may not hold unescaped (DEL, C1 controls, NEL, the line and paragraph
+// separators, the BOM), which JSON.stringify leaves as they are.
+const UNPRINTABLE = /[\u007f-\u009f\u2028\u2029\ufeff]/;
+const UNPRINTABLE_ALL = new RegExp(UNPRINTABLE.source, "g");
+const escapeChar = (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0");
+
 function scalar(value) {
   if (value === null || value === undefined) return "null";
   if (typeof value === "boolean" || typeof value === "number") return String(value);
   const text = String(value);
-  if (text === "" || !PLAIN.test(text) || RESERVED.test(text) || text !== text.trim() || text.includes(" #")) {
-    return JSON.stringify(text);
-  }
-  return text;
+  const plain = PLAIN.test(text) && !RESERVED.test(text) && text === text.trim() && !text.includes(" #");
+  if (plain && !UNPRINTABLE.test(text)) return text;
+  return JSON.stringify(text).replace(UNPRINTABLE_ALL, escapeChar);
 }
 
 const isMap = (v) => v !== null && typeof v === "object" && !Array.isArray(v);
