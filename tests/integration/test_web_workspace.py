@@ -576,3 +576,30 @@ def test_every_view_has_named_controls_aa_contrast_and_works_from_the_keyboard(
     # Landmarks and the live region the async results are announced in.
     assert page.locator("header, main, nav#projects-pane, nav#view-tabs, #live[aria-live=polite]").count() == 5
     assert project in (page.text_content("#projects") or "")
+
+
+# --- the page's YAML writer ---------------------------------------------------------------------------------------
+
+
+def test_the_yaml_the_page_writes_reads_back_as_the_same_texts(browser: Any, server: str) -> None:
+    """js/yaml.js writes what the forms build; the spec loader (BaseLoader: every scalar a text) must read back
+    each text exactly, whatever characters a merchant typed."""
+    import yaml
+
+    texts = [
+        "plain", "x: y", "- z", "# not a comment", "a #b", "{price} EUR", "50%", " lead", "trail ", "@at", "`tick`",
+        "a\nb", "tab\there", "it's", 'say "hi"', "yes", "No", "null", "~", "010", "1.10", "1e3", "-5", "é ü 漢字 😀",
+        "http://h:1/x?a=b#c", "${secret:KEY}", "[list]", "*alias", "&anchor", "!tag", "|", ">", "?", "", "a, b",
+        HOSTILE, "\\back\\slash", "\u2028sep", "nel\x85", "del\x7f", "\ufeffbom",
+    ]  # fmt: skip
+    doc = {
+        "rules": [{"name": t, "when": {"field": "f", "op": "eq", "value": t}} for t in texts],
+        "map": dict.fromkeys(texts, "v"),
+    }
+    page = browser.new_page()
+    try:
+        page.goto(server + "/")
+        written = page.evaluate("async (doc) => (await import('/web/js/yaml.js')).toYaml(doc)", doc)
+    finally:
+        page.close()
+    assert yaml.load(written, Loader=yaml.BaseLoader) == doc
