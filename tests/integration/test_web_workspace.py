@@ -105,7 +105,7 @@ def company_with_shop(
             ["T9", "test item", "1.00 EUR", "1", "in stock", "Socks"],
         ],
     )
-    spec = {
+    spec: dict[str, Any] = {
         "company": company,
         "project": project,
         "name": name + bad,
