@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install bytecode system-deps lock demo demo-check test test-check test-rabbitmq test-unit test-integration lint format typecheck bench bench-distributed bench-concurrency bench-rules bench-api bench-processes bench-preview bench-quality bench-lists bench-feeds stress clean
+.PHONY: install bytecode system-deps lock demo demo-check test test-check test-rabbitmq test-unit test-integration lint format typecheck bench bench-distributed bench-concurrency bench-rules bench-api bench-processes bench-preview bench-quality bench-lists bench-feeds bench-sync stress clean
 
 # From the lock file (tools/install.sh: uv when it can be had, else pip); tools/lock.sh re-resolves it.
 $(STAMP): pyproject.toml requirements-dev.lock
@@ -94,6 +94,10 @@ bench-lists: $(STAMP)
 # SPEC 10 C5: a 1M-item google-xml (~1.3 GB) at its feed URL behind `firefeed api`: 4 full fetches against cat, 304s/s.
 bench-feeds: $(STAMP)
 	$(BIN)/python bench/feeds_bench.py $(BENCH_ARGS)
+
+# Channel API sync (#51): --items products to the Merchant API stand-in at 3,000 requests/min (BENCH_ARGS=--items 10000).
+bench-sync: $(STAMP)
+	$(BIN)/python bench/sync_bench.py $(BENCH_ARGS)
 
 # The stress suites, then the SQL route's property tests with every example (make test tries half).
 stress: $(STAMP) bytecode
