@@ -280,6 +280,15 @@ def test_an_older_spec_version_is_viewed_and_restored(root: Path, open_page: Cal
     # The same document is the same version again (spec_versions keeps one row per document): now current.
     page.wait_for_selector(f"#spec-versions tr.selected[data-version='{version}']")
 
+    # Edited as text and saved: a third version, current, with the text as typed.
+    text = page.input_value("#spec-yaml")
+    page.fill("#spec-yaml", text.replace("first rule", "third rule"))
+    page.wait_for_selector("#spec-yaml-status.note-ok")
+    page.click("#spec-save")
+    page.wait_for_selector("#spec-versions tbody tr >> nth=2")
+    assert store.project(project, company=company).spec["rules"][0]["name"] == "third rule"
+    assert page.locator("#spec-versions tbody tr").first.get_attribute("class") == "selected"
+
 
 # --- feeds ------------------------------------------------------------------------------------------------------
 
