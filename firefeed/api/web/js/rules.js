@@ -11,10 +11,25 @@ import { forget as forgetSpec } from "./spec.js";
 
 const PREVIEW_ITEMS = 20;
 const PREVIEW_MS = 350;
-// The actions the form edits; any other rule shape is edited as YAML.
-const FIELD_VALUE = ["set", "append", "prepend"];
-const FIELD_ONLY = ["lowercase", "uppercase", "capitalize", "trim"];
-const ACTIONS = [...FIELD_VALUE, ...FIELD_ONLY, "exclude"];
+// The actions the form edits, each with the keys it takes besides the field it acts on (SPEC "Rules");
+// any other rule shape (several conditions, `else`, a lookup's default...) is edited as YAML.
+const ACTION_PARAMS = {
+  set: [["value", "value", "{field} is a field's value"]],
+  append: [["value", "value"]],
+  prepend: [["value", "value"]],
+  copy: [["from", "from field"]],
+  replace: [["find", "find"], ["with", "replace with"]],
+  regex_replace: [["pattern", "pattern"], ["with", "replace with"]],
+  truncate: [["length", "length"]],
+  math: [["op", "operation", "add, subtract, multiply or divide"], ["value", "number"]],
+  lowercase: [],
+  uppercase: [],
+  capitalize: [],
+  trim: [],
+  exclude: null, // no field: the item goes to no export
+  lookup: "lookup", // {lookup, match, set: {target: column}}
+};
+const ACTIONS = Object.keys(ACTION_PARAMS);
 
 const ed = {
   project: null,
@@ -125,8 +140,16 @@ function actionKind(action) {
   if (!action || typeof action !== "object") return null;
   const keys = Object.keys(action);
   if (keys.length === 1 && keys[0] === "exclude") return "exclude";
-  for (const kind of FIELD_VALUE) if (kind in action && keys.every((k) => k === kind || k === "value")) return kind;
-  for (const kind of FIELD_ONLY) if (kind in action && keys.length === 1) return kind;
+  if ("lookup" in action) {
+    const set = action.set;
+    const oneTarget = set && typeof set === "object" && Object.keys(set).length === 1;
+    return oneTarget && keys.every((k) => ["lookup", "match", "set"].includes(k)) ? "lookup" : null;
+  }
+  for (const [kind, params] of Object.entries(ACTION_PARAMS)) {
+    if (!Array.isArray(params) || !(kind in action) || typeof action[kind] !== "string") continue;
+    const allowed = new Set([kind, ...params.map(([key]) => key)]);
+    if (keys.every((k) => allowed.has(k) && typeof action[k] !== "object")) return kind;
+  }
   return null;
 }
 
@@ -138,27 +161,51 @@ function formFits(rule) {
   return (rule.then || []).every((a) => actionKind(a) !== null);
 }
 
+// One action: its kind, the field it acts on, and an input per key the kind takes (drawn again when the
+// kind changes; the values typed so far are kept by key).
 function actionRow(action, n) {
   const kind = actionKind(action) || "set";
-  const target = action ? action[kind] : "";
   const kindSel = el("select", { name: "kind" }, ...ACTIONS.map((k) => el("option", { value: k, selected: k === kind }, k)));
-  const fieldIn = el("input", { type: "text", name: "field", value: kind === "exclude" ? "" : target || "", autocomplete: "off" });
-  const valueIn = el("input", { type: "text", name: "value", value: (action && action.value) || "", autocomplete: "off" });
-  const row = el(
-    "div",
-    { class: "form-row action-row" },
-    field(`Action ${n}`, kindSel),
-    field(`Action ${n} field`, fieldIn),
-    field(`Action ${n} value`, valueIn, "{field} is a field's value"),
-    el("button", { type: "button", class: "remove", onclick: () => (row.remove(), schedule()) }, `Remove action ${n}`),
-  );
-  const sync = () => {
-    fieldIn.disabled = kindSel.value === "exclude";
-    valueIn.disabled = !FIELD_VALUE.includes(kindSel.value);
+  const params = el("span", { class: "action-params" });
+  const remove = el("button", { type: "button", class: "remove", onclick: () => (row.remove(), schedule()) }, `Remove action ${n}`);
+  const row = el("div", { class: "form-row action-row" }, field(`Action ${n}`, kindSel), params, remove);
+  const kept = { ...(action || {}) };
+  const input = (key, label, hint, value) =>
+    field(`Action ${n} ${label}`, el("input", { type: "text", dataset: { key }, value: value ?? "", autocomplete: "off" }), hint);
+  const draw = () => {
+    for (const i of params.querySelectorAll("input, select")) kept[i.dataset.key] = i.value;
+    const k = kindSel.value;
+    const spec = ACTION_PARAMS[k];
+    const parts = [];
+    if (spec === "lookup") {
+      const [target, column] = Object.entries(kept.set && typeof kept.set === "object" ? kept.set : {})[0] || [kept.target || "", kept.column || ""];
+      const names = (ed.spec.lookups || []).map((l) => l.name);
+      const current = kept.lookup || names[0] || "";
+      parts.push(
+        field(`Action ${n} lookup`, el("select", { dataset: { key: "lookup" } }, ...names.map((l) => el("option", { value: l, selected: l === current }, l)))),
+        input("match", "match field", "the field whose value is looked up", kept.match),
+        input("target", "set field", null, kept.target ?? target),
+        input("column", "to the lookup's column", null, kept.column ?? column),
+      );
+    } else if (spec !== null) {
+      parts.push(input("field", "field", null, kept.field ?? kept[kind] ?? ""));
+      for (const [key, label, hint] of spec) parts.push(input(key, label, hint, kept[key] === undefined ? "" : String(kept[key])));
+    }
+    params.replaceChildren(...parts);
   };
-  kindSel.addEventListener("change", sync);
-  sync();
+  kindSel.addEventListener("change", () => (draw(), schedule()));
+  draw();
   return row;
+}
+
+function actionFromRow(row) {
+  const kind = row.querySelector("[name=kind]").value;
+  const v = Object.fromEntries([...row.querySelectorAll(".action-params [data-key]")].map((i) => [i.dataset.key, i.value]));
+  if (kind === "exclude") return { exclude: true };
+  if (kind === "lookup") return { lookup: v.lookup, match: v.match.trim(), set: { [v.target.trim()]: v.column.trim() } };
+  const action = { [kind]: v.field.trim() };
+  for (const [key] of ACTION_PARAMS[kind]) action[key] = v[key];
+  return action;
 }
 
 function buildForm(rule) {
@@ -202,13 +249,7 @@ function ruleFromForm() {
     rule.when = { field: whenField, op };
     if (!["empty", "not_empty"].includes(op)) rule.when.value = $("rule-when-value").value;
   }
-  rule.then = [...document.querySelectorAll("#rule-actions .action-row")].map((row) => {
-    const kind = row.querySelector("[name=kind]").value;
-    const target = row.querySelector("[name=field]").value.trim();
-    if (kind === "exclude") return { exclude: true };
-    if (FIELD_VALUE.includes(kind)) return { [kind]: target, value: row.querySelector("[name=value]").value };
-    return { [kind]: target };
-  });
+  rule.then = [...document.querySelectorAll("#rule-actions .action-row")].map(actionFromRow);
   return rule;
 }
 
