@@ -239,6 +239,13 @@ def test_editing_a_rule_changes_the_preview_grid_with_each_cells_why(
     page.get_by_label("Action 1 value").fill("sold out")
     page.wait_for_selector("#rule-grid tr[data-item=A1] td.changed >> text=sold out")
     assert page.locator("#rule-grid tr[data-item=A2] td.changed").count() == 0
+    # Another kind of action draws its own inputs; back to `set`, the value typed before is still there.
+    page.get_by_label("Action 1", exact=True).select_option("uppercase")
+    page.wait_for_selector("#rule-grid tr[data-item=A1] td.changed >> text=IN STOCK")
+    assert page.get_by_label("Action 1 value").count() == 0
+    page.get_by_label("Action 1", exact=True).select_option("set")
+    assert page.get_by_label("Action 1 value").input_value() == "sold out"
+    page.wait_for_selector("#rule-grid tr[data-item=A1] td.changed >> text=sold out")
     # The rule's YAML is the same draft; saving it stores the rule.
     page.check("#rule-mode-yaml")
     assert "value: sold out" in page.input_value("#rule-yaml")
@@ -468,6 +475,12 @@ def test_unmatched_lookup_values_become_rows_of_the_lookup_and_the_next_run_matc
     page.click("#values-form button[type=submit]")
     page.wait_for_selector("#values-table tbody tr >> nth=1")
     assert page.locator("#values-table tbody tr td").all_text_contents()[:2] == ["Apparel > Hats", "2"]
+    # The lookup action opens in the rule form, and the preview reads the rows the page added.
+    view(page, "rules")
+    page.wait_for_selector("#rule-grid tr[data-item='2'] td.changed >> text=Apparel > Hats")
+    assert page.get_by_label("Action 1 lookup").input_value() == "cats"
+    assert page.get_by_label("Action 1 match field").input_value() == "cat"
+    assert page.get_by_label("Action 1 to the lookup's column").input_value() == "gpc"
 
 
 # --- items --------------------------------------------------------------------------------------------------------
