@@ -200,6 +200,12 @@ class PayloadTooLargeError(FireFeedError):
     code = "payload_too_large"
 
 
+class SpecChangedError(FireFeedError):
+    """The spec was applied by someone else while an edit of it was made: the edit is made again on it."""
+
+    code = "spec_changed"
+
+
 class LookupNotInlineError(FireFeedError):
     """Rows can be added only to a lookup whose rows are in the spec (`rows:`), not one read from a URL."""
 

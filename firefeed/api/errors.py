@@ -38,6 +38,7 @@ from firefeed.errors import (
     RetryLaterError,
     RunCancelledError,
     SourceError,
+    SpecChangedError,
     SpecError,
     TooManyPreviewsError,
     TooManySpecWritesError,
@@ -60,6 +61,7 @@ STATUS: tuple[tuple[type[FireFeedError], int], ...] = (
     (PayloadTooLargeError, 413),
     # Rows go only into a lookup the spec holds; a url lookup's rows are its file's.
     (LookupNotInlineError, 409),
+    (SpecChangedError, 409),
     (PipelineBusyError, 409),
     (RunCancelledError, 409),
     (SpecError, 422),

@@ -18,7 +18,7 @@ from sqlalchemy import select
 
 from firefeed.api import schemas
 from firefeed.db.models import PipelineRun
-from firefeed.errors import LookupNotInlineError, NotFoundError, SpecError
+from firefeed.errors import LookupNotInlineError, NotFoundError, SpecChangedError, SpecError
 from firefeed.runs.service import RunStore
 from firefeed.spec.loader import check_spec_size, parse_spec
 from firefeed.spec.model import MAX_INLINE_LOOKUP_ROWS
@@ -75,14 +75,16 @@ def add_rows(store: RunStore, company: str, project_id: str, name: str, rows: li
             )
         check_spec_size(len(json.dumps(doc).encode("utf-8")))
         spec = parse_spec(doc)
-        if store.project(project_id, company=company).spec_version_id != project.spec_version_id:
+        folder = Path(project.spec_dir) if project.spec_dir else None
+        try:
+            created = store.apply_spec(spec, spec_dir=folder, company=company, expected=project.spec_version_id)
+        except SpecChangedError:
             continue  # another apply changed the spec meanwhile: append to what it made
-        created = store.apply_spec(spec, spec_dir=Path(project.spec_dir) if project.spec_dir else None, company=company)
         applied = schemas.ProjectApplied(
             project=project_id, company=company, created=created, links=schemas.project_links(project_id)
         )
         return applied.model_dump() | {"lookup": name, "rows": len(lk["rows"])}
-    raise SpecError("", "the spec kept changing while the rows were added; send them again")
+    raise SpecChangedError(f"project {project_id!r} kept changing while the rows were added; send them again")
 
 
 def unmatched(store: RunStore, company: str, project_id: str, name: str) -> dict[str, Any]:

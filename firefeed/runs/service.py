@@ -21,7 +21,7 @@ from firefeed.config import get_settings
 from firefeed.db.engine import get_engine, raw_connection, session_factory
 from firefeed.db.models import Company, Export, PipelineRun, PipelineStep, Project, Rule, Source, SpecVersion
 from firefeed.db.sqlfile import load_queries
-from firefeed.errors import NotFoundError, PipelineBusyError, RunCancelledError
+from firefeed.errors import NotFoundError, PipelineBusyError, RunCancelledError, SpecChangedError
 from firefeed.runs.contract import RunStatus
 from firefeed.runs.lock import ACTIVE, Db, active_run_id, project_head, with_project_pipeline_lock
 from firefeed.runs.spec_versions import spec_digest as spec_digest  # its old home: callers import it here
@@ -65,12 +65,16 @@ class RunStore:
         self.held: HeldConnection | None = None
 
     # -- projects ---------------------------------------------------------
-    def apply_spec(self, spec: ProjectSpec, *, spec_dir: Path | None, company: str | None = None) -> bool:
+    def apply_spec(
+        self, spec: ProjectSpec, *, spec_dir: Path | None, company: str | None = None, expected: int | None = None
+    ) -> bool:
         """Create or update the company, project, sources, rules and exports. True when created.
 
         `company`, when given, is the caller's company (API token): a project id
         owned by another company is refused as unknown rather than taken over.
         A spec without a folder (API, processes) may not name an environment variable.
+        `expected`: the spec version the caller's change was made on (an edit of the current document,
+        such as rows added to a lookup); SpecChangedError, nothing written, when another apply came first.
         """
         check_references(spec, origin_of(spec_dir), get_settings().spec_env_allow)
         check_server_side(spec, spec_dir, get_settings(), lambda c: (x.name for x in SecretStore(self.engine).list(c)))
@@ -101,6 +105,9 @@ class RunStore:
             existing.spec_dir = str(spec_dir) if spec_dir else None
             existing.updated_at = now()
             previous = existing.spec_version_id
+            if expected is not None and previous != expected:
+                # Checked under the project row's lock: no apply can come between this and the write.
+                raise SpecChangedError(f"project {spec.project!r} changed while the edit was made")
             s.flush()
             # Stored once per distinct document (not per run): a run refers to the version current when it was
             # requested. The company's versions are cut back to their bound in this same transaction.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -465,3 +466,19 @@ def test_unmatched_values_become_lookup_rows_and_the_next_run_matches_them(http:
         assert r.json()["error"] == "spec_error"
     big = {"rows": [{"title": "t" * 1000, "gpc": "g" * 1000}] * 600}
     assert http.post(f"{base}/cats/rows", headers=s.auth, json=big).status_code == 413
+
+
+def test_two_additions_at_once_both_land(http: httpx.Client, env: Path, api: str) -> None:
+    s = Shop(env)
+    assert s.put(http).status_code == 201
+    url = f"/api/projects/{s.project}/lookups/cats/rows"
+
+    def add(title: str) -> int:
+        with httpx.Client(base_url=api, timeout=30) as client:
+            return client.post(url, headers=s.auth, json={"rows": [{"title": title, "gpc": "1"}]}).status_code
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        codes = list(pool.map(add, ["one", "two"]))
+    assert codes == [200, 200]
+    rows = http.get(f"/api/projects/{s.project}/spec", headers=s.auth).json()["spec"]["lookups"][0]["rows"]
+    assert sorted(r["title"] for r in rows) == ["Boot", "one", "two"]
