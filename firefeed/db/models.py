@@ -232,6 +232,13 @@ class ApiToken(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # When a request last verified it against the database, to the minute (firefeed/runs/tokens.py).
     last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The token whose request created this one over the API (NULL: the operator's `firefeed token create`).
+    # Revoking a token revokes every token below it; a child never expires after its parent.
+    parent_id: Mapped[int | None] = mapped_column(
+        BigInteger, ForeignKey("api_tokens.id", ondelete="CASCADE"), index=True
+    )
+    # A label the company gives it (at most 100 characters), shown as text.
+    name: Mapped[str | None] = mapped_column(String(100))
 
 
 class CompanySecret(Base):
