@@ -105,6 +105,9 @@ class Settings(BaseSettings):
     # How long an API process trusts a token it verified before asking the database again: a token revoked
     # elsewhere (the CLI, another API process) is refused everywhere within it (runs/tokens.py).
     token_cache_s: float = Field(default=5.0, ge=0)
+    # The active (neither revoked nor expired) API tokens one company may hold: creating one more, over the API
+    # or the CLI, is refused (409 company_limit) so a leaked token cannot mint tokens without end.
+    tokens_per_company: int = Field(default=50, ge=1)
     # Feed URLs (SPEC 10 C4): the base that makes them absolute (unset: printed as paths), and how often an
     # API process checks whether feed ids or published files changed (a rotated id is served at most this long
     # by other processes; the one that rotated it forgets it at once).
