@@ -6,7 +6,7 @@ import { $, el, field, debounce, say, announce } from "./dom.js";
 import { api, projectPath, errorText } from "./api.js";
 import { state } from "./state.js";
 import { toYaml } from "./yaml.js";
-import { OPS } from "./new_project.js";
+import { OPS } from "./project_form.js";
 import { forget as forgetSpec } from "./spec.js";
 
 const PREVIEW_ITEMS = 20;

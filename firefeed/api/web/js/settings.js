@@ -2,7 +2,6 @@
 // delete; a value is never shown or echoed), and each project's schedule.
 import { $, el, field, fmtTime, say, table, announce } from "./dom.js";
 import { api, projectPath, errorText } from "./api.js";
-import { state } from "./state.js";
 import { forget as forgetSpec } from "./spec.js";
 
 export function mount() {
@@ -12,7 +11,7 @@ export function mount() {
       el("h3", { id: "tokens-heading" }, "API tokens"),
       // No route makes a token (a token that could mint tokens would outlive its own revocation): the
       // operator creates one, and the page lists and revokes them.
-      el("p", { class: "muted", id: "token-create-hint" }, "A new token is made by your operator: ", el("code", {}, "firefeed token create --company " + (state.company || "C")), ". It is shown once, when it is made; here you see and revoke them."),
+      el("p", { class: "muted", id: "token-create-hint" }, "A new token is made by your operator: ", el("code", {}, "firefeed token create --company C"), ". It is shown once, when it is made; here you see and revoke them."),
       el("p", { id: "tokens-note", class: "note", role: "status" }),
       table("tokens", ["token", "state", "created", "expires", "last used", ""], [], { id: "tokens-table", "aria-labelledby": "tokens-heading" }),
     ),
@@ -39,7 +38,6 @@ export function mount() {
 }
 
 export async function show() {
-  $("token-create-hint").querySelector("code").textContent = "firefeed token create --company " + state.company;
   await Promise.all([loadTokens(), loadSecrets(), loadSchedules()]);
 }
 
@@ -66,6 +64,7 @@ function twoStep(label, again, action) {
 async function loadTokens() {
   try {
     const answer = await api("GET", "/api/tokens");
+    $("token-create-hint").querySelector("code").textContent = "firefeed token create --company " + answer.company;
     $("tokens-table").tBodies[0].replaceChildren(
       ...answer.tokens.map((t) =>
         el(

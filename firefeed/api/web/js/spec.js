@@ -1,12 +1,16 @@
-// The spec view: the project's spec as YAML text (checked as it is typed), saved through PUT, and its
-// version history (spec_versions): list, view, restore (a new apply of that document, as PUT does).
+// The spec view: the project's spec as YAML text (checked as it is typed) or as a form (the common keys,
+// project_form.js), saved through PUT, and its version history (spec_versions): list, view, restore (a
+// new apply of that document, as PUT does).
 import { $, el, fmtInt, fmtTime, say, table, announce, NUM } from "./dom.js";
 import { api, projectPath, errorText } from "./api.js";
 import { state } from "./state.js";
 import { yamlEditor, problemsOf } from "./editor.js";
+import { projectForm } from "./project_form.js";
 
 let editor = null;
 let loaded = null; // the project whose spec the editor holds
+let saved = null; // GET .../spec's answer for it: the saved text and object
+let form = null; // the form, while the spec is edited as one
 
 export function mount() {
   editor = yamlEditor({ id: "spec-yaml", label: "The spec as YAML", project: () => state.project });
@@ -15,7 +19,15 @@ export function mount() {
   $("view-spec").append(
     el("h2", { id: "spec-heading" }, "Spec"),
     el("p", { id: "spec-note", class: "note", role: "status" }),
+    el(
+      "fieldset",
+      { class: "mode" },
+      el("legend", {}, "Edit as"),
+      el("label", {}, el("input", { type: "radio", name: "spec-mode", value: "text", id: "spec-mode-text", checked: true }), " YAML text"),
+      el("label", {}, el("input", { type: "radio", name: "spec-mode", value: "form", id: "spec-mode-form" }), " form"),
+    ),
     editor.root,
+    el("div", { id: "spec-form-box", hidden: true }),
     el("div", { class: "bar" }, save, reload),
     el("h3", { id: "versions-heading" }, "Versions"),
     el("p", { class: "muted" }, "Each save is a version; restoring one applies it again as a new version."),
@@ -27,6 +39,22 @@ export function mount() {
       el("pre", { id: "version-yaml", class: "yaml-view", tabindex: "0", "aria-labelledby": "version-view-heading" }),
     ),
   );
+  for (const radio of document.querySelectorAll("input[name=spec-mode]")) radio.addEventListener("change", () => setMode(radio.value));
+}
+
+function setMode(mode) {
+  const asForm = mode === "form";
+  editor.root.hidden = asForm;
+  $("spec-form-box").hidden = !asForm;
+  if (asForm) {
+    // The form starts from the saved spec; what the text holds unsaved is not in it.
+    if (saved && editor.text !== saved.yaml) say($("spec-note"), "muted", "the form shows the saved spec: unsaved text edits are not in it");
+    form = projectForm("spec-form", saved ? saved.spec : {});
+    $("spec-form-box").replaceChildren(el("p", { class: "muted" }, "Saving the form writes the spec anew: comments in its YAML text are not kept."), form.root);
+  } else {
+    form = null;
+    $("spec-form-box").replaceChildren();
+  }
 }
 
 export async function show(project) {
@@ -34,19 +62,17 @@ export async function show(project) {
   else await loadVersions(project);
 }
 
-// The spec as its author wrote it (GET .../spec keeps the document's key order).
-async function specText(project) {
-  return (await api("GET", projectPath(project, "spec"))).yaml;
-}
-
 async function load(project) {
   $("spec-heading").textContent = "Spec of " + project;
   say($("spec-note"), "muted", "loading…");
   try {
-    const text = await specText(project);
+    const answer = await api("GET", projectPath(project, "spec"));
     if (state.project !== project) return;
-    editor.text = text;
+    saved = answer;
+    editor.text = answer.yaml;
     loaded = project;
+    $("spec-mode-text").checked = true;
+    setMode("text");
     say($("spec-note"), "muted", "");
   } catch (err) {
     if (err.status !== 401) say($("spec-note"), "bad", "could not load the spec: " + errorText(err));
@@ -59,7 +85,9 @@ async function saveSpec() {
   const project = state.project;
   say($("spec-note"), "muted", "saving…");
   try {
-    await api("PUT", projectPath(project), { yaml: editor.text });
+    await api("PUT", projectPath(project), form ? form.read(state.company) : { yaml: editor.text });
+    if (form) await load(project); // the text of what the form saved
+    else saved = { ...saved, yaml: editor.text };
     say($("spec-note"), "ok", "saved");
     announce("spec saved");
     editor.showProblems([]);
@@ -67,7 +95,7 @@ async function saveSpec() {
   } catch (err) {
     if (err.status === 401) return;
     say($("spec-note"), "bad", "not saved: " + errorText(err));
-    if (err.status === 422) {
+    if (err.status === 422 && !form) {
       editor.showProblems(problemsOf(err));
       editor.check(); // the line of each problem, from /validate
     }
