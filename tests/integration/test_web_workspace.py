@@ -297,6 +297,36 @@ def test_an_older_spec_version_is_viewed_and_restored(root: Path, open_page: Cal
     assert page.locator("#spec-versions tbody tr").first.get_attribute("class") == "selected"
 
 
+def test_the_spec_edited_as_a_form_keeps_every_key_the_form_does_not_show(
+    root: Path, open_page: Callable[[str], Any]
+) -> None:
+    company, project, token = company_with_shop(root)
+    store = RunStore()
+    before = store.project(project, company=company).spec
+    page = open_page(token)
+    view(page, "spec")
+    expect(page.locator("#spec-yaml")).to_have_value(re.compile("out of stock"))
+    page.check("#spec-mode-form")
+    spec_view = page.locator("#view-spec")
+    assert spec_view.get_by_label("Export 2 format").input_value() == "google-xml"
+    spec_view.get_by_label("Schedule (cron, UTC)").fill("0 5 * * *")
+    spec_view.get_by_label("Export 1 file").fill("renamed.csv")
+    spec_view.get_by_role("button", name="Add lookup").click()
+    spec_view.get_by_label("Lookup 1 name").fill("cats")
+    spec_view.get_by_label("Lookup 1 key column").fill("code")
+    page.click("#spec-save")
+    page.wait_for_selector("#spec-note.note-ok")
+    after = store.project(project, company=company).spec
+    assert after["schedule"] == "0 5 * * *"
+    assert after["exports"][0] == dict(before["exports"][0], path="renamed.csv")
+    assert after["exports"][1] == before["exports"][1]  # its max_invalid, which the form does not show, kept
+    assert after["rules"] == before["rules"]
+    assert after["lookups"] == [{"name": "cats", "key": "code", "rows": []}]
+    # Back in the text, the saved document.
+    expect(page.locator("#spec-yaml")).to_have_value(re.compile("renamed.csv"))
+    assert page.is_checked("#spec-mode-text")
+
+
 # --- feeds ------------------------------------------------------------------------------------------------------
 
 
