@@ -60,8 +60,8 @@ class Pacer:
                 if wait <= 0:
                     self._tokens = min(self._capacity, self._tokens + (now - self._at) * self.rate)
                     self._at = now
-                    if self._tokens >= 1.0:
-                        self._tokens -= 1.0
+                    if self._tokens >= 1.0 - 1e-9:  # a float a hair short of a token is one (no endless tiny waits)
+                        self._tokens = max(0.0, self._tokens - 1.0)
                         return True
                     wait = (1.0 - self._tokens) / self.rate
             if stop_at is not None and self._clock() + wait > stop_at:
