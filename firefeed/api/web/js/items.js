@@ -68,7 +68,8 @@ async function find() {
     say($("item-note"), "ok", `item ${item.key}`);
     announce(`item ${item.key} found`);
   } catch (err) {
-    if (err.status === 404) say($("item-note"), "bad", `no source has an item with key ${key}`);
+    // A 404 names what is missing (no source has that key), in the API's words.
+    if (err.status === 404) say($("item-note"), "bad", err.message);
     else if (err.status !== 401) say($("item-note"), "bad", errorText(err));
   }
 }
