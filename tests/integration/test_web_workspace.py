@@ -519,7 +519,7 @@ def test_unmatched_lookup_values_become_rows_of_the_lookup_and_the_next_run_matc
 def test_an_item_is_shown_per_source_after_each_rule_and_per_export(
     shop: tuple[str, str, str], open_page: Callable[[str], Any]
 ) -> None:
-    _, _, token = shop
+    _, project, token = shop
     page = open_page(token)
     view(page, "items")
     page.get_by_label("Item key", exact=True).fill("A1")
@@ -535,7 +535,7 @@ def test_an_item_is_shown_per_source_after_each_rule_and_per_export(
     assert google.locator("table.item-findings tbody tr").count() > 0
     page.get_by_label("Item key", exact=True).fill("nope")
     page.click("#item-form button[type=submit]")
-    page.wait_for_selector("#item-note >> text=no source has an item with key nope")
+    page.wait_for_selector(f"#item-note.note-bad >> text=no source of project {project!r} has an item 'nope'")
 
 
 # --- accessibility --------------------------------------------------------------------------------------------------
