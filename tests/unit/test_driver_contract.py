@@ -102,7 +102,7 @@ def test_the_json_keeps_the_keys_workers_of_the_previous_version_read() -> None:
 
 
 def test_kinds_and_statuses_are_the_strings_the_database_holds() -> None:
-    assert [k.value for k in JobKind] == ["source", "merge", "rules", "rules_chunk", "export", "deliver"]
+    assert [k.value for k in JobKind] == ["source", "merge", "rules", "rules_chunk", "export", "deliver", "sync"]
     assert [s.value for s in JobStatus] == ["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"]
     assert [s.value for s in RunStatus] == ["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"]
     assert [s.value for s in Step] == ["FETCH", "PARSE", "MERGE", "RULES", "EXPORT"]
@@ -110,3 +110,4 @@ def test_kinds_and_statuses_are_the_strings_the_database_holds() -> None:
     assert JobSpec(JobKind.SOURCE).step is Step.PARSE  # a source job is recorded under PARSE
     assert JobSpec(JobKind.RULES_CHUNK).step is Step.RULES
     assert JobSpec(JobKind.DELIVER).step is Step.EXPORT  # a delivery is on EXPORT's line, after the publish
+    assert JobSpec(JobKind.SYNC).step is Step.EXPORT  # a sync too, after the deliveries (SPEC 10 C10)
