@@ -35,7 +35,7 @@ def cmd_token_create(args: argparse.Namespace) -> int:
     ensure_migrated()
     expires_in = timedelta(days=args.expires_in) if args.expires_in is not None else None
     try:
-        token = TokenStore().create(args.company, expires_in)
+        token = TokenStore().create(args.company, expires_in, name=args.name)
     except (ValueError, OverflowError) as err:
         print(f"firefeed: {err}", file=sys.stderr)
         return 2
@@ -65,11 +65,13 @@ def cmd_token_list(args: argparse.Namespace) -> int:
     if not found:
         print(f"company {args.company} has no tokens")
         return 0
-    print(f"{'id':>6}  {'prefix':<12}{'state':<9}{'created':<27}{'expires':<27}last used")
+    # The parent: the token that created this one over the API ("-": the operator's); the name last, as text.
+    print(f"{'id':>6}  {'prefix':<12}{'state':<9}{'created':<27}{'expires':<27}{'last used':<27}{'parent':>6}  name")
     for t in found:
+        parent = str(t.parent_id) if t.parent_id is not None else "-"
         print(
             f"{t.id:>6}  {t.prefix + '…':<12}{t.state:<9}{_when(t.created_at):<27}{_when(t.expires_at):<27}"
-            f"{_when(t.last_used_at)}"
+            f"{_when(t.last_used_at):<27}{parent:>6}  {t.name or '-'}"
         )
     return 0
 
@@ -79,10 +81,12 @@ def cmd_token_revoke(args: argparse.Namespace) -> int:
     from firefeed.runs.tokens import TokenStore
 
     ensure_migrated()
-    info = TokenStore().revoke(args.company, args.id)  # NotFoundError: exit 4, like any unknown object
+    done = TokenStore().revoke(args.company, args.id)  # NotFoundError: exit 4, like any unknown object
+    info = done.info
+    below = f" and {len(done.descendants)} token(s) it created" if done.descendants else ""
     print(
-        f"revoked token {info.id} ({info.prefix}…) of company {args.company}: every API process refuses it "
-        "within FIREFEED_TOKEN_CACHE_S seconds"
+        f"revoked token {info.id} ({info.prefix}…){below} of company {args.company}: every API process refuses "
+        "them within FIREFEED_TOKEN_CACHE_S seconds"
     )
     return 0
 
@@ -114,14 +118,17 @@ def register(subparsers: Any) -> None:
         metavar="DAYS",
         help="refused after this many days (may be a fraction); default never",
     )
+    c.add_argument("--name", help="a label to tell it apart (one line, at most 100 characters)")
     c.set_defaults(func=cmd_token_create)
     c = token_sub.add_parser(
-        "list", help="a company's tokens: id, first characters, state, created, expires, last used"
+        "list", help="a company's tokens: id, first characters, state, created, expires, last used, parent, name"
     )
     c.add_argument("--company", required=True)
     c.add_argument("--json", action="store_true", help="print the list as JSON")
     c.set_defaults(func=cmd_token_list)
-    c = token_sub.add_parser("revoke", help="refuse a token from now on (every API process within seconds)")
+    c = token_sub.add_parser(
+        "revoke", help="refuse a token and every token it created from now on (every API process within seconds)"
+    )
     c.add_argument("--company", required=True, help="the company the token belongs to")
     c.add_argument("id", type=int, metavar="ID", help="the token's id, as `firefeed token list` shows it")
     c.set_defaults(func=cmd_token_revoke)

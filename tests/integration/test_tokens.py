@@ -94,7 +94,7 @@ def test_the_cli_creates_with_an_expiry_lists_and_revokes_and_every_api_process_
         code, listed = cli("token", "list", "--company", mine)
         assert code == 0 and token not in listed
         rows = listed.splitlines()
-        assert rows[0].split() == ["id", "prefix", "state", "created", "expires", "last", "used"]
+        assert rows[0].split() == ["id", "prefix", "state", "created", "expires", "last", "used", "parent", "name"]
         assert token[:10] in rows[1] and "active" in rows[1]
         code, as_json = cli("token", "list", "--company", mine, "--json")
         found = json.loads(as_json)
