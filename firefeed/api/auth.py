@@ -13,10 +13,13 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from firefeed.errors import AuthenticationError
-from firefeed.runs.tokens import TokenStore
+from firefeed.runs.tokens import Caller, TokenStore
 
 # auto_error=False: a missing header goes through the one error handler like every other error.
-_bearer = HTTPBearer(auto_error=False, description="A token from `firefeed token create --company C`.")
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="A token from `firefeed token create --company C`, or one a token created (POST /api/tokens).",
+)
 
 
 def tokens(request: Request) -> TokenStore:
@@ -24,10 +27,10 @@ def tokens(request: Request) -> TokenStore:
     return store
 
 
-async def current_company(
+async def current_caller(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-) -> str:
-    """The company of the request's bearer token; AuthenticationError (401) without a valid one.
+) -> Caller:
+    """The company and token id of the request's bearer token; AuthenticationError (401) without a valid one.
 
     Async on purpose: a recently seen token is answered from memory on the event loop, and only an
     unknown one costs a trip to the thread pool and the database.
@@ -35,10 +38,20 @@ async def current_company(
     if credentials is None:
         raise AuthenticationError("missing bearer token: send `Authorization: Bearer <token>`")
     store = tokens(request)
-    company = store.cached(credentials.credentials) or await run_in_threadpool(store.verify, credentials.credentials)
-    if company is None:
+    caller = store.cached_caller(credentials.credentials) or await run_in_threadpool(
+        store.identify, credentials.credentials
+    )
+    if caller is None:
         raise AuthenticationError("unknown, expired or revoked token")
-    return company
+    return caller
+
+
+CurrentCaller = Annotated[Caller, Depends(current_caller)]
+
+
+async def current_company(caller: CurrentCaller) -> str:
+    """The company of the request's bearer token (every route but token creation needs no more)."""
+    return caller.company
 
 
 CurrentCompany = Annotated[str, Depends(current_company)]
