@@ -69,8 +69,9 @@ def create_app(*, engine: Engine | None = None, local_runs: bool = False) -> Fas
         version=__version__,
         summary="Request and watch product-feed pipeline runs.",
         description=(
-            "Everything under `/api` needs `Authorization: Bearer <token>` (`firefeed token create --company C`); "
-            "a token sees only its company. Errors are JSON with a stable `error` code and a `message`."
+            "Everything under `/api` needs `Authorization: Bearer <token>` (`firefeed token create --company C`, "
+            "or `POST /api/tokens` with a token: a child revoked with it); a token sees only its company. "
+            "Errors are JSON with a stable `error` code and a `message`."
         ),
         lifespan=_lifespan,
     )
