@@ -48,7 +48,12 @@ def merchant(run_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Merchan
 
 
 def write_project(
-    folder: Path, company: str, project: str, rows: dict[str, tuple[str, str, str]], credentials: str = "${secret:GSA}"
+    folder: Path,
+    company: str,
+    project: str,
+    rows: dict[str, tuple[str, str, str]],
+    credentials: str = "${secret:GSA}",
+    max_drop: int = 100,
 ) -> Path:
     """A google-xml export with sync; rows: key -> (title, price, gtin)."""
     feed = folder / f"{project}.csv"
@@ -65,7 +70,7 @@ def write_project(
                 "name": "google",
                 "format": "google-xml",
                 "path": "google.xml",
-                "max_drop": 100,
+                "max_drop": max_drop,
                 "max_invalid": 100,
                 "sync": {
                     "to": "google-merchant",
@@ -273,3 +278,30 @@ def test_another_company_cannot_read_or_repair_a_projects_sync(
             f"/api/projects/{project}/exports/google/sync/repair", headers=own, json={"delete_orphans": False}
         )
         assert r.status_code == 200 and r.json()["missing"] == 0, r.text
+
+
+def test_a_run_the_drop_guard_blocks_sends_nothing_and_status_refresh_reads_google_again(
+    merchant: MerchantStandIn, tmp_path: Path
+) -> None:
+    company, project, _ = new_project(merchant)
+    rows = {k: (f"Item {k}", "10 EUR", GOOD_GTIN) for k in ("A", "B", "C", "D")}
+    path = write_project(tmp_path, company, project, rows, max_drop=50)
+    run(path)
+    merchant.requests.clear()
+    write_project(tmp_path, company, project, {"A": rows["A"]}, max_drop=50)  # 75% dropped: blocked
+    _code, out = cli("run", str(path), "--json")
+    assert json.loads(out)["status"] == "FAILED"
+    assert merchant.requests == [] and set(merchant.products()) == {"A", "B", "C", "D"}
+
+    merchant.set_issues(
+        "B",
+        [{"code": "image_too_small", "severity": "DISAPPROVED", "attribute": "image link", "description": "Too small"}],
+    )
+    code, out = cli("sync", "status", project, "google", "--json")
+    (before,) = json.loads(out)
+    assert code == 0 and before["channel_issues"]["codes"] == {}
+    code, out = cli("sync", "status", project, "google", "--refresh", "--json")
+    (after,) = json.loads(out)
+    assert code == 0 and after["channel_issues"]["codes"] == {"image_too_small": 1}, after
+    assert after["channel_issues"]["flagged_by_firefeed"] == 0  # FireFeed's checks did not see this one coming
+    assert [r.method for r in merchant.requests if r.offer_id] == []  # a refresh lists; it sends nothing
