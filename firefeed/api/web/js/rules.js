@@ -307,10 +307,9 @@ function draftYaml(dropRule = false) {
   if (dropRule) return text;
   const ruleText = ed.mode === "yaml" ? $("rule-yaml").value : toYaml(ruleFromForm());
   const body = ruleText.replace(/\s+$/, "").split("\n");
-  return text.replace(
-    `  - ${MARK}\n`,
-    body.map((line, i) => (i === 0 ? "  - " : "    ") + line).join("\n") + "\n",
-  );
+  const spliced = body.map((line, i) => (i === 0 ? "  - " : "    ") + line).join("\n") + "\n";
+  // A function, not a text: `$&`, `$1` or `$$` in a rule are its own characters, not replacement patterns.
+  return text.replace(`  - ${MARK}\n`, () => spliced);
 }
 
 const schedule = debounce(() => runPreview(), PREVIEW_MS);

@@ -167,7 +167,7 @@ async function loadSchedules() {
 // document (its key order, its comments) stays as its author wrote it.
 export function withSchedule(text, schedule) {
   const line = schedule ? "schedule: " + JSON.stringify(schedule) : null;
-  if (/^schedule:.*$/m.test(text)) return text.replace(/^schedule:.*(\n|$)/m, line ? line + "$1" : "");
+  if (/^schedule:.*$/m.test(text)) return text.replace(/^schedule:.*(\n|$)/m, (_, end) => (line ? line + end : ""));
   if (!line) return text;
   const after = /^(project|name):.*$/m.exec(text);
   if (!after) return line + "\n" + text;
