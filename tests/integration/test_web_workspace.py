@@ -236,20 +236,21 @@ def test_editing_a_rule_changes_the_preview_grid_with_each_cells_why(
 
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "web-rules.png"), full_page=True)
-    page.get_by_label("Action 1 value").fill("sold out")
-    page.wait_for_selector("#rule-grid tr[data-item=A1] td.changed >> text=sold out")
+    # `$&` is text, not a replacement pattern, wherever the page splices a rule into the draft.
+    page.get_by_label("Action 1 value").fill("sold out $&")
+    page.wait_for_selector("#rule-grid tr[data-item=A1] td.changed >> text=sold out $&")
     assert page.locator("#rule-grid tr[data-item=A2] td.changed").count() == 0
     # Another kind of action draws its own inputs; back to `set`, the value typed before is still there.
     page.get_by_label("Action 1", exact=True).select_option("uppercase")
     page.wait_for_selector("#rule-grid tr[data-item=A1] td.changed >> text=IN STOCK")
     assert page.get_by_label("Action 1 value").count() == 0
     page.get_by_label("Action 1", exact=True).select_option("set")
-    assert page.get_by_label("Action 1 value").input_value() == "sold out"
-    page.wait_for_selector("#rule-grid tr[data-item=A1] td.changed >> text=sold out")
+    assert page.get_by_label("Action 1 value").input_value() == "sold out $&"
+    page.wait_for_selector("#rule-grid tr[data-item=A1] td.changed >> text=sold out $&")
     # The rule's YAML is the same draft; saving it stores the rule.
     page.check("#rule-mode-yaml")
-    assert "value: sold out" in page.input_value("#rule-yaml")
-    page.fill("#rule-yaml", page.input_value("#rule-yaml").replace("sold out", "gone"))
+    assert 'value: "sold out $&"' in page.input_value("#rule-yaml")
+    page.fill("#rule-yaml", page.input_value("#rule-yaml").replace('"sold out $&"', "gone"))
     page.wait_for_selector("#rule-grid tr[data-item=A1] td.changed >> text=gone")
     page.click("#rule-save")
     page.wait_for_selector("#rule-note.note-ok")
