@@ -59,7 +59,8 @@ _LAST_USED_STEP = timedelta(minutes=1)
 MAX_EXPIRES_IN = timedelta(days=36500)
 # A token's name: a label shown as text (the page, the CLI list); one line, no control characters.
 NAME_MAX = 100
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# Control characters and line separators; lone surrogates too (no UTF-8 for them: Postgres would refuse).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 
 
 def check_name(name: str | None) -> str | None:

@@ -31,6 +31,7 @@ ROUTES = [
     ("GET", f"/api/runs/{uuid.uuid4()}"),
     ("POST", f"/api/runs/{uuid.uuid4()}/cancel"),
     ("GET", "/api/tokens"),
+    ("POST", "/api/tokens"),
     ("DELETE", "/api/tokens/1"),
 ]
 

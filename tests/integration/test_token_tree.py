@@ -133,8 +133,11 @@ def test_a_child_never_expires_after_its_parent(http: httpx.Client) -> None:
     # A grandchild is capped by the chain: its parent's cap is already the root's.
     assert create(http, longer["token"], expires_in_days=365)["expires_at"] == longer["expires_at"]
 
-    for bad in ({"expires_in_days": 0}, {"expires_in_days": 36501}, {"name": "x" * 101}, {"name": "a\nb"}):
-        answer = http.post("/api/tokens", json=bad, headers=bearer(root))
+    bodies = ['{"expires_in_days": 0}', '{"expires_in_days": 36501}', '{"name": "%s"}' % ("x" * 101)]
+    # A line break, a lone surrogate (no UTF-8 for Postgres), a NUL.
+    bodies += ['{"name": "a\\nb"}', '{"name": "\\ud800"}', '{"name": "a\\u0000"}']
+    for bad in bodies:
+        answer = http.post("/api/tokens", content=bad, headers={**bearer(root), "Content-Type": "application/json"})
         assert answer.status_code == 422 and answer.json()["error"] == "invalid_request", (bad, answer.text)
     assert len(TokenStore().list(mine)) == 5  # the root, four children; nothing from the refused ones
 
