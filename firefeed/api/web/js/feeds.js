@@ -142,6 +142,8 @@ async function loadSync(project, exportName) {
   dd.replaceChildren(...(s ? syncParts(project, exportName, s) : ["sync status unavailable"]));
 }
 
+let orphanSeq = 0; // ids of the repair checkboxes (an export's name may hold any character)
+
 function syncParts(project, exportName, s) {
   const last = s.last_sync;
   const parts = [
@@ -173,7 +175,7 @@ function syncParts(project, exportName, s) {
     const text = typeof s.channel_issues === "string" ? s.channel_issues : JSON.stringify(s.channel_issues);
     parts.push(el("div", { class: "muted" }, "channel issues: " + (text.length > 500 ? text.slice(0, 500) + "…" : text)));
   }
-  const orphans = el("input", { type: "checkbox", id: "orphans-" + exportName.replace(/[^A-Za-z0-9_-]/g, "_") });
+  const orphans = el("input", { type: "checkbox", id: "orphans-" + ++orphanSeq });
   const note = el("span", { class: "note", role: "status" });
   const repair = el("button", { type: "button", class: "sync-repair" }, "Repair: send what differs");
   repair.addEventListener("click", async () => {

@@ -111,7 +111,7 @@ function mappingForm(project, action, n) {
   const inline = Array.isArray(lookup.rows);
   const rows = action.unmatched_values.map((v, i) => {
     const inputs = columns.map((c) =>
-      el("input", { type: "text", id: `map-${n}-${i}-${c}`, dataset: { column: c }, autocomplete: "off", "aria-label": `${c} for ${v.value}` }),
+      el("input", { type: "text", dataset: { column: c }, autocomplete: "off", "aria-label": `${c} for ${v.value}` }),
     );
     return el(
       "tr",
