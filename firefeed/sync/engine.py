@@ -242,7 +242,10 @@ def _send_all(
 ) -> None:
     """Claim, send and record until nothing is pending, the time is up, or the channel refuses the sync."""
     threads = settings.sync_threads if client.limits.max_batch == 1 else 1
-    window = threads * 2  # units out or waiting for a token: enough to keep every thread busy
+    # Units out or waiting for a token: enough to keep every thread busy. Refilled when it falls to `low`,
+    # so a claim statement (and its commit) takes a block of rows, not one per answer.
+    window = threads * 4
+    low = threads
     columns = _columns(conn, ledger)
     inflight: dict[Future[list[Outcome]], list[Operation]] = {}
     attempts: dict[str, int] = {}
@@ -260,7 +263,7 @@ def _send_all(
 
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="sync-send") as pool:
         while True:
-            if not exhausted and progress.down is None and time.monotonic() < stop_at and len(inflight) < window:
+            if not exhausted and progress.down is None and time.monotonic() < stop_at and len(inflight) <= low:
                 want = (window - len(inflight)) * client.limits.max_batch
                 claimed = ledger.claim(want)
                 conn.commit()  # `sending` is on record before any request leaves
