@@ -53,6 +53,7 @@ export function mount() {
         el("h3", { id: "rule-list-heading" }, "Rules, in order"),
         el("ol", { id: "rule-list", "aria-labelledby": "rule-list-heading" }),
         el("button", { type: "button", id: "rule-new", onclick: () => pick(null) }, "New rule"),
+        el("p", { id: "rule-channel-note", class: "muted" }),
       ),
       el(
         "div",
@@ -109,6 +110,10 @@ export async function show(project) {
     return;
   }
   listRules();
+  const channel = (ed.spec.exports || []).filter((e) => (e.rules || []).length).map((e) => e.name);
+  $("rule-channel-note").textContent = channel.length
+    ? `The exports ${channel.join(", ")} have rules of their own (run after these): they are edited in the Spec view.`
+    : "";
   const rules = ed.spec.rules || [];
   pick(ed.index !== null && ed.index < rules.length ? ed.index : rules.length ? 0 : null);
 }

@@ -40,6 +40,12 @@ export function mount() {
     ),
   );
   for (const radio of document.querySelectorAll("input[name=spec-mode]")) radio.addEventListener("change", () => setMode(radio.value));
+  // Said once the text differs from what is saved, and cleared when it is the same again.
+  editor.textarea.addEventListener("input", () => {
+    const dirty = saved && editor.text !== saved.yaml;
+    if (dirty) say($("spec-note"), "muted", "unsaved changes");
+    else if ($("spec-note").textContent === "unsaved changes") say($("spec-note"), "muted", "");
+  });
 }
 
 function setMode(mode) {
