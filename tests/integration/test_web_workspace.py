@@ -291,6 +291,7 @@ def test_an_older_spec_version_is_viewed_and_restored(root: Path, open_page: Cal
     # Edited as text and saved: a third version, current, with the text as typed.
     text = page.input_value("#spec-yaml")
     page.fill("#spec-yaml", text.replace("first rule", "third rule"))
+    assert page.text_content("#spec-note") == "unsaved changes"
     page.wait_for_selector("#spec-yaml-status.note-ok")
     page.click("#spec-save")
     page.wait_for_selector("#spec-versions tbody tr >> nth=2")
