@@ -2,9 +2,9 @@
 
 The channel here is a small in-test ChannelClient (the protocol of firefeed/sync/channel.py), so each
 rule of the ledger is seen alone: inserts for new and changed items, nothing for unchanged ones, a
-resend after the resend age, deletes (also of an item whose insert failed), rows `sending` before
-their request leaves, busy answers that lose nothing, the time bound that leaves the rest pending, and
-`invalid_items: exclude`. The channels over HTTP are test_sync_google.py and test_sync_meta.py.
+resend after the resend age, deletes, rows `sending` before their request leaves, the time bound
+that leaves the rest pending, and `invalid_items: exclude`. Refusals, quota answers and the channel's
+statuses are tested over HTTP: test_sync_google.py (and the Meta client's test_meta_catalog_sync.py).
 """
 
 from __future__ import annotations
@@ -193,47 +193,6 @@ def test_new_changed_unchanged_and_removed_items_become_inserts_updates_nothing_
     assert channel.calls == [("insert", "C")] and (third.inserted, third.updated) == (0, 1)
 
 
-def test_a_refused_insert_is_an_error_and_its_delete_is_still_sent(sync_env: Path, tmp_path: Path) -> None:
-    company, project = company_with(GSA="{}"), "p_" + uuid.uuid4().hex[:10]
-    path = write_project(tmp_path, company, project, {"A": ("Shoe", "10 EUR"), "B": ("Hat", "5 EUR")})
-    run(path)
-    channel = Channel()
-    channel.refuse["B"] = "price: invalid currency"
-    first = sync(path, channel, list_status=False)
-    assert (first.inserted, first.failed) == (1, 1)
-    assert first.errors == [{"key": "B", "code": "INVALID_ARGUMENT", "message": "price: invalid currency"}]
-    assert ledger_rows(company, project)["B"] == ("insert", "failed", 1)
-    # Unchanged, a refused item is not sent again by every run (the next change, or repair, sends it).
-    assert sync(path, channel, list_status=False).requests == 0
-
-    write_project(tmp_path, company, project, {"A": ("Shoe", "10 EUR")})
-    run(path)
-    channel.calls.clear()
-    second = sync(path, channel, list_status=False)
-    assert channel.calls == [("delete", "B")] and second.deleted == 1
-    assert ledger_rows(company, project) == {"A": ("insert", "acked", 1)}
-
-
-def test_quota_answers_slow_the_sender_and_lose_nothing(sync_env: Path, tmp_path: Path) -> None:
-    company, project = company_with(GSA="{}"), "p_" + uuid.uuid4().hex[:10]
-    rows = {f"K{i:03d}": (f"Item {i}", "1 EUR") for i in range(60)}
-    path = write_project(tmp_path, company, project, rows)
-    run(path)
-    channel = Channel()
-    channel.busy = 4
-    from firefeed.sync.pacing import Pacer
-
-    pacer = Pacer(600_000)
-    result, _ = sync_export(
-        target(path), channel, settings=get_settings(), engine=_engine(), list_status=False, pacer=pacer, max_s=60
-    )
-    assert (result.inserted, result.failed, result.pending) == (60, 0, 0)
-    assert set(channel.items) == set(rows)
-    assert sorted(k for _, k in channel.calls) == sorted(rows)  # each item once: a refused call sent nothing
-    assert pacer.quota_hits == 4 and pacer.rate < pacer.budget
-    assert {s for _, s, _ in ledger_rows(company, project).values()} == {"acked"}
-
-
 def test_rows_are_sending_before_their_request_leaves_and_the_time_bound_leaves_the_rest_pending(
     sync_env: Path, tmp_path: Path
 ) -> None:
@@ -273,28 +232,6 @@ def test_items_the_file_leaves_out_are_not_sent(sync_env: Path, tmp_path: Path) 
     channel = Channel()
     result = sync(path, channel, list_status=False)
     assert result.inserted == 40 and "BAD" not in channel.items
-
-
-def test_the_channel_statuses_are_kept_and_counted_against_firefeeds_own_flags(sync_env: Path, tmp_path: Path) -> None:
-    from firefeed.sync.channel import Issue
-
-    company, project = company_with(GSA="{}"), "p_" + uuid.uuid4().hex[:10]
-    path = write_project(tmp_path, company, project, {"A": ("Shoe", "10 EUR"), "B": ("", "5 EUR")}, max_invalid=100)
-    run(path)
-
-    class Saying(Channel):
-        def list_items(self) -> Iterator[RemoteItem]:
-            for key, item in sorted(self.items.items()):
-                issue = Issue("item_missing_required_attribute", "error", "title", "Missing value [title]")
-                yield RemoteItem(key, dict(item), (issue,) if not item.get("title") else ())
-
-    channel = Saying()
-    result = sync(path, channel, list_status=True)
-    assert result.channel_issues == {
-        "items": 1,
-        "flagged_by_firefeed": 1,
-        "codes": {"item_missing_required_attribute": 1},
-    }
 
 
 def test_repair_compares_what_the_channel_holds() -> None:
