@@ -116,9 +116,9 @@ def sync_export(
                         found, issues = _repair_plan(conn, ledger, client, target, delete_orphans)
                     pacer = pacer or _pacer_for(client, settings)
                     _send_all(conn, ledger, client, pacer, stop_at, settings, progress)
-                    if not repair and _status_due(conn, target, settings, list_status):
-                        issues = _list_status(conn, ledger, client, target)
-                except ChannelDown as err:
+                    if not repair and progress.down is None and _status_due(conn, target, settings, list_status):
+                        issues = _statuses(conn, ledger, client, target)
+                except (ChannelDown, ChannelBusy) as err:  # the channel could not be listed for a repair
                     progress.down = err.message
                     conn.rollback()
         counts = ledger.counts()
@@ -379,6 +379,16 @@ def _list_status(conn: Any, ledger: Ledger, client: ChannelClient, target: SyncT
     )
     conn.commit()
     return summary
+
+
+def _statuses(conn: Any, ledger: Ledger, client: ChannelClient, target: SyncTarget) -> dict[str, Any] | None:
+    """The statuses after a sync: a channel that cannot be listed now keeps the last listing (the sends stand)."""
+    try:
+        return _list_status(conn, ledger, client, target)
+    except (ChannelDown, ChannelBusy) as err:
+        conn.rollback()
+        log.warning("could not list the channel's statuses of %s: %s", target.export, err.message)
+        return None
 
 
 def _stored_issues(conn: Any, target: SyncTarget) -> dict[str, Any] | None:
