@@ -163,6 +163,8 @@ class PipelineRun(Base):
     # A person confirmed that this run may publish exports that lose more items than their max_drop.
     accept_drop: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     accept_invalid: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    # `--full` / `{"full": true}`: recompute every item even when the inputs did not change (SPEC 11 I2).
+    full: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     # The [partial key, published key] pairs of the exports the run switches into place, recorded before
     # the first switch: a run that has them publishes all of them, even after its driver died (#47).
     publishing: Mapped[list[list[str]] | None] = mapped_column(JsonType)
