@@ -225,11 +225,13 @@ class RunStore:
         company: str | None = None,
         accept_drop: bool = False,
         accept_invalid: bool = False,
+        full: bool = False,
     ) -> str:
         """Create a PENDING run through the project lock; PipelineBusyError when one is active.
 
         `accept_drop`: a person confirmed this run may publish exports that lose more than their max_drop;
-        `accept_invalid`: exports with more items in channel error than their max_invalid (SPEC 10 C3).
+        `accept_invalid`: exports with more items in channel error than their max_invalid (SPEC 10 C3);
+        `full`: recompute every item even when no input changed (SPEC 11 I2, `--full`).
         The hot path of every trigger (a 409 under a burst most of all): one connection, Core statements,
         and the run refers to the project's spec version rather than copying the document.
         """
@@ -254,6 +256,7 @@ class RunStore:
                 "spec_version_id": select(Project.spec_version_id).where(Project.id == project_id).scalar_subquery(),
                 "accept_drop": accept_drop,
                 "accept_invalid": accept_invalid,
+                "full": full,
             }
             try:
                 if head.active_run_id is not None:  # committed and active: busy, no lock needed to say so
