@@ -28,6 +28,7 @@ def start_run(
     store: RunStore | None = None,
     accept_drop: bool = False,
     accept_invalid: bool = False,
+    full: bool = False,
     enqueue: Callable[[str], object] | None = None,
 ) -> str:
     """Create a PENDING run (PipelineBusyError when busy) and enqueue its root task; returns the run id.
@@ -37,7 +38,7 @@ def start_run(
     """
     store = store or RunStore()
     run_id = store.request_run(
-        project_id, trigger, company=company, accept_drop=accept_drop, accept_invalid=accept_invalid
+        project_id, trigger, company=company, accept_drop=accept_drop, accept_invalid=accept_invalid, full=full
     )
     try:
         if enqueue is None:
