@@ -9,3 +9,6 @@ ACCEPT_INVALID_HELP = (
     "publish even when more of an export's items have channel errors than its max_invalid allows "
     "(fail_on: error included)"
 )
+
+#: `--full` of `run` and `trigger` (SPEC 11 I2)
+FULL_HELP = "recompute every item, even when no source, lookup or the spec changed since the last succeeded run"
