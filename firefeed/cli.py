@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from firefeed.commands import ACCEPT_INVALID_HELP
+from firefeed.commands import ACCEPT_INVALID_HELP, FULL_HELP
 from firefeed.errors import CompanyLimitError, ConfigError, FireFeedError, NotFoundError, PipelineBusyError, SpecError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_BUSY, EXIT_UNKNOWN = 0, 1, 2, 3, 4
@@ -177,7 +177,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         project = spec.project
     else:
         project = args.spec
-    run_id = store.request_run(project, "cli", accept_drop=args.accept_drop, accept_invalid=args.accept_invalid)
+    run_id = store.request_run(
+        project, "cli", accept_drop=args.accept_drop, accept_invalid=args.accept_invalid, full=args.full
+    )
     report = execute_run(run_id)
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return EXIT_OK if report["status"] == "SUCCEEDED" else EXIT_FAILED
@@ -277,6 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="publish even when an export loses more of its items than its max_drop (the drop guard)",
     )
     p.add_argument("--accept-invalid", action="store_true", help=ACCEPT_INVALID_HELP)
+    p.add_argument("--full", action="store_true", help=FULL_HELP)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("apply", help="create or update the company, project, sources, rules and exports of a spec")
