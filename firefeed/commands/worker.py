@@ -8,7 +8,7 @@ import subprocess
 import sys
 from typing import Any
 
-from firefeed.commands import ACCEPT_INVALID_HELP
+from firefeed.commands import ACCEPT_INVALID_HELP, FULL_HELP
 from firefeed.tasks.queues import ALL_QUEUES, consumed_queues
 
 
@@ -79,7 +79,9 @@ def cmd_trigger(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    run_id = start_run(args.project, "cli", accept_drop=args.accept_drop, accept_invalid=args.accept_invalid)
+    run_id = start_run(
+        args.project, "cli", accept_drop=args.accept_drop, accept_invalid=args.accept_invalid, full=args.full
+    )
     print(run_id)
     return 0
 
@@ -102,4 +104,5 @@ def register(sub: Any) -> None:
         help="publish even when an export loses more of its items than its max_drop (the drop guard)",
     )
     p.add_argument("--accept-invalid", action="store_true", help=ACCEPT_INVALID_HELP)
+    p.add_argument("--full", action="store_true", help=FULL_HELP)
     p.set_defaults(func=cmd_trigger)
