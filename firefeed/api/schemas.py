@@ -56,6 +56,8 @@ class RunRequest(BaseModel):
     """Publish even when an export loses more of its items than its max_drop (a person confirmed the drop)."""
     accept_invalid: bool = False
     """Publish even when more of an export's items have channel errors than its max_invalid (SPEC 10 C3)."""
+    full: bool = False
+    """Recompute every item even when no source, lookup or the spec changed (SPEC 11 I2)."""
 
 
 class RunAccepted(BaseModel):
