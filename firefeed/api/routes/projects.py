@@ -99,6 +99,7 @@ def _request_run(
 ) -> schemas.RunAccepted:
     accept_drop = body.accept_drop if body is not None else False
     accept_invalid = body.accept_invalid if body is not None else False
+    full = body.full if body is not None else False
     enqueue = runner.submit if runner is not None else None
     run_id = start_run(
         project_id,
@@ -107,6 +108,7 @@ def _request_run(
         store=store,
         accept_drop=accept_drop,
         accept_invalid=accept_invalid,
+        full=full,
         enqueue=enqueue,
     )
     response.headers["Location"] = f"/api/runs/{run_id}"
@@ -122,7 +124,8 @@ async def run_pipeline(
     """Request a run through the project lock: 202 with its id, or 409 naming the active run at once.
 
     `{"accept_drop": true}` lets the run publish exports that lose more items than their max_drop,
-    `{"accept_invalid": true}` exports with more items in channel error than their max_invalid.
+    `{"accept_invalid": true}` exports with more items in channel error than their max_invalid,
+    `{"full": true}` recomputes every item even when no input changed (SPEC 11 I2).
     """
     return await run_in_threadpool(_request_run, project_id, company, store, response, body, request.app.state.runner)
 
