@@ -18,17 +18,24 @@ log = logging.getLogger(__name__)
 
 
 @app.task(name=TRIGGER_TASK, ignore_result=False)
-def trigger(project_id: str, accept_drop: bool = False, accept_invalid: bool = False) -> dict[str, Any]:
+def trigger(
+    project_id: str, accept_drop: bool = False, accept_invalid: bool = False, full: bool = False
+) -> dict[str, Any]:
     """Request a run through the project lock; {"status": "accepted"|"busy"|"unknown_project", "run_id"}.
 
     `accept_drop=True` (keyword or second argument): the run may publish exports that lose more than max_drop;
-    `accept_invalid=True` (keyword or third): exports with more items in channel error than max_invalid (C3).
+    `accept_invalid=True` (keyword or third): exports with more items in channel error than max_invalid (C3);
+    `full=True` (keyword or fourth): recompute every item even when no input changed (SPEC 11 I2).
     """
     from firefeed.runs.requests import start_run
 
     try:
         run_id = start_run(
-            str(project_id), "task", accept_drop=accept_drop is True, accept_invalid=accept_invalid is True
+            str(project_id),
+            "task",
+            accept_drop=accept_drop is True,
+            accept_invalid=accept_invalid is True,
+            full=full is True,
         )
     except PipelineBusyError as err:
         return {"status": "busy", "run_id": err.run_id}
