@@ -163,6 +163,7 @@ def pipeline_run(ctx: JobContext) -> Outcome:
             company=ctx.workspace_id,
             accept_drop=bool(ctx.input.get("accept_drop", False)),
             accept_invalid=bool(ctx.input.get("accept_invalid", False)),
+            full=bool(ctx.input.get("full", False)),
         )
     except PipelineBusyError as err:
         return Outcome(
@@ -252,9 +253,9 @@ RUNNABLES: dict[str, Runnable] = {
         Runnable(
             "firefeed.pipeline.run",
             pipeline_run,
-            '{"project": "<project id>"}, optionally with "accept_drop": true and "accept_invalid": true',
+            '{"project": "<project id>"}, optionally with "accept_drop": true, "accept_invalid": true and "full": true',
             required={"project": str},
-            optional={"accept_drop": bool, "accept_invalid": bool},
+            optional={"accept_drop": bool, "accept_invalid": bool, "full": bool},
         ),
         Runnable("firefeed.run.status", run_status, '{"run_id": "<run id>"}', required={"run_id": str}),
         Runnable(
