@@ -9,6 +9,7 @@ column. JSON is composed the same way (a JSON document is YAML flow style).
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from dataclasses import dataclass
@@ -18,8 +19,12 @@ import yaml
 
 from firefeed.errors import SpecError
 
-#: ` (did you mean 'x'?...)` at the end of a problem's text (firefeed/suggest.py writes it)
-_SUGGESTION = re.compile(r" \((did you mean .*\?.*)\)$", re.DOTALL)
+#: the start of ` (did you mean 'x'?)` in a problem's text, up to the name's closing quote and `?`
+#: (firefeed/suggest.py writes it with the name's repr): the text may go on after it (`(expected one of ...)`)
+_ESCAPE = r"""\\(?:[\\'"nrt]|x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8})"""  # the escapes repr() writes
+_SUGGESTION = re.compile(rf""" \(did you mean ('(?:[^'\\\n]|{_ESCAPE})*'|"(?:[^"\\\n]|{_ESCAPE})*")\?""")
+#: what firefeed/suggest.py adds after the `?` for a name YAML cut at ` #`
+_QUOTE_ADVICE = " In YAML ' #' starts a comment: quote the name, \"{}\""
 #: one part of a key path: `name`, `[3]` or `["quoted key"]` (firefeed/spec/paths.py writes them)
 _PART = re.compile(r'\.?(?:\[(\d+)\]|\[("(?:[^"\\]|\\.)*")\]|([^.\[\]]+))')
 
@@ -88,10 +93,7 @@ def error_list(err: SpecError, text: str) -> list[dict[str, Any]]:
     root = compose(text) if any(p.path for p in err.problems) else None
     out = []
     for problem in err.problems:
-        message, suggestion = problem.detail, None
-        m = _SUGGESTION.search(message)
-        if m is not None:
-            message, suggestion = message[: m.start()], m.group(1)
+        message, suggestion = split_suggestion(problem.detail)
         where = locate(root, problem.path) if problem.path else _syntax_mark(text)
         out.append(
             {
@@ -103,6 +105,22 @@ def error_list(err: SpecError, text: str) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def split_suggestion(detail: str) -> tuple[str, str | None]:
+    """A problem's text without its ` (did you mean 'x'?)`, and that suggestion (or None).
+
+    The suggestion ends at its own parenthesis, found from the quoted name (which may hold `)` or `?`), never
+    at the text's last one: `unknown op 'eqq' (did you mean 'eq'?) (expected one of ...)` keeps its choices.
+    """
+    # The last one that reads whole: a name the merchant wrote, echoed before it, may hold such a text too.
+    for m in reversed(list(_SUGGESTION.finditer(detail))):
+        name = ast.literal_eval(m.group(1))  # a quoted text, as repr() wrote it
+        for tail in ("", _QUOTE_ADVICE.format(name)):
+            if detail.startswith(tail + ")", m.end()):
+                end = m.end() + len(tail) + 1
+                return detail[: m.start()] + detail[end:], detail[m.start() + 2 : end - 1]
+    return detail, None
 
 
 def _syntax_mark(text: str) -> Where:

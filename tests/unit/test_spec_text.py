@@ -6,7 +6,9 @@ import yaml
 
 from firefeed.api.spec_text import compose, error_list, locate, path_parts, spec_yaml
 from firefeed.errors import SpecError
+from firefeed.rules.model import OPS, parse_rules
 from firefeed.spec.paths import render_path
+from firefeed.suggest import did_you_mean
 
 TEXT = """\
 company: acme
@@ -61,3 +63,36 @@ def test_the_yaml_keeps_the_documents_key_order_and_its_texts() -> None:
     assert list(yaml.load(text, Loader=yaml.BaseLoader)) == ["z", "a", "list"]
     assert yaml.load(text, Loader=yaml.BaseLoader) == doc
     assert yaml.safe_load(text) == doc  # quoted where YAML would read a number or a boolean
+
+
+def test_a_suggestion_ends_at_its_own_parenthesis_and_the_message_keeps_what_follows_it() -> None:
+    # The rules' own error: the suggestion, then the choices in a parenthesis of their own.
+    try:
+        parse_rules([{"name": "r", "when": {"field": "x", "op": "eqq", "value": "1"}}], key_field="id")
+    except SpecError as err:
+        (problem,) = error_list(err, "")
+    else:
+        raise AssertionError("op eqq was accepted")
+    assert problem["suggestion"] == "did you mean 'eq'?"
+    assert problem["message"] == f"unknown op 'eqq' (expected one of {', '.join(OPS)})"
+
+
+def test_a_suggested_name_holding_a_parenthesis_or_a_question_mark_is_kept_whole() -> None:
+    odd = "size (eu)? #2"
+    detail = f"unknown key{did_you_mean('size (eu)?', [odd])} (expected one of {odd})"
+    assert "In YAML ' #' starts a comment" in detail
+    (problem,) = error_list(SpecError.of([SpecError("x", detail)]), "")
+    assert problem["suggestion"] == f"did you mean {odd!r}? In YAML ' #' starts a comment: quote the name, \"{odd}\""
+    assert problem["message"] == f"unknown key (expected one of {odd})"
+    (plain,) = error_list(SpecError.of([SpecError("x", "must be one of a, b (did you spell it?)")]), "")
+    assert plain == {**plain, "message": "must be one of a, b (did you spell it?)", "suggestion": None}
+
+
+def test_a_suggested_name_holding_quotes_or_a_backslash_reads_back_as_written() -> None:
+    for name in ("o'clock", 'say "hi" \\o/', "tab\there"):
+        detail = f"unknown key{did_you_mean(name + 'x', [name])} (expected one of a)"
+        (problem,) = error_list(SpecError.of([SpecError("x", detail)]), "")
+        assert (problem["message"], problem["suggestion"]) == (
+            "unknown key (expected one of a)",
+            f"did you mean {name!r}?",
+        )
