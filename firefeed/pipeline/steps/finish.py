@@ -1,0 +1,74 @@
+"""The run's end: drop its run tables, partials and downloads (whatever the outcome), and after a
+success the project's tables its spec no longer names."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Iterable
+
+from firefeed.errors import NotFoundError
+from firefeed.pipeline.context import RunContext
+from firefeed.pipeline.steps._shared import export_key
+from firefeed.schema.identifiers import lookup_staging_table, lookup_table, staging_table
+from firefeed.storage import export_storage, run_storage
+from firefeed.storage.keys import partial_key, run_prefix
+
+log = logging.getLogger(__name__)
+
+
+def drop_unnamed_tables(ctx: RunContext) -> None:
+    """After a run that succeeded: drop the project's staging and lookup tables its spec no longer names
+    (a source or lookup renamed or removed). Never fails the run: the files are published."""
+    spec = ctx.spec
+    keep = _file_tables(spec.project, {src.name for src in spec.sources}, {lk.name for lk in spec.lookups})
+    try:
+        former = _file_tables(spec.project, *ctx.store.former_names(spec.project))
+    except Exception:  # the names of former specs only add to what the names' pattern finds
+        log.exception("could not read the names of the project's former specs")
+        former = set()
+    try:
+        try:
+            ctx.store.project("lkp_" + spec.project)
+            legacy = False  # its sources' staging tables are named like our old lookup staging
+        except NotFoundError:
+            legacy = True
+        ctx.schema.drop_unnamed_project_tables(
+            spec.company, spec.project, keep, former=former - keep, legacy_lookup_staging=legacy
+        )
+    except Exception:
+        log.exception("could not drop the tables of sources and lookups the spec no longer names")
+
+
+def _file_tables(project: str, sources: Iterable[str], lookups: Iterable[str]) -> set[str]:
+    """The staging and lookup tables of these sources and lookups of `project`."""
+    tables = {staging_table(project, name) for name in sources}
+    for name in lookups:
+        tables |= {lookup_staging_table(project, name), lookup_table(project, name)}
+    return tables
+
+
+def discard_partials(ctx: RunContext) -> None:
+    """Remove export files a failed run wrote but never published."""
+    storage = export_storage(ctx.settings)
+    for index in range(len(ctx.spec.exports)):
+        try:
+            key = export_key(ctx, index)
+        except Exception:  # an unsafe path never got written
+            continue
+        storage.delete(partial_key(key, ctx.run_id))
+
+
+def cleanup(ctx: RunContext) -> None:
+    """Whatever the outcome: drop the run's pass tables and its downloads."""
+    try:
+        ctx.schema.drop_rules_tmp_for_run(ctx.spec.company, ctx.run_id)
+        ctx.schema.drop_export_tmp_for_run(ctx.spec.company, ctx.run_id)
+    except Exception:
+        log.exception("could not drop the run's rules_tmp / export_tmp tables; the janitor will")
+    try:
+        discard_partials(ctx)
+        run_storage(ctx.settings).delete_tree(run_prefix(ctx.run_id))
+    except Exception:
+        log.exception("could not remove the run's unpublished exports or downloads from storage")
+    shutil.rmtree(ctx.work_dir, ignore_errors=True)  # this machine's scratch copy of the downloads
