@@ -66,9 +66,10 @@ def main() -> None:
         report = json.loads(done.stdout)
         results: dict[str, Any] = {"rows": args.rows, "exported": report["exports"][0]["rows"]}
 
+        from firefeed.dataplane.names import export_tmp_table
         from firefeed.export.quality import Target, measure, measuring
         from firefeed.export.writer import write_export
-        from firefeed.schema.identifiers import export_tmp_table, project_table, published_keys_table
+        from firefeed.schema.identifiers import project_table, published_keys_table
         from firefeed.schema.service import SchemaService
         from firefeed.spec.model import ExportSpec
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from psycopg2 import sql
 
-from firefeed.schema.identifiers import is_rules_groups_table
+from firefeed.dataplane.names import is_rules_groups_table
 
 #: plan nodes that may yield rows in another order than the scans that drive them
 _REORDERING = {"Sort", "Incremental Sort", "Merge Join", "Merge Append", "Gather", "Gather Merge"}

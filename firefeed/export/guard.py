@@ -20,9 +20,10 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from firefeed import metrics
+from firefeed.dataplane.names import export_tmp_table
 from firefeed.errors import ChannelRejectError, DropGuardError, PublishBlockedError
 from firefeed.export.bounds import check_run_bytes
-from firefeed.schema.identifiers import checked_keys_table, export_tmp_table, published_keys_table
+from firefeed.schema.identifiers import checked_keys_table, published_keys_table
 
 if TYPE_CHECKING:
     from firefeed.schema.service import SchemaService

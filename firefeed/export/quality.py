@@ -40,6 +40,7 @@ import psycopg2
 from psycopg2 import sql
 from sqlalchemy import Engine
 
+from firefeed.dataplane.names import export_tmp_table
 from firefeed.db.engine import raw_connection
 from firefeed.errors import ExportError
 from firefeed.export import diff
@@ -49,7 +50,7 @@ from firefeed.export.channels import ERROR, WARNING, Channel, channel
 from firefeed.export.diagnostics import Check, channel_checks, findings, findings_sql, flags_sql
 from firefeed.export.select import OutputColumn, Piece, output_columns, sql_text, where_clause
 from firefeed.rules.lists import NO_LISTS, ListFields
-from firefeed.schema.identifiers import KEY, ORD, company_schema, export_tmp_table, ident, published_keys_table
+from firefeed.schema.identifiers import KEY, ORD, company_schema, ident, published_keys_table
 
 #: the flag bit of an item whose channel id an earlier item has (the checks take bits 0-61)
 DUPLICATE_BIT = 1 << 62

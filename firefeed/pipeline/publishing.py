@@ -155,9 +155,9 @@ def recover_publish(
 
 def _promote(ctx: RunContext) -> None:
     """The published exports' diff rows become the next run's baseline, unless the driver did it already."""
+    from firefeed.dataplane.names import export_tmp_table
     from firefeed.export.guard import promote
     from firefeed.runs.contract import Step
-    from firefeed.schema.identifiers import export_tmp_table
 
     step = next((s for s in ctx.store.steps(ctx.run_id) if s.step == Step.EXPORT), None)
     entries = (step.detail or {}).get("exports", []) if step is not None else []

@@ -33,20 +33,13 @@ from psycopg2 import errors as pg_errors
 from psycopg2 import sql
 from sqlalchemy import Engine
 
+from firefeed.dataplane.names import kept_result_table
 from firefeed.db.engine import raw_connection
 from firefeed.errors import NotFoundError, SpecError, ValuesTimeoutError
 from firefeed.pipeline.rule_passes import run_rules
 from firefeed.runs.contract import RunStatus, Step
 from firefeed.runs.service import RunStore
-from firefeed.schema.identifiers import (
-    ORD,
-    column_for_field,
-    company_schema,
-    ident,
-    kept_result_table,
-    project_table,
-    scratch_area,
-)
+from firefeed.schema.identifiers import ORD, column_for_field, company_schema, ident, project_table, scratch_area
 from firefeed.schema.service import SchemaService
 from firefeed.spec.model import ProjectSpec
 

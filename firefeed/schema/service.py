@@ -22,30 +22,32 @@ from psycopg2 import errors as pg_errors
 from psycopg2 import sql
 from sqlalchemy import Engine
 
-from firefeed.db.engine import get_engine, raw_connection
-from firefeed.db.sqlfile import load_queries
-from firefeed.schema.identifiers import (
-    COMPANY_SCHEMA_PREFIX,
+from firefeed.dataplane.names import (
     EXPORT_TMP_PREFIX,
-    KEY,
-    LEGACY_LOOKUP_STAGING_PREFIX,
-    ORD,
-    PROJECT_FILE_PREFIXES,
     RESULT_PREFIX,
     RULES_TMP_PREFIX,
-    SCRATCH_SCHEMA_PREFIX,
-    SRC,
-    company_schema,
     export_tmp_table,
-    ident,
-    is_scratch_area,
     kept_part_table,
     kept_result_table,
-    project_file_table,
     rules_groups_table,
     rules_tmp_table,
     run_id_of_tmp_table,
     tmp_table_number,
+)
+from firefeed.db.engine import get_engine, raw_connection
+from firefeed.db.sqlfile import load_queries
+from firefeed.schema.identifiers import (
+    COMPANY_SCHEMA_PREFIX,
+    KEY,
+    LEGACY_LOOKUP_STAGING_PREFIX,
+    ORD,
+    PROJECT_FILE_PREFIXES,
+    SCRATCH_SCHEMA_PREFIX,
+    SRC,
+    company_schema,
+    ident,
+    is_scratch_area,
+    project_file_table,
 )
 
 log = logging.getLogger(__name__)

@@ -14,8 +14,9 @@ from sqlalchemy import Engine
 
 import firefeed
 from firefeed import metrics
+from firefeed.dataplane.names import rules_tmp_table
 from firefeed.db.sqlfile import load_queries
-from firefeed.schema.identifiers import rules_tmp_table, scratch_area
+from firefeed.schema.identifiers import scratch_area
 from firefeed.schema.service import SchemaService
 
 pytestmark = pytest.mark.integration

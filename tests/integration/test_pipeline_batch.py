@@ -11,11 +11,11 @@ import pytest
 import yaml
 from psycopg2 import sql
 
+from firefeed.dataplane.names import kept_result_table
 from firefeed.db.engine import raw_connection
 from firefeed.errors import SpecError
 from firefeed.rules.model import parse_rules
 from firefeed.rules.reference import apply_rules
-from firefeed.schema.identifiers import kept_result_table
 from tests.integration.conftest import cli, filler, read_csv, run_json, write_csv
 
 RULES = [

@@ -24,17 +24,11 @@ from sqlalchemy import Engine
 from firefeed.api.app import create_app
 from firefeed.api.serve import ServerThread
 from firefeed.config import reset_settings
+from firefeed.dataplane.names import RESULT_PREFIX, RULES_TMP_PREFIX, kept_result_table
 from firefeed.db.engine import raw_connection
 from firefeed.pipeline.rule_passes import run_rules
 from firefeed.rules.model import parse_rules
-from firefeed.schema.identifiers import (
-    RESULT_PREFIX,
-    RULES_TMP_PREFIX,
-    company_schema,
-    ident,
-    kept_result_table,
-    project_table,
-)
+from firefeed.schema.identifiers import company_schema, ident, project_table
 from firefeed.schema.service import SchemaService
 from tests.integration.conftest import cli, eventually, filler, new_company, run_json, write_csv
 from tests.integration.test_api import add_project

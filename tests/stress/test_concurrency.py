@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from firefeed.config import get_settings
+from firefeed.dataplane.names import rules_tmp_table
 from firefeed.runs.requests import start_run
 from firefeed.runs.service import RunStore
-from firefeed.schema.identifiers import rules_tmp_table
 from firefeed.schema.service import SchemaService
 from firefeed.spec.loader import load_spec_file
 from tests.integration.conftest import run_json

@@ -1,5 +1,6 @@
 import pytest
 
+from firefeed.dataplane.names import rules_tmp_table, run_id_of_tmp_table
 from firefeed.runs.lock import project_lock_key
 from firefeed.schema.identifiers import (
     MAX_IDENT_BYTES,
@@ -8,8 +9,6 @@ from firefeed.schema.identifiers import (
     lookup_table,
     project_table,
     published_keys_table,
-    rules_tmp_table,
-    run_id_of_tmp_table,
     staging_table,
 )
 
