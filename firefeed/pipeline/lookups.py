@@ -11,8 +11,12 @@ merged: the table is ready before RULES starts, on whichever machine runs it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from psycopg2 import sql
@@ -21,6 +25,7 @@ from sqlalchemy import Engine
 from firefeed.db.engine import raw_connection
 from firefeed.errors import MergeError, SourceError, UnsafePathError
 from firefeed.pipeline.context import RunContext
+from firefeed.pipeline.fetch import file_digest
 from firefeed.pipeline.merge import has_rows, trimmed
 from firefeed.pipeline.parse import ParseStats
 from firefeed.pipeline.stage import stage_source
@@ -43,6 +48,9 @@ class LookupStats:
     empty_key: int
     duplicate_key: int
     malformed: int
+    #: SHA-256 of the file (or of the inline rows) the table was built from: what the next run compares
+    #: to reuse this run's work (firefeed/dataplane/state.py). The driver moves it out of the report.
+    sha256: str | None = None
 
     def report(self) -> dict[str, Any]:
         return {
@@ -51,7 +59,17 @@ class LookupStats:
             "rows": self.rows,
             "keys": self.keys,
             "skipped": {"empty_key": self.empty_key, "duplicate_key": self.duplicate_key, "malformed": self.malformed},
+            **({DIGEST_KEY: self.sha256} if self.sha256 is not None else {}),
         }
+
+
+#: The key of a lookup's digest in its MERGE result entry (not a RunReport field: the driver keeps it apart).
+DIGEST_KEY = "sha256"
+
+
+def inline_digest(lookup: LookupSpec) -> str:
+    """The digest of a lookup's `rows:` (they are part of the spec, whose version covers them too)."""
+    return hashlib.sha256(json.dumps(lookup.rows or [], sort_keys=True).encode()).hexdigest()
 
 
 class InlineRows:
@@ -108,10 +126,17 @@ def load_lookups(ctx: RunContext) -> list[LookupStats]:
                 chunk_rows=ctx.settings.chunk_rows,
             )
             size = inline.bytes
+            digest: str | None = inline_digest(lk)
         else:
             try:
                 fetched = steps.fetch_feed(ctx, lk, scope="lookup:")
-                staged = steps.stage_feed(ctx, lk, fetched, staging)
+                digest = fetched.validators.get("sha256")
+                # A local file read in place is not hashed by FETCH: its digest is taken beside the parse.
+                pending = digest is None and fetched.key is None and fetched.path is not None
+                with file_digest(Path(str(fetched.path))) if pending else nullcontext(None) as beside:
+                    staged = steps.stage_feed(ctx, lk, fetched, staging)
+                    if beside is not None:
+                        digest = beside()
             except (SourceError, UnsafePathError) as err:
                 # The sources' own code raised it: the message names the lookup, not a source of that name.
                 raise err.as_lookup() from err
@@ -127,6 +152,7 @@ def load_lookups(ctx: RunContext) -> list[LookupStats]:
             wanted=columns.get(lk.name, []),
         )
         stats.bytes, stats.rows, stats.malformed = size, staged.rows, staged.stats.malformed
+        stats.sha256 = digest
         ctx.schema.drop_table(ctx.spec.company, staging)
         out.append(stats)
     return out
