@@ -30,7 +30,7 @@ from firefeed.config import Settings, get_settings
 from firefeed.db.engine import get_engine
 from firefeed.errors import FireFeedError, PublishBlockedError, RunCancelledError
 from firefeed.logging import run_context
-from firefeed.pipeline import publishing, rule_passes, steps
+from firefeed.pipeline import incremental, publishing, rule_passes, steps
 from firefeed.pipeline.context import RunContext, load_context
 from firefeed.pipeline.heartbeat import Heartbeat
 from firefeed.pipeline.jobs import describe_error
@@ -171,6 +171,11 @@ class _Done:
     detail: dict[str, Any]
 
 
+def _reused(done: _Done) -> Callable[[], tuple[None, _Done]]:
+    """A step's work that is the reused run's: nothing to do, its counts and detail."""
+    return lambda: (None, done)
+
+
 class _Driver:
     def __init__(self, ctx: RunContext, dispatcher: Dispatcher, hook: StepHook | None) -> None:
         self.ctx, self.dispatcher = ctx, dispatcher
@@ -199,9 +204,36 @@ class _Driver:
 
     def steps(self) -> None:
         parsed = self.fetch_and_parse()
-        merged = self.step(Step.MERGE, lambda: self.merge(parsed))
+        run = self.store.run(self.ctx.run_id)
+        decision = incremental.decide(self.ctx, parsed, full=run.full, accept_invalid=run.accept_invalid)
+        log.info("refresh: %s (%s)", decision.mode, decision.reason)
+        if decision.mode == "unchanged":
+            self.reuse(decision)
+            return
+        merged = self.step(Step.MERGE, lambda: self.merge(parsed, decision))
         rules = self.step(Step.RULES, lambda: self.rules(merged))
         self.step(Step.EXPORT, lambda: self.export(rules))
+
+    # -- an unchanged run (SPEC 11 I2): MERGE, RULES and EXPORT are the last succeeded run's, nothing is written
+    def reuse(self, decision: incremental.Decision) -> None:
+        for name in (Step.MERGE, Step.RULES):
+            self.step(name, _reused(_Done(*incremental.reused_step(decision, name))))
+        self.step(Step.EXPORT, lambda: self.export_unchanged(decision))
+
+    def export_unchanged(self, decision: incremental.Decision) -> tuple[None, _Done]:
+        """The files in place are this run's (their sha256 repeated): checked as a full run checks them, the
+        step recorded as published with no file to switch, then delivered and synced as any run's."""
+        entries = incremental.unchanged_exports(decision)
+        self.check_cancel()
+        warnings = self.check_publish(entries)
+        detail: dict[str, Any] = {"exports": entries, "reused_from": decision.reused_from}
+        if warnings:
+            detail["warnings"] = warnings
+        done = _Done(*incremental.export_rows(decision), detail)
+        publishing.publish(self.ctx, [], rows_in=done.rows_in, rows_out=done.rows_out, detail=detail)
+        self.deliver(entries, detail)
+        self.sync(entries, incremental.result_fields(decision), detail)
+        return None, done
 
     # -- FETCH and PARSE run together, one job per source; their timeline comes from the jobs' own clocks.
     def fetch_and_parse(self) -> list[contract.SourceResult]:
@@ -253,13 +285,17 @@ class _Driver:
         self.hook(Step.PARSE, "start", {})
 
     # -- MERGE
-    def merge(self, parsed: list[contract.SourceResult]) -> tuple[contract.MergeResult, _Done]:
+    def merge(
+        self, parsed: list[contract.SourceResult], decision: incremental.Decision
+    ) -> tuple[contract.MergeResult, _Done]:
         params = contract.MergeParams([r.parsed for r in parsed])
         (job,) = self.run_jobs(JobKind.MERGE, [JobSpec(JobKind.MERGE, params=params)])
         merged = contract.MergeResult.from_json(job.result_doc())
         detail: dict[str, Any] = {"sources": merged.sources_report(), "fields": merged.fields}
         if merged.lookups:
             detail["lookups"] = merged.lookups
+        # What the next run compares to reuse this one's work, and this run's `incremental` part.
+        incremental.merge_detail(self.ctx, decision, detail, merged.rows)
         return merged, _Done(merged.rows_in, merged.rows, detail)
 
     # -- RULES: the one pass loop; fanned out, each pass runs as chunk jobs, else all of it as one job
