@@ -131,6 +131,8 @@ def build_report(store: RunStore, run_id: str) -> dict[str, Any]:
                 ),
             ),
         ),
+        # SPEC 11 I2: how the run computed its items; None for a run that ended before MERGE (or predates it).
+        "incremental": details.get("MERGE", {}).get("incremental"),
         "warnings": [w for st in steps for w in (st.detail or {}).get("warnings", [])],
         "error": run.error,
     }
