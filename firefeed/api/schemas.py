@@ -133,6 +133,9 @@ class RunReport(BaseModel):
     sources: list[dict[str, Any]]
     rules: dict[str, Any]
     exports: list[dict[str, Any]]
+    incremental: dict[str, Any] | None = None
+    """SPEC 11 I2: {mode: full|delta|unchanged, reason, items_added, items_changed, items_removed,
+    items_recomputed}; null for a run that ended before MERGE."""
     error: dict[str, Any] | None
     links: dict[str, str]
 
