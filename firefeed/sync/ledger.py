@@ -174,6 +174,10 @@ class Ledger:
         items, flagged = self._run("issue_items").fetchone()
         return {"items": int(items or 0), "flagged_by_firefeed": int(flagged or 0), "codes": codes}
 
+    def issue_samples(self, n: int = 20) -> list[dict[str, Any]]:
+        """The first `n` items the channel reports issues for, by key, with their issues."""
+        return [{"key": str(k), "issues": list(v)} for k, v in self._run("issue_samples", {"n": n}).fetchall()]
+
     # -- repair
     def repair_begin(self) -> None:
         self._run("published_index")

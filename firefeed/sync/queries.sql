@@ -102,6 +102,12 @@ SELECT count(*) AS items, count(*) FILTER (WHERE p.f <> 0) AS flagged
   FROM {ledger} l LEFT JOIN {published} p ON p.k = l.k
  WHERE l.issues IS NOT NULL AND jsonb_array_length(l.issues) > 0;
 
+-- issue_samples --
+-- The first items the channel reports issues for, with their issues ("google says" on the page)
+SELECT k, issues FROM {ledger}
+ WHERE issues IS NOT NULL AND jsonb_array_length(issues) > 0
+ ORDER BY k LIMIT %(n)s;
+
 -- repair_remote_table --
 -- The keys the channel holds, and whether each matches the export, for `sync repair`
 DROP TABLE IF EXISTS pg_temp.sync_remote;

@@ -106,6 +106,7 @@ def export_status(engine: Engine, item: Published) -> dict[str, Any]:
         exists = bool(cur.fetchone()[0])
         counts = ledger.counts() if exists else {}
         errors = ledger.failed_rows(20) if exists else []
+        samples = ledger.issue_samples(20) if exists else []
     inserts, deletes = counts.get("insert", {}), counts.get("delete", {})
     return {
         "export": item.export.name,
@@ -116,6 +117,7 @@ def export_status(engine: Engine, item: Published) -> dict[str, Any]:
         "counts": counts,
         "errors": [{"key": e["key"], "code": e["code"], "message": e["message"]} for e in errors],
         "channel_issues": state[7] if state else None,
+        "channel_issue_items": samples,
         "listed_at": _iso(state[6]) if state else None,
         "last_sync_at": _iso(state[4]) if state else None,
         "last_sync": _last(state[5]) if state else None,

@@ -304,4 +304,6 @@ def test_a_run_the_drop_guard_blocks_sends_nothing_and_status_refresh_reads_goog
     (after,) = json.loads(out)
     assert code == 0 and after["channel_issues"]["codes"] == {"image_too_small": 1}, after
     assert after["channel_issues"]["flagged_by_firefeed"] == 0  # FireFeed's checks did not see this one coming
+    (sample,) = after["channel_issue_items"]
+    assert sample["key"] == "B" and [i["code"] for i in sample["issues"]] == ["image_too_small"]
     assert [r.method for r in merchant.requests if r.offer_id] == []  # a refresh lists; it sends nothing
