@@ -427,16 +427,62 @@ def test_another_companys_projects_are_not_seen_or_reached_from_the_page(
 # --- company settings ------------------------------------------------------------------------------------------
 
 
-def test_settings_set_a_secret_without_showing_its_value_revoke_a_token_and_set_a_schedule(
-    root: Path, open_page: Callable[[str], Any]
+def test_settings_create_a_token_shown_once_revoke_it_with_its_children_set_a_secret_and_a_schedule(
+    root: Path, server: str, open_page: Callable[[str], Any]
 ) -> None:
     company, project, token = company_with_shop(root)
     tokens = TokenStore()
     spare = tokens.create(company)
     page = open_page(token)
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
     page.click("#open-settings")
     page.wait_for_selector("#tokens-table tbody tr >> nth=1")
     assert f"firefeed token create --company {company}" in (page.text_content("#token-create-hint") or "")
+    ids = {t.prefix: t.id for t in tokens.list(company)}
+    tab_id, spare_id = (next(i for p, i in ids.items() if t.startswith(p)) for t in (token, spare))
+    assert page.text_content(f"#tokens-table tr[data-token-id='{spare_id}'] td:nth-child(3)") == "operator"
+    # A token made from the page: shown once in a read-only field (copied from there), its name as text.
+    page.get_by_label("Token name").fill(HOSTILE)
+    page.get_by_label("Expires in days").fill("30")
+    page.click("#token-form button[type=submit]")
+    page.wait_for_selector("#token-created:not([hidden])")
+    made = page.input_value("#token-new")
+    assert made.startswith("ff_") and len(made) > 40
+    assert page.locator("#token-new").get_attribute("readonly") is not None
+    assert "shown once" in (page.text_content("#token-once") or "").lower()
+    page.click("#token-copy")
+    expect(page.locator("#token-copy")).to_have_text("copied")
+    assert page.evaluate("navigator.clipboard.readText()") == made
+    made_id = next(t.id for t in tokens.list(company) if made.startswith(t.prefix))
+    row = f"#tokens-table tr[data-token-id='{made_id}']"
+    page.wait_for_selector(row)
+    assert page.text_content(f"{row} td:nth-child(2)") == HOSTILE
+    assert page.text_content(f"{row} td:nth-child(3)") == f"created by #{tab_id}"
+    assert page.locator("#tokens-table img, #tokens-table script").count() == 0
+    kept = "JSON.stringify(sessionStorage) + JSON.stringify(localStorage) + location.href + document.body.innerText"
+    assert made not in page.evaluate(kept) and made not in page.content()
+    # It works against the API, and a token it creates is its child.
+    api = page.request
+    assert api.get(server + "/api/projects", headers={"Authorization": f"Bearer {made}"}).status == 200
+    child = api.post(server + "/api/tokens", headers={"Authorization": f"Bearer {made}"}, data={"name": "child"})
+    assert child.status == 201
+    grandchild = child.json()["token"]
+    # Leaving the view drops it: back in settings it is not shown again.
+    page.click("#new-project")
+    page.wait_for_selector("#view-new:not([hidden])")
+    assert page.input_value("#token-new") == ""
+    page.click("#open-settings")
+    page.wait_for_selector(f"#tokens-table tr[data-token-id='{child.json()['id']}']")
+    assert page.locator("#token-created").is_hidden()
+    # Revoking asks twice (no dialog) and says it revokes the tokens it created: the child is refused too.
+    button = page.locator(f"{row} button")
+    button.click()
+    expect(button).to_have_text("Press again to revoke it and the tokens it created")
+    button.click()
+    page.wait_for_selector(f"#tokens-table tr[data-token-id='{child.json()['id']}'][data-state=revoked]")
+    for revoked in (made, grandchild):
+        assert api.get(server + "/api/projects", headers={"Authorization": f"Bearer {revoked}"}).status == 401
+    assert tokens.verify(spare) == company and tokens.verify(token) == company
     secret = "s3cr3t-" + uuid.uuid4().hex
     page.get_by_label("Secret name").fill("SHOP_KEY")
     page.get_by_label("Secret value").fill(secret)
@@ -446,13 +492,6 @@ def test_settings_set_a_secret_without_showing_its_value_revoke_a_token_and_set_
     assert page.input_value("#secret-value") == ""
     assert secret not in page.content()
     assert secret not in page.evaluate("JSON.stringify(sessionStorage) + document.body.innerText")
-    # Revoking asks twice (no dialog); the spare token is refused from then on.
-    spare_id = next(t.id for t in tokens.list(company) if spare.startswith(t.prefix))
-    button = page.locator(f"#tokens-table tr[data-token-id='{spare_id}'] button")
-    button.click()
-    button.click()
-    page.wait_for_selector(f"#tokens-table tr[data-token-id='{spare_id}'][data-state=revoked]")
-    assert tokens.verify(spare) is None
     # A schedule is the spec's `schedule:` line, saved into the spec's own text.
     page.get_by_label(f"schedule of {project}").fill("15 3 * * *")
     page.click(f"#schedules-table tr[data-project={project}] button")

@@ -22,9 +22,18 @@ const SLOW_MS = 15000;
 const PROJECT_VIEWS = { runs: null, spec: specView, rules: rulesView, values: valuesView, items: itemsView, feeds: feedsView };
 const COMPANY_VIEWS = { settings: settingsView, new: newView };
 
+// A view may hold what must not outlive it (a token created in settings): `leave()` drops it when another
+// view shows or the tab's token is forgotten.
+function leaveViews(except) {
+  for (const [key, view] of [...Object.entries(PROJECT_VIEWS), ...Object.entries(COMPANY_VIEWS)]) {
+    if (key !== except && view && view.leave) view.leave();
+  }
+}
+
 // --- token ----------------------------------------------------------------
 function forgetToken(reason) {
   sessionStorage.removeItem(TOKEN_KEY);
+  leaveViews(null);
   clearTimeout(state.timer);
   $("main").hidden = true;
   $("forget-token").hidden = true;
@@ -91,6 +100,7 @@ function selectProject(project, reload = true, keepView = false) {
 
 // --- views ------------------------------------------------------------------
 function showView(name) {
+  leaveViews(name);
   state.view = name;
   const project = state.project;
   $("view-runs").hidden = name !== "runs";

@@ -1,7 +1,7 @@
-// Company settings: API tokens (list, revoke; the operator creates them), secrets (names only: set and
-// delete; a value is never shown or echoed), and each project's schedule.
-import { $, el, field, fmtTime, say, table, announce } from "./dom.js";
-import { api, projectPath, errorText } from "./api.js";
+// Company settings: API tokens (create, list, revoke), secrets (names only: set and delete; a value is never
+// shown or echoed), and each project's schedule.
+import { $, el, field, fmtTime, say, table, announce, copyText } from "./dom.js";
+import { api, projectPath, errorText, token as tabToken } from "./api.js";
 import { forget as forgetSpec } from "./spec.js";
 
 export function mount() {
@@ -9,11 +9,30 @@ export function mount() {
     el("h2", { id: "settings-heading" }, "Company settings"),
     el("section", { "aria-labelledby": "tokens-heading" },
       el("h3", { id: "tokens-heading" }, "API tokens"),
-      // No route makes a token (a token that could mint tokens would outlive its own revocation): the
-      // operator creates one, and the page lists and revokes them.
-      el("p", { class: "muted", id: "token-create-hint" }, "A new token is made by your operator: ", el("code", {}, "firefeed token create --company C"), ". It is shown once, when it is made; here you see and revoke them."),
+      // A token made here is a child of this tab's token (POST /api/tokens): it never expires after it and is
+      // revoked with it, so one revoke cuts off everything a leaked token minted. Roots are the operator's.
+      el("p", { class: "muted", id: "token-create-hint" }, "A token made here is created by this tab's token: it never expires after it, and revoking that one revokes it too. The operator's tokens are made with ", el("code", {}, "firefeed token create --company C"), " (created by no other token)."),
+      el(
+        "form",
+        { id: "token-form", class: "bar", onsubmit: (e) => (e.preventDefault(), createToken()) },
+        field("Token name", el("input", { type: "text", id: "token-name", autocomplete: "off", maxlength: "100" }), "optional"),
+        field("Expires in days", el("input", { type: "number", id: "token-days", min: "1", max: "36500", step: "1", inputmode: "numeric" }), "optional; empty: when this tab's token does"),
+        el("button", { type: "submit" }, "Create token"),
+      ),
+      // The new token lives in this field only, until the view is left (leave()): never in storage or the URL.
+      el(
+        "div",
+        { id: "token-created", hidden: true },
+        el(
+          "div",
+          { class: "bar" },
+          field("New token", el("input", { type: "text", id: "token-new", readonly: true, autocomplete: "off", spellcheck: "false", class: "mono", size: "60" })),
+          el("button", { type: "button", id: "token-copy", onclick: () => copyText($("token-copy"), $("token-new").value) }, "Copy token"),
+        ),
+        el("p", { class: "note note-bad", id: "token-once" }, "Shown once: copy it now. It is not kept anywhere and cannot be shown again."),
+      ),
       el("p", { id: "tokens-note", class: "note", role: "status" }),
-      table("tokens", ["token", "state", "created", "expires", "last used", ""], [], { id: "tokens-table", "aria-labelledby": "tokens-heading" }),
+      table("tokens", ["token", "name", "created by", "state", "created", "expires", "last used", ""], [], { id: "tokens-table", "aria-labelledby": "tokens-heading" }),
     ),
     el("section", { "aria-labelledby": "secrets-heading" },
       el("h3", { id: "secrets-heading" }, "Secrets"),
@@ -39,6 +58,13 @@ export function mount() {
 
 export async function show() {
   await Promise.all([loadTokens(), loadSecrets(), loadSchedules()]);
+}
+
+// Called when another view shows or the tab's token is forgotten: a token created here is gone with it.
+export function leave() {
+  $("token-new").value = "";
+  $("token-created").hidden = true;
+  $("token-copy").textContent = "Copy token";
 }
 
 // A button that asks once more before it acts (no dialog: a second press within 5 s).
@@ -70,12 +96,14 @@ async function loadTokens() {
         el(
           "tr",
           { dataset: { tokenId: String(t.id), state: t.state } },
-          el("td", { class: "mono" }, t.prefix + "…"),
+          el("td", { class: "mono" }, `#${t.id} ${t.prefix}…`, (tabToken() || "").startsWith(t.prefix) ? el("span", { class: "muted" }, " (this tab)") : null),
+          el("td", {}, t.name || ""),
+          el("td", {}, t.parent_id === null || t.parent_id === undefined ? "operator" : `created by #${t.parent_id}`),
           el("td", {}, t.state),
           el("td", {}, fmtTime(t.created_at)),
           el("td", {}, t.expires_at ? fmtTime(t.expires_at) : "never"),
           el("td", {}, t.last_used_at ? fmtTime(t.last_used_at) : "never"),
-          el("td", {}, t.state === "active" ? twoStep(`Revoke ${t.prefix}…`, "Press again to revoke", () => revokeToken(t)) : ""),
+          el("td", {}, t.state === "active" ? twoStep(`Revoke ${t.prefix}…`, "Press again to revoke it and the tokens it created", () => revokeToken(t)) : ""),
         ),
       ),
     );
@@ -84,10 +112,32 @@ async function loadTokens() {
   }
 }
 
+async function createToken() {
+  leave();
+  const name = $("token-name").value.trim();
+  const days = $("token-days").value.trim();
+  try {
+    const made = await api("POST", "/api/tokens", { name: name || null, expires_in_days: days ? Number(days) : null });
+    $("token-new").value = made.token;
+    $("token-created").hidden = false;
+    $("token-new").focus();
+    $("token-new").select();
+    $("token-name").value = "";
+    $("token-days").value = "";
+    const until = made.expires_at ? "expires " + fmtTime(made.expires_at) : "never expires";
+    say($("tokens-note"), "ok", `token #${made.id} (${made.prefix}…) created, ${until}; revoking #${made.parent_id} revokes it too`);
+    announce(`token ${made.prefix} created: it is shown once`);
+    await loadTokens();
+  } catch (err) {
+    // 409 company_limit, 422 with the field at fault: the API's message says which.
+    if (err.status !== 401) say($("tokens-note"), "bad", "not created: " + errorText(err));
+  }
+}
+
 async function revokeToken(t) {
   try {
     await api("DELETE", "/api/tokens/" + encodeURIComponent(t.id));
-    say($("tokens-note"), "ok", `token ${t.prefix}… revoked`);
+    say($("tokens-note"), "ok", `token ${t.prefix}… revoked, with the tokens it created`);
     announce(`token ${t.prefix} revoked`);
     await loadTokens();
   } catch (err) {
