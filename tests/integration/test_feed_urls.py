@@ -92,8 +92,8 @@ class Project:
         ]
         write_csv(self.folder / "main.csv", ["id", "title", "price", "link"], rows)
 
-    def run(self) -> dict[str, Any]:
-        code, out = cli("run", str(self.spec), "--json")
+    def run(self, *flags: str) -> dict[str, Any]:
+        code, out = cli("run", str(self.spec), "--json", *flags)
         assert code == 0, out
         return dict(json.loads(out))
 
@@ -132,8 +132,11 @@ def test_a_feed_url_serves_the_published_file_with_its_type_length_etag_and_publ
     assert r.headers["content-length"] == str(len(body))
     assert r.headers["etag"] == f'"{hashlib.sha256(body).hexdigest()}"'
     time.sleep(1.1)  # HTTP dates have whole seconds
-    report = published.run()  # an unchanged second run publishes the same bytes: same ETag, a later time
     first = parsedate_to_datetime(r.headers["last-modified"])
+    # An unchanged refresh publishes nothing (SPEC 11 I2): the file and its publish time stay.
+    assert published.run()["incremental"]["mode"] == "unchanged"
+    assert parsedate_to_datetime(http.get(urls["google"]).headers["last-modified"]) == first
+    report = published.run("--full")  # a full run publishes the same bytes again: same ETag, a later time
     assert eventually(lambda: parsedate_to_datetime(http.get(urls["google"]).headers["last-modified"]) > first, 5)
     entry = next(e for e in report["exports"] if e["name"] == "google")
     assert http.get(urls["google"]).headers["etag"] == f'"{entry["sha256"]}"'
