@@ -136,7 +136,8 @@ def _field_values(
     fields = list(((rules.detail if rules else None) or {}).get("fields") or merged_fields)
     schema = SchemaService(engine)
     listed = field in spec.list_fields
-    kept = kept_result_table(run_id)
+    # An unchanged run (SPEC 11 I2) kept no result of its own: it shows the one of the run it reused.
+    kept = kept_result_table(str(((rules.detail if rules else None) or {}).get("reused_from") or run_id))
     step("counting the values its run kept")
     # Kept tables are UNLOGGED, as every data table: crash recovery empties them, and values then has no rows.
     if rules is not None and (schema.table_has_rows if rules.rows_out else schema.table_exists)(spec.company, kept):
