@@ -28,6 +28,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from firefeed.dataplane.run_tables import RunTables
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
@@ -113,7 +115,7 @@ def main() -> None:
             with measuring(engine, schema, t, export) as job:
                 write_export(engine, schema="company_bench", table=table, fields=columns, export=export, dest=out)
             outcome = job.result()
-            schema.drop_export_tmp_for_run("bench", t.run_id)
+            RunTables(schema).drop_export_tmp_for_run("bench", t.run_id)
             return outcome
 
         def publish_baseline() -> None:

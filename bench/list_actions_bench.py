@@ -29,6 +29,7 @@ from _benchdb import create_database, drop_database, save_results  # noqa: E402
 
 sys.path.insert(0, str(HERE.parent))
 
+from firefeed.dataplane.run_tables import RunTables  # noqa: E402
 from firefeed.db.engine import raw_connection  # noqa: E402
 from firefeed.pipeline.rule_passes import run_rules  # noqa: E402
 from firefeed.rules.model import parse_rules  # noqa: E402
@@ -87,7 +88,7 @@ def time_shape(engine: Any, raw: list[dict[str, Any]], n: int) -> tuple[float, f
         )  # fmt: skip
         in_sql = time.perf_counter() - t
     finally:
-        service.drop_rules_tmp_for_run(COMPANY, run_id)
+        RunTables(service).drop_rules_tmp_for_run(COMPANY, run_id)
         service.drop_table(COMPANY, table)
     t = time.perf_counter()
     apply_rules([{"id": "1", "tags": tags, "title": "t"}], rules)

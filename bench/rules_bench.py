@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from floor import PASS1, PASS2  # noqa: E402
 
+from firefeed.dataplane.run_tables import RunTables  # noqa: E402
 from firefeed.db.engine import raw_connection  # noqa: E402
 from firefeed.rules.executor import plan_passes, prepare_pass, run_pass_chunk  # noqa: E402
 from firefeed.rules.model import parse_rules  # noqa: E402
@@ -156,7 +157,7 @@ def run_firefeed(engine: Any, fields: list[str], rules: Any, explain: bool) -> t
         total = time.perf_counter() - t0 - explained
         digest = checksum(engine, src, list(plans[-1].fields_out))
     finally:
-        service.drop_rules_tmp_for_run(COMPANY, run_id)
+        RunTables(service).drop_rules_tmp_for_run(COMPANY, run_id)
     return total, per_pass, digest, matched
 
 
@@ -205,7 +206,7 @@ def verify(engine: Any, fields: list[str], rules: Any) -> None:
             )
             got = [dict(zip(result.fields, r, strict=True)) for r in cur.fetchall()]
     finally:
-        service.drop_rules_tmp_for_run(COMPANY, run_id)
+        RunTables(service).drop_rules_tmp_for_run(COMPANY, run_id)
     want = apply_rules(items, rules)
     expected = [{f: item.get(f, "") for f in result.fields} for item in want.items]
     bad = sum(1 for a, b in zip(got, expected, strict=False) if a != b) + abs(len(got) - len(expected))

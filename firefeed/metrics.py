@@ -311,6 +311,7 @@ class FleetCollector(Collector):
     def _from_database(self) -> tuple[dict[str, int], int]:
         from sqlalchemy import func, select, text
 
+        from firefeed.dataplane.run_tables import RunTables
         from firefeed.db.engine import get_engine
         from firefeed.db.models import PipelineRun
         from firefeed.schema.service import SchemaService
@@ -325,7 +326,7 @@ class FleetCollector(Collector):
                 .group_by(PipelineRun.status)
             ).all()
             # The catalog query is the SchemaService's, in this transaction (so under the timeout above).
-            tmp = SchemaService(engine).count_rules_tmp(conn=conn.connection.driver_connection)
+            tmp = RunTables(SchemaService(engine)).count_rules_tmp(conn=conn.connection.driver_connection)
         return {str(status): int(n) for status, n in rows}, tmp
 
 

@@ -39,12 +39,13 @@ from typing import Any
 import psycopg2.extensions
 from psycopg2 import sql
 
+from firefeed.dataplane.views import parts_of_view
 from firefeed.db.engine import render_for_binding
 from firefeed.db.plans import ORDER_SETTINGS, keeps_order, ordered_scans
 from firefeed.export._atomic import Sink
 from firefeed.export.select import Piece, sql_text
 from firefeed.schema.identifiers import ORD, ident
-from firefeed.schema.service import parts_of_view, table_pages
+from firefeed.schema.service import table_pages
 
 _SCAN_SETTINGS = (
     "SET LOCAL synchronize_seqscans = off",

@@ -36,6 +36,8 @@ from typing import Any, Protocol
 
 from sqlalchemy import Engine
 
+from firefeed.dataplane.passes import SEGMENT_STRIDE, part_number, result_view_number
+from firefeed.dataplane.views import RunViews
 from firefeed.db.engine import raw_connection
 from firefeed.errors import RulesError
 from firefeed.rules._plan import PassPlan, plan_passes
@@ -74,10 +76,6 @@ __all__ = [
 #: A batch run over at least this many items runs every pass as two halves at once, on two
 #: connections (a pass is one backend's work: the other core would idle).
 SPLIT_MIN_ROWS = 100_000
-#: the pass table of part h (1 ..< SEGMENT_STRIDE) of pass p is numbered p * SEGMENT_STRIDE + h (a run
-#: in one part numbers it p); the view over the parts' last tables (the rules' result) is number 0, or
-#: first_pass * SEGMENT_STRIDE for an export's own rules
-SEGMENT_STRIDE = 100
 
 
 @dataclass
@@ -142,7 +140,7 @@ def apply_passes(
 
     Rules whose SQL would exceed rules_max_sql_bytes over these fields are a
     SpecError before any statement runs. On error or cancellation the pipeline
-    drops what remains with drop_rules_tmp_for_run. `first_pass`: the number of
+    drops what remains with RunTables.drop_rules_tmp_for_run. `first_pass`: the number of
     the first pass table (an export's channel rules number theirs apart from the
     project's, whose result they read); `path`: where the rules are in the spec.
     `view_last`: the result's readers are few and each scans it whole (the lone export's first
@@ -208,7 +206,7 @@ def apply_passes(
                     company=company,
                     run_id=runner.run_id,
                     rows_in=seg.rows or 0,
-                    number=_part_number(plan, h, len(segments)),
+                    number=part_number(plan.number, h, len(segments)),
                     groups=groups,
                 )
                 for h, seg in enumerate(segments, 1)
@@ -251,15 +249,10 @@ def apply_passes(
         excluded += rows_in - rows_out
     assert first_in is not None
     # The project's view of parts is number 0; an export's own (first_pass > 1) one of its own.
-    table = runner.finish(segments, source_table, 0 if first_pass == 1 else first_pass * SEGMENT_STRIDE)
+    table = runner.finish(segments, source_table, result_view_number(first_pass))
     return RulesResult(
         table, list(plans[-1].fields_out), len(plans), matched, excluded, first_in, first_in - excluded, lookups
     )
-
-
-def _part_number(plan: PassPlan, part: int, parts: int) -> int:
-    """The pass table number of part `part` (1-based) of `parts`."""
-    return plan.number if parts == 1 else plan.number * SEGMENT_STRIDE + part
 
 
 class _Parts:
@@ -273,7 +266,7 @@ class _Parts:
         if len(segments) == 1:
             return segments[0].table
         # First part first: the view is in feed order.
-        return self.schema.create_rules_tmp_view(self.company, self.run_id, view, [seg.table for seg in segments])
+        return RunViews(self.schema).parts_view(self.company, self.run_id, view, [seg.table for seg in segments])
 
 
 # -- in this process ---------------------------------------------------------------------
@@ -291,7 +284,7 @@ class InProcessPasses(_Parts):
         if rows is None or rows < threshold:
             return [Segment(None, None, source_table, rows)]
         # An export's own rules read the project's result: when that is a view of two halves, theirs.
-        parts = self.schema.view_parts(self.company, source_table)
+        parts = RunViews(self.schema).view_parts(self.company, source_table)
         if parts is not None and len(parts) == 2:
             return [Segment(None, None, part) for part in parts]
         halves = page_parts(self.engine, self.company, source_table, 2)
@@ -326,7 +319,7 @@ class InProcessPasses(_Parts):
                     rows_in=seg.rows,
                     lo=seg.lo,
                     hi=seg.hi,
-                    number=_part_number(plan, h, len(segments)),
+                    number=part_number(plan.number, h, len(segments)),
                     groups=groups,
                 )
 
@@ -440,7 +433,7 @@ class ChunkJobPasses(_Parts):
                     fields=self.fields,
                     src=seg.table,
                     rows=seg.rows,
-                    number=_part_number(plan, h, len(segments)),
+                    number=part_number(plan.number, h, len(segments)),
                     lo=seg.lo,
                     hi=seg.hi,
                     groups=groups,

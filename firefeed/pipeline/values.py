@@ -33,6 +33,7 @@ from psycopg2 import errors as pg_errors
 from psycopg2 import sql
 from sqlalchemy import Engine
 
+from firefeed.dataplane.kept import drop_kept_results, keep_rules_result
 from firefeed.dataplane.names import kept_result_table
 from firefeed.db.engine import raw_connection
 from firefeed.errors import NotFoundError, SpecError, ValuesTimeoutError
@@ -74,8 +75,8 @@ def keep_result(schema: SchemaService, *, company: str, project: str, run_id: st
     """Once a run has published its files: keep its rules' result `table` for values, and drop the
     result an earlier run kept. Never fails the run (values then applies the rules again)."""
     try:
-        kept = schema.keep_rules_result(company, project, run_id, table)
-        schema.drop_kept_results(company, project, keep=kept)
+        kept = keep_rules_result(schema, company, project, run_id, table)
+        drop_kept_results(schema, company, project, keep=kept)
     except Exception:
         log.exception("could not keep the run's rules result; `firefeed values` applies the rules again")
 

@@ -22,6 +22,7 @@ from typing import Any
 from psycopg2 import sql
 from sqlalchemy import Engine
 
+from firefeed.dataplane.views import RunViews
 from firefeed.db.engine import raw_connection
 from firefeed.db.plans import keeps_order
 from firefeed.rules._frag import of
@@ -294,7 +295,7 @@ def pass_view(
     joined = ident(schema, groups) if groups is not None else None
     select = pass_select(plan, ident(schema, src_table), groups=joined)
     columns = [ORD, KEY, SRC, *plan.columns()]
-    view = schema_service.create_rules_pass_view(company, run_id, number, columns, select.sql, list(select.params))
+    view = RunViews(schema_service).pass_view(company, run_id, number, columns, select.sql, list(select.params))
     return view, ChunkCounts(rows_in, rows_in, {r.name: rows_in for r in plan.rules})
 
 

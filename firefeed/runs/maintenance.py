@@ -365,10 +365,11 @@ def _delete_in_batches(
 
 def drop_orphan_tmp_tables(engine: Engine | None = None) -> list[str]:
     """The janitor: drop rules_tmp tables whose run is not PENDING or RUNNING (never a live run's)."""
+    from firefeed.dataplane.run_tables import RunTables
     from firefeed.schema.service import SchemaService
 
     schema = SchemaService(engine)
-    dropped = schema.drop_orphan_tmp_tables()
+    dropped = RunTables(schema).drop_orphan_tmp_tables()
     if dropped:
         metrics.rules_tmp_dropped(len(dropped))
     # A preview's scratch area lives seconds; one an hour old was left by a preview that crashed.

@@ -143,6 +143,7 @@ def _error(engine: Engine, run_id: str, by: str, stale_after_s: float) -> dict[s
 def _clean(engine: Engine, store: RunStore, run_id: str, company: str) -> None:
     """What the dead driver would have done before the project is freed (each part on its own: the run must
     still end when one fails)."""
+    from firefeed.dataplane.run_tables import RunTables
     from firefeed.runs.backends import cancel_run_backends
     from firefeed.runs.jobs import JobStore
     from firefeed.schema.service import SchemaService
@@ -151,7 +152,7 @@ def _clean(engine: Engine, store: RunStore, run_id: str, company: str) -> None:
         store.request_cancel(run_id)  # its jobs still running on live workers stop at their next check
         JobStore(engine).cancel_pending(run_id)
         cancel_run_backends(engine, run_id)
-        SchemaService(engine).drop_rules_tmp_for_run(company, run_id)
+        RunTables(SchemaService(engine)).drop_rules_tmp_for_run(company, run_id)
     except Exception:
         log.warning("could not stop all of the taken-over run's work", exc_info=True)
     _discard_run_files(run_id, engine)

@@ -23,16 +23,9 @@ from psycopg2 import sql
 from sqlalchemy import Engine
 
 from firefeed.dataplane.names import (
-    EXPORT_TMP_PREFIX,
-    RESULT_PREFIX,
-    RULES_TMP_PREFIX,
     export_tmp_table,
-    kept_part_table,
-    kept_result_table,
     rules_groups_table,
     rules_tmp_table,
-    run_id_of_tmp_table,
-    tmp_table_number,
 )
 from firefeed.db.engine import get_engine, raw_connection
 from firefeed.db.sqlfile import load_queries
@@ -274,7 +267,7 @@ class SchemaService:
         Returns the names dropped. The project's runs are one at a time, so none is being written."""
         kept = set(keep)
         prefixes = [*PROJECT_FILE_PREFIXES, *([LEGACY_LOOKUP_STAGING_PREFIX] if legacy_lookup_staging else [])]
-        found = [table for prefix in prefixes for _, table in self._run_tables(prefix + project, company)]
+        found = [table for prefix in prefixes for _, table in self.relations(prefix + project, company)]
         # `stg_lkp_<project>_<digest>` reads as the staging of project `lkp_<project>`'s source.
         claimed = [table for table in found if project_file_table(table, project, prefixes)]
         gone = sorted(set(former) - kept)
@@ -293,13 +286,23 @@ class SchemaService:
         """DROP TABLE, unless someone holds it for more than UNUSED_DROP_LOCK_S (`firefeed values` copying
         a lookup table of the previous spec): waiting would keep a run whose files are published RUNNING
         and queue every later reader of the table behind the DROP. The next run tries again."""
+        if self.drop_unless_busy(company, [table]):
+            return True
+        log.info("table %s is in use: left for the next run to drop", table)
+        return False
+
+    def drop_unless_busy(self, company: str, tables: Sequence[str], *, cascade: bool = False) -> bool:
+        """DROP `tables` (IF EXISTS) in one transaction, unless one is held for more than UNUSED_DROP_LOCK_S;
+        False, dropping none, when one is (the caller leaves them for the next run)."""
+        schema = company_schema(company)
+        how = sql.SQL(" CASCADE" if cascade else "")
         try:
             with raw_connection(self.engine) as conn, conn.cursor() as cur:
                 cur.execute("SET LOCAL lock_timeout = %s", (f"{int(UNUSED_DROP_LOCK_S * 1000)}ms",))
-                cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(company_schema(company), table)))
+                for table in tables:
+                    cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(schema, table)) + how)
             return True
         except pg_errors.LockNotAvailable:
-            log.info("table %s is in use: left for the next run to drop", table)
             return False
 
     def index_order(self, company: str, table: str, *, analyze: bool = True) -> None:
@@ -417,175 +420,91 @@ class SchemaService:
             cur.execute(sql.SQL("CREATE UNIQUE INDEX {} ON {} (_ff_gk, _ff_gk2)").format(ident(f"{table}_k"), target))
         return table
 
-    def holds_rows(self, company: str, name: str) -> bool:
-        """Whether `name` (of the company schema) is a table or a rules run's view of part tables: reading
-        it scans heaps and computes nothing, unlike a pass view (`create_rules_pass_view`)."""
-        schema = company_schema(company)
-        with raw_connection(self.engine) as conn, conn.cursor() as cur:
-            cur.execute(_sql("relation_kind"), {"qualified": sql_qualified(schema, name)})
-            kind = (cur.fetchone() or (None,))[0]
-            return kind == "r" or (kind == "v" and parts_of_view(cur, schema, name) is not None)
-
-    def view_parts(self, company: str, view: str) -> list[str] | None:
-        """`parts_of_view` of a table of the company schema (None: not a view of parts); a part may be a
-        pass view (`create_rules_pass_view`): the rules read it like a table."""
-        with raw_connection(self.engine) as conn, conn.cursor() as cur:
-            return parts_of_view(cur, company_schema(company), view, views=True)
-
-    def create_rules_pass_view(
-        self,
-        company: str,
-        run_id: str,
-        number: int,
-        columns: Sequence[str],
-        select: sql.Composable,
-        params: Sequence[Any],
-    ) -> str:
-        """A pass whose rows are read once, by a pass that copies them, as a view (numbered like its table
-        would be) instead of a table written and read back; returns its name.
-
-        Dropped with the tables it reads (CASCADE), like the view of parts.
-        """
-        view = rules_tmp_table(run_id, number)
-        target = ident(company_schema(company), view)
-        head = sql.SQL("CREATE VIEW {} ({}) AS ").format(target, sql.SQL(", ").join(ident(c) for c in columns))
-        self._ddl(head + select, params)
-        return view
-
-    def create_rules_tmp_view(self, company: str, run_id: str, number: int, tables: Sequence[str]) -> str:
-        """A view of pass tables of a run, one after the other (UNION ALL keeps their order); returns its name.
-
-        Dropping any of the tables drops it too (drop_rules_tmp_for_run and the janitor use CASCADE).
-        """
-        schema = company_schema(company)
-        view = rules_tmp_table(run_id, number)
-        parts = sql.SQL(" UNION ALL ").join(sql.SQL("SELECT * FROM {}").format(ident(schema, t)) for t in tables)
-        self._ddl(sql.SQL("CREATE VIEW {} AS ").format(ident(schema, view)) + parts)
-        return view
-
-    def _run_tables(self, prefix: str, company: str | None) -> list[tuple[str, str]]:
-        """(schema, table) of the run-scoped tables named `prefix`*, of one company or all."""
+    # -- run-scoped relations (the data plane decides which: firefeed/dataplane) --
+    def relations(self, prefix: str, company: str | None = None, *, views: bool = False) -> list[tuple[str, str]]:
+        """(schema, name) of the tables (or, with `views`, the views) named `prefix`*, of one company or all."""
+        pattern = _like_prefix(prefix)
         if company is None:
-            params = {"schemas": _like_prefix(COMPANY_SCHEMA_PREFIX), "tables": _like_prefix(prefix)}
-            rows = self._query(_sql("run_tables"), params)
+            everyone = _like_prefix(COMPANY_SCHEMA_PREFIX)
+            if views:
+                rows = self._query(_sql("run_views"), {"schemas": everyone, "views": pattern})
+            else:
+                rows = self._query(_sql("run_tables"), {"schemas": everyone, "tables": pattern})
         else:
-            params = {"schema": company_schema(company), "tables": _like_prefix(prefix)}
-            rows = self._query(_sql("run_tables_of_schema"), params)
+            schema = company_schema(company)
+            if views:
+                rows = self._query(_sql("run_views_of_schema"), {"schema": schema, "views": pattern})
+            else:
+                rows = self._query(_sql("run_tables_of_schema"), {"schema": schema, "tables": pattern})
         return [(r[0], r[1]) for r in rows]
 
-    def list_rules_tmp(self, company: str | None = None) -> list[tuple[str, str]]:
-        """(schema, table) of every rules pass table, of one company or all."""
-        return self._run_tables(RULES_TMP_PREFIX, company)
-
-    def list_rules_tmp_views(self, company: str | None = None) -> list[tuple[str, str]]:
-        """(schema, view) of every rules pass view and view of parts, of one company or all.
-
-        Dropping the run's tables (CASCADE) does not reach a view that reads none of them: a pass
-        computed on read over the items table or the rules' kept result. Left, such a view would stop
-        the next MERGE's DROP of the items table (and hold the kept result)."""
-        if company is None:
-            params = {"schemas": _like_prefix(COMPANY_SCHEMA_PREFIX), "views": _like_prefix(RULES_TMP_PREFIX)}
-            rows = self._query(_sql("run_views"), params)
-        else:
-            params = {"schema": company_schema(company), "views": _like_prefix(RULES_TMP_PREFIX)}
-            rows = self._query(_sql("run_views_of_schema"), params)
-        return [(r[0], r[1]) for r in rows]
-
-    def count_rules_tmp(self, *, conn: Any = None) -> int:
-        """How many rules pass tables of every company are alive (live runs' and orphans not yet dropped).
-
-        With `conn`, in the caller's transaction (the metrics scrape runs it under its own statement timeout).
-        """
-        params = {"schemas": _like_prefix(COMPANY_SCHEMA_PREFIX), "tables": _like_prefix(RULES_TMP_PREFIX)}
+    def count_relations(self, prefix: str, *, conn: Any = None) -> int:
+        """How many tables named `prefix`* every company has. With `conn`, in the caller's transaction."""
+        params = {"schemas": _like_prefix(COMPANY_SCHEMA_PREFIX), "tables": _like_prefix(prefix)}
         return int(self._query(_sql("count_run_tables"), params, conn=conn)[0][0])
 
-    def drop_rules_tmp_for_run(self, company: str, run_id: str) -> int:
-        """Drop every pass table and view of one run; called when the run ends, whatever the outcome."""
-        for schema, view in self.list_rules_tmp_views(company):
-            if run_id_of_tmp_table(view) == run_id:
-                self._ddl(sql.SQL("DROP VIEW IF EXISTS {} CASCADE").format(ident(schema, view)))
-        dropped = 0
-        for schema, table in self.list_rules_tmp(company):
-            if run_id_of_tmp_table(table) == run_id:
-                # CASCADE: a split run's result view goes with its tables.
-                self._ddl(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(ident(schema, table)))
-                dropped += 1
-        return dropped
+    def create_view(
+        self,
+        company: str,
+        view: str,
+        select: sql.Composable,
+        params: Sequence[Any] = (),
+        *,
+        columns: Sequence[str] | None = None,
+    ) -> None:
+        """CREATE VIEW `view` AS `select` in the company schema (named `columns` when given)."""
+        target = ident(company_schema(company), view)
+        if columns is None:
+            head = sql.SQL("CREATE VIEW {} AS ").format(target)
+        else:
+            head = sql.SQL("CREATE VIEW {} ({}) AS ").format(target, sql.SQL(", ").join(ident(c) for c in columns))
+        self._ddl(head + select, params)
 
-    def drop_orphan_tmp_tables(self) -> list[str]:
-        """Drop pass tables whose run is not PENDING or RUNNING (a crashed run's leftovers).
+    def drop_relation(self, schema: str, name: str, *, view: bool = False, cascade: bool = False) -> None:
+        """DROP TABLE (or VIEW) IF EXISTS `schema`.`name`, in its own transaction."""
+        what = sql.SQL("VIEW" if view else "TABLE")
+        how = sql.SQL(" CASCADE" if cascade else "")
+        self._ddl(sql.SQL("DROP {} IF EXISTS {}").format(what, ident(schema, name)) + how)
 
-        The live-run check and the drop happen in one transaction holding a share
-        lock on the run row, so a run that is still going never loses its table.
+    def drop_unless_live(self, schema: str, name: str, *, view: bool, run_id: str | None) -> bool:
+        """DROP ... CASCADE `schema`.`name` unless run `run_id` is PENDING or RUNNING; whether it was dropped.
+
+        The live-run check and the drop happen in one transaction holding a share lock on the run row,
+        so a run that is still going never loses its table. No IF EXISTS: a relation its own run dropped
+        since the caller listed it is not dropped here (False).
         """
-        dropped: list[str] = []
-        views = [(schema, view, "VIEW") for schema, view in self.list_rules_tmp_views()]
-        tables = [(schema, table, "TABLE") for schema, table in self.list_rules_tmp() + self.list_export_tmp()]
-        for schema, table, kind in views + tables:
-            run_id = run_id_of_tmp_table(table)
-            try:
-                with raw_connection(self.engine) as conn, conn.cursor() as cur:
-                    live = False
-                    if run_id is not None:
-                        cur.execute(_sql("run_is_live"), {"run_id": run_id})
-                        live = cur.fetchone() is not None
-                    if live:
-                        continue
-                    # No IF EXISTS: a table its own run dropped since the listing is not counted as an orphan.
-                    cur.execute(sql.SQL("DROP {} {} CASCADE").format(sql.SQL(kind), ident(schema, table)))
-            except pg_errors.UndefinedTable:
-                continue
-            dropped.append(f"{schema}.{table}")
-        if dropped:
-            log.info("janitor dropped %d orphan rules_tmp tables", len(dropped), extra={"tables": dropped})
-        return dropped
+        try:
+            with raw_connection(self.engine) as conn, conn.cursor() as cur:
+                if run_id is not None:
+                    cur.execute(_sql("run_is_live"), {"run_id": run_id})
+                    if cur.fetchone() is not None:
+                        return False
+                what = sql.SQL("VIEW" if view else "TABLE")
+                cur.execute(sql.SQL("DROP {} {} CASCADE").format(what, ident(schema, name)))
+        except pg_errors.UndefinedTable:
+            return False
+        return True
 
-    # -- kept rules results (`firefeed values`, SPEC P33) -----------------
-    def keep_rules_result(self, company: str, project: str, run_id: str, result: str) -> str | None:
-        """Keep run `run_id`'s rules result `result` as `kept_result_table(run_id)`: its pass tables renamed
-        instead of dropped when the run ends (free, where copying a million items is not). Returns the
-        kept name; None, keeping nothing, when the result is or reads a relation that is not one of the
-        run's pass tables (the items table, a lookup table: the next run rebuilds those, and a view
-        kept over them would stop its DROP).
+    def rename_relation(self, company: str, name: str, new: str, *, view: bool, conn: Any) -> None:
+        """ALTER TABLE (or VIEW) ... RENAME TO `new`, in the caller's transaction."""
+        what = sql.SQL("VIEW" if view else "TABLE")
+        with conn.cursor() as cur:
+            cur.execute(
+                sql.SQL("ALTER {} {} RENAME TO {}").format(what, ident(company_schema(company), name), ident(new))
+            )
 
-        The kept relation is commented `project <id>`, which `drop_kept_results` finds it by.
-        """
-        schema = company_schema(company)
-        kept = kept_result_table(run_id)
-        with raw_connection(self.engine) as conn, conn.cursor() as cur:
-            relations = _reads(cur, schema, result)
-            if any(run_id_of_tmp_table(name) != run_id or not name.startswith(RULES_TMP_PREFIX) for name in relations):
-                return None
-            for name, kind in relations.items():
-                what = sql.SQL("VIEW" if kind == "v" else "TABLE")
-                new = kept if name == result else kept_part_table(name)
-                cur.execute(sql.SQL("ALTER {} {} RENAME TO {}").format(what, ident(schema, name), ident(new)))
-            what = sql.SQL("VIEW" if relations[result] == "v" else "TABLE")
-            cur.execute(sql.SQL("COMMENT ON {} {} IS %s").format(what, ident(schema, kept)), (f"project {project}",))
-        return kept
+    def comment_relation(self, company: str, name: str, comment: str, *, view: bool, conn: Any) -> None:
+        """COMMENT ON TABLE (or VIEW) `name` IS `comment`, in the caller's transaction."""
+        what = sql.SQL("VIEW" if view else "TABLE")
+        with conn.cursor() as cur:
+            cur.execute(
+                sql.SQL("COMMENT ON {} {} IS %s").format(what, ident(company_schema(company), name)), (comment,)
+            )
 
-    def drop_kept_results(self, company: str, project: str, *, keep: str | None = None) -> list[str]:
-        """Drop the rules results `project`'s earlier runs kept (all but `keep`), each with the tables it
-        reads; returns the names dropped. One in use for more than UNUSED_DROP_LOCK_S (a values call
-        counting it) is left for the next run to drop, as `_drop_unless_busy` leaves a table."""
-        schema = company_schema(company)
-        params = {"schema": schema, "pattern": _like_prefix(RESULT_PREFIX), "comment": f"project {project}"}
-        dropped: list[str] = []
-        for name, _ in self._query(_sql("kept_results"), params):
-            if name == keep:
-                continue
-            # Its own tables are named `<name>_...` (`kept_part_table`): CASCADE takes the views over them.
-            tables = [t for _, t in self._run_tables(name, company)]
-            try:
-                with raw_connection(self.engine) as conn, conn.cursor() as cur:
-                    cur.execute("SET LOCAL lock_timeout = %s", (f"{int(UNUSED_DROP_LOCK_S * 1000)}ms",))
-                    for table in tables:
-                        cur.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(ident(schema, table)))
-            except pg_errors.LockNotAvailable:
-                log.info("kept result %s is in use: left for the next run to drop", name)
-                continue
-            dropped.append(name)
-        return dropped
+    def kept_relations(self, company: str, prefix: str, comment: str) -> list[tuple[str, str]]:
+        """(name, kind) of the relations named `prefix`* of the company schema commented `comment`."""
+        params = {"schema": company_schema(company), "pattern": _like_prefix(prefix), "comment": comment}
+        return [(r[0], r[1]) for r in self._query(_sql("kept_results"), params)]
 
     # -- export diff tables (feed quality, #9) ----------------------------
     def create_export_tmp(
@@ -640,19 +559,6 @@ class SchemaService:
             if checks is not None:
                 cur.execute(sql.SQL("COMMENT ON TABLE {} IS %s").format(ident(schema, table)), (f"checks {checks}",))
         return table
-
-    def list_export_tmp(self, company: str | None = None) -> list[tuple[str, str]]:
-        """(schema, table) of every run-scoped export diff table, of one company or all."""
-        return self._run_tables(EXPORT_TMP_PREFIX, company)
-
-    def drop_export_tmp_for_run(self, company: str, run_id: str) -> int:
-        """Drop the export diff tables a run still has (published ones were renamed away already)."""
-        dropped = 0
-        for schema, table in self.list_export_tmp(company):
-            if run_id_of_tmp_table(table) == run_id:
-                self._ddl(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(schema, table)))
-                dropped += 1
-        return dropped
 
     def create_sync_ledger(self, company: str, table: str, conn: Any = None) -> None:
         """An export's sync ledger (SPEC 10 C10, firefeed/sync/ledger.py), if it is not there yet.
@@ -714,37 +620,16 @@ def table_pages(cur: Any, schema: str, table: str) -> int:
     return int(cur.fetchone()[0])
 
 
-def parts_of_view(cur: Any, schema: str, view: str, *, views: bool = False) -> list[str] | None:
-    """The pass tables, in part order, when `view` is the view a rules run in parts made of them; else None.
-
-    On the caller's cursor: EXPORT asks inside its own read transaction, and reads the parts' heaps, so
-    only tables count as parts unless `views` (pass views, which only the rules read).
-    """
+def view_reads(cur: Any, schema: str, view: str) -> list[tuple[str, str]]:
+    """(name, kind 'r' or 'v') of the tables and views `view` reads, on the caller's cursor."""
     cur.execute(_sql("view_tables"), {"qualified": sql_qualified(schema, view)})
-    found = cur.fetchall()
-    if not views and any(kind != "r" for _, kind in found):
-        return None
-    names = [name for name, _ in found]
-    numbers = [tmp_table_number(n) for n in names]
-    if len(names) < 2 or None in numbers:
-        return None
-    return [n for _, n in sorted(zip(numbers, names, strict=True))]
+    return [(r[0], r[1]) for r in cur.fetchall()]
 
 
-def _reads(cur: Any, schema: str, name: str) -> dict[str, str]:
-    """`name` and every relation of `schema` it reads, directly or through views: {name: kind ('r', 'v')}.
-    A relation of another schema is listed by its own name, which is then no pass table of the run."""
+def relation_kind(cur: Any, schema: str, name: str) -> str:
+    """'r' (a table), 'v' (a view), or '' when `schema`.`name` is no relation; on the caller's cursor."""
     cur.execute(_sql("relation_kind"), {"qualified": sql_qualified(schema, name)})
-    found: dict[str, str] = {name: (cur.fetchone() or ("",))[0] or ""}
-    todo = [name] if found[name] == "v" else []
-    while todo:
-        cur.execute(_sql("view_tables"), {"qualified": sql_qualified(schema, todo.pop())})
-        for read, kind in cur.fetchall():
-            if read not in found:
-                found[read] = kind
-                if kind == "v":
-                    todo.append(read)
-    return found
+    return str((cur.fetchone() or ("",))[0] or "")
 
 
 def sql_qualified(schema: str, table: str) -> str:

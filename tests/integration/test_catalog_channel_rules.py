@@ -31,16 +31,16 @@ def _run(tmp: Path, spec: dict[str, Any]) -> dict[str, Any]:
 
 def _pass_views(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The numbers of the pass views the runs make from now on, in order."""
-    from firefeed.schema.service import SchemaService
+    from firefeed.dataplane.views import RunViews
 
     views: list[int] = []
-    make_view = SchemaService.create_rules_pass_view
+    make_view = RunViews.pass_view
 
-    def spy(self: SchemaService, company: str, run_id: str, number: int, *args: Any) -> str:
+    def spy(self: RunViews, company: str, run_id: str, number: int, *args: Any) -> str:
         views.append(number)
         return make_view(self, company, run_id, number, *args)
 
-    monkeypatch.setattr(SchemaService, "create_rules_pass_view", spy)
+    monkeypatch.setattr(RunViews, "pass_view", spy)
     return views
 
 
@@ -292,7 +292,7 @@ def test_a_lone_exports_rules_run_in_halves_with_the_same_bytes(
     into a view of its own beside the project's, never writing the project's tables; the export is byte
     for byte the one a run in one piece writes."""
     import firefeed.pipeline.rule_passes as rule_passes
-    from firefeed.schema.service import SchemaService
+    from firefeed.dataplane.views import RunViews
 
     _items(tmp_path)
     # Items of ~1.8 KB: more than one heap page, which the halves cut.
@@ -328,13 +328,13 @@ def test_a_lone_exports_rules_run_in_halves_with_the_same_bytes(
     whole = _run(tmp_path, spec("lone_whole"))
     monkeypatch.setattr(rule_passes, "SPLIT_MIN_ROWS", 1)
     views: list[int] = []
-    make_view = SchemaService.create_rules_tmp_view
+    make_view = RunViews.parts_view
 
-    def spy(self: SchemaService, company: str, run_id: str, number: int, tables: Any) -> str:
+    def spy(self: RunViews, company: str, run_id: str, number: int, tables: Any) -> str:
         views.append(number)
         return make_view(self, company, run_id, number, tables)
 
-    monkeypatch.setattr(SchemaService, "create_rules_tmp_view", spy)
+    monkeypatch.setattr(RunViews, "parts_view", spy)
     halves = _run(tmp_path, spec("lone_halves"))
     assert len(views) == 2 and views[0] == 0 and views[1] != 0, views  # the project's, then the export's
     assert halves["exports"][0]["rules"] == whole["exports"][0]["rules"]

@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from firefeed import metrics
+from firefeed.dataplane.run_tables import RunTables
 from firefeed.runs.contract import JobKind, JobSpec
 from firefeed.runs.jobs import JobStore
 from firefeed.runs.maintenance import drop_orphan_tmp_tables, prune_history, reap_stale_runs
@@ -50,7 +51,7 @@ def sample(name: str, **labels: str) -> float:
 
 
 def tmp_tables() -> set[str]:
-    return {table for _, table in SchemaService().list_rules_tmp(COMPANY)}
+    return {table for _, table in RunTables(SchemaService()).list_rules_tmp(COMPANY)}
 
 
 def test_the_janitor_drops_an_orphan_and_never_a_live_runs_table(engine: Engine) -> None:

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from firefeed.config import reset_settings
+from firefeed.dataplane.run_tables import RunTables
 from firefeed.db.engine import raw_connection
 from firefeed.runs.requests import start_run
 from firefeed.runs.service import RunStore
@@ -214,7 +215,7 @@ def test_the_janitor_drops_a_crashed_runs_export_tables_but_not_a_live_ones(run_
         assert len(_run_tables(live)) == 1
     finally:
         RunStore().request_cancel(live)
-        schema.drop_export_tmp_for_run("acme", live)
+        RunTables(schema).drop_export_tmp_for_run("acme", live)
     assert _run_tables(live) == []
 
 

@@ -16,6 +16,7 @@ import pytest
 from psycopg2 import sql
 from sqlalchemy import Engine
 
+from firefeed.dataplane.run_tables import RunTables
 from firefeed.db import plans
 from firefeed.db.engine import raw_connection
 from firefeed.pipeline.rule_passes import (
@@ -161,7 +162,7 @@ def _chunked(
 
 def _run_tables(service: SchemaService, run_id: str) -> list[str]:
     prefix = f"rules_tmp_{run_id.replace('-', '')}"
-    return sorted(t for _, t in service.list_rules_tmp(COMPANY) if t.startswith(prefix))
+    return sorted(t for _, t in RunTables(service).list_rules_tmp(COMPANY) if t.startswith(prefix))
 
 
 def test_in_process_and_chunk_job_passes_give_the_same_items_and_counts(engine: Engine, source: str) -> None:
@@ -207,7 +208,7 @@ def test_in_process_and_chunk_job_passes_give_the_same_items_and_counts(engine: 
         assert service.table_exists(COMPANY, source)
     finally:
         for run_id in runs:
-            service.drop_rules_tmp_for_run(COMPANY, run_id)
+            RunTables(service).drop_rules_tmp_for_run(COMPANY, run_id)
 
 
 def test_with_no_enabled_rule_both_strategies_keep_the_items_table(engine: Engine, source: str) -> None:
@@ -237,7 +238,7 @@ def test_a_pass_is_cut_into_at_most_max_slices_chunk_jobs_with_the_same_result(e
         assert _read_sorted(engine, few.table, few.fields) == _read_sorted(engine, whole.table, whole.fields)
     finally:
         for run_id in runs:
-            service.drop_rules_tmp_for_run(COMPANY, run_id)
+            RunTables(service).drop_rules_tmp_for_run(COMPANY, run_id)
 
 
 LIST_RULES: list[dict[str, Any]] = [
@@ -277,7 +278,7 @@ def test_list_fields_give_the_same_items_in_process_in_halves_and_as_chunk_jobs(
         assert chunked.matched == whole.matched and chunked.excluded == whole.excluded
     finally:
         for run_id in runs:
-            service.drop_rules_tmp_for_run(COMPANY, run_id)
+            RunTables(service).drop_rules_tmp_for_run(COMPANY, run_id)
         service.drop_table(COMPANY, table)
 
 
@@ -348,7 +349,7 @@ def test_a_grouped_pass_over_parts_joins_the_groups_of_all_of_them(engine: Engin
         assert not any(t.endswith("_g") for r in runs for t in _run_tables(service, r))
     finally:
         for run_id in runs:
-            service.drop_rules_tmp_for_run(COMPANY, run_id)
+            RunTables(service).drop_rules_tmp_for_run(COMPANY, run_id)
 
 
 def test_a_grouped_pass_over_halves_whose_plan_would_reorder_probes_the_groups_in_feed_order(
@@ -378,7 +379,7 @@ def test_a_grouped_pass_over_halves_whose_plan_would_reorder_probes_the_groups_i
         assert len(order) == ITEMS and order == sorted(order)
     finally:
         for run_id in runs:
-            service.drop_rules_tmp_for_run(COMPANY, run_id)
+            RunTables(service).drop_rules_tmp_for_run(COMPANY, run_id)
 
 
 def test_keeps_order_accepts_a_hash_of_the_groups_and_refuses_one_of_the_items(

@@ -24,6 +24,7 @@ from psycopg2 import sql
 from psycopg2.extras import execute_values
 from sqlalchemy import Engine
 
+from firefeed.dataplane.run_tables import RunTables
 from firefeed.db.engine import raw_connection
 from firefeed.export import write_export
 from firefeed.export.google_xml import element_names
@@ -228,7 +229,7 @@ def run_both(
         if exports is not None:
             exports(result, project_lists)
     finally:
-        service.drop_rules_tmp_for_run(COMPANY, run_id)
+        RunTables(service).drop_rules_tmp_for_run(COMPANY, run_id)
         service.drop_table(COMPANY, table)
         for lookup in tables.values():
             service.drop_table(COMPANY, lookup)

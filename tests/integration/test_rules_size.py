@@ -19,6 +19,7 @@ from sqlalchemy import Engine
 from firefeed.api.app import create_app
 from firefeed.api.serve import ServerThread
 from firefeed.config import reset_settings
+from firefeed.dataplane.run_tables import RunTables
 from firefeed.errors import SpecError
 from firefeed.pipeline.rule_passes import run_rules
 from firefeed.rules._plan import plan_passes
@@ -172,9 +173,9 @@ def test_rules_start_refuses_a_plan_over_the_cap_before_any_sql_runs(engine: Eng
             )
         assert info.value.path.startswith("rules[")
         assert "rules_max_sql_bytes (40000 bytes of SQL" in info.value.message
-        assert service.drop_rules_tmp_for_run(COMPANY, run_id) == 0  # no pass table was made
+        assert RunTables(service).drop_rules_tmp_for_run(COMPANY, run_id) == 0  # no pass table was made
     finally:
-        service.drop_rules_tmp_for_run(COMPANY, run_id)
+        RunTables(service).drop_rules_tmp_for_run(COMPANY, run_id)
         service.drop_table(COMPANY, table)
 
 

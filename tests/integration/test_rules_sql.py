@@ -9,6 +9,7 @@ import pytest
 from psycopg2 import sql
 from sqlalchemy import Engine
 
+from firefeed.dataplane.run_tables import RunTables
 from firefeed.db.engine import raw_connection
 from firefeed.pipeline.rule_passes import run_rules
 from firefeed.rules._text import capitalize, simple_lower, simple_upper
@@ -240,11 +241,15 @@ def test_passes_drop_the_previous_pass_table_but_never_the_source(engine: Engine
             rules=parse_rules(raw, key_field=KEY_FIELD),
         )
         assert result.passes == 3
-        left = [t for _, t in service.list_rules_tmp(COMPANY) if t.startswith(f"rules_tmp_{run_id.replace('-', '')}")]
+        left = [
+            t
+            for _, t in RunTables(service).list_rules_tmp(COMPANY)
+            if t.startswith(f"rules_tmp_{run_id.replace('-', '')}")
+        ]
         assert left == [result.table]
         assert service.table_exists(COMPANY, "items_passes")
     finally:
-        service.drop_rules_tmp_for_run(COMPANY, run_id)
+        RunTables(service).drop_rules_tmp_for_run(COMPANY, run_id)
         service.drop_table(COMPANY, "items_passes")
 
 
@@ -278,7 +283,7 @@ def test_a_pass_run_in_chunks_gives_the_batch_result(engine: Engine) -> None:
         assert chunked == read_items(engine, COMPANY, batch.table, batch.fields)
         assert (rows_in, rows_out, totals) == (batch.rows_in, batch.rows_out, batch.matched)
     finally:
-        service.drop_rules_tmp_for_run(COMPANY, run_id)
+        RunTables(service).drop_rules_tmp_for_run(COMPANY, run_id)
         service.drop_table(COMPANY, "items_chunks")
 
 
@@ -323,7 +328,7 @@ def test_capitalize_agrees_with_postgres_on_every_cased_bmp_character(engine: En
         )
         got = [r["t"] for r in read_items(engine, COMPANY, result.table, result.fields)]
     finally:
-        service.drop_rules_tmp_for_run(COMPANY, run_id)
+        RunTables(service).drop_rules_tmp_for_run(COMPANY, run_id)
         service.drop_table(COMPANY, "items_cap")
     assert got == [capitalize(w) for w in words]
 

@@ -24,7 +24,9 @@ from sqlalchemy import Engine
 from firefeed.api.app import create_app
 from firefeed.api.serve import ServerThread
 from firefeed.config import reset_settings
+from firefeed.dataplane.kept import drop_kept_results, keep_rules_result
 from firefeed.dataplane.names import RESULT_PREFIX, RULES_TMP_PREFIX, kept_result_table
+from firefeed.dataplane.run_tables import RunTables
 from firefeed.db.engine import raw_connection
 from firefeed.pipeline.rule_passes import run_rules
 from firefeed.rules.model import parse_rules
@@ -190,8 +192,8 @@ def test_a_result_is_kept_with_every_table_it_reads_or_not_at_all(
         cur.execute(counted.format(ident(company_schema(company), result.table)))
         expected = cur.fetchone()
 
-    kept = schema.keep_rules_result(company, "p", run_id, result.table)
-    schema.drop_rules_tmp_for_run(company, run_id)  # the run's end
+    kept = keep_rules_result(schema, company, "p", run_id, result.table)
+    RunTables(schema).drop_rules_tmp_for_run(company, run_id)  # the run's end
     if keeps:
         assert kept == kept_result_table(run_id)
         with raw_connection(engine) as conn, conn.cursor() as cur:
@@ -201,7 +203,7 @@ def test_a_result_is_kept_with_every_table_it_reads_or_not_at_all(
         assert kept is None
         assert not schema.table_exists(company, result.table)  # the run's end dropped its view over the items
     schema.drop_table(company, items)  # nothing kept reads the items table: the next MERGE may rebuild it
-    assert schema.drop_kept_results(company, "p") == ([kept] if keeps else [])
+    assert drop_kept_results(schema, company, "p") == ([kept] if keeps else [])
     assert [r for r in _relations(engine, company, RESULT_PREFIX) if run_id.replace("-", "") in r] == []
 
 

@@ -23,6 +23,7 @@ from typing import IO, Any
 import pytest
 
 from firefeed.config import reset_settings
+from firefeed.dataplane.run_tables import RunTables
 from firefeed.tasks.queues import ALL_QUEUES
 from tests.integration.celery_workers import (
     FIREFEED,
@@ -192,7 +193,10 @@ def run_tables() -> list[str]:
     from firefeed.schema.service import SchemaService
 
     service = SchemaService()
-    return [f"{schema}.{table}" for schema, table in service.list_rules_tmp() + service.list_export_tmp()]
+    return [
+        f"{schema}.{table}"
+        for schema, table in RunTables(service).list_rules_tmp() + RunTables(service).list_export_tmp()
+    ]
 
 
 def unpublished_files(export_dir: Path) -> list[Path]:

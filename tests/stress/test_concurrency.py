@@ -20,6 +20,7 @@ import yaml
 
 from firefeed.config import get_settings
 from firefeed.dataplane.names import rules_tmp_table
+from firefeed.dataplane.run_tables import RunTables
 from firefeed.runs.requests import start_run
 from firefeed.runs.service import RunStore
 from firefeed.schema.service import SchemaService
@@ -172,11 +173,11 @@ def test_rules_tmp_tables_created_at_once_in_a_new_company_all_exist(database_ur
         return schema.create_rules_tmp(company, run_ids[i], 1 + i % 2, ["title", "price"], [("_ff_m1", "boolean")])
 
     tables = _all_at_once(THREADS, create)
-    assert sorted(t for _, t in schema.list_rules_tmp(company)) == sorted(tables)
+    assert sorted(t for _, t in RunTables(schema).list_rules_tmp(company)) == sorted(tables)
     for i, table in enumerate(tables):
         assert schema.table_columns(company, table)[3:] == ["title", "price", "_ff_m1"], i
-    assert sum(schema.drop_rules_tmp_for_run(company, r) for r in run_ids) == THREADS
-    assert schema.list_rules_tmp(company) == []
+    assert sum(RunTables(schema).drop_rules_tmp_for_run(company, r) for r in run_ids) == THREADS
+    assert RunTables(schema).list_rules_tmp(company) == []
 
 
 def test_add_column_from_many_threads_on_one_company_adds_each_column_once(database_url: str) -> None:
@@ -240,14 +241,14 @@ def test_the_janitor_running_alongside_live_runs_drops_only_the_orphans(database
             j.join(timeout=30)
     assert not errors, errors
     dropped.extend(drop_orphan_tmp_tables())
-    left = {t for _, t in schema.list_rules_tmp(company)}
+    left = {t for _, t in RunTables(schema).list_rules_tmp(company)}
     assert left == {rules_tmp_table(r, p) for r in live for p in (1, 2, 3)}
     assert {t.split(".", 1)[1] for t in dropped} >= {rules_tmp_table(r, p) for r in dead for p in (1, 2, 3)}
     for run_id in live:
-        assert schema.drop_rules_tmp_for_run(company, run_id) == 3, "a live run lost a pass table"
+        assert RunTables(schema).drop_rules_tmp_for_run(company, run_id) == 3, "a live run lost a pass table"
     with raw_connection() as conn, conn.cursor() as cur:
         cur.execute("UPDATE pipeline_runs SET status = 'FAILED' WHERE id = ANY(%s::uuid[])", (live,))
-    assert schema.list_rules_tmp(company) == []
+    assert RunTables(schema).list_rules_tmp(company) == []
 
 
 def test_the_janitor_does_not_count_a_table_its_run_dropped_after_the_listing(
@@ -266,7 +267,7 @@ def test_the_janitor_does_not_count_a_table_its_run_dropped_after_the_listing(
     schema.create_company_schema(company)
     gone = schema.create_rules_tmp(company, run_id, 1, ["title"])
     orphan = schema.create_rules_tmp(company, run_id, 2, ["title"])
-    listing = schema.list_rules_tmp(company)
+    listing = RunTables(schema).list_rules_tmp(company)
     schema.drop_table(company, gone)  # the run's own cleanup, after the janitor listed the table
-    monkeypatch.setattr(SchemaService, "list_rules_tmp", lambda self, company=None: listing)
+    monkeypatch.setattr(RunTables, "list_rules_tmp", lambda self, company=None: listing)
     assert drop_orphan_tmp_tables() == [f"company_{company}.{orphan}"]

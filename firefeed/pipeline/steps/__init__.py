@@ -8,13 +8,14 @@ which runs the passes) and export; finish is the run's end, _shared what several
 of them need. The names are re-exported here: callers write `steps.fetch_one`.
 """
 
+from firefeed.dataplane.passes import CHANNEL_PASS_STRIDE
 from firefeed.pipeline.steps._shared import PARSER_VERSION, export_key, parse_signature
 from firefeed.pipeline.steps.export import export_one
 from firefeed.pipeline.steps.fetch import FetchOutcome, fetch_feed, fetch_one, fetch_settings
 from firefeed.pipeline.steps.finish import cleanup, discard_partials, drop_unnamed_tables
 from firefeed.pipeline.steps.merge import merge
 from firefeed.pipeline.steps.parse import ParseOutcome, parse_one, stage_feed
-from firefeed.pipeline.steps.rules import CHANNEL_PASS_STRIDE, channel_report, channel_rules, read_once
+from firefeed.pipeline.steps.rules import channel_report, channel_rules, read_once
 
 __all__ = [
     "CHANNEL_PASS_STRIDE",

@@ -7,6 +7,7 @@ import logging
 import shutil
 from collections.abc import Iterable
 
+from firefeed.dataplane.run_tables import RunTables
 from firefeed.errors import NotFoundError
 from firefeed.pipeline.context import RunContext
 from firefeed.pipeline.steps._shared import export_key
@@ -62,8 +63,7 @@ def discard_partials(ctx: RunContext) -> None:
 def cleanup(ctx: RunContext) -> None:
     """Whatever the outcome: drop the run's pass tables and its downloads."""
     try:
-        ctx.schema.drop_rules_tmp_for_run(ctx.spec.company, ctx.run_id)
-        ctx.schema.drop_export_tmp_for_run(ctx.spec.company, ctx.run_id)
+        RunTables(ctx.schema).drop_for_run(ctx.spec.company, ctx.run_id)
     except Exception:
         log.exception("could not drop the run's rules_tmp / export_tmp tables; the janitor will")
     try:

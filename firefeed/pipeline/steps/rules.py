@@ -6,14 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from firefeed.dataplane.passes import channel_first_pass
+from firefeed.dataplane.views import RunViews
 from firefeed.pipeline.context import RunContext
 from firefeed.runs.contract import RulesResult
 from firefeed.schema.identifiers import company_schema
 from firefeed.spec.model import ProjectSpec
-
-#: an export's channel-rule pass tables are numbered from (export index + 1) * this, apart from the
-#: project's passes (1, 2, ... and p * 100 + h for a run's parts), whose result they read
-CHANNEL_PASS_STRIDE = 10_000_000
 
 
 def read_once(spec: ProjectSpec) -> bool:
@@ -35,7 +33,7 @@ def channel_rules(
 
     exp = ctx.spec.exports[index]
     schema = company_schema(ctx.spec.company)
-    first_pass = (index + 1) * CHANNEL_PASS_STRIDE + 1
+    first_pass = channel_first_pass(index)
     # Fields the export's rules make lists that the project's leave as text: its copy holds them as lists.
     into_lists = [f for f in fields if f in exp.list_fields and f not in ctx.spec.list_fields]
     if into_lists:
@@ -49,7 +47,7 @@ def channel_rules(
             fields=fields,
             into_lists=into_lists,
         )
-    holds_rows = ctx.schema.holds_rows(ctx.spec.company, table)
+    holds_rows = RunViews(ctx.schema).holds_rows(ctx.spec.company, table)
     return run_rules(
         ctx.engine,
         ctx.schema,
