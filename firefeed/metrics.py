@@ -63,6 +63,12 @@ class _ProcessMetrics:
         self.runs_finished = Counter(
             "firefeed_runs_finished", "Runs that ended, by final status and trigger.", ["status", "trigger"], registry=r
         )
+        self.runs_by_mode = Counter(
+            "firefeed_runs_by_refresh_mode",
+            "Runs past PARSE, by how they compute their items (SPEC 11 I2): full, delta or unchanged.",
+            ["mode"],
+            registry=r,
+        )
         self.run_duration = Histogram(
             "firefeed_run_duration_seconds",
             "Wall time of a run from start to end, by final status.",
@@ -197,6 +203,11 @@ def process_finished(status: str) -> None:
 
 def rules_tmp_dropped(count: int) -> None:
     _process.rules_tmp_dropped.inc(count)
+
+
+def run_mode(mode: str) -> None:
+    """A run decided how it computes its items (full, delta, unchanged: pipeline/incremental.py)."""
+    _process.runs_by_mode.labels(mode).inc()
 
 
 def runs_reaped(count: int) -> None:
