@@ -26,6 +26,7 @@ from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Engine
 
+from firefeed import metrics
 from firefeed.config import Settings, get_settings
 from firefeed.db.engine import get_engine
 from firefeed.errors import FireFeedError, PublishBlockedError, RunCancelledError
@@ -207,6 +208,7 @@ class _Driver:
         run = self.store.run(self.ctx.run_id)
         decision = incremental.decide(self.ctx, parsed, full=run.full, accept_invalid=run.accept_invalid)
         log.info("refresh: %s (%s)", decision.mode, decision.reason)
+        metrics.run_mode(decision.mode)
         if decision.mode == "unchanged":
             self.reuse(decision)
             return
