@@ -42,7 +42,7 @@ def deliver_job(ctx: RunContext, job: JobState, jobs: JobStore) -> DeliveryResul
     try:
         with export_storage(ctx.settings).reading(params.key) as local:
             sha256, size = _digest(local)
-            if store.last_sha256(ctx.engine, ctx.spec.project, export.name, target.shown) == sha256:
+            if store.last_sha256(ctx.control.engine, ctx.spec.project, export.name, target.shown) == sha256:
                 log.info("delivery to %s unchanged: it holds this file (sha256 %s)", target.shown, sha256[:12])
                 return DeliveryResult(export.name, target.shown, DeliveryStatus.UNCHANGED, 0, 0, None, sha256)
             retries, backoff = ctx.settings.fetch_retries, ctx.settings.fetch_backoff_s
@@ -61,7 +61,7 @@ def deliver_job(ctx: RunContext, job: JobState, jobs: JobStore) -> DeliveryResul
                                 tries + 1, retries + 1, delay)  # fmt: skip
                     time.sleep(delay)
         result = DeliveryResult(export.name, target.shown, DeliveryStatus.DELIVERED, size, tries, None, sha256)
-        store.record_delivered(ctx.engine, ctx.spec.project, ctx.run_id, result)
+        store.record_delivered(ctx.control.engine, ctx.spec.project, ctx.run_id, result)
         log.info("delivered %s to %s: %d bytes in %d tries", export.name, target.shown, size, tries)
         return result
     except (JobLostError, RunCancelledError):
@@ -70,7 +70,9 @@ def deliver_job(ctx: RunContext, job: JobState, jobs: JobStore) -> DeliveryResul
         message = _message(err)
         # A refusal or a lost server is the target's business; anything else is a bug worth its traceback.
         log.warning("delivery of %s to %s failed: %s", export.name, target.shown, message, exc_info=_unexpected(err))
-        record_delivery_failed(ctx.run_id, export.name, target.shown, message, settings=ctx.settings, engine=ctx.engine)
+        record_delivery_failed(
+            ctx.run_id, export.name, target.shown, message, settings=ctx.settings, engine=ctx.control.engine
+        )
         return DeliveryResult(export.name, target.shown, DeliveryStatus.FAILED, 0, tries, message, None)
 
 
@@ -82,7 +84,7 @@ def _send(ctx: RunContext, target: DeliveryTarget, label: str, local: Path, *, t
     from firefeed.secrets.store import resolver_for
 
     settings = fetch_settings(ctx.settings, ctx.spec.company, ctx.spec_dir)
-    references = resolver_for(ctx.spec.company, ctx.spec_dir, settings=ctx.settings, engine=ctx.engine)
+    references = resolver_for(ctx.spec.company, ctx.spec_dir, settings=ctx.settings, engine=ctx.control.engine)
     try:
         if remote_scheme(target.url) is None:
             put_https(
@@ -105,7 +107,7 @@ def _send(ctx: RunContext, target: DeliveryTarget, label: str, local: Path, *, t
             tag=tag,
             attempt_no=attempt,
             settings=settings,
-            host_keys=HostKeyStore(ctx.engine, ctx.spec.company),
+            host_keys=HostKeyStore(ctx.control.engine, ctx.spec.company),
         )
     except FireFeedError as exc:
         references.scrub(exc)

@@ -1,4 +1,9 @@
-"""What every step of a run works with: the run's spec, settings, engine and stores.
+"""What every step of a run works with: the run's spec and settings, the control plane and the data plane.
+
+The two planes are kept apart: `ctx.control` holds the control database's stores (the run's row,
+steps and sources, its jobs), `ctx.data` the company's data (firefeed/dataplane: engine, SchemaService,
+the run's tables and views). Today both are on one Postgres server; a later issue can put companies
+on several by building `data` from another engine. A step asks the plane it writes to.
 
 A worker loads a run's context once per job; the spec is parsed once per process
 and run (a rules worker runs hundreds of chunk jobs of one run).
@@ -14,11 +19,26 @@ from pathlib import Path
 from sqlalchemy import Engine
 
 from firefeed.config import Settings, get_settings
+from firefeed.dataplane.plane import DataPlane
 from firefeed.db.engine import get_engine
+from firefeed.runs.jobs import JobStore
 from firefeed.runs.service import RunStore
 from firefeed.schema.identifiers import project_table
 from firefeed.schema.service import SchemaService
 from firefeed.spec.model import ProjectSpec
+
+
+@dataclass(frozen=True)
+class ControlPlane:
+    """The control database's stores a run works with: its row, steps and sources (RunStore) and its jobs."""
+
+    engine: Engine
+    runs: RunStore
+    jobs: JobStore
+
+    @classmethod
+    def of(cls, engine: Engine) -> ControlPlane:
+        return cls(engine, RunStore(engine), JobStore(engine))
 
 
 @dataclass
@@ -27,13 +47,28 @@ class RunContext:
     spec: ProjectSpec
     spec_dir: Path | None
     settings: Settings
-    engine: Engine
-    schema: SchemaService
-    store: RunStore
+    control: ControlPlane
+    data: DataPlane
+
+    # The names of before the planes were apart, kept for code not moved yet (firefeed/pipeline/incremental.py).
+    @property
+    def engine(self) -> Engine:
+        """The control plane's engine (today also the data plane's): prefer `control.engine` or `data.engine`."""
+        return self.control.engine
+
+    @property
+    def schema(self) -> SchemaService:
+        """`data.schema`."""
+        return self.data.schema
+
+    @property
+    def store(self) -> RunStore:
+        """`control.runs`."""
+        return self.control.runs
 
     def check_cancel(self) -> None:
         """RunCancelledError once a cancel of the run is recorded."""
-        self.store.check_cancel(self.run_id)
+        self.control.runs.check_cancel(self.run_id)
 
     @property
     def work_dir(self) -> Path:
@@ -67,14 +102,9 @@ def load_context(run_id: str, settings: Settings | None = None, engine: Engine |
     """The context of a run, from its spec snapshot."""
     settings = settings or get_settings()
     engine = engine or get_engine()
-    store = RunStore(engine)
-    spec, spec_dir = _run_spec(store, run_id)
+    control = ControlPlane.of(engine)
+    spec, spec_dir = _run_spec(control.runs, run_id)
+    # One server today: the company's data is on the control database's (see the module's docstring).
     return RunContext(
-        run_id=run_id,
-        spec=spec,
-        spec_dir=spec_dir,
-        settings=settings,
-        engine=engine,
-        schema=SchemaService(engine),
-        store=store,
+        run_id=run_id, spec=spec, spec_dir=spec_dir, settings=settings, control=control, data=DataPlane.of(engine)
     )

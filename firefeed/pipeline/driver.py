@@ -180,8 +180,8 @@ def _reused(done: _Done) -> Callable[[], tuple[None, _Done]]:
 class _Driver:
     def __init__(self, ctx: RunContext, dispatcher: Dispatcher, hook: StepHook | None) -> None:
         self.ctx, self.dispatcher = ctx, dispatcher
-        self.jobs = JobStore(ctx.engine)
-        self.store = ctx.store
+        self.jobs = JobStore(ctx.control.engine)
+        self.store = ctx.control.runs
         self.hook = hook or (lambda step, phase, info: None)
         self.current: Step | None = None
         #: Set by `drive` for a dispatcher whose jobs run elsewhere (the batch one runs them in `submit`).
@@ -191,12 +191,12 @@ class _Driver:
         if not self.dispatcher.runs_elsewhere:
             self.steps()
             return
-        with RunWakeups(self.ctx.engine, self.ctx.run_id) as wakeups:
-            self.wakeups, self.jobs, self.store.held = wakeups, JobStore(self.ctx.engine, held=wakeups), wakeups
+        with RunWakeups(self.ctx.control.engine, self.ctx.run_id) as wakeups:
+            self.wakeups, self.jobs, self.store.held = wakeups, JobStore(self.ctx.control.engine, held=wakeups), wakeups
             try:
                 self.steps()
             finally:
-                self.wakeups, self.jobs, self.store.held = None, JobStore(self.ctx.engine), None
+                self.wakeups, self.jobs, self.store.held = None, JobStore(self.ctx.control.engine), None
 
     def check_cancel(self) -> None:
         """RunCancelledError once a cancel of the run is recorded (read through the driver's job store)."""
@@ -307,8 +307,8 @@ class _Driver:
         # index and queries): the whole of RULES is then one job, on the rules queue all the same.
         if self.dispatcher.fans_out_rules and merged.rows > ctx.settings.chunk_rows:
             runner = rule_passes.ChunkJobPasses(
-                ctx.engine,
-                ctx.schema,
+                ctx.data.engine,
+                ctx.data.schema,
                 company=ctx.spec.company,
                 run_id=ctx.run_id,
                 fields=merged.fields,
@@ -318,7 +318,7 @@ class _Driver:
             )
             result = rule_passes.apply_passes(
                 runner,
-                ctx.schema,
+                ctx.data.schema,
                 company=ctx.spec.company,
                 source_table=ctx.items_table,
                 fields=merged.fields,
@@ -428,7 +428,7 @@ class _Driver:
         from firefeed.export.guard import promote
 
         try:
-            promote(self.ctx.schema, self.ctx.spec, self.ctx.run_id, exports)
+            promote(self.ctx.data.schema, self.ctx.spec, self.ctx.run_id, exports)
         except Exception:  # the files are published; only the next run's diff baseline is older
             log.exception("could not keep the published exports' diff rows; the next run diffs against older ones")
 
@@ -437,7 +437,7 @@ class _Driver:
         from firefeed.export.guard import keep_checked
 
         try:
-            keep_checked(self.ctx.schema, self.ctx.spec, self.ctx.run_id, exports)
+            keep_checked(self.ctx.data.schema, self.ctx.spec, self.ctx.run_id, exports)
         except Exception:  # the run fails anyway; only its findings list is lost
             log.exception("could not keep the blocked exports' rows for their findings list")
 
@@ -447,7 +447,7 @@ class _Driver:
 
         ctx = self.ctx
         keep_result(
-            ctx.schema, company=ctx.spec.company, project=ctx.spec.project, run_id=ctx.run_id, table=rules.table
+            ctx.data.schema, company=ctx.spec.company, project=ctx.spec.project, run_id=ctx.run_id, table=rules.table
         )
 
     # -- the plumbing every step shares
@@ -457,7 +457,7 @@ class _Driver:
         self.check_cancel()
         with (
             run_context(step=name),
-            run_statements(self.ctx.engine, self.ctx.run_id, name, settings=self.ctx.settings),
+            run_statements(self.ctx.control.engine, self.ctx.run_id, name, settings=self.ctx.settings),
         ):
             self.store.step_started(self.ctx.run_id, name)
             self.hook(name, "start", {})

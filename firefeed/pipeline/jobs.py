@@ -128,7 +128,7 @@ def _guarded(ctx: RunContext, job: JobState, jobs: JobStore, work: Callable[[], 
             with (
                 Heartbeat(lambda: jobs.heartbeat(job.id), ctx.settings.heartbeat_s),
                 # Its connections carry the job's name (a cancel finds them anywhere) and the step's time limit.
-                run_statements(ctx.engine, ctx.run_id, job.step, settings=ctx.settings, job_id=job.id),
+                run_statements(ctx.control.engine, ctx.run_id, job.step, settings=ctx.settings, job_id=job.id),
             ):
                 return True, work()
         except RunCancelledError:
@@ -204,8 +204,8 @@ def _rules_job(ctx: RunContext, job: JobState, jobs: JobStore) -> contract.Rules
     """Every rule pass in this process (the run does not fan RULES out)."""
     params = contract.RulesParams.from_json(job.params_doc())
     return rule_passes.run_rules(
-        ctx.engine,
-        ctx.schema,
+        ctx.data.engine,
+        ctx.data.schema,
         company=ctx.spec.company,
         run_id=ctx.run_id,
         source_table=ctx.items_table,
@@ -221,8 +221,12 @@ def _rules_chunk_job(ctx: RunContext, job: JobState, jobs: JobStore) -> None:
     """One part of one rules pass; its table and its job's SUCCEEDED land in one transaction."""
     chunk = contract.RulesChunkParams.from_json(job.params_doc())
     plan = rule_passes.pass_plan(ctx.run_id, ctx.spec.parsed_rules, chunk.fields, job.pass_no)
-    with raw_connection(ctx.engine) as conn:
-        result = rule_passes.execute_chunk(conn, ctx.schema, plan, chunk, company=ctx.spec.company, run_id=ctx.run_id)
+    # The pass table (data plane) and the job row (control plane) in one transaction: this needs both on one
+    # server, as they are today; a company placed elsewhere would need the job's success recorded after.
+    with raw_connection(ctx.data.engine) as conn:
+        result = rule_passes.execute_chunk(
+            conn, ctx.data.schema, plan, chunk, company=ctx.spec.company, run_id=ctx.run_id
+        )
         jobs.succeed(job.id, result.to_json(), conn=conn)
 
 

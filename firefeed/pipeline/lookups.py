@@ -118,8 +118,8 @@ def load_lookups(ctx: RunContext) -> list[LookupStats]:
         if lk.inline:
             inline = InlineRows(lk)
             staged = stage_source(
-                ctx.engine,
-                ctx.schema,
+                ctx.data.engine,
+                ctx.data.schema,
                 company=ctx.spec.company,
                 table=staging,
                 reader=inline,
@@ -142,8 +142,8 @@ def load_lookups(ctx: RunContext) -> list[LookupStats]:
                 raise err.as_lookup() from err
             size = fetched.bytes
         stats = build_lookup_table(
-            ctx.engine,
-            ctx.schema,
+            ctx.data.engine,
+            ctx.data.schema,
             company=ctx.spec.company,
             lookup=lk,
             staging=staging,
@@ -153,7 +153,7 @@ def load_lookups(ctx: RunContext) -> list[LookupStats]:
         )
         stats.bytes, stats.rows, stats.malformed = size, staged.rows, staged.stats.malformed
         stats.sha256 = digest
-        ctx.schema.drop_table(ctx.spec.company, staging)
+        ctx.data.schema.drop_table(ctx.spec.company, staging)
         out.append(stats)
     return out
 

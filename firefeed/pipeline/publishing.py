@@ -64,8 +64,8 @@ def publish(
     moves = [[partial_key(key, ctx.run_id), key] for key in keys]
     _pause(ctx.settings, "unrecorded")
     recorded = run_statement(
-        ctx.engine,
-        ctx.store.held,
+        ctx.control.engine,
+        ctx.control.runs.held,
         "record_publishing",
         {
             "run_id": ctx.run_id,
@@ -159,17 +159,17 @@ def _promote(ctx: RunContext) -> None:
     from firefeed.export.guard import promote
     from firefeed.runs.contract import Step
 
-    step = next((s for s in ctx.store.steps(ctx.run_id) if s.step == Step.EXPORT), None)
+    step = next((s for s in ctx.control.runs.steps(ctx.run_id) if s.step == Step.EXPORT), None)
     entries = (step.detail or {}).get("exports", []) if step is not None else []
     index = {e.name: i for i, e in enumerate(ctx.spec.exports)}
     pending = [
         e
         for e in entries
         if e.get("name") in index
-        and ctx.schema.table_exists(ctx.spec.company, export_tmp_table(ctx.run_id, index[e["name"]]))
+        and ctx.data.schema.table_exists(ctx.spec.company, export_tmp_table(ctx.run_id, index[e["name"]]))
     ]
     try:
-        promote(ctx.schema, ctx.spec, ctx.run_id, pending)
+        promote(ctx.data.schema, ctx.spec, ctx.run_id, pending)
     except Exception:  # the files are published; only the next run's diff baseline is older
         log.exception("could not keep the published exports' diff rows; the next run diffs against older ones")
 

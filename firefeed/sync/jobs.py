@@ -109,7 +109,7 @@ def sync_job(ctx: RunContext, job: JobState, jobs: JobStore) -> SyncResult:
     export = ctx.spec.exports[params.export]
     columns = export_columns(export, params.fields)
     result, _ = run_sync(
-        ctx.spec, ctx.spec_dir, export, columns, settings=ctx.settings, engine=ctx.engine, run_id=ctx.run_id
+        ctx.spec, ctx.spec_dir, export, columns, settings=ctx.settings, engine=ctx.control.engine, run_id=ctx.run_id
     )
     if result.error is not None:
         _alert(ctx, export.name, result.error)
@@ -119,7 +119,7 @@ def sync_job(ctx: RunContext, job: JobState, jobs: JobStore) -> SyncResult:
 def _alert(ctx: RunContext, export: str, error: str) -> None:
     from firefeed.alerts.events import record_sync_failed
 
-    record_sync_failed(ctx.run_id, export, error, settings=ctx.settings, engine=ctx.engine)
+    record_sync_failed(ctx.run_id, export, error, settings=ctx.settings, engine=ctx.control.engine)
 
 
 def warnings(results: Sequence[SyncResult]) -> list[str]:

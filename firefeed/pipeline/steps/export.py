@@ -40,11 +40,11 @@ def export_one(
     first = exclude or side_work_first(own.rows_out if own is not None else rows)
     # Written on this machine, then stored: the root that publishes it may run anywhere.
     with (
-        measuring(ctx.engine, ctx.schema, target, exp, first=first) as quality,
+        measuring(ctx.data.engine, ctx.data.schema, target, exp, first=first) as quality,
         storage.writing(partial_key(key, ctx.run_id)) as local,
     ):
         result = write_export(
-            ctx.engine,
+            ctx.control.engine,
             schema=f"company_{ctx.spec.company}",
             table=table,
             fields=list(fields),

@@ -48,7 +48,7 @@ def fetch_one(ctx: RunContext, index: int) -> FetchOutcome:
     from firefeed.pipeline.fetch import Validators
 
     src = ctx.spec.sources[index]
-    row = ctx.store.source_rows(ctx.spec.project).get(src.name)
+    row = ctx.control.runs.source_rows(ctx.spec.project).get(src.name)
     previous = None
     reusable = row is not None and row.parse_signature == parse_signature(src) and row.staged_fields is not None
     if reusable and row is not None:
@@ -56,9 +56,9 @@ def fetch_one(ctx: RunContext, index: int) -> FetchOutcome:
         expected = int((row.staged_stats or {}).get("rows", 0))
         table = staging_table(ctx.spec.project, src.name)
         staged = (
-            ctx.schema.table_has_rows(ctx.spec.company, table)
+            ctx.data.schema.table_has_rows(ctx.spec.company, table)
             if expected
-            else ctx.schema.table_exists(ctx.spec.company, table)
+            else ctx.data.schema.table_exists(ctx.spec.company, table)
         )
         if staged:
             previous = Validators(etag=row.etag, last_modified=row.last_modified, sha256=row.content_sha256)
@@ -88,9 +88,9 @@ def fetch_feed(ctx: RunContext, src: FeedSpec, *, previous: Any = None, scope: s
         previous=previous,
         settings=settings,
         # The run's own company's secrets; the environment only for a spec the CLI applied.
-        references=resolver_for(ctx.spec.company, ctx.spec_dir, settings=ctx.settings, engine=ctx.engine),
+        references=resolver_for(ctx.spec.company, ctx.spec_dir, settings=ctx.settings, engine=ctx.control.engine),
         access=RemoteAccess.of(src),
-        host_keys=HostKeyStore(ctx.engine, ctx.spec.company),
+        host_keys=HostKeyStore(ctx.control.engine, ctx.spec.company),
     )
     path = str(result.path) if result.path is not None else None
     owned = path is not None and Path(path).resolve().is_relative_to(ctx.work_dir.resolve())

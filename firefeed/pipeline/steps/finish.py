@@ -7,7 +7,6 @@ import logging
 import shutil
 from collections.abc import Iterable
 
-from firefeed.dataplane.run_tables import RunTables
 from firefeed.errors import NotFoundError
 from firefeed.pipeline.context import RunContext
 from firefeed.pipeline.steps._shared import export_key
@@ -24,17 +23,17 @@ def drop_unnamed_tables(ctx: RunContext) -> None:
     spec = ctx.spec
     keep = _file_tables(spec.project, {src.name for src in spec.sources}, {lk.name for lk in spec.lookups})
     try:
-        former = _file_tables(spec.project, *ctx.store.former_names(spec.project))
+        former = _file_tables(spec.project, *ctx.control.runs.former_names(spec.project))
     except Exception:  # the names of former specs only add to what the names' pattern finds
         log.exception("could not read the names of the project's former specs")
         former = set()
     try:
         try:
-            ctx.store.project("lkp_" + spec.project)
+            ctx.control.runs.project("lkp_" + spec.project)
             legacy = False  # its sources' staging tables are named like our old lookup staging
         except NotFoundError:
             legacy = True
-        ctx.schema.drop_unnamed_project_tables(
+        ctx.data.schema.drop_unnamed_project_tables(
             spec.company, spec.project, keep, former=former - keep, legacy_lookup_staging=legacy
         )
     except Exception:
@@ -63,7 +62,7 @@ def discard_partials(ctx: RunContext) -> None:
 def cleanup(ctx: RunContext) -> None:
     """Whatever the outcome: drop the run's pass tables and its downloads."""
     try:
-        RunTables(ctx.schema).drop_for_run(ctx.spec.company, ctx.run_id)
+        ctx.data.tables.drop_for_run(ctx.spec.company, ctx.run_id)
     except Exception:
         log.exception("could not drop the run's rules_tmp / export_tmp tables; the janitor will")
     try:

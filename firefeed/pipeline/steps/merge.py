@@ -14,8 +14,8 @@ def merge(ctx: RunContext, parsed: Sequence[ParseOutcome]) -> MergeResult:
     """MERGE the staged sources into the project's items table."""
     staged = [StagedSource.of(s, p.table, p.fields) for p, s in zip(parsed, ctx.spec.sources, strict=True)]
     merged = merge_sources(
-        ctx.engine,
-        ctx.schema,
+        ctx.data.engine,
+        ctx.data.schema,
         company=ctx.spec.company,
         table=ctx.items_table,
         key_field=ctx.spec.key,

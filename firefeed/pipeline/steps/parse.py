@@ -60,8 +60,8 @@ def stage_feed(ctx: RunContext, src: FeedSpec, fetched: FetchOutcome, table: str
             preset=src.preset if isinstance(src, SourceSpec) else None,
         )
         staged = stage_source(
-            ctx.engine,
-            ctx.schema,
+            ctx.data.engine,
+            ctx.data.schema,
             company=ctx.spec.company,
             table=table,
             reader=reader,
@@ -77,7 +77,7 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
     src = ctx.spec.sources[index]
     table = staging_table(ctx.spec.project, src.name)
     if fetched.not_modified:
-        row = ctx.store.source_rows(ctx.spec.project)[src.name]
+        row = ctx.control.runs.source_rows(ctx.spec.project)[src.name]
         stats = row.staged_stats or {}
         return ParseOutcome(
             name=src.name,
@@ -94,7 +94,7 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
 
     assert fetched.path is not None
     # Staging is about to change: forget the old validators until this parse succeeds.
-    ctx.store.update_source(ctx.spec.project, src.name, parse_signature=None)
+    ctx.control.runs.update_source(ctx.spec.project, src.name, parse_signature=None)
     sha256 = fetched.validators.get("sha256")
     # A local file fetched unread (nothing to compare): its digest, the next run's validator, is taken beside.
     pending = sha256 is None and fetched.key is None
@@ -116,7 +116,7 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
         nul_removed=st.nul_removed,
         warnings=list(st.warnings),
     )
-    ctx.store.update_source(
+    ctx.control.runs.update_source(
         ctx.spec.project,
         src.name,
         etag=fetched.validators.get("etag"),

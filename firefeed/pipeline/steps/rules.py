@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from firefeed.dataplane.passes import channel_first_pass
-from firefeed.dataplane.views import RunViews
 from firefeed.pipeline.context import RunContext
 from firefeed.runs.contract import RulesResult
 from firefeed.schema.identifiers import company_schema
@@ -38,8 +37,8 @@ def channel_rules(
     into_lists = [f for f in fields if f in exp.list_fields and f not in ctx.spec.list_fields]
     if into_lists:
         table = copy_as_lists(
-            ctx.engine,
-            ctx.schema,
+            ctx.data.engine,
+            ctx.data.schema,
             company=ctx.spec.company,
             run_id=ctx.run_id,
             number=first_pass - 1,
@@ -47,10 +46,10 @@ def channel_rules(
             fields=fields,
             into_lists=into_lists,
         )
-    holds_rows = RunViews(ctx.schema).holds_rows(ctx.spec.company, table)
+    holds_rows = ctx.data.views.holds_rows(ctx.spec.company, table)
     return run_rules(
-        ctx.engine,
-        ctx.schema,
+        ctx.data.engine,
+        ctx.data.schema,
         company=ctx.spec.company,
         run_id=ctx.run_id,
         source_table=table,
@@ -66,7 +65,7 @@ def channel_rules(
         # (no second write of every item), unless it joins groups of its own (see apply_passes). What it
         # reads may itself be computed (the project's last pass viewed, joining its groups) when the file
         # would still read it in order, hashing the groups: else its rows are written.
-        view_last=reads_rows(exp) and (holds_rows or view_reads_in_order(ctx.engine, schema, table)),
+        view_last=reads_rows(exp) and (holds_rows or view_reads_in_order(ctx.data.engine, schema, table)),
         view_groups=False,
     )
 
