@@ -1,0 +1,239 @@
+"""Refreshes (SPEC 11 I1-I2, #52 part 1): an unchanged refresh reuses the last succeeded run and reports as a
+full run of the same inputs would; any change, or `--full`, recomputes; `full` reaches a run from every
+entry point."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from sqlalchemy import Engine
+
+from firefeed.runs.service import RunStore
+from firefeed.spec.loader import parse_spec
+from tests.integration.conftest import cli, write_csv
+from tests.integration.test_api import add_project, new_company
+from tests.integration.test_processes import insert, make_worker, row, workspace  # noqa: F401
+
+pytestmark = pytest.mark.integration
+
+HEADER = ["id", "title", "price", "brand"]
+EXPORT_FIELDS = {"id": "{id}", "title": "{title}", "price": "{price}", "country": "{country}", "label": "{label}"}
+
+
+def run(spec: Path, *flags: str) -> tuple[int, dict[str, Any]]:
+    code, out = cli("run", str(spec), "--json", *flags)
+    return code, json.loads(out)
+
+
+def ok(spec: Path, *flags: str) -> dict[str, Any]:
+    code, report = run(spec, *flags)
+    assert code == 0, report
+    return report
+
+
+def comparable(report: dict[str, Any]) -> dict[str, Any]:
+    """A report without what may differ between a run and a full run of the same inputs (SPEC 11 I1): its
+    id, times and `incremental` part."""
+    doc = json.loads(json.dumps(report))
+    for key in ("run_id", "requested_at", "started_at", "finished_at", "duration_s", "incremental", "trigger"):
+        doc.pop(key, None)
+    doc["steps"] = [{k: st[k] for k in ("step", "status", "rows_in", "rows_out")} for st in doc["steps"]]
+    for entry in doc["exports"]:
+        entry.pop("last_fetch", None)
+    return doc
+
+
+def write_project(tmp: Path, project: str, *, rules: list[dict[str, Any]] | None = None) -> Path:
+    spec = {
+        "company": "increfresh",
+        "project": project,
+        "key": "id",
+        "sources": [{"name": "main", "url": "main.csv"}, {"name": "stock", "url": "stock.csv", "mode": "enrich"}],
+        "lookups": [{"name": "brands", "url": "brands.csv", "key": "brand"}],
+        "rules": rules
+        if rules is not None
+        else [
+            {"name": "country", "then": [{"lookup": "brands", "match": "brand", "set": {"country": "country"}}]},
+            {
+                "name": "cheap",
+                "when": {"field": "price", "op": "lt", "value": "10"},
+                "then": [{"set": "label", "value": "cheap"}],
+            },
+        ],
+        "exports": [
+            {"name": "feed", "path": "feed.csv", "format": "csv", "fields": EXPORT_FIELDS},
+            {"name": "json", "path": "feed.json", "format": "json", "fields": EXPORT_FIELDS},
+        ],
+    }
+    path = tmp / f"{project}.yaml"
+    path.write_text(yaml.safe_dump(spec, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def write_sources(tmp: Path, n: int = 30, *, price_of: int = 0) -> None:
+    write_csv(
+        tmp / "main.csv", HEADER, [[str(i), f"item {i}", str(i + price_of), f"b{i % 3}"] for i in range(1, n + 1)]
+    )
+    write_csv(tmp / "stock.csv", ["id", "stock"], [[str(i), str(i % 5)] for i in range(1, n + 1)])
+    write_csv(tmp / "brands.csv", ["brand", "country"], [["b0", "FR"], ["b1", "DE"]])
+
+
+def files(exports: Path, project: str) -> dict[str, bytes]:
+    folder = exports / "increfresh" / project
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def test_an_unchanged_refresh_reuses_the_last_run_and_reports_what_a_full_run_reports(
+    run_env: Path, tmp_path: Path
+) -> None:
+    project = f"inc{uuid.uuid4().hex[:8]}"
+    write_sources(tmp_path)
+    spec = write_project(tmp_path, project)
+    first = ok(spec)
+    assert first["incremental"]["mode"] == "full"
+    assert first["incremental"]["reason"].startswith("first run")
+    published = files(run_env, project)
+    stamps = {name: os.stat(run_env / "increfresh" / project / name).st_mtime_ns for name in published}
+
+    refreshed = ok(spec)
+    assert refreshed["incremental"] == {
+        "mode": "unchanged",
+        "reason": f"no source, lookup table or the spec changed since run {first['run_id']}",
+        "items_added": 0,
+        "items_changed": 0,
+        "items_removed": 0,
+        "items_recomputed": 0,
+        "reused_from": first["run_id"],
+    }
+    # Nothing written: the same files, untouched, their sha256 repeated.
+    assert files(run_env, project) == published
+    assert {n: os.stat(run_env / "increfresh" / project / n).st_mtime_ns for n in published} == stamps
+    assert [e["sha256"] for e in refreshed["exports"]] == [e["sha256"] for e in first["exports"]]
+    # Every item unchanged, as the diff of a full run of the same inputs says.
+    for entry in refreshed["exports"]:
+        assert entry["diff"]["unchanged"] == entry["diff"]["rows"] == 30
+        assert (entry["diff"]["added"], entry["diff"]["changed"], entry["diff"]["removed"]) == (0, 0, 0)
+
+    full = ok(spec, "--full")
+    assert full["incremental"]["mode"] == "full" and full["incremental"]["reason"] == "--full asked"
+    assert full["incremental"]["items_recomputed"] == 30
+    assert comparable(refreshed) == comparable(full)
+    assert files(run_env, project) == published
+
+    # A run reused twice names the run that computed it; values read that run's kept result.
+    again = ok(spec)
+    assert again["incremental"]["mode"] == "unchanged" and again["incremental"]["reused_from"] == full["run_id"]
+    code, out = cli("values", project, "label", "--json")
+    assert code == 0, out
+    values = json.loads(out)
+    assert values["run_id"] == again["run_id"]
+    assert {v["value"]: v["count"] for v in values["values"]} == {"cheap": 9, "": 21}
+
+
+def test_a_change_of_source_lookup_spec_or_published_file_recomputes_and_says_why(
+    run_env: Path, tmp_path: Path
+) -> None:
+    project = f"inc{uuid.uuid4().hex[:8]}"
+    write_sources(tmp_path)
+    spec = write_project(tmp_path, project)
+    ok(spec)
+
+    def reason() -> str:
+        report = ok(spec)
+        assert report["incremental"]["mode"] == "full", report["incremental"]
+        assert ok(spec)["incremental"]["mode"] == "unchanged"  # and the next refresh reuses it
+        return str(report["incremental"]["reason"])
+
+    write_csv(tmp_path / "stock.csv", ["id", "stock"], [[str(i), "9"] for i in range(1, 31)])
+    assert reason() == "source 'stock' changed"
+    write_csv(tmp_path / "brands.csv", ["brand", "country"], [["b0", "FR"], ["b1", "IT"]])
+    assert reason() == "lookup 'brands' changed"
+    write_project(tmp_path, project, rules=[{"name": "all", "then": [{"set": "label", "value": "x"}]}])
+    assert reason() == "spec changed"
+    (run_env / "increfresh" / project / "feed.csv").write_text("tampered\n", encoding="utf-8")
+    assert reason() == "export 'feed': its published file is gone or changed"
+    (run_env / "increfresh" / project / "feed.json").unlink()
+    assert reason() == "export 'json': its published file is gone or changed"
+    assert json.loads((run_env / "increfresh" / project / "feed.json").read_text(encoding="utf-8"))
+
+    # A run that fails after MERGE rebuilt the project's tables: the next one recomputes even with the
+    # last succeeded run's sources and spec back.
+    excluding = [{"name": "most", "when": {"field": "id", "op": "ne", "value": "1"}, "then": [{"exclude": True}]}]
+    write_project(tmp_path, project, rules=excluding)  # 29 of 30 items gone: the drop guard blocks
+    code, blocked = run(spec)
+    assert code != 0 and blocked["status"] == "FAILED", blocked
+    write_project(tmp_path, project, rules=[{"name": "all", "then": [{"set": "label", "value": "x"}]}])
+    expected = f"run {blocked['run_id']} rebuilt the project's tables since the last succeeded run"
+    assert reason() == expected
+
+
+def test_full_reaches_a_run_from_the_api_body_the_trigger_task_and_a_processes_row(
+    http: httpx.Client,
+    engine: Engine,
+    run_env: Path,
+    workspace: str,  # noqa: F811
+    make_worker,  # noqa: F811
+    tmp_path: Path,
+) -> None:  # type: ignore[no-untyped-def]
+    from firefeed.tasks.pipeline import trigger
+
+    company, auth = new_company()
+    project = add_project(company, tmp_path)
+    store = RunStore()
+    for body, expected in (({"full": True}, True), ({"accept_drop": True}, False), (None, False)):
+        answer = http.post(f"/api/projects/{project}/pipeline/run", headers=auth, json=body)
+        assert answer.status_code == 202, answer.text
+        run_id = answer.json()["run_id"]
+        assert store.run(run_id).full is expected
+        http.post(f"/api/runs/{run_id}/cancel", headers=auth)
+    refused = http.post(f"/api/projects/{project}/pipeline/run-now", headers=auth, json={"full": "perhaps"})
+    assert refused.status_code == 422, refused.text
+    for kwargs, expected in (({"full": True}, True), ({}, False)):
+        answer = trigger(project, **kwargs)
+        assert answer["status"] == "accepted"
+        assert store.run(answer["run_id"]).full is expected
+        store.request_cancel(answer["run_id"])
+
+    other = f"p{uuid.uuid4().hex[:8]}"
+    spec = {
+        "company": workspace,
+        "project": other,
+        "sources": [{"name": "main", "url": "main.csv"}],
+        "exports": [{"name": "feed", "format": "csv", "path": "f.csv", "fields": {"id": "{id}"}}],
+    }
+    RunStore(engine).apply_spec(parse_spec(spec), spec_dir=tmp_path)
+    write_csv(tmp_path / "main.csv", ["id"], [[str(n)] for n in range(5)])
+    modes = []
+    for input_data in ({"project": other}, {"project": other}, {"project": other, "full": True}):
+        pid = insert(engine, "firefeed.pipeline.run", input_data, workspace=workspace)
+        make_worker().drain()
+        outcome = row(engine, pid)
+        assert outcome["status"] == "completed", outcome
+        modes.append(outcome["output_data"]["incremental"]["mode"])
+    assert modes == ["full", "unchanged", "full"]
+
+
+def test_the_metrics_count_runs_by_refresh_mode(run_env: Path, tmp_path: Path) -> None:
+    from firefeed import metrics
+
+    def count(mode: str) -> float:
+        text = metrics.render(fleet=False)[0].decode()
+        return sum(
+            v
+            for name, labels, v in metrics.iter_samples(text)
+            if name == "firefeed_runs_by_refresh_mode_total" and labels.get("mode") == mode
+        )
+
+    before = {m: count(m) for m in ("full", "unchanged")}
+    write_sources(tmp_path)
+    spec = write_project(tmp_path, f"inc{uuid.uuid4().hex[:8]}")
+    ok(spec)
+    ok(spec)
+    assert {m: count(m) - before[m] for m in before} == {"full": 1, "unchanged": 1}
