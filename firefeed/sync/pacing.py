@@ -40,6 +40,7 @@ class Pacer:
         self._clock = clock
         self._sleep = sleep
         self._lock = threading.Lock()
+        self._turn = threading.Lock()
         # Start with one token: a burst of a full second at the start could crowd a window another sync left.
         self._tokens = 1.0
         self._capacity = max(1.0, self.budget)
@@ -51,7 +52,20 @@ class Pacer:
         self.server_hits = 0
 
     def take(self, stop_at: float | None = None) -> bool:
-        """Wait for a token; False when `stop_at` (a clock time) comes first, so the caller sends nothing."""
+        """Wait for a token; False when `stop_at` (a clock time) comes first, so the caller sends nothing.
+
+        One thread at a time waits for the next token (`_turn`); the others block on the turn instead of
+        all waking for each token and all but one going back to sleep (the CPU of a sync's idle time).
+        """
+        timeout = -1.0 if stop_at is None else max(0.0, stop_at - self._clock())
+        if not self._turn.acquire(timeout=timeout):
+            return False
+        try:
+            return self._take(stop_at)
+        finally:
+            self._turn.release()
+
+    def _take(self, stop_at: float | None) -> bool:
         while True:
             with self._lock:
                 now = self._clock()
