@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install bytecode system-deps lock demo demo-check test test-check test-rabbitmq test-unit test-integration lint format typecheck bench bench-distributed bench-concurrency bench-rules bench-api bench-processes bench-preview bench-quality bench-lists bench-feeds bench-sync stress clean
+.PHONY: install bytecode system-deps lock demo demo-check test test-check test-rabbitmq test-unit test-integration lint format typecheck bench bench-distributed bench-concurrency bench-rules bench-api bench-processes bench-preview bench-quality bench-lists bench-feeds bench-sync bench-incremental stress clean
 
 # From the lock file (tools/install.sh: uv when it can be had, else pip); tools/lock.sh re-resolves it.
 $(STAMP): pyproject.toml requirements-dev.lock
@@ -98,6 +98,10 @@ bench-feeds: $(STAMP)
 # Channel API sync (#51): --items products to the Merchant API stand-in at 3,000 requests/min (BENCH_ARGS=--items 10000).
 bench-sync: $(STAMP)
 	$(BIN)/python bench/sync_bench.py $(BENCH_ARGS)
+
+# Refreshes (#52): a no-op, 1% and stock-only refresh of the 1M feed against its full run, and the Polars anchor.
+bench-incremental: $(STAMP)
+	$(BIN)/python bench/incremental_bench.py $(BENCH_ARGS)
 
 # The stress suites, then the SQL route's property tests with every example (make test tries half).
 stress: $(STAMP) bytecode
