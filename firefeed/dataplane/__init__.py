@@ -13,4 +13,15 @@ tables are created through it); the data plane decides *what* a run creates and
 drops and calls the SchemaService to do it. ``pipeline/`` stands on this package,
 and ``RunContext.data`` carries it apart from the control-plane stores, so that a
 later issue can put companies on several Postgres servers.
+
+- names.py: the names of a run's tables (pass, groups, export diff, kept result), each carrying its run id;
+- passes.py: how pass tables are numbered (parts, the result view, an export's own rules);
+- run_tables.py: RunTables, a run's tables listed and dropped (at its end, or by the janitor);
+- views.py: RunViews, pass views and views of parts, and what a reader learns from them;
+- kept.py: the rules result a succeeded run keeps for `firefeed values`;
+- plane.py: DataPlane, what RunContext.data carries (engine, SchemaService, tables, views);
+- state.py: what a project keeps between runs (sources' digests, lookups', published files).
+
+Nothing here imports this package's modules at import time: schema/service.py imports names.py,
+and the modules above import the SchemaService.
 """
