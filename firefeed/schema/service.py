@@ -9,6 +9,10 @@ halves the write cost and a crash only costs a re-run.
 The fixed catalog statements are the named blocks of queries.sql (one home, also
 for the fleet gauges in firefeed/metrics.py); DDL is composed here, around
 identifiers from firefeed/schema/identifiers.py.
+
+Which tables a run makes, lists, views and drops (their plan and names) is the data plane's
+(firefeed/dataplane); it asks this service for the DDL and the catalog, the primitives under
+"run-scoped relations" below. Company schemas, project tables and added columns stay decided here.
 """
 
 from __future__ import annotations
@@ -526,7 +530,7 @@ class SchemaService:
         After the fingerprint, the comment may carry a JSON document (`quality.label`):
         what each flag bit means, so the findings list can read the table alone.
         `with_payload` adds `j`, the item's output values, for an export with `sync` (only those pay for it).
-        Dropped by `drop_export_tmp_for_run` when the run ends, or renamed into the
+        Dropped by `RunTables.drop_export_tmp_for_run` when the run ends, or renamed into the
         published one by `promote_export_keys`; a crashed run's is the janitor's.
 
         Unlike the other run tables it is LOGGED from the start: a published one is the drop guard's
