@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from sqlalchemy import text
 
 from firefeed.config import reset_settings
 from firefeed.secrets.crypto import generate_key
@@ -54,6 +55,7 @@ def write_project(
     rows: dict[str, tuple[str, str, str]],
     credentials: str = "${secret:GSA}",
     max_drop: int = 100,
+    alerts: list[dict[str, Any]] | None = None,
 ) -> Path:
     """A google-xml export with sync; rows: key -> (title, price, gtin)."""
     feed = folder / f"{project}.csv"
@@ -83,6 +85,8 @@ def write_project(
             }
         ],
     }
+    if alerts:
+        spec["alerts"] = alerts
     path = folder / f"{project}.yaml"
     path.write_text(yaml.safe_dump(spec), encoding="utf-8")
     return path
@@ -229,19 +233,33 @@ def test_repair_sends_what_changed_behind_firefeeds_back_and_deletes_orphans_onl
     assert set(merchant.products()) == {"A", "B", "C"}
 
 
-def test_credentials_refused_by_google_are_the_syncs_error_without_the_secret(
-    merchant: MerchantStandIn, tmp_path: Path, caplog: pytest.LogCaptureFixture
+def test_credentials_refused_by_google_are_the_syncs_error_and_alert_without_the_secret(
+    merchant: MerchantStandIn,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    engine: Any,
 ) -> None:
+    monkeypatch.setenv("FIREFEED_ALERT_BATCH_WAIT_S", "0")  # one try at the alert, then the process goes on
+    reset_settings()
     caplog.set_level(logging.DEBUG)
-    company, project, sa = new_project(merchant)
-    path = write_project(tmp_path, company, project, {"A": ("Shoe", "10 EUR", GOOD_GTIN)})
+    sa = merchant.service_account_json()
+    company, project = company_with(GSA=sa, ALERTS_KEY="k-" + uuid.uuid4().hex), "p_" + uuid.uuid4().hex[:10]
+    alerts = [{"url": "https://127.0.0.1:9/hook", "on": ["sync_failed"], "secret": "ALERTS_KEY"}]
+    path = write_project(tmp_path, company, project, {"A": ("Shoe", "10 EUR", GOOD_GTIN)}, alerts=alerts)
     merchant.refuse_credentials()
-    report = run(path)
+    report = run(path)  # SUCCEEDED: a sync never fails the run
     doc = synced(report)
     assert doc["error"] and doc["pending"] == 1, doc
     assert any(w.startswith("sync_failed: export 'google'") for w in report["warnings"])
+    with engine.connect() as conn:
+        events = conn.execute(
+            text("SELECT event, export, body FROM alert_deliveries WHERE run_id = CAST(:r AS uuid)"),
+            {"r": report["run_id"]},
+        ).all()
+    assert [(e.event, e.export) for e in events] == [("sync_failed", "google")]
     key = json.loads(sa)["private_key"].splitlines()[1]
-    assert key not in json.dumps(report) and key not in caplog.text
+    assert key not in json.dumps(report) and key not in caplog.text and key not in str(events[0].body)
 
 
 def test_a_literal_credential_is_refused_at_apply_naming_its_key(merchant: MerchantStandIn, tmp_path: Path) -> None:
