@@ -140,9 +140,9 @@ def sync_export(
             seconds=round(time.monotonic() - started, 3),
         )
         if locked:
+            last = {**result.to_json(), **({"repair": found} if found else {})}
             conn.cursor().execute(
-                _query("state_end"),
-                {"project": target.project, "export": target.export, "result": json.dumps(result.to_json())},
+                _query("state_end"), {"project": target.project, "export": target.export, "result": json.dumps(last)}
             )
         conn.commit()
     log.info(

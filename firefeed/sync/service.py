@@ -121,6 +121,8 @@ def export_status(engine: Engine, item: Published) -> dict[str, Any]:
         "listed_at": _iso(state[6]) if state else None,
         "last_sync_at": _iso(state[4]) if state else None,
         "last_sync": _last(state[5]) if state else None,
+        # Orphans on the channel as the last repair found them (a repair lists the channel; a sync does not).
+        "orphans": ((state[5] or {}).get("repair") or {}).get("orphans") if state else None,
     }
 
 
