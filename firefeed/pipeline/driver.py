@@ -233,6 +233,7 @@ class _Driver:
             detail["warnings"] = warnings
         done = _Done(*incremental.export_rows(decision), detail)
         publishing.publish(self.ctx, [], rows_in=done.rows_in, rows_out=done.rows_out, detail=detail)
+        steps.drop_unnamed_tables(self.ctx)  # a table an earlier run left because someone held it
         self.deliver(entries, detail)
         self.sync(entries, incremental.result_fields(decision), detail)
         return None, done
