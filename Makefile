@@ -107,7 +107,7 @@ bench-incremental: $(STAMP)
 stress: $(STAMP) bytecode
 	$(BIN)/pytest -m stress tests
 	FIREFEED_THOROUGH_PROPERTIES=1 $(BIN)/pytest -m "not stress" tests/integration/test_rules_differential.py \
-		tests/integration/test_rules_size.py
+		tests/integration/test_rules_size.py tests/integration/test_refresh_differential.py
 
 clean:
 	rm -rf $(VENV) firefeed-demo var exports .mypy_cache .ruff_cache
