@@ -53,6 +53,9 @@ def format_report(report: dict[str, Any]) -> str:
             bar = " " * lo + "█" * (hi - lo)
         dur = f"{st['duration_s']:.2f}" if st["duration_s"] is not None else "-"
         lines.append(f"  {st['step']:<8}{st['status']:<11}{dur:>9}{st['rows_in']:>12,}{st['rows_out']:>12,}  {bar}")
+    refresh = report.get("incremental")
+    if refresh:  # SPEC 11 I2: an unchanged run's MERGE, RULES and EXPORT are the reused run's
+        lines += ["", f"  refresh: {refresh['mode']} ({refresh['reason']})"]
     if report["sources"]:
         lines += [
             "",
