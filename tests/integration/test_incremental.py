@@ -220,7 +220,7 @@ def test_full_reaches_a_run_from_the_api_body_the_trigger_task_and_a_processes_r
     assert modes == ["full", "unchanged", "full"]
 
 
-def test_the_metrics_count_runs_by_refresh_mode(run_env: Path, tmp_path: Path) -> None:
+def test_the_metrics_count_runs_by_refresh_mode_and_the_readable_report_names_it(run_env: Path, tmp_path: Path) -> None:
     from firefeed import metrics
 
     def count(mode: str) -> float:
@@ -237,3 +237,6 @@ def test_the_metrics_count_runs_by_refresh_mode(run_env: Path, tmp_path: Path) -
     ok(spec)
     ok(spec)
     assert {m: count(m) - before[m] for m in before} == {"full": 1, "unchanged": 1}
+    code, out = cli("run", str(spec))  # the readable report says it too
+    assert code == 0, out
+    assert "refresh: unchanged (no source, lookup table or the spec changed since run " in out
