@@ -146,7 +146,8 @@ def test_a_run_through_the_queues_writes_the_same_exports_as_firefeed_run(
     spec = _spec(tmp_path, "acme", "dist_same")
     code, batch = run_json(spec)
     assert code == 0, batch["error"]
-    report = wait_finished(start_run("dist_same", "api"))
+    # full: the same inputs again would reuse the batch run (SPEC 11 I2); the fleet must compute them
+    report = wait_finished(start_run("dist_same", "api", full=True))
     assert report["status"] == "SUCCEEDED", report["error"]
     assert [s["step"] for s in report["steps"]] == ["FETCH", "PARSE", "MERGE", "RULES", "EXPORT"]
     assert {e["name"]: e["sha256"] for e in report["exports"]} == {e["name"]: e["sha256"] for e in batch["exports"]}
@@ -172,7 +173,7 @@ def test_a_catalog_run_through_the_queues_matches_firefeed_run(client_env: dict[
     spec.write_text(yaml.safe_dump(doc), encoding="utf-8")
     code, batch = run_json(spec)
     assert code == 0, batch["error"]
-    report = wait_finished(start_run("dist_catalog", "api"), timeout=120)
+    report = wait_finished(start_run("dist_catalog", "api", full=True), timeout=120)
     assert report["status"] == "SUCCEEDED", report["error"]
     assert {e["name"]: e["sha256"] for e in report["exports"]} == {e["name"]: e["sha256"] for e in batch["exports"]}
     assert report["rules"] == batch["rules"] and report["rules"]["lookups"][0]["matched"] == 40
@@ -197,7 +198,7 @@ def test_channel_rules_viewed_over_the_fleets_chunk_tables_match_firefeed_run(
     spec.write_text(yaml.safe_dump(doc), encoding="utf-8")
     code, batch = run_json(spec)
     assert code == 0, batch["error"]
-    report = wait_finished(start_run("dist_channel_view", "api"), timeout=120)
+    report = wait_finished(start_run("dist_channel_view", "api", full=True), timeout=120)
     assert report["status"] == "SUCCEEDED", report["error"]
     assert [p["step"] for p in report["steps"]] == ["FETCH", "PARSE", "MERGE", "RULES", "EXPORT"]
     assert {e["name"]: e["sha256"] for e in report["exports"]} == {e["name"]: e["sha256"] for e in batch["exports"]}
@@ -355,7 +356,7 @@ def test_rules_chunk_jobs_run_in_parallel_up_to_the_pool_size_and_not_beyond(
     spec = _spec(tmp_path, "acme", "chunky", items=600, rules=[*RULES, LAST_EXCLUSION])
     code, batch = run_json(spec)
     assert code == 0
-    run_id = start_run("chunky", "api")
+    run_id = start_run("chunky", "api", full=True)
     report = wait_finished(run_id, timeout=120)
     assert report["status"] == "SUCCEEDED", report["error"]
     assert report["rules"] == batch["rules"]
