@@ -38,6 +38,9 @@ ROOT = HERE.parent
 FEEDGEN = ROOT.parent / "shared" / "feedgen" / "feedgen.py"
 PANDAS_PUBLISHED_S = 30.1  # ../shared/baseline/README.md: pandas 3.1.1 total, 1M rows, these machines
 PANDAS_PUBLISHED_ROWS = 1_000_000
+#: The steady-state runs recompute MERGE..EXPORT (--full): the same inputs would otherwise reuse the
+#: last run (SPEC 11 I2, `make bench-incremental` measures that), and this figure is the recompute's.
+STEADY = ("--full",)
 sys.path.insert(0, str(HERE))
 
 from _benchdb import create_database, drop_database, save_results  # noqa: E402
@@ -93,8 +96,8 @@ def write_spec(path: Path, project: str, feed: Path, stock: Path, export_format:
     return path
 
 
-def firefeed_run(spec: Path, env: dict[str, str]) -> dict[str, Any]:
-    """Run `firefeed run SPEC --json` as a child; wall seconds, its own peak RSS (MiB) and the report."""
+def firefeed_run(spec: Path, env: dict[str, str], *flags: str) -> dict[str, Any]:
+    """Run `firefeed run SPEC --json [flags]` as a child; wall seconds, its own peak RSS (MiB) and the report."""
     import tempfile
 
     exe = Path(sys.executable).with_name("firefeed")
@@ -103,7 +106,7 @@ def firefeed_run(spec: Path, env: dict[str, str]) -> dict[str, Any]:
     os.sync()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t = time.perf_counter()
-        proc = subprocess.Popen([str(exe), "run", str(spec), "--json"], env=env, stdout=out, stderr=err)
+        proc = subprocess.Popen([str(exe), "run", str(spec), "--json", *flags], env=env, stdout=out, stderr=err)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -248,7 +251,7 @@ def main() -> None:
         csv_spec = args.data_dir / "spec_big.yaml"
         csv_exports: list[float] = []
         print("same spec again, csv export (sources unchanged, diffed against the first run) …", flush=True)
-        again = firefeed_run(csv_spec, env)
+        again = firefeed_run(csv_spec, env, *STEADY)
         again_steps = step_seconds(again["report"])
         csv_exports.append(again_steps["EXPORT"])
         print(f"  {again['wall_s']:.2f}s, steps {again_steps}", flush=True)
@@ -262,12 +265,12 @@ def main() -> None:
         xml_exports: list[float] = []
         for n in range(args.repeat):
             print(f"steady state {n + 1}/{args.repeat}: google-xml again, then csv again …", flush=True)
-            xml = firefeed_run(xml_spec, env)
+            xml = firefeed_run(xml_spec, env, *STEADY)
             xml_steps = step_seconds(xml["report"])
             xml_exports.append(xml_steps["EXPORT"])
             print(f"  google-xml {xml['wall_s']:.2f}s, steps {xml_steps}", flush=True)
             if n + 1 < args.repeat:
-                csv_run = firefeed_run(csv_spec, env)
+                csv_run = firefeed_run(csv_spec, env, *STEADY)
                 csv_exports.append(step_seconds(csv_run["report"])["EXPORT"])
                 print(f"  csv        {csv_run['wall_s']:.2f}s, steps {step_seconds(csv_run['report'])}", flush=True)
         xml_export, csv_export = statistics.median(xml_exports), statistics.median(csv_exports)
