@@ -94,10 +94,11 @@ def cli(*args: str) -> tuple[int, str]:
     return code, out.getvalue()
 
 
-def run_json(spec: Path) -> tuple[int, dict[str, Any]]:
+def run_json(spec: Path, *flags: str) -> tuple[int, dict[str, Any]]:
+    """`firefeed run SPEC --json [flags]` (`--full`: recompute even when nothing changed, SPEC 11 I2)."""
     import json
 
-    code, out = cli("run", str(spec), "--json")
+    code, out = cli("run", str(spec), "--json", *flags)
     return code, json.loads(out)
 
 
