@@ -132,7 +132,7 @@ def test_two_runs_driven_at_once_fetch_all_their_sources_together(fleet_env: dic
             (folder / "spec.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
             store.apply_spec(load_spec_file(folder / "spec.yaml"), spec_dir=folder)
         with celery_workers(fleet_env, log_dir=tmp_path):
-            pools = {"pipeline": 2, "import": 4, "rules": 2, "export": 2, "control": 2}
+            pools = {"pipeline": 2, "import": 4, "rules": 2, "export": 2, "control": 2, "sync": 2}
             assert pool_sizes(fleet_env["FIREFEED_BROKER_URL"]) == pools
             reports = [wait_finished(r, timeout=120) for r in [start_run(p, "api") for p in projects]]
     finally:

@@ -142,7 +142,7 @@ def test_flower_refuses_to_start_without_a_password() -> None:
 @requires_shared_broker
 def test_each_worker_serves_every_childs_metrics_on_its_port_and_passes_promtool(fleet: dict[str, Any]) -> None:
     totals: dict[str, float] = {}
-    for offset, queue in enumerate(("pipeline", "import", "rules", "export", "control")):
+    for offset, queue in enumerate(("pipeline", "import", "rules", "export", "control", "sync")):
         r = _wait_http(f"http://127.0.0.1:{fleet['metrics_base'] + offset}/metrics")
         assert r.status_code == 200, queue
         promtool_check(r.content)
@@ -154,7 +154,7 @@ def test_each_worker_serves_every_childs_metrics_on_its_port_and_passes_promtool
     assert totals["firefeed_step_duration_seconds_count[('status', 'SUCCEEDED'), ('step', 'EXPORT')]"] >= 1
     # One metrics folder per worker port, wiped at start.
     assert sorted(p.name for p in fleet["metrics_dir"].iterdir()) == [
-        f"worker-{fleet['metrics_base'] + i}" for i in range(5)
+        f"worker-{fleet['metrics_base'] + i}" for i in range(6)
     ]
 
 
