@@ -45,7 +45,9 @@ def test_doctor_passes_on_this_machine_and_prints_the_budget(database_url: str, 
     done = doctor(database_url, tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
-    assert re.search(r"PIPELINE 1 x \(IMPORT 2 \+ RULES 2 \+ EXPORT 2\) \+ web pool 5 = 11 of max_connections \d+", out)
+    assert re.search(
+        r"PIPELINE 1 x \(IMPORT 2 \+ RULES 2 \+ EXPORT 2 \+ SYNC 1\) \+ web pool 5 = 12 of max_connections \d+", out
+    )
     assert "at head" in out
     assert re.search(r"memory .*pipeline ~\d+ MB", out)
     assert "all checks passed" in out
