@@ -156,6 +156,9 @@ def test_the_run_view_lists_each_lookup_with_its_matched_and_unmatched_counts(
     store.apply_spec(parse_spec(spec), spec_dir=folder)
     report = execute_run(store.request_run(project, "cli"))
     assert report["status"] == "SUCCEEDED", report["error"]
+    # A refresh of the same inputs reuses that run (SPEC 11): the page shows the same counts, and says so.
+    again = execute_run(store.request_run(project, "cli"))
+    assert again["incremental"]["mode"] == "unchanged", again["incremental"]
     token = TokenStore().create(company)
     with ServerThread(create_app()) as base_url:
         page = browser.new_page(viewport={"width": 1280, "height": 900})  # type: ignore[attr-defined]
@@ -163,6 +166,11 @@ def test_the_run_view_lists_each_lookup_with_its_matched_and_unmatched_counts(
         page.fill("#token-input", token)
         page.click("#login-form button[type=submit]")
         page.wait_for_selector("#lookups tbody tr", timeout=WAIT_MS)
+        assert page.text_content("#run-id") == again["run_id"]
+        assert (page.text_content(".refresh-mode") or "").startswith("refresh: unchanged")
+        reused = page.locator(".timeline-row[data-step] .bar-fill.status-reused")
+        assert reused.count() == 3
+        assert reused.all_text_contents()[0].startswith(f"reused from run {report['run_id'][:8]}")
         assert page.locator("#lookups tbody tr td").all_text_contents() == [
             "cats",
             "gpc",

@@ -65,6 +65,8 @@ export async function loadRuns() {
   return data.runs.some((r) => ACTIVE.has(r.status));
 }
 
+const REUSED_STEPS = new Set(["MERGE", "RULES", "EXPORT"]);
+
 function renderTimeline(report) {
   const steps = report.steps.filter((s) => s.started_at);
   if (!report.started_at && !steps.length) {
@@ -84,19 +86,29 @@ function renderTimeline(report) {
     axis.append(tick);
   }
   rows.push(el("div", { class: "timeline-row axis-row" }, el("span", { class: "label" }, ""), axis));
+  // SPEC 11 I2: an unchanged refresh reuses MERGE..EXPORT of an earlier run; the bars say so in words too.
+  const inc = report.incremental;
+  const reused = inc && inc.mode === "unchanged" && inc.reused_from ? String(inc.reused_from).slice(0, 8) : null;
+  if (inc && inc.mode) {
+    rows.unshift(el("p", { class: "refresh-mode", dataset: { mode: String(inc.mode) } }, `refresh: ${inc.mode}` + (inc.reason ? ` — ${inc.reason}` : "")));
+  }
   for (const name of STEPS) {
     const step = report.steps.find((s) => s.step === name);
     const track = el("div", { class: "track" });
     if (step && step.started_at) {
       const a = Date.parse(step.started_at) - t0;
       const b = (step.finished_at ? Date.parse(step.finished_at) : Date.now()) - t0;
+      const isReused = reused !== null && REUSED_STEPS.has(name) && step.status === "SUCCEEDED";
+      const text = isReused
+        ? `reused from run ${reused} · ${fmtInt(step.rows_in)} → ${fmtInt(step.rows_out)}`
+        : `${fmtSec(step.duration_s)} s · ${fmtInt(step.rows_in)} → ${fmtInt(step.rows_out)}`;
       const bar = el(
         "div",
         {
-          class: "bar-fill status-" + step.status.toLowerCase(),
-          title: `${name} ${step.status} ${fmtSec(step.duration_s)} s, rows in ${fmtInt(step.rows_in)}, out ${fmtInt(step.rows_out)}`,
+          class: "bar-fill status-" + (isReused ? "reused" : step.status.toLowerCase()),
+          title: `${name} ${step.status} ${fmtSec(step.duration_s)} s, rows in ${fmtInt(step.rows_in)}, out ${fmtInt(step.rows_out)}` + (isReused ? `, reused from run ${reused}` : ""),
         },
-        `${fmtSec(step.duration_s)} s · ${fmtInt(step.rows_in)} → ${fmtInt(step.rows_out)}`,
+        text,
       );
       bar.style.left = (a / span) * 100 + "%";
       bar.style.width = Math.max(((b - a) / span) * 100, 0.5) + "%";
