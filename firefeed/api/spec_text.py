@@ -66,17 +66,36 @@ def compose(text: str) -> yaml.Node | None:
         return None
 
 
-def locate(root: yaml.Node | None, path: str) -> Where:
+#: per mapping node (by id, while its tree lives), its scalar keys -> the first (key node, value node) of each
+_Keys = dict[int, dict[str, tuple[yaml.Node, yaml.Node]]]
+
+
+def _keys_of(node: yaml.MappingNode, seen: _Keys | None) -> dict[str, tuple[yaml.Node, yaml.Node]]:
+    """The mapping's keys, read once per `seen`: many problems in one wide mapping (a hostile draft holds
+    tens of thousands in 1 MB) would otherwise each read its keys from the start, quadratic in the draft."""
+    keys = seen.get(id(node)) if seen is not None else None
+    if keys is None:
+        keys = {}
+        for k, v in node.value:
+            if isinstance(k, yaml.ScalarNode):
+                keys.setdefault(k.value, (k, v))  # a repeated key: the first, as a scan from the start finds
+        if seen is not None:
+            seen[id(node)] = keys
+    return keys
+
+
+def locate(root: yaml.Node | None, path: str, seen: _Keys | None = None) -> Where:
     """1-based line and column of the node at `path`; of the deepest node that exists when a key is missing
-    (a required key points at its mapping). A mapping key names the key itself, where a merchant reads it."""
+    (a required key points at its mapping). A mapping key names the key itself, where a merchant reads it.
+
+    `seen`: the mappings' keys read so far, kept by the caller across the paths of one `root`."""
     if root is None:
         return Where(None, None)
     node: yaml.Node = root
     mark = node.start_mark
     for part in path_parts(path):
         if isinstance(node, yaml.MappingNode):
-            key = str(part)
-            found = next(((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == key), None)
+            found = _keys_of(node, seen).get(str(part))
             if found is None:
                 break
             mark, node = found[0].start_mark, found[1]
@@ -91,10 +110,11 @@ def locate(root: yaml.Node | None, path: str) -> Where:
 def error_list(err: SpecError, text: str) -> list[dict[str, Any]]:
     """Every problem of `err`, each with its path, line, column, message and suggestion (or null)."""
     root = compose(text) if any(p.path for p in err.problems) else None
+    seen: _Keys = {}
     out = []
     for problem in err.problems:
         message, suggestion = split_suggestion(problem.detail)
-        where = locate(root, problem.path) if problem.path else _syntax_mark(text)
+        where = locate(root, problem.path, seen) if problem.path else _syntax_mark(text)
         out.append(
             {
                 "path": problem.path,
