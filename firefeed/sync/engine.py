@@ -96,7 +96,10 @@ def sync_export(
     progress = _Progress()
     found: dict[str, Any] | None = None
     issues: dict[str, Any] | None = None
-    with raw_connection(engine) as conn, _account_lock(conn, target.account, stop_at) as locked:
+    # The lock is the company's hold on the account: any company may name any account number in its spec, and
+    # one whose key the channel refuses (or whose token URI never answers) must not keep another's syncs waiting.
+    lock_key = f"{target.company}/{target.account}"
+    with raw_connection(engine) as conn, _account_lock(conn, lock_key, stop_at) as locked:
         ledger = Ledger(conn, target.company, target.project, target.export)
         if not locked:
             progress.down = (
@@ -121,7 +124,7 @@ def sync_export(
                 except (ChannelDown, ChannelBusy) as err:  # the channel could not be listed for a repair
                     progress.down = err.message
                     conn.rollback()
-        counts = ledger.counts()
+        counts = ledger.counts() if ledger.exists() else {}  # unlocked, a first sync has no ledger yet
         pending = sum(n for by in counts.values() for s, n in by.items() if s in ("pending", "sending"))
         if issues is None:
             issues = _stored_issues(conn, target)

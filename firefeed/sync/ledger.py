@@ -96,6 +96,12 @@ class Ledger:
         """Forget the ledger (its sync now goes to another account, data source or catalog)."""
         self.conn.cursor().execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self._names["ledger"]))
 
+    def exists(self) -> bool:
+        """Whether the ledger table is there (a sync that never held the account's lock made none)."""
+        cur = self.conn.cursor()
+        cur.execute("SELECT to_regclass(%(t)s) IS NOT NULL", {"t": self._names["ledger"].as_string(self.conn)})
+        return bool(cur.fetchone()[0])
+
     def has_published(self) -> bool:
         """Whether the export has a published table (a run published it with its payloads)."""
         cur = self.conn.cursor()

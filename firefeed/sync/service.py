@@ -102,8 +102,7 @@ def export_status(engine: Engine, item: Published) -> dict[str, Any]:
         cur.execute(_query("state_get"), {"project": spec.project, "export": item.export.name})
         state = cur.fetchone()
         ledger = Ledger(conn, spec.company, spec.project, item.export.name)
-        cur.execute("SELECT to_regclass(%(t)s) IS NOT NULL", {"t": f'"{ledger.schema}"."{ledger.table}"'})
-        exists = bool(cur.fetchone()[0])
+        exists = ledger.exists()
         counts = ledger.counts() if exists else {}
         errors = ledger.failed_rows(20) if exists else []
         samples = ledger.issue_samples(20) if exists else []

@@ -238,3 +238,53 @@ def test_repair_compares_what_the_channel_holds() -> None:
     assert same_item({"price": "12.00 EUR", "title": "Shoe"}, {"price": "12 eur", "title": " Shoe "})
     assert not same_item({"price": "12.00 EUR"}, {"price": "13 EUR"})
     assert same_item({"title": "Shoe"}, {"title": "Shoe", "unmapped": "x"})
+
+
+def test_another_company_naming_the_same_account_does_not_hold_this_ones_sync(sync_env: Path, tmp_path: Path) -> None:
+    # Any company may write any Merchant Center account number in its spec (with a key Google would refuse, or
+    # a token URI that never answers): its sync must not keep another company's syncs of that account waiting.
+    other = company_with(GSA="{}")
+    other_path = write_project(tmp_path, other, "p_" + uuid.uuid4().hex[:10], {"X": ("Hat", "5 EUR")})
+    run(other_path)
+    company, project = company_with(GSA="{}"), "p_" + uuid.uuid4().hex[:10]
+    path = write_project(tmp_path, company, project, {"A": ("Shoe", "10 EUR")})
+    run(path)
+
+    holding, release = threading.Event(), threading.Event()
+    slow = Channel()
+    slow.on_send = lambda ops: (holding.set(), release.wait(10))
+    other_sync = threading.Thread(target=sync, args=(other_path, slow), kwargs={"list_status": False})
+    other_sync.start()
+    try:
+        assert holding.wait(10)
+        channel = Channel()
+        result = sync(path, channel, list_status=False, max_s=2.0)
+    finally:
+        release.set()
+        other_sync.join(10)
+    assert result.error is None and result.inserted == 1 and set(channel.items) == {"A"}
+
+
+def test_a_second_project_of_the_same_company_and_account_waits_and_says_so(sync_env: Path, tmp_path: Path) -> None:
+    # One sync per company and account at a time (the quota is the account's); the one that could not get the
+    # account is an outcome, even on its first sync, before it has a ledger of its own.
+    company = company_with(GSA="{}")
+    first_path = write_project(tmp_path, company, "p_" + uuid.uuid4().hex[:10], {"X": ("Hat", "5 EUR")})
+    run(first_path)
+    path = write_project(tmp_path, company, "p_" + uuid.uuid4().hex[:10], {"A": ("Shoe", "10 EUR")})
+    run(path)
+
+    holding, release = threading.Event(), threading.Event()
+    slow = Channel()
+    slow.on_send = lambda ops: (holding.set(), release.wait(10))
+    first_sync = threading.Thread(target=sync, args=(first_path, slow), kwargs={"list_status": False})
+    first_sync.start()
+    try:
+        assert holding.wait(10)
+        channel = Channel()
+        result = sync(path, channel, list_status=False, max_s=1.0)
+    finally:
+        release.set()
+        first_sync.join(10)
+    assert result.error is not None and "another sync" in result.error and not channel.calls
+    assert sync(path, channel, list_status=False).inserted == 1
