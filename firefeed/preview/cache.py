@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -44,9 +45,9 @@ TTL_S = 120.0
 PER_COMPANY = 16
 #: bytes of rows the whole process keeps (an entry is at most MAX_ITEMS rows of capped values)
 MAX_BYTES = 64 * 1024**2
-#: what a row costs besides its values' characters (the tuple, the list, the strings' headers)
+#: what a row costs besides its values (the tuple, the list); a value's own cost is sys.getsizeof: a text's
+#: characters are 1, 2 or 4 bytes each in memory, so counting characters would let emoji rows hold 4x the bound
 _ROW_OVERHEAD = 120
-_VALUE_OVERHEAD = 50
 
 Validator = tuple[Any, ...]
 
@@ -70,8 +71,9 @@ class SourceRows:
     at: float = field(default_factory=time.monotonic)
 
     def measured(self) -> SourceRows:
-        self.size = sum(_ROW_OVERHEAD + sum(len(v) + _VALUE_OVERHEAD for v in values) for _, values in self.rows) + sum(
-            len(k) + _VALUE_OVERHEAD for k in self.keys
+        size = sys.getsizeof
+        self.size = sum(_ROW_OVERHEAD + sum(size(v) for v in values) for _, values in self.rows) + sum(
+            size(k) for k in self.keys
         )
         return self
 

@@ -86,3 +86,27 @@ def test_a_local_file_changed_in_place_has_another_validator(tmp_path: Path) -> 
     assert validator_of(unknown, None)[0] == "sha256"  # type: ignore[index]
     (tmp_path / "x").write_bytes(b"id\nB\n")
     assert validator_of(unknown, None) != before
+
+
+def test_an_entry_weighs_at_least_what_its_texts_hold_in_memory() -> None:
+    """A value's characters are not its bytes: a text of emoji holds 4 bytes a character, so counting
+    characters let the cache hold four times MAX_BYTES of such rows."""
+    import sys
+
+    wide = SourceRows(
+        fields=["id", "title"],
+        rows=[(i + 2, [f"K{i}", "\U0001f600" * 1000]) for i in range(20)],
+        keys=[f"K{i}" for i in range(20)],
+        stats=ParseStats(rows=20),
+        lists=frozenset(),
+        delimited={},
+        lists_filled=False,
+        bytes=100,
+        rows_read=20,
+        validator=("stat", 1),
+    ).measured()
+    held = sum(sys.getsizeof(v) for _, values in wide.rows for v in values) + sum(sys.getsizeof(k) for k in wide.keys)
+    assert wide.size >= held
+    cache = SampleCache(max_bytes=8 * wide.size)
+    cache.put("acme", "k", wide)
+    assert cache.size >= held
