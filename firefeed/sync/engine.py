@@ -116,11 +116,11 @@ def sync_export(
                 conn.commit()
                 try:
                     if repair:
-                        found, issues = _repair_plan(conn, ledger, client, target, delete_orphans)
+                        found, issues = _repair_plan(conn, ledger, client, target, delete_orphans, stop_at)
                     pacer = pacer or _pacer_for(client, settings)
                     _send_all(conn, ledger, client, pacer, stop_at, settings, progress)
                     if not repair and progress.down is None and _status_due(conn, target, settings, list_status):
-                        issues = _statuses(conn, ledger, client, target)
+                        issues = _statuses(conn, ledger, client, target, stop_at)
                 except (ChannelDown, ChannelBusy) as err:  # the channel could not be listed for a repair
                     progress.down = err.message
                     conn.rollback()
@@ -369,13 +369,24 @@ def _issue_doc(item: RemoteItem) -> list[dict[str, str]]:
     ]
 
 
-def _list_status(conn: Any, ledger: Ledger, client: ChannelClient, target: SyncTarget) -> dict[str, Any]:
+def _listed(client: ChannelClient, stop_at: float) -> Iterator[RemoteItem]:
+    """The channel's items, until the sync's time is up: a listing that never ends (a catalog too large to list
+    in FIREFEED_SYNC_MAX_S, a channel that hands out page tokens forever) is ChannelBusy, not a worker held."""
+    for n, item in enumerate(client.list_items()):
+        if time.monotonic() >= stop_at:
+            raise ChannelBusy(f"the channel's listing did not finish within the sync's time ({n:,} items listed)")
+        yield item
+
+
+def _list_status(
+    conn: Any, ledger: Ledger, client: ChannelClient, target: SyncTarget, stop_at: float
+) -> dict[str, Any]:
     """List the channel's items, store each one's issues in the ledger, and sum them up ("google says")."""
     cur = conn.cursor()
     cur.execute("SELECT now()")
     since = cur.fetchone()[0]
     batch: list[tuple[str, list[dict[str, str]]]] = []
-    for item in client.list_items():
+    for item in _listed(client, stop_at):
         batch.append((item.key, _issue_doc(item)))
         if len(batch) >= 1000:
             ledger.store_issues(batch)
@@ -391,10 +402,12 @@ def _list_status(conn: Any, ledger: Ledger, client: ChannelClient, target: SyncT
     return summary
 
 
-def _statuses(conn: Any, ledger: Ledger, client: ChannelClient, target: SyncTarget) -> dict[str, Any] | None:
+def _statuses(
+    conn: Any, ledger: Ledger, client: ChannelClient, target: SyncTarget, stop_at: float
+) -> dict[str, Any] | None:
     """The statuses after a sync: a channel that cannot be listed now keeps the last listing (the sends stand)."""
     try:
-        return _list_status(conn, ledger, client, target)
+        return _list_status(conn, ledger, client, target, stop_at)
     except (ChannelDown, ChannelBusy) as err:
         conn.rollback()
         log.warning("could not list the channel's statuses of %s: %s", target.export, err.message)
@@ -410,7 +423,7 @@ def _stored_issues(conn: Any, target: SyncTarget) -> dict[str, Any] | None:
 
 # -- repair -------------------------------------------------------------------------------------
 def _repair_plan(
-    conn: Any, ledger: Ledger, client: ChannelClient, target: SyncTarget, delete_orphans: bool
+    conn: Any, ledger: Ledger, client: ChannelClient, target: SyncTarget, delete_orphans: bool, stop_at: float
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """List the channel; every item it lacks or holds otherwise becomes a pending insert, orphans deletes
     (with `delete_orphans`, else only listed)."""
@@ -451,7 +464,7 @@ def _repair_plan(
     cur.execute("SELECT now()")
     since = cur.fetchone()[0]
     batch: list[tuple[str, list[dict[str, str]]]] = []
-    for item in client.list_items():
+    for item in _listed(client, stop_at):
         batch.append((item.key, _issue_doc(item)))
         on_item(item)
         if len(batch) >= 1000:

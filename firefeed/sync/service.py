@@ -16,6 +16,7 @@ one, an orphan the export no longer has), and sends what differs; orphans are de
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -176,7 +177,7 @@ def _refresh(item: Published, *, settings: Settings, engine: Engine) -> str | No
             from firefeed.sync.engine import _begin
 
             _begin(conn, ledger, target, engine)
-            _list_status(conn, ledger, client, target)
+            _list_status(conn, ledger, client, target, time.monotonic() + settings.sync_max_s)
     except (ChannelDown, ChannelBusy) as err:
         return references.mask(err.message)
     finally:

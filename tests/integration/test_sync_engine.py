@@ -288,3 +288,28 @@ def test_a_second_project_of_the_same_company_and_account_waits_and_says_so(sync
         first_sync.join(10)
     assert result.error is not None and "another sync" in result.error and not channel.calls
     assert sync(path, channel, list_status=False).inserted == 1
+
+
+class EndlessChannel(Channel):
+    """A channel whose listing hands out pages forever (here: for 20 s, so a sync that waits for its end fails)."""
+
+    def list_items(self) -> Iterator[RemoteItem]:
+        began, n = time.monotonic(), 0
+        while time.monotonic() - began < 20:
+            n += 1
+            yield RemoteItem(f"R{n:09d}", {"title": "x"})
+
+
+def test_a_listing_that_never_ends_is_held_to_the_syncs_time(sync_env: Path, tmp_path: Path) -> None:
+    company, project = company_with(GSA="{}"), "p_" + uuid.uuid4().hex[:10]
+    path = write_project(tmp_path, company, project, {"A": ("Shoe", "10 EUR")})
+    run(path)
+    began = time.monotonic()
+    result, found = sync_export(
+        target(path), EndlessChannel(), settings=get_settings(), engine=_engine(), repair=True, max_s=1.0
+    )
+    assert time.monotonic() - began < 8
+    assert result.error is not None and "did not finish" in result.error and found is None
+    began = time.monotonic()
+    listed = sync(path, EndlessChannel(), list_status=True, max_s=1.0)  # the statuses after a sync: the sends stand
+    assert time.monotonic() - began < 8 and listed.inserted == 1 and listed.error is None
