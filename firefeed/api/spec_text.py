@@ -33,9 +33,23 @@ def spec_yaml(document: dict[str, Any]) -> str:
     """The stored document as YAML, its keys in the order the document keeps them (SPEC 8.18).
 
     Every scalar is text (the loader reads YAML with no implicit types), so a value the dumper would
-    read back as a number or a boolean is quoted: the text means what the document meant.
+    read back as a number or a boolean is quoted: the text means what the document meant. For the same
+    reason a key whose value is null (a JSON spec may say `"format": null`, stored as sent) is left out:
+    written as `null` it would read back as the text "null" and the spec would no longer load; left out,
+    it means what null meant (the key's default).
     """
-    return yaml.safe_dump(document, sort_keys=False, allow_unicode=True, default_flow_style=False, width=4096)
+    return yaml.safe_dump(
+        _without_nulls(document), sort_keys=False, allow_unicode=True, default_flow_style=False, width=4096
+    )
+
+
+def _without_nulls(value: Any) -> Any:
+    """`value` with every mapping entry whose value is None left out, at any depth."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
 
 
 def path_parts(path: str) -> list[str | int]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -130,3 +132,22 @@ def test_many_problems_in_one_mapping_read_its_keys_once_not_once_per_problem(mo
     assert [(e["line"], e["column"]) for e in found[:2]] == [(4, 9), (5, 9)]
     assert found[-1]["line"] == n + 3
     assert _CountedEntries.reads <= 2
+
+
+def test_a_stored_spec_with_nulls_reads_back_from_its_yaml() -> None:
+    """A spec PUT as JSON may say `"format": null`; it is stored as sent. Its YAML text (GET .../spec, and
+    what validate checks without a body) wrote `null`, which the loader reads as the text "null": the
+    stored spec no longer loaded from its own text."""
+    from firefeed.spec.loader import load_spec
+
+    sent = {
+        "company": "acme",
+        "project": "p1",
+        "schedule": None,
+        "sources": [{"name": "main", "url": "https://example.com/a.csv", "format": None}],
+        "exports": [{"name": "f", "format": "csv", "path": "f.csv", "channel": None}],
+    }
+    stored = load_spec(json.dumps(sent)).model_dump(mode="json", exclude_unset=True)
+    assert stored["sources"][0]["format"] is None  # as sent
+    again = load_spec(spec_yaml(stored))
+    assert again.model_dump(mode="json") == load_spec(json.dumps(sent)).model_dump(mode="json")
