@@ -696,3 +696,18 @@ def test_the_yaml_the_page_writes_reads_back_as_the_same_texts(browser: Any, ser
     finally:
         page.close()
     assert yaml.load(written, Loader=yaml.BaseLoader) == doc
+
+
+def test_a_null_the_page_writes_is_left_out_not_read_back_as_the_text_null(browser: Any, server: str) -> None:
+    """The Rules view writes the stored spec (GET .../projects/{id}, JSON) back as YAML; a spec PUT as JSON may
+    hold `"format": null`, which as `format: null` the loader reads as the text "null" (every save refused)."""
+    import yaml
+
+    doc = {"schedule": None, "sources": [{"name": "main", "format": None, "opts": {"a": None}}], "name": "x"}
+    page = browser.new_page()
+    try:
+        page.goto(server + "/")
+        written = page.evaluate("async (doc) => (await import('/web/js/yaml.js')).toYaml(doc)", doc)
+    finally:
+        page.close()
+    assert yaml.load(written, Loader=yaml.BaseLoader) == {"sources": [{"name": "main", "opts": {}}], "name": "x"}

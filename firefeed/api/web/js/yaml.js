@@ -45,7 +45,17 @@ function lines(value, indent) {
   });
 }
 
+// A key whose value is null is left out: YAML's null reads back as the text "null" (the loader has no
+// implicit types), and a spec stored from JSON may hold `"format": null`; left out, it means its default.
+const withoutNulls = (v) =>
+  Array.isArray(v)
+    ? v.map(withoutNulls)
+    : isMap(v)
+      ? Object.fromEntries(Object.entries(v).filter(([, x]) => x !== null && x !== undefined).map(([k, x]) => [k, withoutNulls(x)]))
+      : v;
+
 export function toYaml(value) {
+  value = withoutNulls(value);
   if (!isMap(value) && !Array.isArray(value)) return scalar(value) + "\n";
   if (empty(value)) return (Array.isArray(value) ? "[]" : "{}") + "\n";
   return lines(value, 0).join("\n") + "\n";
