@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from firefeed.errors import TooManySpecWritesError
 
@@ -21,6 +22,33 @@ from firefeed.errors import TooManySpecWritesError
 SPEC_WRITES_PER_COMPANY = 2
 #: what a refused client is told to wait: a validation at the caps takes a few seconds
 RETRY_AFTER_S = 2
+
+
+def busy_response() -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI answer of a route that validates a spec under this bound (PUT, validate, restore)."""
+    from firefeed.api import schemas
+
+    return {
+        429: {
+            "model": schemas.ErrorBody,
+            "description": "the company already has as many spec writes in progress as the API validates at once "
+            "(`too_many_spec_writes`, with Retry-After)",
+        }
+    }
+
+
+def spec_body(description: str) -> dict[str, Any]:
+    """The OpenAPI request body of a route that takes a spec as JSON or YAML."""
+    return {
+        "requestBody": {
+            "required": True,
+            "description": description,
+            "content": {
+                "application/json": {"schema": {"type": "object"}},
+                "application/yaml": {"schema": {"type": "string"}},
+            },
+        }
+    }
 
 
 class SpecWrites:

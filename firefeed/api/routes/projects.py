@@ -10,7 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from firefeed.api import schemas, service
 from firefeed.api.auth import CurrentCompany
 from firefeed.api.deps import Store
-from firefeed.api.spec_writes import SPEC_WRITES
+from firefeed.api.spec_writes import SPEC_WRITES, busy_response, spec_body
 from firefeed.config import get_settings
 from firefeed.runs.local import LocalRunner
 from firefeed.runs.requests import start_run
@@ -27,23 +27,8 @@ _BUSY: dict[int | str, dict[str, Any]] = {
 _BAD_SPEC: dict[int | str, dict[str, Any]] = {
     422: {"model": schemas.SpecErrorBody, "description": "invalid spec; `path` names the key"}
 }
-_SPEC_WRITES: dict[int | str, dict[str, Any]] = {
-    429: {
-        "model": schemas.ErrorBody,
-        "description": "the company already has as many spec writes in progress as the API validates at once "
-        "(`too_many_spec_writes`, with Retry-After)",
-    }
-}
-_SPEC_BODY: dict[str, Any] = {
-    "requestBody": {
-        "required": True,
-        "description": "The project spec (SPEC section 2) as JSON or YAML.",
-        "content": {
-            "application/json": {"schema": {"type": "object"}},
-            "application/yaml": {"schema": {"type": "string"}},
-        },
-    }
-}
+_SPEC_WRITES = busy_response()
+_SPEC_BODY = spec_body("The project spec (SPEC section 2) as JSON or YAML.")
 
 
 @router.get("", response_model=schemas.ProjectList)

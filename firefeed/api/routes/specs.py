@@ -14,7 +14,7 @@ from fastapi.concurrency import run_in_threadpool
 from firefeed.api import schemas, specs
 from firefeed.api.auth import CurrentCompany
 from firefeed.api.deps import Store
-from firefeed.api.spec_writes import SPEC_WRITES
+from firefeed.api.spec_writes import SPEC_WRITES, busy_response, spec_body
 from firefeed.config import get_settings
 from firefeed.errors import PayloadTooLargeError
 from firefeed.runs.service import RunStore
@@ -24,23 +24,8 @@ router = APIRouter(prefix="/api/projects", tags=["specs"])
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": schemas.ErrorBody, "description": "unknown project (or another company's) or version"}
 }
-_WRITES: dict[int | str, dict[str, Any]] = {
-    429: {
-        "model": schemas.ErrorBody,
-        "description": "the company already has as many spec writes in progress as the API validates at once "
-        "(`too_many_spec_writes`, with Retry-After)",
-    }
-}
-_SPEC_BODY: dict[str, Any] = {
-    "requestBody": {
-        "required": True,
-        "description": "The project spec (SPEC section 2) as JSON or YAML, as PUT takes it.",
-        "content": {
-            "application/json": {"schema": {"type": "object"}},
-            "application/yaml": {"schema": {"type": "string"}},
-        },
-    }
-}
+_WRITES = busy_response()
+_SPEC_BODY = spec_body("The project spec (SPEC section 2) as JSON or YAML, as PUT takes it.")
 
 
 @router.get("/{project_id}/spec", responses=_NOT_FOUND)
