@@ -201,6 +201,12 @@ def test_a_project_is_created_from_the_form_and_from_yaml_with_its_problems_at_t
     )
     assert caret_line == line
     assert page.evaluate("document.activeElement.id") == "new-yaml"
+    # Tab indents in the box: how to leave it from the keyboard is in its description (WCAG 2.1.2), and works.
+    described = page.get_attribute("#new-yaml", "aria-describedby") or ""
+    assert any("Escape" in (page.text_content(f"[id='{i}']") or "") for i in described.split())
+    page.keyboard.press("Escape")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.id") != "new-yaml"
     page.fill("#new-yaml", text)
     page.wait_for_selector("#new-yaml-status.note-ok")
     page.click("#new-create")

@@ -16,8 +16,10 @@ export function yamlEditor({ id, label, project, rows = 24, onChecked }) {
     autocomplete: "off",
     autocapitalize: "off",
     wrap: "off",
-    "aria-describedby": id + "-status",
+    "aria-describedby": id + "-keys " + id + "-status",
   });
+  // Tab indents here, so how to leave the box from the keyboard is said beside it (WCAG 2.1.2).
+  const keys = el("span", { id: id + "-keys", class: "muted hint" }, "Tab indents; press Escape, then Tab, to leave the text box.");
   const gutter = el("pre", { class: "gutter", "aria-hidden": "true" });
   const status = el("p", { id: id + "-status", class: "note", role: "status" });
   const problems = el("ul", { class: "problems", "aria-label": "problems in the spec" });
@@ -25,6 +27,7 @@ export function yamlEditor({ id, label, project, rows = 24, onChecked }) {
     "div",
     { class: "yaml-editor" },
     el("label", { for: id }, label),
+    keys,
     el("div", { class: "editor-box" }, gutter, textarea),
     status,
     problems,
