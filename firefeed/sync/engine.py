@@ -274,6 +274,13 @@ def _send_all(
                     exhausted = True
                 for row in claimed:
                     attempts[row.key] = row.attempts
+                # A newer run published the export since this sync planned (its payloads may name other columns
+                # than this sync's): those rows go back to pending for that run's sync, and this one stops.
+                stale = [r.key for r in claimed if r.stale]
+                if stale:
+                    busy_keys += stale
+                    progress.down = "a newer run published the export during this sync: that run's sync sends the rest"
+                    claimed = [r for r in claimed if not r.stale]
                 # An insert whose item a newer publish no longer has (a repair beside a run): the next plan
                 # deletes it; nothing to send now.
                 gone = [r for r in claimed if r.op is Op.INSERT and r.values is None]

@@ -44,6 +44,8 @@ class Claimed:
     kind: str
     attempts: int
     values: list[Any] | None
+    #: an insert a newer publish changed since it was planned: not sent by this sync (see `claim` in queries.sql)
+    stale: bool = False
 
 
 @dataclass
@@ -126,7 +128,8 @@ class Ledger:
     def claim(self, n: int) -> list[Claimed]:
         rows = self._run("claim", {"n": n}).fetchall()
         return [
-            Claimed(str(k), Op(op), str(kind), int(n), list(j) if j is not None else None) for k, op, kind, n, j in rows
+            Claimed(str(k), Op(op), str(kind), int(n), list(j) if j is not None else None, bool(stale))
+            for k, op, kind, n, j, stale in rows
         ]
 
     def answer(self, outcomes: Sequence[Outcome], tally: Tally) -> None:

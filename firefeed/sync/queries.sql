@@ -39,14 +39,17 @@ UPDATE {ledger} l
 UPDATE {ledger} SET status = 'pending' WHERE status = 'sending';
 
 -- claim --
--- Up to n pending operations become `sending` (committed before any request leaves), with their payloads
+-- Up to n pending operations become `sending` (committed before any request leaves), with their payloads; an
+-- insert whose published hash is no longer the planned one is `stale` (a newer run published, maybe with other
+-- columns: its payload is not this sync's to send)
 WITH c AS (
     UPDATE {ledger} l
        SET status = 'sending', attempts = l.attempts + 1, sent_at = now()
      WHERE l.k IN (SELECT k FROM {ledger} WHERE status = 'pending' LIMIT %(n)s FOR UPDATE SKIP LOCKED)
- RETURNING l.k, l.op, l.kind, l.attempts
+ RETURNING l.k, l.op, l.kind, l.attempts, l.h
 )
-SELECT c.k, c.op, c.kind, c.attempts, CASE WHEN c.op = 'insert' THEN p.j END AS j
+SELECT c.k, c.op, c.kind, c.attempts, CASE WHEN c.op = 'insert' AND p.h = c.h THEN p.j END AS j,
+       (c.op = 'insert' AND p.k IS NOT NULL AND p.h IS DISTINCT FROM c.h) AS stale
   FROM c LEFT JOIN {published} p ON p.k = c.k;
 
 -- answer --

@@ -313,3 +313,48 @@ def test_a_listing_that_never_ends_is_held_to_the_syncs_time(sync_env: Path, tmp
     began = time.monotonic()
     listed = sync(path, EndlessChannel(), list_status=True, max_s=1.0)  # the statuses after a sync: the sends stand
     assert time.monotonic() - began < 8 and listed.inserted == 1 and listed.error is None
+
+
+def test_a_newer_publish_during_a_sync_is_not_sent_under_the_older_runs_columns(
+    sync_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A sync claims its rows a block at a time from the export's published table; a newer run that publishes
+    # meanwhile (its own sync waits for the account) replaces that table, maybe with other columns. The older
+    # sync must not send the newer payloads under its own column names (a description as the title).
+    monkeypatch.setenv("FIREFEED_SYNC_THREADS", "1")  # blocks of 4 rows: most are claimed after the publish
+    reset_settings()
+    company, project = company_with(GSA="{}"), "p_" + uuid.uuid4().hex[:10]
+    rows = {f"K{i:03d}": (f"Item {i}", "1 EUR") for i in range(20)}
+    older = {c: c for c in COLUMNS}
+    path = write_project(tmp_path, company, project, rows, fields=older)
+    run(path)
+    first = target(path)
+
+    holding, release = threading.Event(), threading.Event()
+    channel = Channel()
+
+    def hold(ops: Sequence[Operation]) -> None:
+        if not holding.is_set():
+            holding.set()
+            release.wait(30)
+
+    channel.on_send = hold
+    out: list[Any] = []
+    sending = threading.Thread(
+        target=lambda: out.append(
+            sync_export(first, channel, settings=get_settings(), engine=_engine(), list_status=False)[0]
+        )
+    )
+    sending.start()
+    try:
+        assert holding.wait(10)
+        write_project(tmp_path, company, project, rows, fields={"id": "id", "mpn": "id", **older})
+        run(path)
+    finally:
+        release.set()
+        sending.join(30)
+    assert all(item["title"].startswith("Item ") for item in channel.items.values()), channel.items
+    assert out and out[0].error is not None and "newer run" in out[0].error, out
+    rest = sync(path, channel, list_status=False)  # the newer run's columns
+    assert rest.error is None and rest.pending == 0 and set(channel.items) == set(rows)
+    assert all(item["mpn"] == key and item["title"].startswith("Item ") for key, item in channel.items.items())
