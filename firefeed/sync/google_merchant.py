@@ -85,6 +85,11 @@ LIMITS = Limits(max_batch=1)
 #: products.list's largest page.
 PAGE_SIZE = 1000
 _MESSAGE_MAX = 1000
+#: A code (Google's status, an issue's code or attribute) as stored in the ledger and shown: Google's are short
+#: words; a longer one is cut, as a message is, so no answer can make a ledger row or a report large.
+_CODE_MAX = 100
+#: Issues kept per product (Google repeats an issue per reporting context; a handful is all a product has).
+_ISSUES_MAX = 50
 
 
 class _NotSendable(Exception):
@@ -449,12 +454,14 @@ def issues_of(product: Mapping[str, Any]) -> tuple[Issue, ...]:
     reporting context: the worst severity is kept); Google's attribute names ("image link") as columns."""
     found: dict[tuple[str, str], Issue] = {}
     for raw in (product.get("productStatus") or {}).get("itemLevelIssues") or []:
-        code = str(raw.get("code", ""))
-        attribute = str(raw.get("attribute", "")).strip().lower().replace(" ", "_")
+        code = str(raw.get("code", ""))[:_CODE_MAX]
+        attribute = str(raw.get("attribute", "")).strip().lower().replace(" ", "_")[:_CODE_MAX]
         severity = _SEVERITY.get(str(raw.get("severity", "")), "info")
         message = str(raw.get("description") or raw.get("detail") or "")
         issue = Issue(code=code, severity=severity, attribute=attribute, message=message[:_MESSAGE_MAX])
         seen = found.get((code, attribute))
+        if seen is None and len(found) >= _ISSUES_MAX:
+            continue
         if seen is None or _RANK[severity] < _RANK[seen.severity]:
             found[(code, attribute)] = issue
     return tuple(found.values())
@@ -528,8 +535,8 @@ def _error_of(response: httpx.Response) -> tuple[str, str, str]:
     for detail in error.get("details") or []:
         if isinstance(detail, dict):
             reason = str(detail.get("reason") or (detail.get("metadata") or {}).get("REASON") or reason)
-    status = str(error.get("status") or f"HTTP_{response.status_code}")
-    return status, str(error.get("message") or response.reason_phrase or "no message"), reason
+    status = str(error.get("status") or f"HTTP_{response.status_code}")[:_CODE_MAX]
+    return status, str(error.get("message") or response.reason_phrase or "no message"), reason[:_CODE_MAX]
 
 
 def _retry_after(response: httpx.Response) -> float | None:

@@ -22,6 +22,7 @@ from firefeed.sync.google_merchant import (
     client_for,
     comparable,
     export_item,
+    issues_of,
     product_id,
     product_input,
     unmapped_columns,
@@ -456,3 +457,14 @@ def test_no_key_or_token_in_errors_or_logs(caplog: pytest.LogCaptureFixture) -> 
     shown = "\n".join([*messages, caplog.text])
     for secret in [*tokens, info["private_key_id"], *pem_lines]:
         assert secret not in shown
+
+
+def test_a_giant_code_or_list_of_issues_is_cut_before_the_ledger(google: MerchantStandIn, key_json: str) -> None:
+    # What a refusal or a status says is stored per item in the ledger and shown: bounded whatever the answer.
+    c = client(google, key_json, label="HUGE")
+    google.fail_next(1, 502, "X" * 200_000)
+    outcome = send_one(c, insert("H1"))
+    assert outcome.retry and outcome.code == "X" * 100
+    raw = [{"code": f"c{n}" + "y" * 10_000, "attribute": "a" * 10_000, "severity": "DEMOTED"} for n in range(5_000)]
+    issues = issues_of({"productStatus": {"itemLevelIssues": raw}})
+    assert len(issues) == 50 and all(len(i.code) <= 100 and len(i.attribute) <= 100 for i in issues)
