@@ -165,15 +165,17 @@ def remote_item(product: dict[str, Any]) -> RemoteItem:
         amount = read_price(product.get(name), currency)
         if amount:
             item[name] = amount
+    # Stored per item in the ledger and shown: a few short codes and cut messages, whatever the answer holds.
+    errors = product.get("errors")
     issues = [
         Issue(
-            code=str(e.get("error_type") or e.get("title") or "error"),
+            code=str(e.get("error_type") or e.get("title") or "error")[:100],
             severity={"HIGH": "error", "MEDIUM": "warning", "LOW": "info"}.get(
                 str(e.get("error_priority") or "").upper(), "error"
             ),
-            message=str(e.get("description") or e.get("title") or ""),
+            message=str(e.get("description") or e.get("title") or "")[:1000],
         )
-        for e in product.get("errors") or []
+        for e in (errors if isinstance(errors, list) else [])[:50]
         if isinstance(e, dict)
     ]
     if not issues and str(product.get("review_status") or "").lower() == "rejected":

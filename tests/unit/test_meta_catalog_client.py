@@ -13,6 +13,7 @@ import pytest
 from firefeed.config import Settings
 from firefeed.secrets.references import Resolver, SpecOrigin
 from firefeed.spec.sync import MetaCatalogSync
+from firefeed.sync._meta_fields import remote_item
 from firefeed.sync.channel import ChannelBusy, ChannelDown, Op, Operation
 from firefeed.sync.meta_catalog import (
     GRAPH_VERSION,
@@ -273,3 +274,10 @@ def test_the_token_never_shows_in_urls_errors_or_logs(
     assert all(TOKEN not in r.body.decode() for r in graph.requests)
     assert all(r.headers["authorization"] == f"Bearer {TOKEN}" for r in graph.requests)
     assert TOKEN not in caplog.text and "meta catalog" in caplog.text
+
+
+def test_a_products_giant_list_of_errors_is_cut_before_the_ledger() -> None:
+    # The catalog's errors of a product are stored per item in the ledger and shown: bounded whatever Meta answers.
+    errors = [{"error_type": "t" * 10_000, "description": "d" * 100_000, "error_priority": "HIGH"}] * 5_000
+    item = remote_item({"retailer_id": "A", "errors": errors})
+    assert len(item.issues) == 50 and all(len(i.code) <= 100 and len(i.message) <= 1000 for i in item.issues)
