@@ -560,6 +560,39 @@ def test_unmatched_lookup_values_become_rows_of_the_lookup_and_the_next_run_matc
     assert page.get_by_label("Action 1 to the lookup's column").input_value() == "gpc"
 
 
+def test_unmatched_values_of_an_exports_own_lookup_action_are_offered_too(
+    root: Path, open_page: Callable[[str], Any]
+) -> None:
+    """An export's own rules (channel rules) may look values up as well; the page said "every lookup value
+    matched" when only such an action missed, and offered no rows to add for it."""
+    company, project = "ws_" + uuid.uuid4().hex[:8], "xcats_" + uuid.uuid4().hex[:8]
+    folder = root / company
+    folder.mkdir(parents=True)
+    write_csv(folder / "main.csv", ["id", "cat"], [["1", "Rings"], ["2", "Hats"]])
+    rule = {"name": "gpc here", "then": [{"lookup": "cats", "match": "cat", "set": {"gpc": "gpc"}}]}
+    spec = {
+        "company": company,
+        "project": project,
+        "sources": [{"name": "main", "url": "main.csv"}],
+        "lookups": [{"name": "cats", "key": "code", "rows": [{"code": "Rings", "gpc": "Jewelry > Rings"}]}],
+        "exports": [{"name": "csv", "format": "csv", "path": "out.csv", "rules": [rule]}],
+    }
+    store = RunStore()
+    store.apply_spec(parse_spec(spec), spec_dir=folder)
+    assert execute_run(store.request_run(project, "cli"))["status"] == "SUCCEEDED"
+    page = open_page(TokenStore().create(company))
+    view(page, "values")
+    form = page.locator("#unmatched form.mapping[data-lookup=cats]")
+    form.wait_for()
+    assert "export csv" in (form.locator("h4").text_content() or "")
+    assert form.locator("tbody tr td:first-child").all_text_contents() == ["Hats"]
+    page.get_by_label("gpc for Hats").fill("Apparel > Hats")
+    form.locator("button.add-rows").click()
+    form.locator(".note-ok").wait_for()
+    rows = store.project(project, company=company).spec["lookups"][0]["rows"]
+    assert rows[-1] == {"code": "Hats", "gpc": "Apparel > Hats"}
+
+
 # --- items --------------------------------------------------------------------------------------------------------
 
 

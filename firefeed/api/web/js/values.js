@@ -87,16 +87,24 @@ async function loadValues() {
   }
 }
 
-// The columns a lookup action reads from its lookup's row: the values of its `set` mapping.
+// The columns a lookup action reads from its lookup's row: the values of its `set` mapping. An action of an
+// export's own rules (`export` set) is one of that export's rules.
 function actionColumns(action) {
-  const rule = (spec.rules || []).find((r, i) => (r.name || `rule ${i + 1}`) === action.rule);
+  const rules = action.export === undefined ? spec.rules : ((spec.exports || []).find((e) => e.name === action.export) || {}).rules;
+  const rule = (rules || []).find((r, i) => (r.name || `rule ${i + 1}`) === action.rule);
   const m = /^(then|else)\[(\d+)\]$/.exec(action.action || "");
   const act = rule && m ? (rule[m[1]] || [])[Number(m[2])] : null;
   return act && act.set && typeof act.set === "object" ? [...new Set(Object.values(act.set).map(String))] : [];
 }
 
+// A run's lookup actions: the project's rules', then each export's own rules' (named by their `export`).
+const lookupActions = (report) => [
+  ...((report && report.rules && report.rules.lookups) || []),
+  ...((report && report.exports) || []).flatMap((e) => ((e.rules && e.rules.lookups) || []).map((a) => ({ ...a, export: e.name }))),
+];
+
 function renderUnmatched(project, report) {
-  const actions = ((report && report.rules && report.rules.lookups) || []).filter((a) => (a.unmatched_values || []).length);
+  const actions = lookupActions(report).filter((a) => (a.unmatched_values || []).length);
   if (!actions.length) {
     $("unmatched").replaceChildren(el("p", { class: "muted" }, report ? "every lookup value matched in the last run" : "no succeeded run yet"));
     return;
@@ -126,7 +134,13 @@ function mappingForm(project, action, n) {
   const form = el(
     "form",
     { class: "mapping", dataset: { lookup: action.lookup }, onsubmit: (e) => (e.preventDefault(), addRows(project, action, keyColumn, form, note)) },
-    el("h4", {}, "Lookup ", el("span", { class: "mono" }, action.lookup), ` — rule ${action.rule}, ${action.action}: ${fmtInt(action.unmatched)} item(s) unmatched`),
+    el(
+      "h4",
+      {},
+      "Lookup ",
+      el("span", { class: "mono" }, action.lookup),
+      ` — rule ${action.rule}${action.export === undefined ? "" : ` of export ${action.export}`}, ${action.action}: ${fmtInt(action.unmatched)} item(s) unmatched`,
+    ),
     inline ? null : el("p", { class: "muted" }, "This lookup is read from a file: its rows are added there, not here."),
     table("mapping-table", heads, rows),
     el(
@@ -176,7 +190,7 @@ async function runNow(project, lookup) {
     const accepted = await api("POST", projectPath(project, "pipeline", "run"));
     say(note, "muted", `run ${accepted.run_id} accepted…`);
     const report = await runEnded(accepted.run_id);
-    const counts = ((report.rules && report.rules.lookups) || []).filter((a) => a.lookup === lookup);
+    const counts = lookupActions(report).filter((a) => a.lookup === lookup);
     const matched = counts.reduce((n, a) => n + a.matched, 0);
     const unmatched = counts.reduce((n, a) => n + a.unmatched, 0);
     const text = `run ${report.status.toLowerCase()}: ${lookup} matched ${fmtInt(matched)}, unmatched ${fmtInt(unmatched)}`;
