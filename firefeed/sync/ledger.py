@@ -201,7 +201,9 @@ class Ledger:
 
     def repair_plan(self, *, delete_orphans: bool, list_orphans: int = 100) -> dict[str, Any]:
         missing, different = self._run("repair_counts").fetchone()
-        orphans = [str(r[0]) for r in self._run("repair_orphans").fetchall()]
+        # Counted and listed in part in the database: neither the orphans nor the resent keys come to Python whole.
+        orphans = int(self._run("repair_orphan_count").fetchone()[0] or 0)
+        orphan_keys = [str(r[0]) for r in self._run("repair_orphans", {"n": list_orphans}).fetchall()]
         resent = self._run("repair_resend").rowcount
         if delete_orphans and orphans:
             self._run("repair_delete_orphans")
@@ -209,6 +211,6 @@ class Ledger:
             "missing": int(missing or 0),
             "different": int(different or 0),
             "resent": int(resent),
-            "orphans": len(orphans),
-            "orphan_keys": orphans[:list_orphans],
+            "orphans": orphans,
+            "orphan_keys": orphan_keys,
         }

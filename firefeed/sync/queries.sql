@@ -129,8 +129,7 @@ SELECT p.k, p.kh, p.h, 'insert', 'repair', 'pending', 0, now()
  WHERE p.j IS NOT NULL AND (r.k IS NULL OR NOT r.same)
 ON CONFLICT (k) DO UPDATE
    SET kh = EXCLUDED.kh, h = EXCLUDED.h, op = 'insert', kind = 'repair', status = 'pending', attempts = 0,
-       code = NULL, message = NULL, planned_at = now()
-RETURNING l.k;
+       code = NULL, message = NULL, planned_at = now();
 
 -- repair_counts --
 -- How many of the export's items the channel lacks, and how many it holds otherwise
@@ -139,10 +138,15 @@ SELECT count(*) FILTER (WHERE r.k IS NULL) AS missing, count(*) FILTER (WHERE NO
  WHERE p.j IS NOT NULL;
 
 -- repair_orphans --
--- Items the channel holds that the export does not send
+-- The first n items the channel holds that the export does not send (a catalog may hold millions of them)
 SELECT r.k FROM sync_remote r
  WHERE NOT EXISTS (SELECT 1 FROM {published} p WHERE p.k = r.k AND p.j IS NOT NULL)
- ORDER BY r.k;
+ ORDER BY r.k LIMIT %(n)s;
+
+-- repair_orphan_count --
+-- How many items the channel holds that the export does not send
+SELECT count(*) FROM sync_remote r
+ WHERE NOT EXISTS (SELECT 1 FROM {published} p WHERE p.k = r.k AND p.j IS NOT NULL);
 
 -- repair_delete_orphans --
 -- Orphans to delete (`--delete-orphans`): pending deletes in the ledger

@@ -358,3 +358,20 @@ def test_a_newer_publish_during_a_sync_is_not_sent_under_the_older_runs_columns(
     rest = sync(path, channel, list_status=False)  # the newer run's columns
     assert rest.error is None and rest.pending == 0 and set(channel.items) == set(rows)
     assert all(item["mpn"] == key and item["title"].startswith("Item ") for key, item in channel.items.items())
+
+
+def test_repair_counts_every_orphan_lists_the_first_and_deletes_them_all_when_asked(
+    sync_env: Path, tmp_path: Path
+) -> None:
+    company, project = company_with(GSA="{}"), "p_" + uuid.uuid4().hex[:10]
+    path = write_project(tmp_path, company, project, {"A": ("Shoe", "10 EUR")})
+    run(path)
+    channel = Channel()
+    channel.items = {f"O{n:04d}": {"title": "gone"} for n in range(250)}
+    _, found = sync_export(target(path), channel, settings=get_settings(), engine=_engine(), repair=True)
+    assert found is not None and (found["orphans"], found["missing"], found["resent"]) == (250, 1, 1)
+    assert found["orphan_keys"] == [f"O{n:04d}" for n in range(100)] and len(channel.items) == 251
+    result, found = sync_export(
+        target(path), channel, settings=get_settings(), engine=_engine(), repair=True, delete_orphans=True
+    )
+    assert found is not None and found["orphans"] == 250 and set(channel.items) == {"A"} and result.deleted == 250
