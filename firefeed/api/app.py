@@ -12,6 +12,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.engine import Engine
+from starlette.responses import Response
+from starlette.types import Scope
 
 from firefeed import __version__
 from firefeed.api import errors
@@ -56,6 +58,16 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     finally:
         if runner is not None:
             runner.shutdown(wait=False)
+
+
+class _PageFiles(StaticFiles):
+    """The page's files, each sent with the page's policy: the static mount serves index.html too
+    (/web/index.html), which must not be a way around the policy `/` sends (no inline script, never framed)."""
+
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        response = await super().get_response(path, scope)
+        response.headers.setdefault("Content-Security-Policy", _PAGE_CSP)
+        return response
 
 
 def create_app(*, engine: Engine | None = None, local_runs: bool = False) -> FastAPI:
@@ -104,7 +116,7 @@ def create_app(*, engine: Engine | None = None, local_runs: bool = False) -> Fas
     app.include_router(ops.router)
     app.include_router(feeds.router)
     app.include_router(sync.router)  # SPEC 10 C10: an export's channel sync status and repair
-    app.mount("/web", StaticFiles(directory=WEB_DIR), name="web")
+    app.mount("/web", _PageFiles(directory=WEB_DIR), name="web")
 
     @app.get("/", include_in_schema=False)
     def index() -> FileResponse:
