@@ -482,3 +482,13 @@ def test_two_additions_at_once_both_land(http: httpx.Client, env: Path, api: str
     assert codes == [200, 200]
     rows = http.get(f"/api/projects/{s.project}/spec", headers=s.auth).json()["spec"]["lookups"][0]["rows"]
     assert sorted(r["title"] for r in rows) == ["Boot", "one", "two"]
+
+
+def test_the_page_has_its_content_security_policy_under_either_of_its_addresses(http: httpx.Client) -> None:
+    """`/` sent the page with its policy (no inline script, never framed); the same file at /web/index.html,
+    as the static mount serves it, came without one: a way around the policy for a link or a frame."""
+    for path in ("/", "/web/index.html"):
+        r = http.get(path)
+        assert r.status_code == 200 and "<main" in r.text
+        policy = r.headers.get("content-security-policy", "")
+        assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy, path
