@@ -367,11 +367,11 @@ def test_repair_counts_every_orphan_lists_the_first_and_deletes_them_all_when_as
     path = write_project(tmp_path, company, project, {"A": ("Shoe", "10 EUR")})
     run(path)
     channel = Channel()
-    channel.items = {f"O{n:04d}": {"title": "gone"} for n in range(250)}
+    channel.items = {f"O{n:04d}": {"title": "gone"} for n in range(120)}
     _, found = sync_export(target(path), channel, settings=get_settings(), engine=_engine(), repair=True)
-    assert found is not None and (found["orphans"], found["missing"], found["resent"]) == (250, 1, 1)
-    assert found["orphan_keys"] == [f"O{n:04d}" for n in range(100)] and len(channel.items) == 251
+    assert found is not None and (found["orphans"], found["missing"], found["resent"]) == (120, 1, 1)
+    assert found["orphan_keys"] == [f"O{n:04d}" for n in range(100)] and len(channel.items) == 121
     result, found = sync_export(
         target(path), channel, settings=get_settings(), engine=_engine(), repair=True, delete_orphans=True
     )
-    assert found is not None and found["orphans"] == 250 and set(channel.items) == {"A"} and result.deleted == 250
+    assert found is not None and found["orphans"] == 120 and set(channel.items) == {"A"} and result.deleted == 120
