@@ -46,6 +46,7 @@ import json
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -85,6 +86,8 @@ LIMITS = Limits(max_batch=1)
 #: products.list's largest page.
 PAGE_SIZE = 1000
 _MESSAGE_MAX = 1000
+#: A token endpoint's answer (an access token and its lifetime: a few KB at most).
+_TOKEN_ANSWER_MAX = 64 * 1024
 #: A code (Google's status, an issue's code or attribute) as stored in the ledger and shown: Google's are short
 #: words; a longer one is cut, as a message is, so no answer can make a ledger row or a report large.
 _CODE_MAX = 100
@@ -472,20 +475,20 @@ def issues_of(product: Mapping[str, Any]) -> tuple[Issue, ...]:
 
 
 class _AuthResponse(auth_transport.Response):
-    def __init__(self, response: httpx.Response) -> None:
-        self._response = response
+    def __init__(self, status: int, headers: Mapping[str, str], data: bytes) -> None:
+        self._status, self._headers, self._data = status, headers, data
 
     @property
     def status(self) -> int:
-        return self._response.status_code
+        return self._status
 
     @property
     def headers(self) -> Mapping[str, str]:
-        return self._response.headers
+        return self._headers
 
     @property
     def data(self) -> bytes:
-        return self._response.content
+        return self._data  # decoded already (gzip and the like): read with iter_bytes
 
 
 class _AuthRequest(auth_transport.Request):
@@ -504,14 +507,29 @@ class _AuthRequest(auth_transport.Request):
         timeout: float | None = None,
         **kwargs: Any,
     ) -> _AuthResponse:
+        # The token URI is company input (the key's JSON): its answer is read within a deadline and a size, so a
+        # server that trickles or never stops sending holds no worker and fills no memory.
+        wait = timeout or 30.0
+        deadline = time.monotonic() + wait
         try:
-            response = self._client.request(method, url, content=body, headers=headers, timeout=timeout or 30.0)
+            with self._client.stream(method, url, content=body, headers=headers, timeout=wait) as response:
+                chunks: list[bytes] = []
+                size = 0
+                for chunk in response.iter_bytes():
+                    size += len(chunk)
+                    if size > _TOKEN_ANSWER_MAX:
+                        raise auth_exceptions.TransportError(
+                            f"the token endpoint's answer is over {_TOKEN_ANSWER_MAX:,} bytes"
+                        )
+                    if time.monotonic() > deadline:
+                        raise auth_exceptions.TransportError(f"the token endpoint did not answer within {wait:g} s")
+                    chunks.append(chunk)
         except FireFeedError as err:  # the host rules refused the token URI
             self.refused = err
             raise auth_exceptions.TransportError(f"token URI refused: {err.message}") from None
         except httpx.HTTPError as err:
             raise auth_exceptions.TransportError(f"{type(err).__name__}: {err}") from None
-        return _AuthResponse(response)
+        return _AuthResponse(response.status_code, response.headers, b"".join(chunks))
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -468,3 +468,56 @@ def test_a_giant_code_or_list_of_issues_is_cut_before_the_ledger(google: Merchan
     raw = [{"code": f"c{n}" + "y" * 10_000, "attribute": "a" * 10_000, "severity": "DEMOTED"} for n in range(5_000)]
     issues = issues_of({"productStatus": {"itemLevelIssues": raw}})
     assert len(issues) == 50 and all(len(i.code) <= 100 and len(i.attribute) <= 100 for i in issues)
+
+
+class _EndlessTokenEndpoint:
+    """A token URI (company input: the key's JSON names it) that answers 200 and then sends bytes for 20 s."""
+
+    def __init__(self) -> None:
+        import http.server
+        import time
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                began = time.monotonic()
+                try:
+                    self.wfile.write(b'{"access_token": "')
+                    while time.monotonic() - began < 20:
+                        self.wfile.write(b"x" * 65536)
+                        time.sleep(0.01)
+                except OSError:
+                    pass  # the client went away: what it should do
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/token"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_token_uri_that_never_stops_answering_is_cut_short(google: MerchantStandIn) -> None:
+    # The token URI is the company's (in its key's JSON): its answer must not hold a worker or fill its memory.
+    import time
+
+    endpoint = _EndlessTokenEndpoint()
+    try:
+        info = google.service_account_info()
+        info["token_uri"] = endpoint.url
+        c = client(google, json.dumps(info), label="ENDLESS")
+        began = time.monotonic()
+        with pytest.raises(ChannelBusy) as busy:
+            c.send([insert("E1")])
+        assert time.monotonic() - began < 8
+        assert "token" in busy.value.message
+    finally:
+        endpoint.close()
