@@ -492,3 +492,21 @@ def test_the_page_has_its_content_security_policy_under_either_of_its_addresses(
         assert r.status_code == 200 and "<main" in r.text
         policy = r.headers.get("content-security-policy", "")
         assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy, path
+
+
+def test_a_lookup_or_export_whose_name_holds_a_slash_is_reached_by_its_routes(http: httpx.Client, env: Path) -> None:
+    """A spec's names may hold any character, and the page sends a name as one encoded path segment (`a%2Fb`);
+    the server reads it decoded, so a name with a slash matched none of these routes (the framework's
+    404 "Not Found"): its rows could not be added, its values not listed, its file not downloaded."""
+    s = Shop(env)
+    s.doc["lookups"].append({"name": "shoes/boots", "key": "title", "rows": [{"title": "Boot", "gpc": "1"}]})
+    s.doc["exports"].append({"name": "google/de", "format": "csv", "path": "de.csv"})
+    assert s.put(http).status_code == 201
+    base = f"/api/projects/{s.project}"
+    r = http.post(f"{base}/lookups/shoes%2Fboots/rows", headers=s.auth, json={"rows": [{"title": "Hat", "gpc": "2"}]})
+    assert r.status_code == 200, r.text
+    assert r.json()["lookup"] == "shoes/boots" and r.json()["rows"] == 2
+    r = http.get(f"{base}/lookups/shoes%2Fboots/unmatched", headers=s.auth)
+    assert r.status_code == 200 and r.json()["lookup"] == "shoes/boots"
+    r = http.get(f"{base}/exports/google%2Fde/file", headers=s.auth)
+    assert r.status_code == 404 and "google/de" in r.json()["message"]  # the route's own: not published yet

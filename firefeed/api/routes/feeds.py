@@ -68,7 +68,7 @@ def _disposition(name: str) -> str:
     return f"attachment; filename=\"{plain}\"; filename*=UTF-8''{quote(name, safe='')}"
 
 
-@router.get("/{project_id}/exports/{export_name}/file", responses=_FILE, response_class=StreamingResponse)
+@router.get("/{project_id}/exports/{export_name:path}/file", responses=_FILE, response_class=StreamingResponse)
 async def export_file(
     project_id: str, export_name: str, request: Request, company: CurrentCompany, store: Store
 ) -> StreamingResponse:

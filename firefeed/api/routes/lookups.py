@@ -34,7 +34,7 @@ def _add(store: RunStore, company: str, project_id: str, name: str, body: bytes)
 
 
 @router.post(
-    "/{project_id}/lookups/{name}/rows",
+    "/{project_id}/lookups/{name:path}/rows",
     responses={
         **_NOT_FOUND,
         409: {"model": schemas.ErrorBody, "description": "a lookup read from a file (`lookup_not_inline`)"},
@@ -58,7 +58,7 @@ async def add_lookup_rows(
     return await run_in_threadpool(_add, store, company, project_id, name, bytes(body))
 
 
-@router.get("/{project_id}/lookups/{name}/unmatched", responses=_NOT_FOUND)
+@router.get("/{project_id}/lookups/{name:path}/unmatched", responses=_NOT_FOUND)
 def lookup_unmatched(project_id: str, name: str, company: CurrentCompany, store: Store) -> dict[str, Any]:
     """The last succeeded run's unmatched values of the lookup actions using it, most frequent first, with
     counts added up over the actions (`values`), and each action's counts (`actions`); `run_id` null and no
