@@ -98,13 +98,14 @@ def sync_export(
     issues: dict[str, Any] | None = None
     # The lock is the company's hold on the account: any company may name any account number in its spec, and
     # one whose key the channel refuses (or whose token URI never answers) must not keep another's syncs waiting.
-    lock_key = f"{target.company}/{target.account}"
-    with raw_connection(engine) as conn, _account_lock(conn, lock_key, stop_at) as locked:
+    # The export's lock too: its ledger is the export's, whatever account it goes to, and a sync pointed at a new
+    # account starts it anew (drops it), which must wait for a sync of the old account still sending from it.
+    with raw_connection(engine) as conn, _account_lock(conn, _lock_keys(target), stop_at) as locked:
         ledger = Ledger(conn, target.company, target.project, target.export)
         if not locked:
             progress.down = (
-                f"another sync of {target.to} account {target.account.split(':', 1)[-1]} ran all along; "
-                "this one's operations stay pending"
+                f"another sync of {target.to} account {target.account.split(':', 1)[-1]} or of export "
+                f"{target.export!r} ran all along; this one's operations stay pending"
             )
         else:
             _begin(conn, ledger, target, engine)
@@ -156,28 +157,48 @@ def sync_export(
     return result, found
 
 
-@contextmanager
-def _account_lock(conn: Any, account: str, stop_at: float) -> Iterator[bool]:
-    """The account's session lock, waited for up to LOCK_WAIT_S (or the sync's time); released at the end.
+def _lock_keys(target: SyncTarget) -> list[str]:
+    """The sync's locks: the company's hold on the channel account (the quota is the account's; any company may
+    name any account number, so one whose key the channel refuses keeps no other company waiting), then the
+    export's ledger."""
+    return [f"{target.company}/{target.account}", f"{target.company}/export:{target.project}/{target.export}"]
 
-    Session-level, so it survives the sync's commits, and a killed worker's connection drops it with itself.
+
+@contextmanager
+def _account_lock(conn: Any, keys: Sequence[str], stop_at: float) -> Iterator[bool]:
+    """The session locks on `keys`, all or none, waited for up to LOCK_WAIT_S (or the sync's time); released
+    at the end. Tried, never waited on, so two syncs taking them in any order cannot deadlock.
+
+    Session-level, so they survive the sync's commits, and a killed worker's connection drops them with itself.
     """
     deadline = min(stop_at, time.monotonic() + LOCK_WAIT_S)
     cur = conn.cursor()
+    held: list[str] = []
     while True:
-        cur.execute(_query("account_lock"), {"account": account})
-        got = bool(cur.fetchone()[0])
+        for key in keys:
+            cur.execute(_query("account_lock"), {"account": key})
+            if not cur.fetchone()[0]:
+                break
+            held.append(key)
         conn.commit()
+        got = len(held) == len(keys)
         if got or time.monotonic() >= deadline:
             break
+        _unlock(conn, held)
+        held = []
         time.sleep(0.5)
     try:
         yield got
     finally:
-        if got:
-            conn.rollback()
-            conn.cursor().execute(_query("account_unlock"), {"account": account})
-            conn.commit()
+        conn.rollback()
+        _unlock(conn, held)
+
+
+def _unlock(conn: Any, keys: Sequence[str]) -> None:
+    cur = conn.cursor()
+    for key in keys:
+        cur.execute(_query("account_unlock"), {"account": key})
+    conn.commit()
 
 
 def _begin(conn: Any, ledger: Ledger, target: SyncTarget, engine: Engine) -> None:

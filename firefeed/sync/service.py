@@ -161,27 +161,30 @@ def _refresh(item: Published, *, settings: Settings, engine: Engine) -> str | No
     from firefeed.secrets.store import resolver_for
     from firefeed.sync.channel import ChannelBusy, ChannelDown
     from firefeed.sync.clients import client_for
-    from firefeed.sync.engine import _list_status
+    from firefeed.sync.engine import _account_lock, _begin, _list_status, _lock_keys
     from firefeed.sync.jobs import target_of
 
     assert item.export.sync is not None
-    references = resolver_for(item.spec.company, item.spec_dir, settings=settings, engine=engine)
-    try:
-        client = client_for(item.export.sync, references, settings)
-    except ChannelDown as err:
-        return references.mask(err.message)
-    try:
-        with raw_connection(engine) as conn:
+    target = target_of(item.spec, item.export, item.columns, None)
+    with raw_connection(engine) as conn, _account_lock(conn, _lock_keys(target), time.monotonic()) as locked:
+        # A sync of the account or the export is running (its statuses come with it): the listing would spend
+        # the same quota, and `_begin` may not start the export's ledger anew under it.
+        if not locked:
+            return "a sync of this export or its account is running: its statuses come with it"
+        references = resolver_for(item.spec.company, item.spec_dir, settings=settings, engine=engine)
+        try:
+            client = client_for(item.export.sync, references, settings)
+        except ChannelDown as err:
+            return references.mask(err.message)
+        try:
             ledger = Ledger(conn, item.spec.company, item.spec.project, item.export.name)
-            target = target_of(item.spec, item.export, item.columns, None)
-            from firefeed.sync.engine import _begin
-
             _begin(conn, ledger, target, engine)
             _list_status(conn, ledger, client, target, time.monotonic() + settings.sync_max_s)
-    except (ChannelDown, ChannelBusy) as err:
-        return references.mask(err.message)
-    finally:
-        client.close()
+        except (ChannelDown, ChannelBusy) as err:
+            conn.rollback()
+            return references.mask(err.message)
+        finally:
+            client.close()
     return None
 
 

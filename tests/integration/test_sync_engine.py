@@ -27,6 +27,7 @@ from firefeed.spec.loader import load_spec_file
 from firefeed.sync.channel import ChannelBusy, Limits, Op, Operation, Outcome, RemoteItem
 from firefeed.sync.engine import SyncTarget, same_item, sync_export
 from firefeed.sync.jobs import export_columns, target_of
+from firefeed.sync.service import status
 from tests.integration.conftest import cli
 from tests.integration.file_servers import company_with
 
@@ -375,3 +376,45 @@ def test_repair_counts_every_orphan_lists_the_first_and_deletes_them_all_when_as
         target(path), channel, settings=get_settings(), engine=_engine(), repair=True, delete_orphans=True
     )
     assert found is not None and found["orphans"] == 120 and set(channel.items) == {"A"} and result.deleted == 120
+
+
+def test_a_sync_to_a_new_account_waits_for_the_old_accounts_sync_of_the_same_export(
+    sync_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The ledger is the export's, the account lock the account's: a sync pointed at a new account starts the
+    # ledger anew (drops it), which must not happen under a sync of the old account still sending from it.
+    monkeypatch.setenv("FIREFEED_SYNC_THREADS", "1")
+    reset_settings()
+    company, project = company_with(GSA="{}"), "p_" + uuid.uuid4().hex[:10]
+    rows = {f"K{i:03d}": (f"Item {i}", "1 EUR") for i in range(20)}
+    path = write_project(tmp_path, company, project, rows)
+    run(path)
+    old = target(path)
+    holding, release = threading.Event(), threading.Event()
+    old_channel = Channel()
+    old_channel.on_send = lambda ops: None if holding.is_set() else (holding.set(), release.wait(30))
+    out: list[Any] = []
+    sending = threading.Thread(
+        target=lambda: out.append(
+            sync_export(old, old_channel, settings=get_settings(), engine=_engine(), list_status=False)[0]
+        )
+    )
+    sending.start()
+    try:
+        assert holding.wait(10)
+        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+        spec["exports"][0]["sync"]["account"] = "999"
+        path.write_text(yaml.safe_dump(spec), encoding="utf-8")
+        new = target(path)
+        new_channel = Channel()
+        waited, _ = sync_export(new, new_channel, settings=get_settings(), engine=_engine(), max_s=1.0)
+        # `sync status --refresh` neither lists the channel beside it nor starts the ledger anew under it
+        (doc,) = status(project, settings=get_settings(), engine=_engine(), refresh=True)
+    finally:
+        release.set()
+        sending.join(30)
+    assert waited.error is not None and "another sync" in waited.error and not new_channel.calls
+    assert "running" in doc["refresh_error"], doc
+    assert out and out[0].error is None and set(old_channel.items) == set(rows)
+    result, _ = sync_export(new, new_channel, settings=get_settings(), engine=_engine(), list_status=False)
+    assert result.inserted == 20 and set(new_channel.items) == set(rows)
