@@ -9,9 +9,12 @@ spec does, and the checks of one row cost nothing beside the preview.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from firefeed.config import get_settings
 from firefeed.errors import NotFoundError, PreviewRefusedError
+from firefeed.preview.budget import json_bytes
 from firefeed.preview.deadline import Deadline
 from firefeed.preview.service import preview_detail, sample_ids
 from firefeed.runs.service import RunStore
@@ -33,22 +36,28 @@ def item_view(store: RunStore, company: str, project_id: str, key: str, deadline
     if not answer.items:
         raise PreviewRefusedError(f"item {wanted!r} is larger than FIREFEED_PREVIEW_MAX_ANSWER_BYTES allows an answer")
     item = answer.items[0]
+    # The item fit the preview's bound; the sources' rows and every export's row repeat it, so the answer is
+    # measured as it grows and refused past the same bound (30 exports of a 5 MB item: a 153 MB answer).
+    bound = _Bound(get_settings().preview_max_answer_bytes, wanted, json_bytes(item))
+    bound.add(answer.fields)
+    sources = [{"name": n, "fields": f, "values": v} for n, f, v in detail.sources.brought(item.key)]
+    bound.add(sources)
     exports = []
     for exp, out in zip(spec.exports, detail.outputs, strict=True):
         row = next((r for r in out.rows if r.key == item.key), None)
         gone = next((e.by for e in out.excluded if e.key == item.key), None)
-        exports.append(
-            {
-                "name": exp.name,
-                "columns": out.columns,
-                "cells": row.cells if row is not None else None,
-                "excluded_by": gone,
-                "findings": (out.findings or {}).get(item.key, []) if row is not None else [],
-            }
-        )
+        entry = {
+            "name": exp.name,
+            "columns": out.columns,
+            "cells": row.cells if row is not None else None,
+            "excluded_by": gone,
+            "findings": (out.findings or {}).get(item.key, []) if row is not None else [],
+        }
+        bound.add(entry)
+        exports.append(entry)
     return {
         "key": item.key,
-        "sources": [{"name": n, "fields": f, "values": v} for n, f, v in detail.sources.brought(item.key)],
+        "sources": sources,
         "rules": [r.model_dump(mode="json") for r in item.rules],
         "excluded_by": item.excluded_by,
         "fields": answer.fields,
@@ -57,3 +66,18 @@ def item_view(store: RunStore, company: str, project_id: str, key: str, deadline
         "changed": item.changed,
         "exports": exports,
     }
+
+
+class _Bound:
+    """The answer's size as it grows (compact JSON, UTF-8), and the refusal past FIREFEED_PREVIEW_MAX_ANSWER_BYTES."""
+
+    def __init__(self, limit: int, key: str, start: int) -> None:
+        self.limit, self.key, self.used = limit, key, start
+
+    def add(self, part: Any) -> None:
+        self.used += len(json.dumps(part, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
+        if self.used > self.limit:
+            raise PreviewRefusedError(
+                f"item {self.key!r} as each source brought it and each export writes it is larger than "
+                f"FIREFEED_PREVIEW_MAX_ANSWER_BYTES ({self.limit:,} bytes) allows an answer"
+            )

@@ -510,3 +510,26 @@ def test_a_lookup_or_export_whose_name_holds_a_slash_is_reached_by_its_routes(ht
     assert r.status_code == 200 and r.json()["lookup"] == "shoes/boots"
     r = http.get(f"{base}/exports/google%2Fde/file", headers=s.auth)
     assert r.status_code == 404 and "google/de" in r.json()["message"]  # the route's own: not published yet
+
+
+def test_an_items_answer_stays_under_the_previews_answer_bound_whatever_its_exports(
+    http: httpx.Client, env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The item fits the bound, but each export writes it again, and each source brought it: the item's
+    answer was not measured past the item (a 5 MB item and 30 exports answered 153 MB, bound 16 MB)."""
+    s = Shop(env)
+    write_csv(s.folder / "main.csv", ["id", "title", "note"], [["A1", "t", "x" * 20_000], ["A2", "u", "y"]])
+    s.doc["rules"], s.doc["lookups"] = [], []
+    s.doc["exports"] = [{"name": f"e{i}", "format": "csv", "path": f"e{i}.csv"} for i in range(8)]
+    assert s.put(http).status_code == 201
+    monkeypatch.setenv("FIREFEED_PREVIEW_MAX_ANSWER_BYTES", str(64 * 1024))
+    reset_settings()
+    try:
+        r = http.get(f"/api/projects/{s.project}/items/A1", headers=s.auth)
+        assert r.status_code == 422, len(r.content)
+        assert r.json()["error"] == "preview_failed" and "FIREFEED_PREVIEW_MAX_ANSWER_BYTES" in r.json()["message"]
+        small = http.get(f"/api/projects/{s.project}/items/A2", headers=s.auth)
+        assert small.status_code == 200 and len(small.json()["exports"]) == 8
+    finally:
+        monkeypatch.undo()
+        reset_settings()
