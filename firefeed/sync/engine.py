@@ -113,7 +113,7 @@ def sync_export(
                 progress.down = "the export has no published items with payloads yet: the next run sends them"
             else:
                 ledger.reset_sending()
-                ledger.plan(resend_s=settings.sync_resend_days * 86400)
+                ledger.plan(resend_s=settings.sync_resend_days * 86400, max_attempts=settings.sync_max_attempts)
                 conn.commit()
                 try:
                     if repair:

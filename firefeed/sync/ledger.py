@@ -115,10 +115,14 @@ class Ledger:
         return bool(cur.fetchone()[0])
 
     # -- planning
-    def plan(self, *, resend_s: float) -> None:
-        """Pending inserts and deletes from the published table (one transaction with the caller's commit)."""
+    def plan(self, *, resend_s: float, max_attempts: int) -> None:
+        """Pending inserts and deletes from the published table (one transaction with the caller's commit).
+
+        A failed insert goes again only when it changed, or when it failed after `max_attempts` tries: a
+        transient per-item failure (no answer in time, a 502 for it, a Meta batch unconfirmed) that outlasted
+        one sync is not the channel's refusal; a refusal (answered at an earlier attempt) waits for a change."""
         self._run("published_index")
-        self._run("plan_inserts", {"resend_s": resend_s})
+        self._run("plan_inserts", {"resend_s": resend_s, "max_attempts": max_attempts})
         self._run("plan_deletes")
 
     def reset_sending(self) -> int:

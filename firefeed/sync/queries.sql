@@ -8,7 +8,8 @@
 CREATE INDEX IF NOT EXISTS {index} ON {published} (k);
 
 -- plan_inserts --
--- New items, changed ones (content hash), re-added ones and those acked longer ago than the resend age
+-- New items, changed ones (content hash), re-added ones, those acked longer ago than the resend age, and those
+-- whose last try failed only after every attempt (the channel's trouble, not a refusal: not acknowledged)
 INSERT INTO {ledger} AS l (k, kh, h, op, kind, status, attempts, code, message, planned_at)
 SELECT p.k, p.kh, p.h, 'insert',
        CASE WHEN o.k IS NULL OR o.inserted_at IS NULL THEN 'new'
@@ -21,6 +22,7 @@ SELECT p.k, p.kh, p.h, 'insert',
    AND (o.k IS NULL
         OR o.op = 'delete'
         OR o.h IS DISTINCT FROM p.h
+        OR (o.status = 'failed' AND o.attempts >= %(max_attempts)s)
         OR (o.status = 'acked' AND o.acked_at < now() - make_interval(secs => %(resend_s)s)))
 ON CONFLICT (k) DO UPDATE
    SET kh = EXCLUDED.kh, h = EXCLUDED.h, op = 'insert', kind = EXCLUDED.kind, status = 'pending',

@@ -418,3 +418,39 @@ def test_a_sync_to_a_new_account_waits_for_the_old_accounts_sync_of_the_same_exp
     assert out and out[0].error is None and set(old_channel.items) == set(rows)
     result, _ = sync_export(new, new_channel, settings=get_settings(), engine=_engine(), list_status=False)
     assert result.inserted == 20 and set(new_channel.items) == set(rows)
+
+
+class FlakyChannel(Channel):
+    """Answers `flaky` keys with a transient per-item failure (a 502 for that item, a Meta batch unconfirmed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flaky: set[str] = set()
+
+    def send(self, ops: Sequence[Operation]) -> list[Outcome]:
+        with self.lock:
+            if ops[0].key in self.flaky:
+                self.calls.append((ops[0].op.value, ops[0].key))
+                return [Outcome(ops[0].key, False, "BAD_GATEWAY", "try again", retry=True)]
+        return super().send(ops)
+
+
+def test_an_insert_that_failed_only_for_the_channels_trouble_goes_again_next_sync(
+    sync_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A refusal waits for a change or a repair; a transient failure that outlasted the sync's attempts is not a
+    # refusal: it is not acknowledged, and the next sync sends it (SPEC 10 C10), or the item never reaches it.
+    monkeypatch.setenv("FIREFEED_SYNC_MAX_ATTEMPTS", "2")
+    reset_settings()
+    company, project = company_with(GSA="{}"), "p_" + uuid.uuid4().hex[:10]
+    path = write_project(tmp_path, company, project, {"A": ("Shoe", "10 EUR"), "B": ("Hat", "5 EUR")})
+    run(path)
+    channel = FlakyChannel()
+    channel.flaky = {"B"}
+    channel.refuse = {"A": "[price] invalid"}
+    first = sync(path, channel, list_status=False)
+    assert (first.failed, first.pending) == (2, 0) and channel.calls.count(("insert", "B")) == 2
+    channel.flaky.clear()
+    channel.calls.clear()
+    second = sync(path, channel, list_status=False)
+    assert channel.calls == [("insert", "B")] and second.inserted == 1 and "B" in channel.items
