@@ -84,12 +84,14 @@ def sync_export(
     delete_orphans: bool = False,
     max_s: float | None = None,
     pacer: Pacer | Unpaced | None = None,
+    lock_wait_s: float = LOCK_WAIT_S,
 ) -> tuple[SyncResult, dict[str, Any] | None]:
     """Plan and send the export's changes; (the outcome, the repair's findings when `repair`).
 
     `list_status`: list the channel's items and store their issues (None: when the last listing is
     older than FIREFEED_SYNC_STATUS_EVERY_S). `repair`: list the channel first, and re-send what it
-    lacks or holds otherwise (orphans deleted only with `delete_orphans`).
+    lacks or holds otherwise (orphans deleted only with `delete_orphans`). `lock_wait_s`: how long to wait for
+    another sync of the account or export (0 for a repair asked over the API, on a thread of its pool).
     """
     started = time.monotonic()
     stop_at = started + (settings.sync_max_s if max_s is None else max_s)
@@ -100,7 +102,7 @@ def sync_export(
     # one whose key the channel refuses (or whose token URI never answers) must not keep another's syncs waiting.
     # The export's lock too: its ledger is the export's, whatever account it goes to, and a sync pointed at a new
     # account starts it anew (drops it), which must wait for a sync of the old account still sending from it.
-    with raw_connection(engine) as conn, _account_lock(conn, _lock_keys(target), stop_at) as locked:
+    with raw_connection(engine) as conn, _account_lock(conn, _lock_keys(target), stop_at, lock_wait_s) as locked:
         ledger = Ledger(conn, target.company, target.project, target.export)
         if not locked:
             progress.down = (
@@ -165,13 +167,13 @@ def _lock_keys(target: SyncTarget) -> list[str]:
 
 
 @contextmanager
-def _account_lock(conn: Any, keys: Sequence[str], stop_at: float) -> Iterator[bool]:
+def _account_lock(conn: Any, keys: Sequence[str], stop_at: float, wait_s: float = LOCK_WAIT_S) -> Iterator[bool]:
     """The session locks on `keys`, all or none, waited for up to LOCK_WAIT_S (or the sync's time); released
     at the end. Tried, never waited on, so two syncs taking them in any order cannot deadlock.
 
     Session-level, so they survive the sync's commits, and a killed worker's connection drops them with itself.
     """
-    deadline = min(stop_at, time.monotonic() + LOCK_WAIT_S)
+    deadline = min(stop_at, time.monotonic() + wait_s)
     cur = conn.cursor()
     held: list[str] = []
     while True:

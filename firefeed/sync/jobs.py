@@ -20,7 +20,7 @@ from firefeed.runs.contract import JobKind, JobSpec, JobState, SyncParams, SyncR
 from firefeed.runs.jobs import JobStore
 from firefeed.spec.model import ExportSpec, ProjectSpec
 from firefeed.sync.channel import ChannelDown
-from firefeed.sync.engine import SyncTarget, sync_export
+from firefeed.sync.engine import LOCK_WAIT_S, SyncTarget, sync_export
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,7 @@ def run_sync(
     list_status: bool | None = None,
     repair: bool = False,
     delete_orphans: bool = False,
+    lock_wait_s: float | None = None,
 ) -> tuple[SyncResult, dict[str, Any] | None]:
     """Build the export's client (its secret resolved here, in the worker) and sync; a refused sync is an
     outcome with `error`, never an exception. The secret's value is masked out of every message."""
@@ -94,6 +95,7 @@ def run_sync(
             list_status=list_status,
             repair=repair,
             delete_orphans=delete_orphans,
+            lock_wait_s=LOCK_WAIT_S if lock_wait_s is None else lock_wait_s,
         )
     finally:
         client.close()

@@ -196,8 +196,13 @@ def repair(
     settings: Settings,
     engine: Engine,
     company: str | None = None,
+    wait: bool = True,
 ) -> dict[str, Any]:
-    """List the channel, compare, and send what differs (orphans deleted only with `delete_orphans`)."""
+    """List the channel, compare, and send what differs (orphans deleted only with `delete_orphans`).
+
+    `wait`: wait (up to a minute) for a sync of the account or export that is running; the API does not (a
+    route's thread must not sit waiting: a company's few dozen calls would hold all of them), it answers with
+    the sync's `error` saying another sync runs."""
     from firefeed.sync.jobs import run_sync
 
     (item,) = synced_exports(engine, project, export, company=company)
@@ -211,6 +216,7 @@ def repair(
         engine=engine,
         repair=True,
         delete_orphans=delete_orphans,
+        lock_wait_s=None if wait else 0.0,
     )
     found = found or {}
     return {

@@ -454,3 +454,40 @@ def test_an_insert_that_failed_only_for_the_channels_trouble_goes_again_next_syn
     channel.calls.clear()
     second = sync(path, channel, list_status=False)
     assert channel.calls == [("insert", "B")] and second.inserted == 1 and "B" in channel.items
+
+
+def test_a_repair_asked_over_the_api_beside_a_running_sync_answers_at_once(
+    sync_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An API repair runs on a thread of the routes' pool: beside a sync of the export it must not sit there
+    # waiting for the locks (60 s a call: a company's few dozen calls would hold every thread of the API).
+    from firefeed.sync.service import repair
+    from tests.standins.merchant_api import MerchantStandIn
+
+    google = MerchantStandIn().start()
+    monkeypatch.setenv("FIREFEED_GOOGLE_MERCHANT_URL", google.url)
+    monkeypatch.setenv("FIREFEED_FETCH_ALLOWED_HOSTS", "127.0.0.1")
+    reset_settings()
+    company, project = company_with(GSA=google.service_account_json()), "p_" + uuid.uuid4().hex[:10]
+    path = write_project(tmp_path, company, project, {"A": ("Shoe", "10 EUR")})
+    run(path)
+    holding, release = threading.Event(), threading.Event()
+
+    class Listing(Channel):
+        def list_items(self) -> Iterator[RemoteItem]:  # the run's sync sent everything: this one lists, slowly
+            holding.set()
+            release.wait(10)
+            yield from ()
+
+    running = threading.Thread(target=sync, args=(path, Listing()), kwargs={"list_status": True})
+    running.start()
+    try:
+        assert holding.wait(10)
+        began = time.monotonic()
+        found = repair(project, "g", delete_orphans=False, settings=get_settings(), engine=_engine(), wait=False)
+        took = time.monotonic() - began
+    finally:
+        release.set()
+        running.join(10)
+        google.stop()
+    assert took < 5 and "another sync" in (found["sync"].get("error") or ""), found

@@ -63,4 +63,5 @@ async def sync_repair(
         settings=get_settings(),
         engine=store.engine,
         company=company,
+        wait=False,  # beside a running sync of the export or account: answered at once, never a thread held
     )
