@@ -31,7 +31,7 @@ from firefeed.config import Settings, get_settings
 from firefeed.db.engine import get_engine
 from firefeed.errors import FireFeedError, PublishBlockedError, RunCancelledError
 from firefeed.logging import run_context
-from firefeed.pipeline import incremental, publishing, rule_passes, steps
+from firefeed.pipeline import delta, incremental, publishing, rule_passes, steps
 from firefeed.pipeline.context import RunContext, load_context
 from firefeed.pipeline.heartbeat import Heartbeat
 from firefeed.pipeline.jobs import describe_error
@@ -206,15 +206,65 @@ class _Driver:
     def steps(self) -> None:
         parsed = self.fetch_and_parse()
         run = self.store.run(self.ctx.run_id)
-        decision = incremental.decide(self.ctx, parsed, full=run.full, accept_invalid=run.accept_invalid)
+        decision = incremental.decide(
+            self.ctx,
+            parsed,
+            full=run.full,
+            accept_invalid=run.accept_invalid,
+            fans_out=self.dispatcher.fans_out_rules,
+        )
         log.info("refresh: %s (%s)", decision.mode, decision.reason)
         metrics.run_mode(decision.mode)
         if decision.mode == "unchanged":
             self.reuse(decision)
             return
+        if decision.mode == "delta":
+            self.take_delta(parsed, decision)
+            return
         merged = self.step(Step.MERGE, lambda: self.merge(parsed, decision))
         rules = self.step(Step.RULES, lambda: self.rules(merged))
         self.step(Step.EXPORT, lambda: self.export(rules))
+
+    # -- a delta run (SPEC 11 I1, pipeline/delta.py): MERGE and RULES for the changed items, EXPORT in full
+    def take_delta(self, parsed: list[contract.SourceResult], decision: incremental.Decision) -> None:
+        merged, tables = self.step(Step.MERGE, lambda: self.merge_delta(parsed, decision))
+        rules = self.step(Step.RULES, lambda: self.rules_delta(merged, tables, decision))
+        self.step(Step.EXPORT, lambda: self.export(rules))
+
+    def merge_delta(
+        self, parsed: list[contract.SourceResult], decision: incremental.Decision
+    ) -> tuple[tuple[contract.MergeResult, delta.DeltaTables], _Done]:
+        previous = decision.previous
+        assert previous is not None
+        merged, tables = delta.merge_delta(self.ctx, parsed)
+        rows = previous.rows[Step.MERGE][1]  # an enrich source adds no item
+        detail: dict[str, Any] = {"sources": merged.sources_report(), "fields": merged.fields}
+        lookups = previous.details.get(Step.MERGE, {}).get("lookups")
+        if lookups:
+            detail["lookups"] = lookups
+        incremental.delta_merge_detail(decision, self.ctx, detail, tables.changed)
+        return (merged, tables), _Done(merged.rows_in, rows, detail)
+
+    def rules_delta(
+        self, merged: contract.MergeResult, tables: delta.DeltaTables, decision: incremental.Decision
+    ) -> tuple[contract.RulesResult, _Done]:
+        from firefeed.dataplane.names import kept_result_table
+
+        previous, computed_by = decision.previous, decision.computed_by
+        assert previous is not None and computed_by is not None
+        result = delta.rules_delta(
+            self.ctx,
+            tables,
+            merged.fields,
+            kept_result_table(computed_by),
+            previous.details.get(Step.RULES, {}),
+            previous.rows[Step.RULES],
+        )
+        detail = result.report()
+        warnings = spec_warnings(self.ctx.spec, merged.fields, result.fields)
+        if warnings:
+            detail["warnings"] = warnings
+        return result, _Done(result.rows_in, result.rows_out, detail)
 
     # -- an unchanged run (SPEC 11 I2): MERGE, RULES and EXPORT are the last succeeded run's, nothing is written
     def reuse(self, decision: incremental.Decision) -> None:

@@ -8,7 +8,8 @@ bytes it recorded. MERGE, RULES and EXPORT are then not recomputed: their counts
 that run's, the diff is what a full run of unchanged inputs gives (every item unchanged), the
 guard's verdicts are taken again for this run, nothing new is published, and the kept tables
 (items, lookups, rules result, published keys) stay the valid ones. Any doubt makes the run `full`
-with a `reason`; `delta` (recomputing only the changed items) is part 2 of #52.
+with a `reason`. `delta` (part 2 of #52, pipeline/delta.py): only `enrich` sources changed and every
+rule reads one item at a time, so only the items they changed are merged and ruled again.
 
 The rule language has no clock (no now(), today or date arithmetic, SPEC 3 and 8) and no export
 format writes a time, so no spec is time-dependent: the same inputs always give the same bytes. A
@@ -49,10 +50,19 @@ class Decision:
     mode: Mode
     reason: str
     previous: KeptRun | None = None
+    #: a delta run's changed sources (pipeline/delta.py)
+    changed: tuple[str, ...] = ()
 
     @classmethod
     def full(cls, reason: str, previous: KeptRun | None = None) -> Decision:
         return cls("full", reason, previous)
+
+    @property
+    def computed_by(self) -> str | None:
+        """The run that computed the last succeeded run's rules result (the one an unchanged run reused)."""
+        if self.previous is None:
+            return None
+        return str(self.previous.details.get(Step.RULES, {}).get("reused_from") or self.previous.run_id)
 
     @property
     def reused_from(self) -> str | None:
@@ -63,14 +73,16 @@ class Decision:
 
     def report(self, *, recomputed: int) -> dict[str, Any]:
         """The RunReport's `incremental` part (SPEC 11 I2). A full run does not work out what changed
-        (part 1 of #52): its added, changed and removed are null, every item is recomputed."""
-        unchanged = self.mode == "unchanged"
+        (part 1 of #52): its added, changed and removed are null, every item is recomputed. A delta run
+        changes items only (an enrich source adds and removes none): `recomputed` of them."""
+        unchanged, delta = self.mode == "unchanged", self.mode == "delta"
+        known = unchanged or delta
         doc: dict[str, Any] = {
             "mode": self.mode,
             "reason": self.reason,
-            "items_added": 0 if unchanged else None,
-            "items_changed": 0 if unchanged else None,
-            "items_removed": 0 if unchanged else None,
+            "items_added": 0 if known else None,
+            "items_changed": recomputed if delta else 0 if unchanged else None,
+            "items_removed": 0 if known else None,
             "items_recomputed": 0 if unchanged else recomputed,
         }
         if unchanged:
@@ -87,8 +99,17 @@ def time_dependent(spec: ProjectSpec) -> str | None:
     return None
 
 
-def decide(ctx: RunContext, parsed: Sequence[contract.SourceResult], *, full: bool, accept_invalid: bool) -> Decision:
-    """After PARSE: `unchanged` when the last succeeded run's work is still this run's (see the module)."""
+def decide(
+    ctx: RunContext,
+    parsed: Sequence[contract.SourceResult],
+    *,
+    full: bool,
+    accept_invalid: bool,
+    fans_out: bool = False,
+) -> Decision:
+    """After PARSE: `unchanged` when the last succeeded run's work is still this run's (see the module);
+    `delta` when only enrich sources changed and pipeline/delta.py can recompute just their items.
+    `fans_out`: RULES runs as chunk jobs when the items are more than a chunk (no delta then)."""
     if full:
         return Decision.full("--full asked")
     spec = ctx.spec
@@ -97,13 +118,53 @@ def decide(ctx: RunContext, parsed: Sequence[contract.SourceResult], *, full: bo
         return Decision.full("first run (no succeeded run to reuse)")
     reason = _full_reason(ctx, parsed, previous, accept_invalid=accept_invalid)
     if reason is not None:
-        return Decision.full(reason, previous)
+        return _delta_or_full(ctx, parsed, previous, reason, accept_invalid=accept_invalid, fans_out=fans_out)
     return Decision("unchanged", f"no source, lookup table or the spec changed since run {previous.run_id}", previous)
 
 
+def _delta_or_full(
+    ctx: RunContext,
+    parsed: Sequence[contract.SourceResult],
+    previous: KeptRun,
+    reason: str,
+    *,
+    accept_invalid: bool,
+    fans_out: bool,
+) -> Decision:
+    """A delta when the sources that changed are all that changed and pipeline/delta.py can take them;
+    else full with `reason` (and why not a delta, when only enrich sources changed)."""
+    from firefeed.dataplane.names import kept_result_table
+    from firefeed.pipeline import delta
+
+    index = {s.name: i for i, s in enumerate(ctx.spec.sources)}
+    changed = tuple(r.parsed.name for r in parsed if not r.parse.get("not_modified"))
+    if not changed or any(index.get(n, 0) == 0 or ctx.spec.sources[index[n]].mode != "enrich" for n in changed):
+        return Decision.full(reason, previous)
+    if _full_reason(ctx, parsed, previous, accept_invalid=accept_invalid, ignore=frozenset(changed)) is not None:
+        return Decision.full(reason, previous)
+    computed_by = Decision("delta", reason, previous).computed_by
+    assert computed_by is not None
+    chunked = fans_out and previous.rows.get(Step.MERGE, (0, 0))[1] > ctx.settings.chunk_rows
+    fields = list(previous.details.get(Step.MERGE, {}).get("fields") or [])
+    why = delta.why_not(ctx, parsed, changed, fields, kept_result_table(computed_by), chunked=chunked)
+    if why is not None:
+        return Decision.full(f"{reason}; not a delta: {why}", previous)
+    names = ", ".join(repr(n) for n in changed)
+    return Decision(
+        "delta", f"only the enrich source(s) {names} changed since run {previous.run_id}", previous, changed
+    )
+
+
 def _full_reason(
-    ctx: RunContext, parsed: Sequence[contract.SourceResult], previous: KeptRun, *, accept_invalid: bool
+    ctx: RunContext,
+    parsed: Sequence[contract.SourceResult],
+    previous: KeptRun,
+    *,
+    accept_invalid: bool,
+    ignore: frozenset[str] = frozenset(),
 ) -> str | None:
+    """The first thing that makes the last succeeded run's work not this run's; None: nothing does.
+    `ignore`: sources whose change a delta takes (their own checks are skipped)."""
     spec = ctx.spec
     kept = previous.state
     if kept is None:
@@ -118,10 +179,12 @@ def _full_reason(
         return f"time-dependent rules ({clock})"
     for result in parsed:
         name = result.parsed.name
-        if not result.parse.get("not_modified"):
+        if name not in ignore and not result.parse.get("not_modified"):
             return f"source {name!r} changed"
     now = state.source_states(ctx.store, spec.project, [s.name for s in spec.sources])
     for src in spec.sources:
+        if src.name in ignore:
+            continue
         before, current = kept.sources.get(src.name), now.get(src.name)
         if before is None or current is None or current.sha256 is None or before != current:
             return f"source {src.name!r} changed since the last succeeded run"
@@ -186,6 +249,16 @@ def merge_detail(ctx: RunContext, decision: Decision, detail: dict[str, Any], ro
     sources = state.source_states(ctx.store, ctx.spec.project, [s.name for s in ctx.spec.sources])
     detail["state"] = RunState(sources=sources, lookups=digests).to_json()
     detail["incremental"] = decision.report(recomputed=rows)
+
+
+def delta_merge_detail(decision: Decision, ctx: RunContext, detail: dict[str, Any], changed: int) -> None:
+    """A delta run's MERGE state (its lookups' digests are the last run's: they did not change) and
+    `incremental` part: `changed` items recomputed."""
+    previous = decision.previous
+    assert previous is not None and previous.state is not None
+    sources = state.source_states(ctx.store, ctx.spec.project, [s.name for s in ctx.spec.sources])
+    detail["state"] = RunState(sources=sources, lookups=dict(previous.state.lookups)).to_json()
+    detail["incremental"] = decision.report(recomputed=changed)
 
 
 # -- an unchanged run's parts: the reused run's, as a full run of unchanged inputs would give them ------------

@@ -152,7 +152,7 @@ def test_a_change_of_source_lookup_spec_or_published_file_recomputes_and_says_wh
         return str(report["incremental"]["reason"])
 
     write_csv(tmp_path / "stock.csv", ["id", "stock"], [[str(i), "9"] for i in range(1, 31)])
-    assert reason() == "source 'stock' changed"
+    assert reason() == "source 'stock' changed; not a delta: rule 'country' uses a lookup"
     write_csv(tmp_path / "brands.csv", ["brand", "country"], [["b0", "FR"], ["b1", "IT"]])
     assert reason() == "lookup 'brands' changed"
     write_project(tmp_path, project, rules=[{"name": "all", "then": [{"set": "label", "value": "x"}]}])
@@ -240,3 +240,64 @@ def test_the_metrics_count_runs_by_refresh_mode_and_the_readable_report_names_it
     code, out = cli("run", str(spec))  # the readable report says it too
     assert code == 0, out
     assert "refresh: unchanged (no source, lookup table or the spec changed since run " in out
+
+
+def named(report: dict[str, Any], project: str) -> dict[str, Any]:
+    """`comparable` of a report of `project`, its name and feed URLs left out (two projects' runs compared)."""
+    doc = comparable(json.loads(json.dumps(report).replace(project, "<project>")))
+    for entry in doc["exports"]:
+        entry.pop("url", None)
+    return doc
+
+
+def test_a_change_of_the_stock_source_alone_recomputes_only_its_items_as_a_full_run_would(
+    run_env: Path, tmp_path: Path
+) -> None:
+    """SPEC 11 I1 for a delta (#52 part 2): an enrich source changed, the items it changed merged and
+    ruled again, the files, counts and diffs those of a full run and of a fresh project."""
+    per_item = [
+        {
+            "name": "cheap",
+            "when": {"field": "price", "op": "lt", "value": "10"},
+            "then": [{"set": "label", "value": "cheap"}],
+        },
+        {"name": "low", "when": {"field": "stock", "op": "eq", "value": "0"}, "then": [{"exclude": True}]},
+        {
+            "name": "high",
+            "when": {"field": "stock", "op": "eq", "value": "4"},
+            "then": [{"set": "country", "value": "XX"}],
+        },
+    ]
+    refreshed, full, fresh = (f"inc{uuid.uuid4().hex[:8]}" for _ in range(3))
+    write_sources(tmp_path)
+    specs = {p: write_project(tmp_path, p, rules=per_item) for p in (refreshed, full, fresh)}
+    first = ok(specs[refreshed])
+    ok(specs[full])
+
+    # Every 3rd item's stock changes (to 0: excluded, to 4: labelled, or other), one new stock row matches no item.
+    rows = [[str(i), str((i + 1) % 5) if i % 3 == 0 else str(i % 5)] for i in range(1, 31)] + [["99", "4"]]
+    write_csv(tmp_path / "stock.csv", ["id", "stock"], rows)
+    delta = ok(specs[refreshed])
+    assert delta["incremental"] == {
+        "mode": "delta",
+        "reason": f"only the enrich source(s) 'stock' changed since run {first['run_id']}",
+        "items_added": 0,
+        "items_changed": 10,
+        "items_removed": 0,
+        "items_recomputed": 10,
+    }
+    assert named(delta, refreshed) == named(ok(specs[full], "--full"), full)
+    assert files(run_env, refreshed) == files(run_env, full)
+    ok(specs[fresh])
+    assert files(run_env, refreshed) == files(run_env, fresh)
+    code, out = cli("values", refreshed, "label", "--json")
+    assert code == 0, out
+    assert json.loads(out)["run_id"] == delta["run_id"]
+
+    # A delta run builds on a delta run, and an unchanged one on it.
+    write_csv(tmp_path / "stock.csv", ["id", "stock"], [[str(i), str(i % 4)] for i in range(1, 31)])
+    again = ok(specs[refreshed])
+    assert again["incremental"]["mode"] == "delta", again["incremental"]
+    assert named(again, refreshed) == named(ok(specs[full], "--full"), full)
+    assert files(run_env, refreshed) == files(run_env, full)
+    assert ok(specs[refreshed])["incremental"]["mode"] == "unchanged"

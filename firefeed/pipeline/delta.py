@@ -1,0 +1,239 @@
+"""The delta refresh (SPEC 11 I1, #52 part 2): only the items an `enrich` source changed are merged and ruled again.
+
+Taken (see `why_not` and incremental.decide) when the spec, the primary source, every lookup table and
+every other source are what the last succeeded run read, and only `enrich` sources changed, keeping
+their fields. Enrich sources add no item and move none, so the items are the same keys in the same
+order: only some items' values change. Then:
+
+- MERGE computes the merged rows again (the same SELECT as a full MERGE, `merge._items_select`) and
+  keeps only those differing from the items table (which holds the last run's merged rows): the
+  changed items. Their old rows are copied aside, their new rows UPDATEd into the items table.
+- RULES runs the project's rules on the old rows and on the new rows of those items. Each rule reads
+  one item only (groups, aggregates, lookups and lists rule the delta out, `why_not`), so the rules
+  report's counts are additive: the last run's, less the old rows', plus the new rows'. The result is
+  the last run's kept result with the changed items' rows replaced by the new ones, in `_ff_ord` order.
+- EXPORT is a full one, from that result (channel rules, diagnostics and diffs as in a full run).
+
+Whatever is not proven identical to a full run is `full` with a reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg2 import sql
+
+from firefeed.db.engine import raw_connection
+from firefeed.pipeline.context import RunContext
+from firefeed.pipeline.merge import (
+    _MERGE_SETTINGS,
+    MergeResult,
+    StagedSource,
+    _first_rows,
+    _items_select,
+    merged_fields,
+)
+from firefeed.rules.lookups import LookupSet
+from firefeed.rules.model import Rule
+from firefeed.runs import contract
+from firefeed.schema.identifiers import KEY, ORD, company_schema, ident
+
+#: pass numbers of the delta's own tables, apart from the project's passes (1, 2, ... and p * 100 + h)
+#: and the exports' own rules (from 10,000,001): the changed items' new and old rows, their keys,
+#: the old rows' passes, and the spliced result
+NEW_ROWS, OLD_ROWS, KEYS, SPLICED = 9_000_001, 9_000_002, 9_000_003, 9_000_004
+OLD_FIRST_PASS = 5_000_001
+
+
+@dataclass(frozen=True)
+class DeltaTables:
+    """The changed items after MERGE: their new rows, their old rows, their keys (tables of this run)."""
+
+    new: str
+    old: str
+    keys: str
+    changed: int
+
+
+def _reads_across_items(rule: Rule) -> str | None:
+    """What makes a rule's outcome for one item depend on more than that item; None: nothing does."""
+    if rule.uses_groups:
+        return f"rule {rule.name!r} reads groups (aggregate or group_first)"
+    if any(isinstance(a, LookupSet) for a in (*rule.then, *rule.else_)):
+        # Its report lists the top unmatched values over all items: not a sum of the items' counts.
+        return f"rule {rule.name!r} uses a lookup"
+    return None
+
+
+def why_not(
+    ctx: RunContext,
+    parsed: Sequence[contract.SourceResult],
+    changed: Sequence[str],
+    fields_before: Sequence[str],
+    kept_result: str,
+    *,
+    chunked: bool,
+) -> str | None:
+    """Why a run whose only changed sources are `changed` cannot be a delta; None when it can.
+    `fields_before`: the last run's MERGE fields; `kept_result`: the rules result it kept."""
+    spec = ctx.spec
+    index = {s.name: i for i, s in enumerate(spec.sources)}
+    for name in changed:
+        i = index.get(name)
+        if i is None or i == 0 or spec.sources[i].mode != "enrich":
+            return f"source {name!r} is not an enrich source"
+    if chunked:
+        return "RULES runs as chunk jobs (a delta is taken in one process only)"
+    if spec.list_fields.fields:
+        return "the spec has list fields"
+    for rule in spec.parsed_rules:
+        if rule.enabled:
+            why = _reads_across_items(rule)
+            if why is not None:
+                return why
+    if list(_staged(ctx, parsed)[1]) != list(fields_before):
+        return "the items' fields changed"
+    if not ctx.data.schema.table_exists(spec.company, kept_result):
+        return "the last run's rules result is not kept"
+    return None
+
+
+def _staged(
+    ctx: RunContext, parsed: Sequence[contract.SourceResult]
+) -> tuple[list[StagedSource], list[str], list[list[str]]]:
+    """The sources as MERGE reads them, the items' fields and each source's contributed fields."""
+    sources = [
+        StagedSource.of(s, r.parsed.table, r.parsed.field_names) for r, s in zip(parsed, ctx.spec.sources, strict=True)
+    ]
+    fields, contrib = merged_fields(ctx.spec.key, sources)
+    return sources, fields, contrib
+
+
+def merge_delta(ctx: RunContext, parsed: Sequence[contract.SourceResult]) -> tuple[contract.MergeResult, DeltaTables]:
+    """MERGE for the changed items only (see the module); `why_not` said the items' fields are the last run's."""
+    spec = ctx.spec
+    sources, fields, contrib = _staged(ctx, parsed)
+    schema = company_schema(spec.company)
+    service, run_id = ctx.data.schema, ctx.run_id
+    result = MergeResult(fields=fields, rows=0)
+    with raw_connection(ctx.data.engine) as conn, conn.cursor() as cur:
+        for setting in _MERGE_SETTINGS:
+            cur.execute(setting)
+        clean = _first_rows(cur, schema, spec.key, sources, result)
+        columns, select, params = _items_select(schema, spec.key, fields, contrib, sources, clean, frozenset())
+        items = ident(schema, ctx.items_table)
+        cols = sql.SQL(", ").join(ident(c) for c in columns)
+        new_cols = sql.SQL(", ").join(sql.SQL("n.{}").format(ident(c)) for c in columns)
+        old_cols = sql.SQL(", ").join(sql.SQL("i.{}").format(ident(c)) for c in columns)
+        changed_rows = sql.SQL(
+            "SELECT {new_cols} FROM ({select}) AS n ({cols}) JOIN {items} i ON i.{key} = n.{key} "
+            "WHERE ({new_cols}) IS DISTINCT FROM ({old_cols}) ORDER BY n.{ord}"
+        ).format(
+            new_cols=new_cols, old_cols=old_cols, select=select, cols=cols, items=items, key=ident(KEY), ord=ident(ORD)
+        )
+        new, changed = service.create_rules_tmp_as(
+            spec.company, run_id, NEW_ROWS, columns, changed_rows, params, conn=conn
+        )
+        new_t = ident(schema, new)
+        keys, _ = service.create_rules_tmp_as(
+            spec.company,
+            run_id,
+            KEYS,
+            [KEY],
+            sql.SQL("SELECT {k} FROM {t}").format(k=ident(KEY), t=new_t),
+            [],
+            conn=conn,
+        )
+        old_rows = sql.SQL(
+            "SELECT {old_cols} FROM {items} i JOIN {keys} c ON c.{key} = i.{key} ORDER BY i.{ord}"
+        ).format(old_cols=old_cols, items=items, keys=ident(schema, keys), key=ident(KEY), ord=ident(ORD))
+        old, _ = service.create_rules_tmp_as(spec.company, run_id, OLD_ROWS, columns, old_rows, [], conn=conn)
+        assignments = sql.SQL(", ").join(sql.SQL("{c} = n.{c}").format(c=ident(c)) for c in columns if c != KEY)
+        cur.execute(
+            sql.SQL("UPDATE {items} i SET {assignments} FROM {new} n WHERE i.{key} = n.{key}").format(
+                items=items, assignments=assignments, new=new_t, key=ident(KEY)
+            )
+        )
+    merged = contract.MergeResult(
+        fields=list(fields),
+        rows=0,  # the caller's: the last run's items, as an enrich source adds none
+        rows_in=sum(r.parsed.rows for r in parsed),
+        skipped={name: contract.SourceSkips(s.empty_key, s.duplicate_key) for name, s in result.sources.items()},
+    )
+    return merged, DeltaTables(new=new, old=old, keys=keys, changed=changed)
+
+
+def rules_delta(
+    ctx: RunContext,
+    tables: DeltaTables,
+    item_fields: Sequence[str],
+    kept_result: str,
+    previous: dict[str, Any],
+    rows: tuple[int, int],
+) -> contract.RulesResult:
+    """RULES for the changed items only: their old and new rows ruled, the counts adjusted, the kept result
+    spliced (see the module). `item_fields`: MERGE's fields; `previous`: the last run's RULES detail;
+    `rows`: its (rows_in, rows_out)."""
+    from firefeed.pipeline.rule_passes import run_rules
+
+    spec = ctx.spec
+
+    def ruled(table: str, first_pass: int, path: str) -> contract.RulesResult:
+        return run_rules(
+            ctx.data.engine,
+            ctx.data.schema,
+            company=spec.company,
+            run_id=ctx.run_id,
+            source_table=table,
+            fields=list(item_fields),
+            rules=spec.parsed_rules,
+            cancel_check=ctx.check_cancel,
+            rows=tables.changed,
+            split_min_rows=2**62,  # a few items: one piece
+            first_pass=first_pass,
+            path=path,
+        )
+
+    new_r = ruled(tables.new, 1, "rules")
+    old_r = ruled(tables.old, OLD_FIRST_PASS, "rules")
+    matched_before = {str(name): int(n) for name, n in previous.get("matched", [])}
+    matched = {
+        name: matched_before.get(name, 0) - old_r.matched.get(name, 0) + new_r.matched.get(name, 0)
+        for name in matched_before
+    }
+    excluded = int(previous.get("excluded", 0)) - old_r.excluded + new_r.excluded
+    rows_out = rows[1] - old_r.rows_out + new_r.rows_out
+    schema = company_schema(spec.company)
+    columns = ctx.data.schema.table_columns(spec.company, kept_result)
+    if sorted(columns) != sorted(ctx.data.schema.table_columns(spec.company, new_r.table)):
+        raise RuntimeError("the changed items' rules result has other columns than the kept result")
+    cols = sql.SQL(", ").join(ident(c) for c in columns)
+    spliced = sql.SQL(
+        "SELECT {cols} FROM (SELECT {cols} FROM {kept} k WHERE NOT EXISTS "
+        "(SELECT 1 FROM {keys} c WHERE c.{key} = k.{key}) UNION ALL SELECT {cols} FROM {new}) u ORDER BY {ord}"
+    ).format(
+        cols=cols,
+        kept=ident(schema, kept_result),
+        keys=ident(schema, tables.keys),
+        new=ident(schema, new_r.table),
+        key=ident(KEY),
+        ord=ident(ORD),
+    )
+    with raw_connection(ctx.data.engine) as conn:
+        table, written = ctx.data.schema.create_rules_tmp_as(
+            spec.company, ctx.run_id, SPLICED, columns, spliced, [], conn=conn
+        )
+    if written != rows_out:
+        raise RuntimeError(f"the spliced rules result holds {written} items, the counts say {rows_out}")
+    return contract.RulesResult(
+        table=table,
+        fields=list(previous.get("fields") or new_r.fields),
+        passes=int(previous.get("passes", new_r.passes)),
+        matched=matched,
+        excluded=excluded,
+        rows_in=rows[0],
+        rows_out=rows_out,
+        lookups=list(previous.get("lookups", [])),
+    )
