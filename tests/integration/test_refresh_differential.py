@@ -1,10 +1,11 @@
 """SPEC 11 I1 as a property (#52): a refresh gives what a full run gives, and what a fresh project gives.
 
 Random specs (rules from the section-12 differential test's generator: lookups, groups and channel
-rules included) and random change sets (edits, additions, removals, a changed lookup table, a changed
-spec, or no change at all) are applied to two projects with the same history: one refreshed as
-FireFeed chooses (`unchanged` when nothing changed, else full; part 2 adds the delta), one with
-`--full`. Their exports must be byte-identical and their reports equal but for `incremental` and
+rules included, or per-item rules only) and random change sets (edits, additions, removals, a changed
+lookup table, a changed spec, a changed `stock` enrich source, often that alone, or no change at all)
+are applied to two projects with the same history: one refreshed as FireFeed chooses (`unchanged`
+when nothing changed, `delta` when only the stock source did and the rules read one item at a time,
+else full), one with `--full`. Their exports must be byte-identical and their reports equal but for `incremental` and
 timings; the refreshed project's exports must be byte-identical to a fresh project's run of the same
 sources and spec. `make test` tries a few examples, `make stress` (FIREFEED_THOROUGH_PROPERTIES=1) many.
 """
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from tests.integration.conftest import cli, write_csv
@@ -42,6 +43,8 @@ COMPANY = "refreshdiff"
 WRITTEN = [KEY_FIELD, "title", "price", "brand", GROUP_FIELD, *NEW_FIELDS]
 ITEM_FIELDS = [KEY_FIELD, *FIELDS, GROUP_FIELD]
 LOOKUP_FIELDS = [LOOKUP_KEY, "v1", "v2"]
+#: the enrich source: it overwrites two written fields of the items it names (and of none it does not)
+STOCK_FIELDS = [KEY_FIELD, "price", "brand"]
 
 _EXAMPLES = 60 if THOROUGH else 4
 
@@ -53,7 +56,10 @@ def _spec(project: str, rules: list[dict[str, Any]], channel: list[dict[str, Any
         "project": project,
         "key": KEY_FIELD,
         "group": GROUP_FIELD,
-        "sources": [{"name": "main", "url": "items.csv", "delimiter": ","}],
+        "sources": [
+            {"name": "main", "url": "items.csv", "delimiter": ","},
+            {"name": "stock", "url": "stock.csv", "delimiter": ",", "mode": "enrich"},
+        ],
         "lookups": [{"name": "lk", "url": "lk.csv", "key": LOOKUP_KEY, "delimiter": ","}],
         "rules": rules,
         "exports": [
@@ -70,9 +76,10 @@ class Folder:
         self.root = root
         root.mkdir(parents=True)
 
-    def write(self, items: list[dict[str, str]], rows: list[dict[str, str]]) -> None:
+    def write(self, items: list[dict[str, str]], rows: list[dict[str, str]], stock: list[list[str]]) -> None:
         write_csv(self.root / "items.csv", ITEM_FIELDS, [[i.get(f, "") for f in ITEM_FIELDS] for i in items])
         write_csv(self.root / "lk.csv", LOOKUP_FIELDS, [[r.get(f, "") for f in LOOKUP_FIELDS] for r in rows])
+        write_csv(self.root / "stock.csv", STOCK_FIELDS, stock)
 
     def spec(self, project: str, rules: list[dict[str, Any]], channel: list[dict[str, Any]]) -> Path:
         path = self.root / f"{project}.yaml"
@@ -103,6 +110,21 @@ def _files(exports: Path, project: str) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()} if folder.exists() else {}
 
 
+#: the stock source's rows: an item's key (0-9: some name no item, some repeat) and its price and brand
+stock_rows = st.lists(
+    st.tuples(st.integers(0, 9).map(str), values, values).map(list),
+    min_size=1,
+    max_size=8,
+)
+#: the stock source changed alone: a few rows edited, added or removed (the delta's case)
+stock_edits = st.fixed_dictionaries(
+    {
+        "edit": st.lists(st.tuples(st.integers(0, 7), st.integers(1, 2), values), min_size=1, max_size=3),
+        "add": st.lists(st.tuples(st.integers(0, 9).map(str), values, values).map(list), max_size=2),
+        "remove": st.lists(st.integers(0, 7), max_size=1),
+    }
+)
+
 changes = st.one_of(
     st.none(),  # no change at all: the refresh reuses the last run
     st.fixed_dictionaries(
@@ -112,16 +134,38 @@ changes = st.one_of(
             "remove": st.lists(st.integers(0, 7), max_size=2),
             "lookup": st.one_of(st.none(), lookup_rows),
             "rules": st.one_of(st.none(), rule_lists(lookups=True, groups=True)),
+            "stock": st.one_of(st.none(), stock_rows),
         }
     ),
+    st.fixed_dictionaries({"stock_only": stock_edits}),
+    st.fixed_dictionaries({"stock_only": stock_edits}),
 )
 
 
+def _stock_changed(stock: list[list[str]], edits: dict[str, Any]) -> list[list[str]]:
+    out = [list(r) for r in stock]
+    for index, column, value in edits["edit"]:
+        if out:
+            row = out[index % len(out)]
+            row[column] = value if value != row[column] else value + "*"  # a change, always
+    out.extend(list(r) for r in edits["add"])
+    for index in edits["remove"]:
+        if out:
+            out.pop(index % len(out))
+    return out
+
+
 def _changed(
-    items: list[dict[str, str]], rows: list[dict[str, str]], rules: list[dict[str, Any]], change: dict[str, Any] | None
-) -> tuple[list[dict[str, str]], list[dict[str, str]], list[dict[str, Any]]]:
+    items: list[dict[str, str]],
+    rows: list[dict[str, str]],
+    stock: list[list[str]],
+    rules: list[dict[str, Any]],
+    change: dict[str, Any] | None,
+) -> tuple[list[dict[str, str]], list[dict[str, str]], list[list[str]], list[dict[str, Any]]]:
     if change is None:
-        return items, rows, rules
+        return items, rows, stock, rules
+    if "stock_only" in change:
+        return items, rows, _stock_changed(stock, change["stock_only"]), rules
     out = [dict(i) for i in items]
     for index, name, value in change["edit"]:
         if out:
@@ -132,7 +176,8 @@ def _changed(
         if len(out) > 1:
             out.pop(index % len(out))
     lookup = rows if change["lookup"] is None else change["lookup"]
-    return out, lookup, rules if change["rules"] is None else change["rules"]
+    stocked = stock if change["stock"] is None else change["stock"]
+    return out, lookup, stocked, rules if change["rules"] is None else change["rules"]
 
 
 @settings(
@@ -144,7 +189,9 @@ def _changed(
 @given(
     items=grouped_items.filter(bool),
     rows=lookup_rows,
-    rules=rule_lists(lookups=True, groups=True),
+    stock=stock_rows,
+    # Per-item rules often: a stock-only change of those is a delta.
+    rules=st.one_of(rule_lists(lookups=True, groups=True), rule_lists()),
     channel=rule_lists(),
     change=changes,
 )
@@ -153,6 +200,7 @@ def test_a_refresh_gives_a_full_runs_files_and_report_and_a_fresh_projects_files
     tmp_path: Path,
     items: list[dict[str, str]],
     rows: list[dict[str, str]],
+    stock: list[list[str]],
     rules: list[dict[str, Any]],
     channel: list[dict[str, Any]],
     change: dict[str, Any] | None,
@@ -160,17 +208,25 @@ def test_a_refresh_gives_a_full_runs_files_and_report_and_a_fresh_projects_files
     tag = uuid.uuid4().hex[:8]
     refreshed, full, fresh = f"r{tag}", f"f{tag}", f"n{tag}"
     folder = Folder(tmp_path / tag)
-    folder.write(items, rows)
+    folder.write(items, rows, stock)
     history = [_run(folder.spec(project, rules, channel))[0] for project in (refreshed, full)]
     assert history[0] == history[1]  # the same history
     assume(history[0] != 2)  # a spec the CLI refuses (rules_max_growth, ...) has no runs to compare
 
-    items, rows, rules = _changed(items, rows, rules, change)
-    folder.write(items, rows)
+    items, rows, stock, rules = _changed(items, rows, stock, rules, change)
+    folder.write(items, rows, stock)
     code_r, report_r = _run(folder.spec(refreshed, rules, channel))
     code_f, report_f = _run(folder.spec(full, rules, channel), "--full")
     if change is None and code_r == 0:
         assert report_r["incremental"]["mode"] == "unchanged", report_r["incremental"]
+    if change is not None and "stock_only" in change and code_r == 0:
+        # The stock source alone changed: a delta, or full saying why not (or unchanged: the same rows).
+        part = report_r["incremental"]
+        assert part["mode"] in ("delta", "unchanged") or "not a delta" in part["reason"], part
+        if part["mode"] == "delta":
+            assert part["items_added"] == part["items_removed"] == 0
+            assert part["items_changed"] == part["items_recomputed"] <= len(items)
+    event(f"refresh: {(report_r.get('incremental') or {}).get('mode')}")  # --hypothesis-show-statistics
     assert code_r == code_f
     assume(code_r != 2)
     assert _comparable(report_r, refreshed) == _comparable(report_f, full)
