@@ -41,7 +41,17 @@ def test_a_multibyte_character_split_between_reads_survives() -> None:
 def test_the_fleet_is_the_api_a_worker_per_queue_beat_and_flower() -> None:
     args = argparse.Namespace(host="127.0.0.1", port=8123, flower_port=5566, loglevel="INFO")
     children = fleet_children(args, {"A": "1"}, {"FIREFEED_FLOWER_PASSWORD": "pw"}, python="py")
-    assert [c.name for c in children] == ["api", "pipeline", "import", "rules", "export", "control", "sync", "beat", "flower"]
+    assert [c.name for c in children] == [
+        "api",
+        "pipeline",
+        "import",
+        "rules",
+        "export",
+        "control",
+        "sync",
+        "beat",
+        "flower",
+    ]
     assert children[0].argv == ["py", "-m", "firefeed.cli", "api", "--host", "127.0.0.1", "--port", "8123"]
     assert children[2].argv == ["py", "-m", "firefeed.cli", "worker", "import", "--loglevel", "INFO"]
     assert children[-1].argv[3:] == ["flower", "--port", "5566", "--address", "127.0.0.1"]
