@@ -111,6 +111,7 @@ def pool_sizes(broker: str, timeout: float = 30) -> dict[str, int]:
     return sizes
 
 
+@pytest.mark.stress  # 8-21 s: `make stress` (make test stays under 10 minutes)
 @requires_shared_broker
 def test_two_runs_driven_at_once_fetch_all_their_sources_together(fleet_env: dict[str, str], tmp_path: Path) -> None:
     feeds = HoldingFeeds(expected=4)

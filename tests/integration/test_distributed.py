@@ -460,6 +460,7 @@ def test_one_in_process_worker_for_every_queue_runs_a_project_without_deadlock(
     assert [s["status"] for s in report["steps"]] == ["SUCCEEDED"] * 5
 
 
+@pytest.mark.stress  # 8-21 s: `make stress` (make test stays under 10 minutes)
 @requires_shared_broker
 def test_every_concurrency_set_to_one_with_one_worker_per_queue_does_not_deadlock(
     database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -141,6 +141,7 @@ def _wait_for_children(fleet: RunningFleet, timeout: float = 60) -> list[psutil.
         time.sleep(0.5)
 
 
+@pytest.mark.stress  # 8-21 s: `make stress` (make test stays under 10 minutes)
 def test_the_fleet_runs_a_run_triggered_through_the_api_and_ctrl_c_leaves_no_process(
     fleet: RunningFleet, tmp_path: Path, database_url: str
 ) -> None:

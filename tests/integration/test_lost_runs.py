@@ -109,6 +109,7 @@ def test_a_run_whose_root_message_was_lost_starts_once_a_worker_is_up(
     assert run_id in resent
 
 
+@pytest.mark.stress  # 8-21 s: `make stress` (make test stays under 10 minutes)
 def test_a_run_queued_behind_another_is_sent_again_but_started_once(fleet_env: dict[str, str], tmp_path: Path) -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _SlowFeed)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -78,6 +78,7 @@ def exists(engine: Engine, version: int) -> bool:
         return conn.execute(text("SELECT count(*) FROM spec_versions WHERE id = :v"), {"v": version}).scalar() == 1
 
 
+@pytest.mark.stress  # 8-21 s: `make stress` (make test stays under 10 minutes)
 def test_concurrent_puts_of_a_large_spec_keep_the_companys_versions_bounded_at_every_moment(
     http: httpx.Client, engine: Engine, bounded: None
 ) -> None:
