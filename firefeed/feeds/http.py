@@ -121,15 +121,11 @@ class FeedService:
         opened = open_published(storage, feed)
         if opened is not None and opened.published is None:
             # Not a publish this process knows: likely one made since its last version check.
-            # Taken only when the fresher index knows this file: never worse than the file already open.
             fresher = await self.index.recheck(feed_id)
-            if fresher is not None and fresher.published and fresher.published != feed.published:
-                reopened = open_published(storage, fresher) if name in fresher.names else None
-                if reopened is not None and reopened.published is not None:
-                    opened.close()
-                    feed, opened = fresher, reopened
-                elif reopened is not None:
-                    reopened.close()
+            if fresher is not None and fresher.published != feed.published and name in fresher.names:
+                opened.close()
+                feed = fresher
+                opened = open_published(storage, feed)
         if opened is None:
             await _send(send, 404, [(b"content-type", b"application/json")], NOT_FOUND, head=head)
             return 404, feed
