@@ -117,15 +117,7 @@ class FeedService:
             await _send(send, 401, challenge, UNAUTHORIZED, head=head)
             return 401, feed
         # Read per request: cached by the settings module, and tests point it at their own folders.
-        storage = export_storage(get_settings())
-        opened = open_published(storage, feed)
-        if opened is not None and opened.published is None:
-            # Not a publish this process knows: likely one made since its last version check.
-            fresher = await self.index.recheck(feed_id)
-            if fresher is not None and fresher.published != feed.published and name in fresher.names:
-                opened.close()
-                feed = fresher
-                opened = open_published(storage, feed)
+        opened = open_published(export_storage(get_settings()), feed)
         if opened is None:
             await _send(send, 404, [(b"content-type", b"application/json")], NOT_FOUND, head=head)
             return 404, feed

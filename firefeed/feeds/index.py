@@ -123,14 +123,6 @@ class FeedIndex:
             found = self._feeds.get(feed_id)
         return found
 
-    async def recheck(self, feed_id: str) -> Feed | None:
-        """The feed as a fresh version check sees it, at most one check per MISS_RECHECK_S: for a file that
-        is newer than the publish this process knows (a run published it a moment ago), so its answer carries
-        the validators of the file it sends rather than none."""
-        if time.monotonic() - self._checked >= MISS_RECHECK_S:
-            await self._refresh(MISS_RECHECK_S)
-        return None if feed_id in self._forgotten else self._feeds.get(feed_id)
-
     def forget(self, feed_id: str | None = None) -> None:
         """Drop an id at once (it was rotated here) and check the version on the next request."""
         if feed_id is not None:
