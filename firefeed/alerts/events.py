@@ -83,22 +83,8 @@ def record_delivery_failed(
 
     One alert per run, export and alert URL: a delivery retried in the same run does not alert again.
     """
-    try:
-        settings = settings or get_settings()
-        engine = engine or get_engine()
-        row = outbox.run_end(engine, run_id)
-        if row is None:
-            return []
-        status, company, project, _error, alerts, _previous = row
-        if not alerts:
-            return []
-        event = AlertEvent.DELIVERY_FAILED
-        detail = {"step": "DELIVER", "type": "DeliveryFailed", "message": error, "target": target}
-        body = payload(event, company, project, run_id, status, detail, export, settings)
-        return _record_and_send(engine, settings, alerts, event, company, project, run_id, export, body)
-    except Exception:
-        log.warning("could not record the delivery_failed alert of run %s", run_id, exc_info=True)
-        return []
+    detail = {"step": "DELIVER", "type": "DeliveryFailed", "message": error, "target": target}
+    return _record_export_event(AlertEvent.DELIVERY_FAILED, run_id, export, detail, settings, engine)
 
 
 def record_sync_failed(
@@ -106,6 +92,19 @@ def record_sync_failed(
 ) -> list[int]:
     """Record a `sync_failed` alert for an export whose channel refused its sync (SPEC 10 C9-C10), and have it
     sent; their ids. Never raises; `error` never holds a secret (firefeed/sync masks it)."""
+    detail = {"step": "SYNC", "type": "SyncFailed", "message": error}
+    return _record_export_event(AlertEvent.SYNC_FAILED, run_id, export, detail, settings, engine)
+
+
+def _record_export_event(
+    event: AlertEvent,
+    run_id: str,
+    export: str,
+    detail: dict[str, Any],
+    settings: Settings | None,
+    engine: Engine | None,
+) -> list[int]:
+    """One export's event of a run that goes on (delivery_failed, sync_failed): recorded and sent; never raises."""
     try:
         settings = settings or get_settings()
         engine = engine or get_engine()
@@ -115,12 +114,10 @@ def record_sync_failed(
         status, company, project, _error, alerts, _previous = row
         if not alerts:
             return []
-        event = AlertEvent.SYNC_FAILED
-        detail = {"step": "SYNC", "type": "SyncFailed", "message": error}
         body = payload(event, company, project, run_id, status, detail, export, settings)
         return _record_and_send(engine, settings, alerts, event, company, project, run_id, export, body)
     except Exception:
-        log.warning("could not record the sync_failed alert of run %s", run_id, exc_info=True)
+        log.warning("could not record the %s alert of run %s", event.value, run_id, exc_info=True)
         return []
 
 
