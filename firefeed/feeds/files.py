@@ -25,12 +25,21 @@ from firefeed.storage.local import LocalStorage
 
 #: Bytes read and sent at a time: large enough to keep syscalls few, small enough for 4 streams in little memory.
 CHUNK = 2 << 20
+#: How far after its recorded change time a local file may really have changed: the kernel stamps inodes
+#: from a coarse clock (a tick behind), and a worker's clock may be a little off the API's.
+LOCAL_CHANGE_SLACK_S = 0.05
+#: The same for an object in a bucket, whose LastModified has whole seconds.
+BUCKET_CHANGE_SLACK_S = 1.0
 
 
 @dataclass
 class OpenFile:
     size: int
     published: Published | None
+    #: when the file (or object) was changed, as the storage recorded it
+    changed: datetime | None = None
+    #: the latest wall-clock time (seconds) the change may have happened, or None when unknown
+    changed_by: float | None = None
     _fd: int | None = None
     _obj: Any = None
 
@@ -44,6 +53,10 @@ class OpenFile:
                 raise OSError("the published file ended early")
             offset += len(data)
             yield data
+
+    def identify(self, feed: Feed) -> None:
+        """Tell again which publish the open file is, by a fresher index's publishes."""
+        self.published = _which(feed, self.size, self.changed)
 
     @property
     def fd(self) -> int | None:
@@ -92,8 +105,14 @@ def open_published(storage: Storage, feed: Feed) -> OpenFile | None:
         except OSError:
             return None
         st = os.fstat(fd)
-        changed = datetime.fromtimestamp(st.st_ctime_ns / 1e9, UTC)
-        return OpenFile(st.st_size, _which(feed, st.st_size, changed), _fd=fd)
+        ctime = datetime.fromtimestamp(st.st_ctime_ns / 1e9, UTC)
+        return OpenFile(
+            st.st_size,
+            _which(feed, st.st_size, ctime),
+            ctime,
+            st.st_ctime_ns / 1e9 + LOCAL_CHANGE_SLACK_S,
+            _fd=fd,
+        )
     try:
         obj = storage.open(key)
     except Exception:
@@ -101,4 +120,6 @@ def open_published(storage: Storage, feed: Feed) -> OpenFile | None:
     details = getattr(obj, "details", {}) or {}
     size = int(details.get("size", getattr(obj, "size", 0)))
     modified = details.get("LastModified")
-    return OpenFile(size, _which(feed, size, modified if isinstance(modified, datetime) else None), _obj=obj)
+    mtime = modified if isinstance(modified, datetime) else None
+    by = mtime.timestamp() + BUCKET_CHANGE_SLACK_S if mtime is not None else None
+    return OpenFile(size, _which(feed, size, mtime), mtime, by, _obj=obj)

@@ -20,6 +20,7 @@ import logging
 import os
 import re
 import select
+import time
 import zlib
 from collections.abc import Awaitable, Callable, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
@@ -101,6 +102,7 @@ class FeedService:
             await _send(send, 405, [(b"allow", b"GET, HEAD")], b"", head=False)
             return 405, None
         head = method == "HEAD"
+        arrived = time.time()
         feed_id, _, name = scope["path"][len(PREFIX) :].partition("/")
         feed = await self.index.get(feed_id) if feed_id and name and "/" not in name else None
         if feed is None:
@@ -116,8 +118,7 @@ class FeedService:
             ]
             await _send(send, 401, challenge, UNAUTHORIZED, head=head)
             return 401, feed
-        # Read per request: cached by the settings module, and tests point it at their own folders.
-        opened = open_published(export_storage(get_settings()), feed)
+        opened, feed = await self._open(feed, arrived)
         if opened is None:
             await _send(send, 404, [(b"content-type", b"application/json")], NOT_FOUND, head=head)
             return 404, feed
@@ -125,6 +126,27 @@ class FeedService:
             return await self._file(feed, opened, headers, send, head=head), feed
         finally:
             opened.close()
+
+    async def _open(self, feed: Feed, arrived: float) -> tuple[OpenFile | None, Feed]:
+        """The export's published file, opened and told which publish it is, by an index that is not behind it.
+
+        No file known, or none at the known key: a publish may have just happened, so the index checks
+        once more and the file is opened again. A file changed after the index's last check started: a
+        publish switched it in, so the index checks again and tells which publish the open file is (the
+        file stays the one opened: a second open could find yet another publish, or none).
+        """
+        # Read per request: cached by the settings module, and tests point it at their own folders.
+        storage = export_storage(get_settings())
+        opened = open_published(storage, feed)
+        if opened is None:
+            await self.index.fresh(arrived)
+            feed = await self.index.known(feed.feed_id) or feed
+            return open_published(storage, feed), feed
+        if opened.changed_by is not None and opened.changed_by > self.index.checked_at:
+            await self.index.fresh(opened.changed_by)
+            feed = await self.index.known(feed.feed_id) or feed
+            opened.identify(feed)
+        return opened, feed
 
     async def _authorized(self, feed: Feed, header: str) -> bool:
         assert feed.auth is not None

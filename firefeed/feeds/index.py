@@ -7,6 +7,13 @@ rotated, specs applied, publishes recorded or ended); only when the answer moved
 reloaded. So another process's rotate, a new publish or a new id reaches this process within about
 `refresh_s`; the process that rotates an id forgets the old one at once (`forget`).
 
+A request must not wait that second when it can tell the index is behind: an id it does not know (a run's
+report or `firefeed feed-url` made it a moment ago), an export it knows no file of, or a file changed after
+the index's last check started (a publish just switched it in: its record was committed before the
+switch, `pipeline/publishing.py`). Such a request asks for a check that started after what it saw
+(`fresh`): one check serves every request waiting behind it, and these checks are spaced
+`ON_DEMAND_SPACING_S` apart, so a flood of unknown ids costs Postgres a few small queries a second.
+
 `feed_auth` passwords are company secrets, resolved on demand and kept `SECRET_TTL_S` at most, so a
 secret changed with `firefeed secret set` applies within that time.
 """
@@ -29,8 +36,10 @@ from firefeed.spec.model import FeedAuth
 
 log = logging.getLogger(__name__)
 
-#: An unknown id makes the index look again when its last look is older than this (seconds).
-MISS_RECHECK_S = 0.2
+#: The shortest time between two checks that requests asked for (`fresh`), in seconds.
+ON_DEMAND_SPACING_S = 0.05
+#: The longest a request waits for the time a check must start after (a bucket's whole-second times).
+MAX_AHEAD_S = 1.5
 #: How long a resolved feed_auth password is trusted before the company's secret is read again.
 SECRET_TTL_S = 5.0
 
@@ -105,23 +114,50 @@ class FeedIndex:
         self._feeds: dict[str, Feed] = {}
         self._version: Any = None
         self._checked = float("-inf")
+        self._checked_at = float("-inf")
         self._lock: asyncio.Lock | None = None
         self._secrets: dict[tuple[str, str], tuple[float, str | None]] = {}
         # Ids rotated here, with when: hidden until a reload that started after that has dropped them.
         self._forgotten: dict[str, float] = {}
 
     async def get(self, feed_id: str) -> Feed | None:
+        """The feed of an id; an unknown one makes the index check once more (see the module's docstring)."""
+        arrived = time.time()
+        found = await self.known(feed_id)
+        if found is None and feed_id not in self._forgotten:
+            await self.fresh(arrived)
+            found = await self.known(feed_id)
+        return found
+
+    async def known(self, feed_id: str) -> Feed | None:
+        """The feed of an id as of the last check (one per `refresh_s` at most), without asking again."""
         if time.monotonic() - self._checked >= self.refresh_s:
             await self._refresh(self.refresh_s)
         if feed_id in self._forgotten:
             return None
-        found = self._feeds.get(feed_id)
-        if found is None and time.monotonic() - self._checked >= MISS_RECHECK_S:
-            # An id created a moment ago (a run's report, `firefeed feed-url`) is served at once; a flood of
-            # unknown ids costs Postgres one version check per MISS_RECHECK_S, no more.
-            await self._refresh(MISS_RECHECK_S)
-            found = self._feeds.get(feed_id)
-        return found
+        return self._feeds.get(feed_id)
+
+    async def fresh(self, since: float) -> None:
+        """Return once a check that started at `since` (wall-clock seconds) or later has ended.
+
+        The checks behind one lock: a request that arrived before the running check started takes its
+        answer; a later one waits for the next, which starts `ON_DEMAND_SPACING_S` after the last.
+        """
+        if self._checked_at >= since:
+            return
+        async with self._guard():
+            if self._checked_at >= since:
+                return
+            ahead = min(since - time.time(), MAX_AHEAD_S)
+            spacing = self._checked + ON_DEMAND_SPACING_S - time.monotonic()
+            if max(ahead, spacing) > 0:
+                await asyncio.sleep(max(ahead, spacing))
+            await self._check()
+
+    @property
+    def checked_at(self) -> float:
+        """When (wall clock) the last check of the index started."""
+        return self._checked_at
 
     def forget(self, feed_id: str | None = None) -> None:
         """Drop an id at once (it was rotated here) and check the version on the next request."""
@@ -129,21 +165,29 @@ class FeedIndex:
             self._forgotten[feed_id] = time.monotonic()
             self._feeds.pop(feed_id, None)
         self._checked = float("-inf")
+        self._checked_at = float("-inf")
 
-    async def _refresh(self, every: float) -> None:
+    def _guard(self) -> asyncio.Lock:
         if self._lock is None:
             self._lock = asyncio.Lock()
-        async with self._lock:  # one check per process at a time; the requests behind it reuse its answer
+        return self._lock
+
+    async def _refresh(self, every: float) -> None:
+        async with self._guard():  # one check per process at a time; the requests behind it reuse its answer
             if time.monotonic() - self._checked < every:
                 return
-            started = time.monotonic()
-            try:
-                self._feeds, self._version = await asyncio.to_thread(self._load, self._version, self._feeds)
-            except Exception:  # Postgres away: keep serving what is known, and ask again next time
-                log.warning("could not refresh the feed index; serving the one loaded before", exc_info=True)
-            else:
-                self._forgotten = {k: t for k, t in self._forgotten.items() if t >= started}
-            self._checked = started
+            await self._check()
+
+    async def _check(self) -> None:
+        started, started_at = time.monotonic(), time.time()
+        try:
+            self._feeds, self._version = await asyncio.to_thread(self._load, self._version, self._feeds)
+        except Exception:  # Postgres away: keep serving what is known, and ask again next time
+            log.warning("could not refresh the feed index; serving the one loaded before", exc_info=True)
+        else:
+            self._forgotten = {k: t for k, t in self._forgotten.items() if t >= started}
+        # Also after a failure: requests keep being answered from what is known, not held on Postgres.
+        self._checked, self._checked_at = started, started_at
 
     def _load(self, version: Any, feeds: dict[str, Feed]) -> tuple[dict[str, Feed], Any]:
         current = tuple(execute(self.engine, "feeds_version")[0])

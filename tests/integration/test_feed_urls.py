@@ -438,3 +438,63 @@ def test_a_feed_in_a_bucket_is_served_from_the_object_a_run_published(
         monkeypatch.delenv("FIREFEED_STORAGE_URL")
         monkeypatch.delenv("FIREFEED_STORAGE_ENDPOINT_URL")
         reset_settings()
+
+
+class _Poller:
+    """Fetches a feed URL every 20 ms on a thread, as a busy channel would: the API's index is then always
+    checked less than a second ago, and a request that finds it behind must not wait for the next check."""
+
+    def __init__(self, api: str, path: str) -> None:
+        import threading
+
+        self.api, self.path = api, path
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        with httpx.Client(base_url=self.api, timeout=30) as client:
+            while not self.stop.is_set():
+                client.head(self.path)
+                self.stop.wait(0.02)
+
+    def __enter__(self) -> _Poller:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def test_an_id_made_by_another_process_answers_at_once_while_the_index_is_busy(
+    env: Path, http: httpx.Client, api: str, published: Project
+) -> None:
+    from firefeed.db.engine import get_engine
+    from firefeed.feeds.store import rotate
+
+    body = _file(env, published, "google.xml")
+    with _Poller(api, published.urls(http)["csv"]):
+        for _ in range(20):
+            # The test process is another process to the API: nothing tells the API's index of the new id.
+            new = rotate(get_engine(), published.project, "google")
+            r = http.get(f"/feeds/{new}/google.xml")
+            assert r.status_code == 200 and r.content == body
+
+
+def test_a_fetch_right_after_a_publish_gets_that_file_with_its_etag(
+    env: Path, http: httpx.Client, api: str, tmp_path: Path
+) -> None:
+    p = Project(tmp_path, [{"name": "jsonl", "format": "jsonl", "path": "feed.jsonl"}], items=20)
+    assert cli("apply", str(p.spec))[0] == 0
+    url = p.urls(http)["jsonl"]
+    with _Poller(api, url):
+        assert http.get(url).status_code == 404  # known id, nothing published yet
+        for version in range(1, 6):
+            p.write(version)
+            if version == 3:  # the same size as the file it replaces: only the index tells them apart
+                (tmp_path / "main.csv").write_text((tmp_path / "main.csv").read_text().replace("v3", "w3"))
+            p.run()
+            new = _file(env, p, "feed.jsonl")
+            r = http.get(url)
+            assert r.status_code == 200 and r.content == new, version
+            assert r.headers.get("etag") == f'"{hashlib.sha256(new).hexdigest()}"', version
