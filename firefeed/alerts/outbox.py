@@ -151,10 +151,10 @@ def due(engine: Engine, *, project: str | None = None, limit: int = 500) -> list
         return [int(r[0]) for r in cur.fetchall()]
 
 
-def recent(engine: Engine, project: str, limit: int = 20) -> list[dict[str, Any]]:
-    """A project's latest alerts, newest first, with every attempt's outcome."""
+def recent(engine: Engine, project: str, limit: int = 20, *, company: str | None = None) -> list[dict[str, Any]]:
+    """A project's latest alerts, newest first, with every attempt's outcome; only `company`'s when named."""
     with raw_connection(engine) as conn, conn.cursor() as cur:
-        cur.execute(_q("recent"), {"project": project, "limit": limit})
+        cur.execute(_q("recent"), {"project": project, "limit": limit, "company": company})
         names = [d[0] for d in cur.description]
         return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 

@@ -56,8 +56,8 @@ SELECT id FROM alert_deliveries
  ORDER BY next_attempt_at LIMIT %(limit)s;
 
 -- recent --
--- A project's latest alerts with their attempts, newest first (`firefeed alerts PROJECT`)
+-- A project's latest alerts with their attempts, newest first (`firefeed alerts PROJECT`; the API names the company)
 SELECT id, run_id, event, export, url, status, attempts, created_at, last_attempt_at, next_attempt_at, outcomes
   FROM alert_deliveries
- WHERE project_id = %(project)s
+ WHERE project_id = %(project)s AND (%(company)s::text IS NULL OR company_id = %(company)s)
  ORDER BY created_at DESC, id DESC LIMIT %(limit)s;

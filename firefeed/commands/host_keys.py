@@ -1,5 +1,7 @@
 """`firefeed host-key list|forget COMPANY ...`: the SFTP host keys pinned at a company's first fetch (SPEC 10 C6).
 
+The company itself reaches the same keys through the API (`/api/host-keys`, firefeed/api/routes/host_keys.py).
+
 Forgetting a key is how a person accepts a server's new one: the next fetch records whatever key
 the server presents then, so do it only once the server's owner confirmed the change.
 """
@@ -12,19 +14,6 @@ import sys
 from typing import Any
 
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
-
-
-def _host_port(text: str) -> tuple[str, int]:
-    """`host`, `host:port` or `[v6]:port` (port 22 when none is given, as for sftp:// URLs)."""
-    host, port = text, "22"
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        port = rest[1:] if rest.startswith(":") else "22"
-    elif text.count(":") == 1:
-        host, port = text.split(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"{text!r} is not HOST or HOST:PORT")
-    return host.lower(), int(port)
 
 
 def cmd_host_key_list(args: argparse.Namespace) -> int:
@@ -54,10 +43,10 @@ def cmd_host_key_forget(args: argparse.Namespace) -> int:
     from firefeed.cli import ensure_migrated
     from firefeed.db.engine import get_engine
     from firefeed.errors import NotFoundError
-    from firefeed.pipeline.transfer.host_keys import HostKeyStore
+    from firefeed.pipeline.transfer.host_keys import HostKeyStore, parse_host_port
 
     try:
-        host, port = _host_port(args.host)
+        host, port = parse_host_port(args.host)
     except ValueError as err:
         print(f"firefeed: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT

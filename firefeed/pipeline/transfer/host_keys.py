@@ -3,16 +3,21 @@
 Trust on first use, as ssh does with ~/.ssh/known_hosts, but kept in Postgres (table `host_keys`)
 so every worker of the fleet expects the same key. A server that presents another key later fails
 the fetch (a man in the middle, or a server rebuilt: only a person can tell), and
-`firefeed host-key forget COMPANY HOST[:PORT]` accepts the new key at the next fetch.
+`firefeed host-key forget COMPANY HOST[:PORT]` accepts the new key at the next fetch. A company may
+also pin a key itself before any fetch (`PUT /api/host-keys/HOST:PORT`, `HostKeyStore.pin`).
 """
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from sqlalchemy import text
+
+from firefeed.errors import CompanyLimitError
 
 if TYPE_CHECKING:
     import asyncssh
@@ -20,6 +25,44 @@ if TYPE_CHECKING:
 
 # known_hosts markers (`@cert-authority`, `@revoked`) change what a line means: refused, not ignored.
 _MARKERS = ("@cert-authority", "@revoked")
+#: The most host keys one company may hold when it pins one by hand (the keys its fetches record are not
+#: refused: a fetch never fails for the table's size). A company has a few servers; this bounds a script.
+PINS_PER_COMPANY = 500
+#: A known_hosts line of the largest key ssh makes (RSA 16384: about 2.8 KB) fits several times over.
+MAX_KEY_LINE_CHARS = 8192
+_HOST_NAME = re.compile(r"[a-z0-9_](?:[a-z0-9._-]{0,251}[a-z0-9_])?")
+
+
+def parse_host_port(text: str) -> tuple[str, int]:
+    """`host`, `host:port`, `[v6]:port` or a bare IPv6 address, as the host keys are kept (the host as an
+    sftp:// URL's, lower case, an IPv6 address without brackets), port 22 when none is given. ValueError
+    otherwise."""
+    host, port = text, "22"
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else "" if rest else "22"
+    elif text.count(":") == 1:
+        host, port = text.split(":")
+    host = host.lower()
+    bracketed = ":" in host or text.startswith("[")
+    valid = _is_ipv6(host) if bracketed else bool(_HOST_NAME.fullmatch(host))
+    if not valid or not port.isdigit() or len(port) > 5 or not 0 < int(port) < 65536:
+        shown = text if len(text) <= 80 else text[:80] + "…"
+        raise ValueError(f"{shown!r} is not HOST, HOST:PORT or [IPv6]:PORT")
+    return host, int(port)
+
+
+def _is_ipv6(text: str) -> bool:
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def host_port_text(host: str, port: int) -> str:
+    """How a host and port are written back: `host:port`, `[v6]:port`."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 @dataclass(frozen=True)
@@ -105,6 +148,51 @@ class HostKeyStore:
             )
         stored = self.get(host, port)
         return stored if stored is not None else key
+
+    def pin(self, host: str, port: int, key: PinnedKey) -> tuple[StoredKey, bool]:
+        """Pin `key` for the host and port, replacing a key recorded or pinned before; the pinned key, and
+        True when none was pinned before.
+
+        CompanyLimitError when it would be one more than PINS_PER_COMPANY keys (replacing one is fine).
+        """
+        params = {"c": self.company, "h": host, "p": port, "k": key.public_key, "f": key.fingerprint}
+        with self.engine.begin() as conn:
+            conn.execute(text("INSERT INTO companies (id) VALUES (:c) ON CONFLICT DO NOTHING"), params)
+            # One company's pins one at a time (FOR NO KEY UPDATE: a fetch's foreign-key check does not wait),
+            # so two new hosts at once cannot both see room for one more.
+            conn.execute(text("SELECT id FROM companies WHERE id = :c FOR NO KEY UPDATE"), params)
+            held = conn.execute(
+                text("SELECT count(*) FROM host_keys WHERE company_id = :c AND NOT (host = :h AND port = :p)"),
+                params,
+            ).scalar_one()
+            if held >= PINS_PER_COMPANY:
+                raise CompanyLimitError(
+                    f"the company already holds {held} host keys, the most one may ({PINS_PER_COMPANY}): "
+                    f"{host_port_text(host, port)} was not pinned; forget one it no longer uses first"
+                )
+            r = conn.execute(
+                text(
+                    "INSERT INTO host_keys (company_id, host, port, public_key, fingerprint) "
+                    "VALUES (:c, :h, :p, :k, :f) "
+                    "ON CONFLICT (company_id, host, port) DO UPDATE "
+                    "SET public_key = EXCLUDED.public_key, fingerprint = EXCLUDED.fingerprint, created_at = now() "
+                    "RETURNING host, port, public_key, fingerprint, created_at, (xmax = 0) AS created"
+                ),
+                params,
+            ).one()
+        return StoredKey(r.host, r.port, r.public_key, r.fingerprint, r.created_at), bool(r.created)
+
+    def stored(self, host: str, port: int) -> StoredKey | None:
+        """The key pinned for the host and port, with when it was recorded."""
+        with self.engine.connect() as conn:
+            r = conn.execute(
+                text(
+                    "SELECT host, port, public_key, fingerprint, created_at FROM host_keys "
+                    "WHERE company_id = :c AND host = :h AND port = :p"
+                ),
+                {"c": self.company, "h": host, "p": port},
+            ).first()
+        return StoredKey(r.host, r.port, r.public_key, r.fingerprint, r.created_at) if r is not None else None
 
     def forget(self, host: str, port: int) -> bool:
         with self.engine.begin() as conn:
