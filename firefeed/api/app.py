@@ -18,8 +18,10 @@ from starlette.types import Scope
 from firefeed import __version__
 from firefeed.api import errors
 from firefeed.api.routes import (
+    alerts,
     feeds,
     findings,
+    host_keys,
     items,
     lookups,
     ops,
@@ -116,6 +118,8 @@ def create_app(*, engine: Engine | None = None, local_runs: bool = False) -> Fas
     app.include_router(ops.router)
     app.include_router(feeds.router)
     app.include_router(sync.router)  # SPEC 10 C10: an export's channel sync status and repair
+    app.include_router(alerts.router)  # SPEC 10 C8: a project's recent alerts
+    app.include_router(host_keys.router)  # SPEC 10 C6: the company's pinned SFTP host keys
     app.mount("/web", _PageFiles(directory=WEB_DIR), name="web")
 
     @app.get("/", include_in_schema=False)
