@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 TRIGGERS = ("cli", "api", "beat", "task", "process")
 STEPS = ("FETCH", "PARSE", "MERGE", "RULES", "EXPORT")
 SCHEDULE_OUTCOMES = ("started", "busy", "duplicate", "error", "invalid")
+#: What an alert's attempt led to: the receiver took it (sent), another attempt follows (failed), or the
+#: alert ends undelivered (given_up: refused for good, or its retry time ran out). SPEC 10 C8.
+ALERT_OUTCOMES = ("sent", "failed", "given_up")
 ACTIVE_STATUSES = ("PENDING", "RUNNING")
 # A run lasts from seconds to hours; a step from milliseconds to an hour.
 RUN_BUCKETS_S = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400)
@@ -140,6 +143,13 @@ class _ProcessMetrics:
             ["company", "project", "export", "status_class"],
             registry=r,
         )
+        # Alerts (SPEC 10 C8): by event only, never a company or project (unbounded, and tenants' names).
+        self.alert_attempts = Counter(
+            "firefeed_alert_attempts",
+            "Attempts at sending an alert, by event and outcome (sent; failed, to be tried again; given_up).",
+            ["event", "outcome"],
+            registry=r,
+        )
         # Series that exist from the start read 0 rather than missing, so rate() and alerts work at once.
         for trigger in TRIGGERS:
             self.runs_started.labels(trigger)
@@ -151,6 +161,11 @@ class _ProcessMetrics:
             self.step_rows.labels(step, "out")
         for reason in ("drop_guard", "channel_errors"):
             self.publish_blocked.labels(reason)
+        from firefeed.alerts.spec import AlertEvent
+
+        for event in AlertEvent:
+            for outcome in ALERT_OUTCOMES:
+                self.alert_attempts.labels(event.value, outcome)
         self._all = [v for v in vars(self).values() if isinstance(v, Counter | Histogram)]
 
     def unregister(self, registry: CollectorRegistry) -> None:
@@ -226,6 +241,11 @@ def publish_blocked(reason: str) -> None:
 
 def feed_fetched(company: str, project: str, export: str, status: int) -> None:
     _process.feed_fetches.labels(company, project, export, f"{status // 100}xx").inc()
+
+
+def alert_attempted(event: str, outcome: str) -> None:
+    """One attempt at an alert ended: `outcome` is one of ALERT_OUTCOMES."""
+    _process.alert_attempts.labels(event, outcome).inc()
 
 
 def runs_pruned(count: int) -> None:

@@ -20,6 +20,7 @@ from enum import StrEnum
 
 from sqlalchemy.engine import Engine
 
+from firefeed import metrics
 from firefeed.alerts import outbox
 from firefeed.alerts.outbox import AlertStatus, Outcome
 from firefeed.alerts.send import post
@@ -80,15 +81,18 @@ def attempt(alert_id: int, *, settings: Settings, engine: Engine) -> AttemptResu
         result_outcome, delivered, retry = sent.outcome, sent.delivered, sent.retry
     if delivered:
         outbox.delivered(engine, alert_id, result_outcome)
+        metrics.alert_attempted(claimed.event, "sent")
         log.info("alert %s (%s) delivered to %s", alert_id, claimed.event, claimed.url)
         return AttemptResult(Attempted.DELIVERED)
     if not retry:
         outbox.failed(engine, alert_id, result_outcome)
+        metrics.alert_attempted(claimed.event, "given_up")
         log.warning("alert %s (%s) to %s failed: %s", alert_id, claimed.event, claimed.url, result_outcome.error)
         return AttemptResult(Attempted.FAILED)
     delay = backoff(settings, claimed.attempt)
     status = outbox.retry(engine, alert_id, result_outcome, delay_s=delay, retry_for_s=settings.alert_retry_for_s)
     if status is AlertStatus.FAILED:
+        metrics.alert_attempted(claimed.event, "given_up")
         log.warning(
             "alert %s (%s) to %s gave up after %d attempts: %s",
             alert_id,
@@ -98,6 +102,7 @@ def attempt(alert_id: int, *, settings: Settings, engine: Engine) -> AttemptResu
             result_outcome.error,
         )
         return AttemptResult(Attempted.FAILED)
+    metrics.alert_attempted(claimed.event, "failed")
     log.info("alert %s to %s: %s; again in %g s", alert_id, claimed.url, result_outcome.error, delay)
     return AttemptResult(Attempted.RETRY, delay)
 
