@@ -24,6 +24,7 @@ from firefeed.config import reset_settings
 from firefeed.runs.report import build_report
 from firefeed.runs.requests import start_run
 from firefeed.runs.service import RunStore
+from firefeed.secrets.crypto import generate_key
 from tests.integration.celery_workers import (
     REDIS_URL,
     bare_client_send,
@@ -33,6 +34,7 @@ from tests.integration.celery_workers import (
     worker_env,
 )
 from tests.integration.conftest import run_json, write_csv
+from tests.integration.file_servers import USER, SFTPServer
 from tests.services import broker_url, is_amqp, redis_db, requires_shared_broker, shared_broker_available
 
 pytestmark = pytest.mark.integration
@@ -100,6 +102,9 @@ def workers(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         RULES_CONCURRENCY="2",
         EXPORT_CONCURRENCY="2",
         FIREFEED_CHUNK_ROWS="10",
+        # The delivery test's SFTP server lives on 127.0.0.1, its password in a company secret.
+        FIREFEED_SECRETS_KEY=generate_key(),
+        FIREFEED_FETCH_ALLOWED_HOSTS="127.0.0.1",
     )
     if not shared_broker_available():
         yield env  # no worker processes: `client_env` starts an in-process worker per test
@@ -112,7 +117,14 @@ def workers(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
 @pytest.fixture()
 def client_env(workers: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
     """This test process sends to the same broker and writes to the same folders as the workers."""
-    for key in ("FIREFEED_BROKER_URL", "FIREFEED_EXPORT_DIR", "FIREFEED_DATA_DIR", "FIREFEED_CHUNK_ROWS"):
+    for key in (
+        "FIREFEED_BROKER_URL",
+        "FIREFEED_EXPORT_DIR",
+        "FIREFEED_DATA_DIR",
+        "FIREFEED_CHUNK_ROWS",
+        "FIREFEED_SECRETS_KEY",
+        "FIREFEED_FETCH_ALLOWED_HOSTS",
+    ):
         monkeypatch.setenv(key, workers[key])
     reset_settings()
     from tests.integration.celery_workers import use_broker
@@ -429,6 +441,87 @@ def test_a_redelivered_step_job_does_nothing_the_second_time(client_env: dict[st
         assert again is not None and again.status == "SUCCEEDED" and again.attempts == job.attempts
     assert (export.stat().st_mtime_ns, export.read_bytes()) == before
     assert not list(export.parent.glob(".*.partial"))
+
+
+def _deliver_job(engine: Any, run_id: str) -> Any:
+    from sqlalchemy import text
+
+    with engine.connect() as conn:
+        return conn.execute(
+            text(
+                "SELECT id, status, attempts, claimed_by, result FROM pipeline_jobs "
+                "WHERE run_id = CAST(:r AS uuid) AND kind = 'deliver'"
+            ),
+            {"r": run_id},
+        ).one()
+
+
+def _worker_log_says(log: Path, line: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while line not in log.read_text(encoding="utf-8", errors="replace"):
+        assert time.monotonic() < deadline, f"{log.name} never said {line!r}"
+        time.sleep(0.05)
+
+
+@requires_shared_broker
+def test_a_deliver_job_runs_on_the_export_worker_and_a_redelivered_message_sends_the_file_no_second_time(
+    client_env: dict[str, str], tmp_path: Path, sftp: SFTPServer, engine: Any
+) -> None:
+    """SPEC 10 C7 through the fleet: the run's deliver job (`firefeed.export.deliver`) is taken by the export
+    worker, which uploads the file to an SFTP server on 127.0.0.1. Then its message comes again, as a broker
+    redelivers one (a lost ack): a delivered job sends nothing, and neither does one whose worker was lost
+    after the target got the file and `delivered_files` recorded it, before the job was marked done."""
+    from sqlalchemy import text
+
+    from firefeed.celery_app import app
+    from firefeed.secrets.store import SecretStore
+    from firefeed.spec.loader import parse_spec
+    from firefeed.tasks.queues import Queue
+
+    (sftp.root / "in").mkdir()
+    SecretStore().set("acme", "SFTP_PW", sftp.password)
+    spec = yaml.safe_load(_spec(tmp_path, "acme", "dist_deliver").read_text(encoding="utf-8"))
+    spec["exports"][0]["deliver"] = [
+        {"url": f"sftp://{USER}@127.0.0.1:{sftp.port}/in/feed.csv", "password": "${secret:SFTP_PW}"}
+    ]
+    RunStore().apply_spec(parse_spec(spec), spec_dir=tmp_path)
+
+    report = wait_finished(start_run("dist_deliver", "api"))
+
+    assert report["status"] == "SUCCEEDED", report["error"]
+    published = (Path(client_env["FIREFEED_EXPORT_DIR"]) / "acme" / "dist_deliver" / "out.csv").read_bytes()
+    delivered = sftp.root / "in" / "feed.csv"
+    assert delivered.read_bytes() == published
+    assert [(d["status"], d["bytes"]) for d in report["exports"][0]["deliveries"]] == [("delivered", len(published))]
+    job = _deliver_job(engine, report["run_id"])
+    assert (job.status, job.attempts, job.result["status"]) == ("SUCCEEDED", 1, "delivered")
+    # A pool child of the export worker took it (its process group is that `firefeed worker export`'s),
+    # not this process nor the pipeline worker's driver.
+    claimer = int(job.claimed_by.rsplit(":", 1)[1])
+    worker_argv = Path(f"/proc/{os.getpgid(claimer)}/cmdline").read_bytes().split(b"\0")
+    assert claimer != os.getpid() and worker_argv[2:4] == [b"worker", b"export"], worker_argv
+    log = Path(client_env["FIREFEED_EXPORT_DIR"]).parent / "worker-export.log"
+    seen = (sftp.connections, sftp.opens, delivered.stat().st_mtime_ns)
+
+    again = app.send_task("firefeed.export.deliver", args=[job.id], queue=Queue.EXPORT.value)
+    _worker_log_says(log, f"firefeed.export.deliver[{again.id}] succeeded")
+    assert (sftp.connections, sftp.opens, delivered.stat().st_mtime_ns) == seen
+    assert tuple(_deliver_job(engine, report["run_id"])[1:3]) == ("SUCCEEDED", 1)
+
+    with engine.begin() as conn:  # its worker lost after the upload was recorded: RUNNING, no heartbeat
+        conn.execute(
+            text(
+                "UPDATE pipeline_jobs SET status = 'RUNNING', result = NULL, finished_at = NULL, "
+                "heartbeat_at = now() - interval '1 day' WHERE id = :id"
+            ),
+            {"id": job.id},
+        )
+    lost = app.send_task("firefeed.export.deliver", args=[job.id], queue=Queue.EXPORT.value)
+    _worker_log_says(log, f"firefeed.export.deliver[{lost.id}] succeeded")
+    taken = _deliver_job(engine, report["run_id"])
+    assert (taken.status, taken.attempts, taken.result["status"]) == ("SUCCEEDED", 2, "unchanged")
+    assert (sftp.connections, sftp.opens, delivered.stat().st_mtime_ns) == seen
+    assert [p.name for p in delivered.parent.iterdir()] == ["feed.csv"]  # and no temporary file
 
 
 def test_one_in_process_worker_for_every_queue_runs_a_project_without_deadlock(
