@@ -356,6 +356,31 @@ def test_a_feed_is_downloaded_with_its_url_and_findings(
     assert google.locator(".feed-findings tbody tr").count() > 0
 
 
+def test_the_project_s_alerts_show_under_its_feeds_as_text_with_the_host_but_not_the_url_s_path(
+    root: Path, shop: tuple[str, str, str], open_page: Callable[[str], Any]
+) -> None:
+    from firefeed.alerts import outbox
+    from firefeed.db.engine import get_engine
+
+    company, project, token = shop
+    run_id = str(RunStore().runs_of_project(project, 1)[0].id)
+    hook = "https://hooks.example.com:8443/T0/secret-path-token?k=1"
+    (alert_id,) = outbox.record(
+        get_engine(), [outbox.NewAlert(company, project, run_id, "failed", "", hook, "ALERTS_KEY", b"{}")]
+    )
+    outbox.failed(get_engine(), alert_id, outbox.Outcome(404, "answered 404: " + HOSTILE, 12))
+    page = open_page(token)
+    view(page, "feeds")
+    row = page.locator("#project-alerts table.alerts tbody tr")
+    row.wait_for()
+    cells = row.first.locator("td").all_text_contents()
+    assert (cells[0], cells[2], cells[3], cells[4]) == ("failed", "hooks.example.com:8443", "failed", "0")
+    assert cells[5] == "answered 404: answered 404: " + HOSTILE
+    section = page.text_content("#project-alerts") or ""
+    assert "secret-path-token" not in section and "ALERTS_KEY" not in section
+    assert page.locator("#project-alerts img").count() == 0
+
+
 # --- hostile names, other companies -----------------------------------------------------------------------------
 
 
@@ -412,7 +437,7 @@ def test_another_companys_projects_are_not_seen_or_reached_from_the_page(
                 ["POST", "/versions/1/restore"], ["POST", "/validate"], ["POST", "/preview"],
                 ["GET", "/values?field=title"], ["GET", "/items/A1"], ["GET", "/lookups/cats/unmatched"],
                 ["GET", "/feed-urls"], ["GET", "/exports/csv/file"], ["GET", "/exports/google/findings"],
-                ["GET", "/pipeline/runs"], ["POST", "/lookups/cats/rows"], ["PUT", ""],
+                ["GET", "/pipeline/runs"], ["POST", "/lookups/cats/rows"], ["PUT", ""], ["GET", "/alerts"],
             ];
             const out = {}, rows = { rows: [] };
             for (const [method, tail] of routes) {

@@ -1,9 +1,11 @@
 // Feeds: per export its feed URL (copy), last fetch, the published file (download), its findings with
-// the items behind them, its deliveries, and its sync status when the server has that route.
+// the items behind them, its deliveries, and its sync status when the server has that route; then the
+// project's recent alerts (alerts.js).
 import { $, el, fmtInt, fmtTime, say, table, copyText, announce, NUM } from "./dom.js";
 import { api, request, projectPath, errorText, missingRoute, latestSucceededReport } from "./api.js";
 import { state } from "./state.js";
 import { lastFetchText, deliveriesCell } from "./runs.js";
+import { alertsSection } from "./alerts.js";
 
 export function mount() {
   $("view-feeds").append(
@@ -20,7 +22,10 @@ export async function show(project) {
     const [urls, report] = await Promise.all([api("GET", projectPath(project, "feed-urls")), latestSucceededReport(project)]);
     if (state.project !== project) return;
     const published = new Map(((report && report.exports) || []).map((e) => [e.name, e]));
-    $("feeds").replaceChildren(...urls.feed_urls.map((f) => feedBlock(project, f, published.get(f.export), report)));
+    $("feeds").replaceChildren(
+      ...urls.feed_urls.map((f) => feedBlock(project, f, published.get(f.export), report)),
+      alertsSection(project),
+    );
     say($("feeds-note"), "muted", report ? `as of run ${String(report.run_id).slice(0, 8)}` : "no succeeded run yet");
     for (const f of urls.feed_urls) loadSync(project, f.export);
   } catch (err) {
