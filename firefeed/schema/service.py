@@ -179,12 +179,17 @@ class SchemaService:
         *,
         conn: Any,
     ) -> int:
-        """Replace a lookup's table (one row per key, SPEC 9) by `select`, with a unique index on the key
-        and fresh statistics: the planner then hashes the small lookup, not the items it is joined to."""
+        """Replace a lookup's table (one row per key, SPEC 9) by `select`, with a hash index on the key
+        and fresh statistics: the planner then hashes the small lookup, not the items it is joined to,
+        and a list `match` probes the index per element.
+
+        A hash index, not a unique btree: a btree entry holds the key and refuses one over ~2.7 KB
+        ("index row size exceeds"), which failed the run on a company's long key; a hash index
+        holds 4 bytes per key, whatever its length. `select` already keeps one row per key."""
         target = ident(company_schema(company), table)
         rows = _create_as(conn, target, columns, select, params)
         with conn.cursor() as cur:
-            cur.execute(sql.SQL("CREATE UNIQUE INDEX ON {} ({})").format(target, ident(columns[0])))
+            cur.execute(sql.SQL("CREATE INDEX ON {} USING hash ({})").format(target, ident(columns[0])))
             cur.execute(sql.SQL("ANALYZE {}").format(target))
         return rows
 
