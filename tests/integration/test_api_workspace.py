@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -533,3 +534,64 @@ def test_an_items_answer_stays_under_the_previews_answer_bound_whatever_its_expo
     finally:
         monkeypatch.undo()
         reset_settings()
+
+
+#: export names a URL path segment cannot carry as they are (any name is valid, docs/spec.md): a slash,
+#: the characters that end a path (`?`, `#`), `%`, a trailing slash, and a dot segment
+ODD_EXPORTS = ["google/de", "a?b#c%d e", "feeds/", "..", "x/file"]
+
+
+@pytest.fixture(scope="module")
+def odd(env: Path, api: str) -> Shop:
+    """A project whose exports have the names of ODD_EXPORTS, applied over the API and run once."""
+    s = Shop(env)
+    s.doc["exports"] = [
+        {"name": name, "format": "csv", "path": f"odd{i}.csv", "fields": {"id": "id", "p": "price"}}
+        for i, name in enumerate(ODD_EXPORTS)
+    ]
+    with httpx.Client(base_url=api, timeout=30) as http:
+        assert s.put(http).status_code == 201
+    s.run()
+    return s
+
+
+def _export_url(s: Shop, name: str, tail: str) -> str:
+    """The route's URL with the name as one encoded segment; a name of dots alone with its dots encoded too
+    (as `.` and `..`, a client would remove them as dot segments)."""
+    segment = quote(name, safe="")
+    return f"/api/projects/{s.project}/exports/{segment.replace('.', '%2E') if not name.strip('.') else segment}/{tail}"
+
+
+@pytest.mark.parametrize("name", ODD_EXPORTS)
+def test_an_export_file_is_downloaded_whatever_the_exports_name(http: httpx.Client, odd: Shop, name: str) -> None:
+    r = http.get(_export_url(odd, name, "file"), headers=odd.auth)
+    assert r.status_code == 200, r.text
+    assert r.text.splitlines()[0] == "id,p"
+
+
+@pytest.mark.parametrize("name", ODD_EXPORTS)
+def test_an_exports_findings_are_listed_whatever_its_name(http: httpx.Client, odd: Shop, name: str) -> None:
+    r = http.get(_export_url(odd, name, "findings"), headers=odd.auth)
+    assert r.status_code == 200, r.text
+    assert r.json()["export"] == name
+
+
+@pytest.mark.parametrize("name", ODD_EXPORTS)
+def test_an_exports_feed_url_is_rotated_whatever_its_name(http: httpx.Client, odd: Shop, name: str) -> None:
+    before = {
+        f["export"]: f for f in http.get(f"/api/projects/{odd.project}/feed-urls", headers=odd.auth).json()["feed_urls"]
+    }
+    r = http.post(_export_url(odd, name, "feed-url/rotate"), headers=odd.auth)
+    assert r.status_code == 200, r.text
+    assert r.json()["export"] == name and r.json()["url"] != before[name]["url"]
+
+
+@pytest.mark.parametrize("name", ODD_EXPORTS)
+def test_an_exports_sync_is_reached_whatever_its_name(http: httpx.Client, odd: Shop, name: str) -> None:
+    """These exports have no sync: the routes' own 404 names the export (the framework's names nothing)."""
+    for r in (
+        http.get(_export_url(odd, name, "sync"), headers=odd.auth),
+        http.post(_export_url(odd, name, "sync/repair"), headers=odd.auth),
+    ):
+        assert r.status_code == 404, r.text
+        assert f"export {name!r} of project {odd.project!r} has no sync" in r.json()["message"], r.text

@@ -40,7 +40,7 @@ def feed_urls(project_id: str, company: CurrentCompany, store: Store) -> dict[st
     return {"feed_urls": [f.as_dict() for f in found]}
 
 
-@router.post("/{project_id}/exports/{export_name}/feed-url/rotate", responses=_NOT_FOUND)
+@router.post("/{project_id}/exports/{export_name:path}/feed-url/rotate", responses=_NOT_FOUND)
 async def rotate_feed_url(
     project_id: str, export_name: str, request: Request, company: CurrentCompany, store: Store
 ) -> dict[str, Any]:

@@ -48,7 +48,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.get("/{project_id}/exports/{export}/findings", response_model=FindingsAnswer, responses=_ERRORS)
+@router.get("/{project_id}/exports/{export:path}/findings", response_model=FindingsAnswer, responses=_ERRORS)
 def export_findings(
     project_id: str,
     export: str,

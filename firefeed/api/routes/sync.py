@@ -32,7 +32,7 @@ class RepairBody(BaseModel):
     delete_orphans: bool = False
 
 
-@router.get("/{project_id}/exports/{export_name}/sync", responses=_NOT_FOUND)
+@router.get("/{project_id}/exports/{export_name:path}/sync", responses=_NOT_FOUND)
 async def sync_status(
     project_id: str, export_name: str, company: CurrentCompany, store: Store, refresh: bool = False
 ) -> dict[str, Any]:
@@ -50,7 +50,7 @@ async def sync_status(
     return found[0]
 
 
-@router.post("/{project_id}/exports/{export_name}/sync/repair", responses=_NOT_FOUND)
+@router.post("/{project_id}/exports/{export_name:path}/sync/repair", responses=_NOT_FOUND)
 async def sync_repair(
     project_id: str, export_name: str, company: CurrentCompany, store: Store, body: RepairBody | None = None
 ) -> dict[str, Any]:
