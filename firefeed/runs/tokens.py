@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import and_, case, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, aliased
@@ -319,6 +319,24 @@ class TokenStore:
         with self.sessions() as s:
             rows = s.execute(select(*_COLUMNS).where(ApiToken.company_id == company).order_by(ApiToken.id)).all()
         return [TokenInfo(*row) for row in rows]
+
+    def page(self, company: str, offset: int, limit: int) -> tuple[tuple[TokenInfo, ...], int]:
+        """`limit` of the company's tokens from `offset`, and how many it has: the active ones first, then
+        the expired, then the revoked, each oldest first. Revoked tokens pile up without bound; the active
+        ones (at most FIREFEED_TOKENS_PER_COMPANY) lead the first page, where a person looks for them."""
+        at = now()
+        rank = case(
+            (ApiToken.revoked_at.is_not(None), 2),
+            (and_(ApiToken.expires_at.is_not(None), ApiToken.expires_at <= at), 1),
+            else_=0,
+        )
+        mine = ApiToken.company_id == company
+        with self.sessions() as s:
+            rows = s.execute(
+                select(*_COLUMNS).where(mine).order_by(rank, ApiToken.id).offset(offset).limit(limit)
+            ).all()
+            total = s.execute(select(func.count()).select_from(ApiToken).where(mine)).scalar_one()
+        return tuple(TokenInfo(*row) for row in rows), int(total)
 
     def revoke(self, company: str, token_id: int) -> Revoked:
         """Revoke one of the company's tokens and every token it created, transitively (again: nothing

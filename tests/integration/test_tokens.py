@@ -118,3 +118,35 @@ def test_the_cli_creates_with_an_expiry_lists_and_revokes_and_every_api_process_
         assert bad.value.code == 2
     finally:
         reset_settings()
+
+
+def test_the_token_list_is_paged_active_tokens_first_and_revoked_ones_never_all_at_once(http: httpx.Client) -> None:
+    """Revoked tokens pile up without bound (each revoke frees a place for a new one): the list answers a page,
+    by default 100 tokens, the active ones first (at most FIREFEED_TOKENS_PER_COMPANY, so the page's first
+    answer shows every one a person may revoke), then the expired, then the revoked, each oldest first."""
+    mine, store = company(), TokenStore()
+    revoked = []
+    for _ in range(101):
+        revoked.append(store.issue(mine).info.id)
+        store.revoke(mine, revoked[-1])
+    expired = store.create(mine, timedelta(seconds=1))
+    me = store.create(mine)
+    time.sleep(1.2)
+    ids = {t.prefix: t.id for t in store.list(mine)}
+
+    first = http.get("/api/tokens", headers=bearer(me))
+    assert first.status_code == 200, first.text
+    page = first.json()
+    assert (page["total"], page["offset"], page["limit"], page["next_offset"]) == (103, 0, 100, 100)
+    assert [t["id"] for t in page["tokens"]] == [ids[me[:10]], ids[expired[:10]], *revoked[:98]]
+    assert [t["state"] for t in page["tokens"][:3]] == ["active", "expired", "revoked"]
+
+    rest = http.get("/api/tokens", params={"offset": 100, "limit": 50}, headers=bearer(me)).json()
+    assert [t["id"] for t in rest["tokens"]] == revoked[98:]
+    assert (rest["offset"], rest["limit"], rest["next_offset"]) == (100, 50, None)
+    two = http.get("/api/tokens", params={"offset": 1, "limit": 2}, headers=bearer(me)).json()
+    assert [t["id"] for t in two["tokens"]] == [ids[expired[:10]], revoked[0]] and two["next_offset"] == 3
+    past = http.get("/api/tokens", params={"offset": 500}, headers=bearer(me)).json()
+    assert (past["tokens"], past["total"], past["next_offset"]) == ([], 103, None)
+    for bad in ({"limit": 0}, {"limit": 1001}, {"offset": -1}, {"limit": "x"}):
+        assert http.get("/api/tokens", params=bad, headers=bearer(me)).status_code == 422, bad

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from typing import Annotated
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field, field_validator
 
@@ -69,13 +70,36 @@ class TokenCreated(BaseModel):
 class TokenList(BaseModel):
     company: str
     tokens: list[TokenSummary]
+    total: int
+    """How many tokens the company has, revoked and expired ones included."""
+    offset: int
+    limit: int
+    next_offset: int | None
+    """The offset of the next page; null on the last."""
+
+
+#: a page of tokens: a company's revoked tokens pile up without bound (each revoke frees a place for a new one)
+DEFAULT_LIMIT, MAX_LIMIT = 100, 1000
 
 
 @router.get("", response_model=TokenList)
-async def list_tokens(request: Request, company: CurrentCompany) -> TokenList:
-    """The company's tokens, revoked and expired ones included."""
-    found = await run_in_threadpool(tokens(request).list, company)
-    return TokenList(company=company, tokens=[TokenSummary(**t.as_dict()) for t in found])
+async def list_tokens(
+    request: Request,
+    company: CurrentCompany,
+    offset: Annotated[int, Query(ge=0, description="skip this many tokens")] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="at most this many tokens")] = DEFAULT_LIMIT,
+) -> TokenList:
+    """A page of the company's tokens, revoked and expired ones included: the active ones first (so the
+    first page holds every one of them), then the expired, then the revoked, each oldest first."""
+    found, total = await run_in_threadpool(tokens(request).page, company, offset, limit)
+    return TokenList(
+        company=company,
+        tokens=[TokenSummary(**t.as_dict()) for t in found],
+        total=total,
+        offset=offset,
+        limit=limit,
+        next_offset=offset + limit if offset + limit < total else None,
+    )
 
 
 @router.post(
