@@ -183,6 +183,11 @@ def test_hosts_keys_and_bodies_are_bounded_and_a_company_holds_at_most_its_cap_o
 
     assert api.put("/api/host-keys/h.example", content=trickle(), headers=auth).status_code == 413
     assert api.get("/api/host-keys", headers=auth).json()["host_keys"] == []
+    # A host is kept as an sftp:// URL's: lower case, an internationalised name as written, IPv6 unbracketed.
+    for given, kept in (("Bücher.Example:2222", ("bücher.example", 2222)), ("[::1]", ("::1", 22))):
+        r = put(given)
+        assert (r.status_code, (r.json()["host"], r.json()["port"])) == (201, kept), r.text
+        assert api.delete(f"/api/host-keys/{r.json()['address']}", headers=auth).status_code == 204
 
     # The cap: one more host past PINS_PER_COMPANY is refused; replacing a pinned host's key is not.
     with engine.begin() as conn:

@@ -10,7 +10,6 @@ also pin a key itself before any fetch (`PUT /api/host-keys/HOST:PORT`, `HostKey
 from __future__ import annotations
 
 import ipaddress
-import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -30,7 +29,7 @@ _MARKERS = ("@cert-authority", "@revoked")
 PINS_PER_COMPANY = 500
 #: A known_hosts line of the largest key ssh makes (RSA 16384: about 2.8 KB) fits several times over.
 MAX_KEY_LINE_CHARS = 8192
-_HOST_NAME = re.compile(r"[a-z0-9_](?:[a-z0-9._-]{0,251}[a-z0-9_])?")
+_MAX_HOST_CHARS = 253
 
 
 def parse_host_port(text: str) -> tuple[str, int]:
@@ -45,11 +44,16 @@ def parse_host_port(text: str) -> tuple[str, int]:
         host, port = text.split(":")
     host = host.lower()
     bracketed = ":" in host or text.startswith("[")
-    valid = _is_ipv6(host) if bracketed else bool(_HOST_NAME.fullmatch(host))
+    valid = _is_ipv6(host) if bracketed else _is_host_name(host)
     if not valid or not port.isdigit() or len(port) > 5 or not 0 < int(port) < 65536:
         shown = text if len(text) <= 80 else text[:80] + "…"
         raise ValueError(f"{shown!r} is not HOST, HOST:PORT or [IPv6]:PORT")
     return host, int(port)
+
+
+def _is_host_name(text: str) -> bool:
+    """Letters (an internationalised name as its URL writes it too), digits, `.`, `-` and `_`."""
+    return 0 < len(text) <= _MAX_HOST_CHARS and all(c.isalnum() or c in "._-" for c in text)
 
 
 def _is_ipv6(text: str) -> bool:
