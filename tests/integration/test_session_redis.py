@@ -96,7 +96,7 @@ def test_a_private_redis_ends_with_the_process_that_started_it_even_when_that_is
         if starter.poll() is None:
             starter.kill()
             starter.wait(timeout=20)
-    # The killed session's folder stays; the next session's start removes it, its owner being gone.
-    assert Path(folder).is_dir()
+    # The killed session's folder stays; the next session's start removes it, its owner being gone. (Another
+    # test session starting on the machine meanwhile may have removed it already: the same removal.)
     remove_stale_folders()
     assert not Path(folder).exists()
