@@ -17,9 +17,11 @@ from dataclasses import dataclass
 import httpx
 
 from firefeed.alerts.outbox import Outcome
+from firefeed.alerts.shown import target_host
 from firefeed.config import Settings
 from firefeed.errors import FetchError
 from firefeed.pipeline._netguard import GuardedTransport
+from firefeed.secrets.references import hiding_in_library_logs
 
 SIGNATURE_HEADER = "X-FireFeed-Signature"
 #: What a receiver reads of an answer that is not 2xx, for the attempt's error (a sink's page can be large)
@@ -56,8 +58,10 @@ def post(
 
     sent = {**headers, "Content-Type": "application/json", SIGNATURE_HEADER: signature(body, key)}
     guarded = GuardedTransport(source="alert", settings=settings)
+    host = target_host(url)
     try:
         with (
+            hiding_in_library_logs({url: host, str(httpx.URL(url)): host}),
             httpx.Client(
                 transport=guarded,
                 timeout=httpx.Timeout(settings.alert_timeout_s),

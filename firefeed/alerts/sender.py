@@ -24,6 +24,7 @@ from firefeed import metrics
 from firefeed.alerts import outbox
 from firefeed.alerts.outbox import AlertStatus, Outcome
 from firefeed.alerts.send import post
+from firefeed.alerts.shown import target_host, without_url
 from firefeed.config import Settings
 from firefeed.errors import ConfigError
 
@@ -82,12 +83,18 @@ def attempt(alert_id: int, *, settings: Settings, engine: Engine) -> AttemptResu
     if delivered:
         outbox.delivered(engine, alert_id, result_outcome)
         metrics.alert_attempted(claimed.event, "sent")
-        log.info("alert %s (%s) delivered to %s", alert_id, claimed.event, claimed.url)
+        log.info("alert %s (%s) delivered to %s", alert_id, claimed.event, target_host(claimed.url))
         return AttemptResult(Attempted.DELIVERED)
     if not retry:
         outbox.failed(engine, alert_id, result_outcome)
         metrics.alert_attempted(claimed.event, "given_up")
-        log.warning("alert %s (%s) to %s failed: %s", alert_id, claimed.event, claimed.url, result_outcome.error)
+        log.warning(
+            "alert %s (%s) to %s failed: %s",
+            alert_id,
+            claimed.event,
+            target_host(claimed.url),
+            without_url(str(result_outcome.error), claimed.url),
+        )
         return AttemptResult(Attempted.FAILED)
     delay = backoff(settings, claimed.attempt)
     status = outbox.retry(engine, alert_id, result_outcome, delay_s=delay, retry_for_s=settings.alert_retry_for_s)
@@ -97,13 +104,19 @@ def attempt(alert_id: int, *, settings: Settings, engine: Engine) -> AttemptResu
             "alert %s (%s) to %s gave up after %d attempts: %s",
             alert_id,
             claimed.event,
-            claimed.url,
+            target_host(claimed.url),
             claimed.attempt,
-            result_outcome.error,
+            without_url(str(result_outcome.error), claimed.url),
         )
         return AttemptResult(Attempted.FAILED)
     metrics.alert_attempted(claimed.event, "failed")
-    log.info("alert %s to %s: %s; again in %g s", alert_id, claimed.url, result_outcome.error, delay)
+    log.info(
+        "alert %s to %s: %s; again in %g s",
+        alert_id,
+        target_host(claimed.url),
+        without_url(str(result_outcome.error), claimed.url),
+        delay,
+    )
     return AttemptResult(Attempted.RETRY, delay)
 
 

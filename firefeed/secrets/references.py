@@ -28,7 +28,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -236,15 +236,9 @@ class Resolver:
                 return
             chain = chain.__cause__ or chain.__context__
 
-    @contextmanager
-    def hiding(self) -> Iterator[None]:
+    def hiding(self) -> AbstractContextManager[None]:
         """While the block runs, the HTTP library's log lines hide the values expanded so far (expand first)."""
-        hidden = dict(self._hidden)
-        _register(hidden, +1)
-        try:
-            yield
-        finally:
-            _register(hidden, -1)
+        return hiding_in_library_logs(self._hidden)
 
 
 def _mask(text: str, hidden: dict[str, str]) -> str:
@@ -269,6 +263,18 @@ _LIBRARY_LOGGERS = (
     "httpcore.proxy",
     "asyncssh",  # sftp:// sources (firefeed/pipeline/transfer)
 )
+
+
+@contextmanager
+def hiding_in_library_logs(hidden: dict[str, str]) -> Iterator[None]:
+    """While the block runs, every value of `hidden` in the HTTP library's log lines (any thread) reads as
+    its text (a secret as its reference, an alert URL as its host)."""
+    values = dict(hidden)
+    _register(values, +1)
+    try:
+        yield
+    finally:
+        _register(values, -1)
 
 
 def _register(hidden: dict[str, str], step: int) -> None:

@@ -294,6 +294,23 @@ def test_a_sink_that_holds_then_answers_500_is_retried_with_backoff_after_the_ru
     assert all(verify(r, p.secret) for r in sink.received)
 
 
+def test_the_logs_name_an_alert_urls_host_never_its_path_or_query_which_may_carry_a_token(
+    alerts_env: Path, sink: Sink, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    token = "T0KEN" + uuid.uuid4().hex
+    url = sink.url.replace("/hook", f"/services/{token}/hook?key={token}q")
+    p = project_with(tmp_path, [{"url": url, "secret": "ALERTS_KEY"}])
+    (p.folder / "items.csv").unlink()
+    sink.answers = [500]  # a retry logged, then a delivery logged
+    assert p.run()["status"] == "FAILED"
+    assert wait_batches(20)
+    (alert,) = alerts_of(p.project)
+    assert alert["status"] == "delivered" and token in sink.received[0].path
+    assert f"127.0.0.1:{sink.httpd.server_address[1]}" in caplog.text
+    assert token not in caplog.text
+
+
 def test_retries_of_a_sink_that_is_down_stop_after_the_retry_time_and_the_listing_says_why(
     alerts_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -308,9 +325,10 @@ def test_retries_of_a_sink_that_is_down_stop_after_the_retry_time_and_the_listin
     assert time.monotonic() - began < 10
 
     (alert,) = alerts_of(p.project)
-    # Attempts at 0, 0.2, 0.6, 1.0, 1.4 s; the next (1.8 s) would pass the 1.5 s retry time.
+    # Attempts at 0, 0.2, 0.6, 1.0, 1.4 s; the next (1.8 s) would pass the 1.5 s retry time. (A loaded
+    # machine makes fewer in that time, never more.)
     assert alert["status"] == "failed"
-    assert 4 <= alert["attempts"] <= 5
+    assert 2 <= alert["attempts"] <= 5
     assert len(alert["outcomes"]) == alert["attempts"]
     assert all(o["status_code"] is None and "ConnectError" in o["error"] for o in alert["outcomes"])
     code, out = cli("alerts", p.project)

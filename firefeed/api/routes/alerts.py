@@ -9,13 +9,13 @@ there), the body, the secret's name or value, or the signature.
 from __future__ import annotations
 
 from typing import Annotated, Any
-from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Query
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
 from firefeed.alerts import outbox
+from firefeed.alerts.shown import target_host, without_url
 from firefeed.api import schemas
 from firefeed.api.auth import CurrentCompany
 from firefeed.api.deps import Store
@@ -58,17 +58,6 @@ class AlertList(BaseModel):
     alerts: list[AlertView]
 
 
-def target_host(url: str) -> str:
-    """`host` or `host:port` of an alert URL (`[v6]:port` for an IPv6 address)."""
-    try:
-        parts = urlsplit(url)
-        host, port = parts.hostname or "", parts.port
-    except ValueError:
-        return ""
-    shown = f"[{host}]" if ":" in host else host
-    return f"{shown}:{port}" if port is not None else shown
-
-
 def _iso(value: Any) -> str | None:
     return value.isoformat() if value is not None else None
 
@@ -79,7 +68,7 @@ def _view(row: dict[str, Any]) -> AlertView:
     if row["outcomes"]:
         o = row["outcomes"][-1]
         # An error may quote the URL it was sent to (a transport's message): only its host is shown.
-        error = str(o["error"]).replace(url, host)[:_ERROR_CHARS] if o.get("error") else None
+        error = without_url(str(o["error"]), url)[:_ERROR_CHARS] if o.get("error") else None
         last = AlertAttempt(at=o.get("at"), status_code=o.get("status_code"), error=error, ms=int(o.get("ms") or 0))
     pending = row["status"] == outbox.AlertStatus.PENDING
     return AlertView(
