@@ -61,9 +61,8 @@ RULES = [
 ]
 
 
-#: a lookup on a list field: each item's elements are tried in order. The pass plans it with nested
-#: loops off (rules/executor._keep_order), so each item hashes the whole table: items x keys, use a
-#: few thousand of each.
+#: a lookup on a list field: each item's elements are tried in order, each probing the table's index
+#: (before, each item read the whole table: 5,000 items and keys took 5 s)
 LIST_RULE = {"name": "tags", "then": [{"lookup": "cat", "match": "tags", "set": {"tag_gpc": "gpc"}}]}
 
 
@@ -139,7 +138,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=100_000)
     ap.add_argument("--keys", type=int, default=50_000, help="rows of the larger lookup table")
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--list", action="store_true", help="add a lookup on a list field (slow: see LIST_RULE)")
+    ap.add_argument("--list", action="store_true", help="add a lookup on a list field (LIST_RULE)")
     args = ap.parse_args()
     name = f"ff_lookups_bench_{uuid.uuid4().hex[:8]}"
     admin, dsn = create_database(ADMIN, name)

@@ -172,7 +172,7 @@ def _recomputed(
         items = project_table(spec.project)
         _copy(engine, schema, spec.company, area, items)
         for table in spec.lookup_tables.values():
-            _copy(engine, schema, spec.company, area, table)
+            _copy(engine, schema, spec.company, area, table, lookup=True)
         result = run_rules(
             engine,
             schema,
@@ -223,10 +223,12 @@ def _counted(table: sql.Composable, field: str, *, listed: bool) -> sql.Composab
     ).format(e=elements, o=ord_, t=table)
 
 
-def _copy(engine: Engine, schema: SchemaService, company: str, area: str, table: str) -> None:
-    """The company's `table` copied into the scratch area under the same name (the rules read it there)."""
+def _copy(engine: Engine, schema: SchemaService, company: str, area: str, table: str, *, lookup: bool = False) -> None:
+    """The company's `table` copied into the scratch area under the same name (the rules read it there);
+    a `lookup` table with its index (a list `match` probes it per element, else reads the table per item)."""
     source = ident(company_schema(company), table)
     columns = schema.table_columns(company, table)
     select = sql.SQL("SELECT * FROM {}").format(source)
+    rebuild = schema.rebuild_lookup_table if lookup else schema.rebuild_project_table
     with raw_connection(engine) as conn:
-        schema.rebuild_project_table(area, table, columns, select, [], conn=conn)
+        rebuild(area, table, columns, select, [], conn=conn)
