@@ -136,6 +136,24 @@ class Output:
     excluded: list[OutputExcluded]
     #: per written row's key, the export's channel checks that fail on it (only when asked for)
     findings: dict[str, list[dict[str, str]]] | None = None
+    #: the rows the export would write for the sample; `rows` holds the first of them the read budget allowed
+    total: int = 0
+
+
+@dataclass
+class ReadBudget:
+    """Characters of export rows a preview may still read, shared by its exports.
+
+    A preview's answer is cut at FIREFEED_PREVIEW_MAX_ANSWER_BYTES, so rows past that are never shown; reading
+    them anyway would hold sample items x exports x row width in the API's memory (64 exports of 1,000 wide
+    items) before the cut.
+    """
+
+    left: int
+
+
+#: Rows read at a time while the budget lasts.
+_BATCH = 50
 
 
 def export_output(
@@ -147,12 +165,14 @@ def export_output(
     keys: dict[int, str],
     excluded: dict[int, str],
     checks: bool = False,
+    budget: ReadBudget | None = None,
 ) -> Output:
     """The rows `export` would write for the sample: its columns over `effects.table` (the sample after the
     project's rules, and the export's own when it has some), in feed order, and the items it leaves out.
 
     `checks`: also each row's findings, the export's channel checks (export/diagnostics.py) on the values
     it would write (the checks of one item alone: not `variants`, which compares items of a group).
+    `budget`: rows are read until it is spent (their count is `total` all the same).
     """
     fields = effects.fields
     lists = export.list_fields
@@ -164,41 +184,64 @@ def export_output(
     where = where_clause(fields, export, lists, table)
     params = [v for p in cells for v in p.params]
     parts = [p.text for p in cells]
-    statement = sql.SQL("SELECT {}, {}{} FROM {} ORDER BY 1").format(
-        ident(ORD), ident(KEY), sql.SQL("").join(sql.SQL(", ") + t for t in parts), table
-    )
+    every = sql.SQL("SELECT {}, {} FROM {}").format(ident(ORD), ident(KEY), table)
     kept_statement = sql.SQL("SELECT {} FROM {}").format(ident(ORD), table) + where.text
-    with raw_connection(engine) as conn, conn.cursor() as cur:
-        cur.execute(statement, params)
-        rows = cur.fetchall()
-        cur.execute(kept_statement, list(where.params))
-        passing = {int(r[0]) for r in cur.fetchall()}
+    wide = sql.SQL("SELECT {}, {}{} FROM {} WHERE {} > %s AND {} = ANY(%s) ORDER BY 1 LIMIT {}").format(
+        ident(ORD),
+        ident(KEY),
+        sql.SQL("").join(sql.SQL(", ") + t for t in parts),
+        table,
+        ident(ORD),
+        ident(ORD),
+        sql.Literal(_BATCH),
+    )
     out = Output(columns=[c.name for c in columns], rows=[], excluded=[], findings={} if checks else None)
-    left_out: dict[int, OutputExcluded] = {}
     width = 2 + len(columns)
-    for r in rows:
-        pos = int(r[0])
-        if pos in passing:
-            out.rows.append(OutputRow(key=str(r[1]), cells=[_cell(v) for v in r[2:width]]))
-            if out.findings is not None:
-                out.findings[str(r[1])] = [
-                    {
-                        "check": c.code,
-                        "attribute": c.attribute,
-                        "severity": c.severity,
-                        "message": f"{c.attribute}: {c.message}",
-                    }
-                    for c, failed in zip(found, r[width:], strict=True)
-                    if failed
-                ]
-        else:
-            left_out[pos] = OutputExcluded(key=str(r[1]), by="where")
-    present = {int(r[0]) for r in rows}
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        cur.execute(every)
+        present = {int(r[0]): str(r[1]) for r in cur.fetchall()}
+        cur.execute(kept_statement, list(where.params))
+        passing = sorted(int(r[0]) for r in cur.fetchall())
+        out.total = len(passing)
+        last, spent = -1, False
+        while not spent:
+            cur.execute(wide, [*params, last, passing])
+            batch = cur.fetchall()
+            for r in batch:
+                if budget is not None and budget.left <= 0:
+                    spent = True
+                    break
+                row = OutputRow(key=str(r[1]), cells=[_cell(v) for v in r[2:width]])
+                out.rows.append(row)
+                if budget is not None:
+                    budget.left -= _chars(row)
+                if out.findings is not None:
+                    out.findings[row.key] = [
+                        {
+                            "check": c.code,
+                            "attribute": c.attribute,
+                            "severity": c.severity,
+                            "message": f"{c.attribute}: {c.message}",
+                        }
+                        for c, failed in zip(found, r[width:], strict=True)
+                        if failed
+                    ]
+            if len(batch) < _BATCH:
+                break
+            last = int(batch[-1][0])
+        # (the batch is fetched whole: at most _BATCH rows past the budget are held until this returns)
+    kept = set(passing)
+    left_out = {pos: OutputExcluded(key=key, by="where") for pos, key in present.items() if pos not in kept}
     for pos, key in keys.items():
         if pos not in present:
             left_out[pos] = OutputExcluded(key=key, by=excluded.get(pos, ""))
     out.excluded = [left_out[pos] for pos in sorted(left_out)]
     return out
+
+
+def _chars(row: OutputRow) -> int:
+    """The row's characters: never more than its JSON's bytes, so a budget spent in them is spent in bytes."""
+    return len(row.key) + sum(len(c) if isinstance(c, str) else sum(map(len, c)) for c in row.cells)
 
 
 def _checks(export: ExportSpec, columns: Sequence[OutputColumn]) -> list[Check]:

@@ -55,7 +55,15 @@ from firefeed.preview.budget import AnswerBudget
 from firefeed.preview.cache import SAMPLES, Replay, SourceRows, cache_key, validator_of
 from firefeed.preview.deadline import Deadline, bounded_engine
 from firefeed.preview.effects import Effects, rule_effects
-from firefeed.preview.grid import Cells, Output, SourceCells, excluded_by, export_output, item_cells
+from firefeed.preview.grid import (
+    Cells,
+    Output,
+    ReadBudget,
+    SourceCells,
+    excluded_by,
+    export_output,
+    item_cells,
+)
 from firefeed.preview.models import (
     ExportOutput,
     ExportPreview,
@@ -202,7 +210,15 @@ def preview_detail(
                 if exp.rules is not None
             ]
             deadline.check("reading the exports' rows")
-            outputs = _outputs(spec, work, area, effects, {exp.name: e for exp, e in channels}, checks=checks)
+            outputs = _outputs(
+                spec,
+                work,
+                area,
+                effects,
+                {exp.name: e for exp, e in channels},
+                checks=checks,
+                budget=ReadBudget(settings.preview_max_answer_bytes),
+            )
     except Exception as err:
         # Whatever failed once time was up (a shut connection, a cancelled statement) failed for the deadline.
         if deadline.expired() and not isinstance(err, PreviewTimeoutError):
@@ -242,7 +258,7 @@ def preview_detail(
     # none is made (FIREFEED_PREVIEW_MAX_ANSWER_BYTES, preview/budget.py).
     # The export outputs' rows are measured like items: a bare output (columns, excluded) is in the bare answer.
     answer.outputs = [
-        ExportOutput(export=exp.name, columns=out.columns, rows=[], total=len(out.rows), excluded=out.excluded)
+        ExportOutput(export=exp.name, columns=out.columns, rows=[], total=out.total, excluded=out.excluded)
         for exp, out in zip(spec.exports, outputs, strict=True)
     ]
     budget = AnswerBudget(settings.preview_max_answer_bytes, answer, lists=1 + len(channels) + len(outputs))
@@ -252,7 +268,7 @@ def preview_detail(
         cells = _channel_cells(e, exp, effects, project_cells)
         export.items = budget.take(f"export {exp.name!r}", _items(spec, e, cells), len(e.start))
     for shown, out in zip(answer.outputs, outputs, strict=True):
-        shown.rows = budget.take(shown.export, out.rows, len(out.rows), noted=False)
+        shown.rows = budget.take(shown.export, out.rows, out.total, noted=False)
     answer.cut = budget.note()
     return answer, Detail(origins, outputs)
 
@@ -570,9 +586,16 @@ def _channel_cells(effects: Effects, exp: ExportSpec, project: Effects, before: 
 
 
 def _outputs(
-    spec: ProjectSpec, engine: Engine, area: str, effects: Effects, channels: dict[str, Effects], *, checks: bool
+    spec: ProjectSpec,
+    engine: Engine,
+    area: str,
+    effects: Effects,
+    channels: dict[str, Effects],
+    *,
+    checks: bool,
+    budget: ReadBudget,
 ) -> list[Output]:
-    """Every export's rows for the sample, in spec order (preview/grid.py)."""
+    """Every export's rows for the sample, in spec order, read while `budget` lasts (preview/grid.py)."""
     keys = {pos: row[0] for pos, row in effects.start.items()}
     by_project = excluded_by(effects)
     out = []
@@ -584,7 +607,14 @@ def _outputs(
                 gone.setdefault(pos, rule)
         out.append(
             export_output(
-                engine, area=area, export=exp, effects=own or effects, keys=keys, excluded=gone, checks=checks
+                engine,
+                area=area,
+                export=exp,
+                effects=own or effects,
+                keys=keys,
+                excluded=gone,
+                checks=checks,
+                budget=budget,
             )
         )
     return out

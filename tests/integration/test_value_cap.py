@@ -170,3 +170,30 @@ def test_the_web_page_says_when_a_preview_was_cut(
     page.wait_for_selector("#preview-items tbody tr", timeout=15_000)
     (note,) = page.locator("#preview-warnings li").all_inner_texts()
     assert note.startswith("cut to stay under FIREFEED_PREVIEW_MAX_ANSWER_BYTES (1,048,576 bytes): shows the sample: ")
+
+
+def test_a_previews_export_rows_are_read_only_while_the_answer_could_hold_them(
+    run_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from firefeed.preview.service import preview_detail
+
+    # 40 items of 30,000 characters (1.2 MB of answer), written by 12 exports: 14 MB of export rows against a
+    # 4 MiB answer.
+    bound = 4 << 20
+    monkeypatch.setenv("FIREFEED_PREVIEW_MAX_ANSWER_BYTES", str(bound))
+    reset_settings()
+    doc = spec_doc("acme", "p_" + uuid.uuid4().hex[:10], wide_feed(tmp_path, 40, 30_000))
+    doc["rules"] = []
+    doc["exports"] = [
+        {"name": f"e{i}", "format": "csv", "path": f"e{i}.csv", "fields": {"id": "id", "t": "t"}} for i in range(12)
+    ]
+    answer, detail = preview_detail(parse_spec(doc), spec_dir=tmp_path, items=40)
+    read = sum(len(row.cells[1]) for out in detail.outputs for row in out.rows)
+    assert read <= bound + 50 * 30_000  # the budget, and at most one batch read past it
+    assert [out.total for out in detail.outputs] == [40] * 12
+    shown = [o["rows"] for o in answer.model_dump()["outputs"]]
+    for out, rows in zip(detail.outputs, shown, strict=True):  # what the answer shows is a prefix of what was read
+        assert [row["key"] for row in rows] == [row.key for row in out.rows[: len(rows)]]
+    assert [o["total"] for o in answer.model_dump()["outputs"]] == [40] * 12
+    assert 0 < sum(len(r) for r in shown) < 40 * 12
+    assert shown[0][0]["cells"] == ["K000", "a" * 30_000]
