@@ -236,9 +236,10 @@ class _Driver:
     ) -> tuple[tuple[contract.MergeResult, delta.DeltaTables], _Done]:
         previous = decision.previous
         assert previous is not None
-        merged, tables = delta.merge_delta(self.ctx, parsed)
+        merged, tables = delta.merge_delta(self.ctx, parsed, previous)
         rows = previous.rows[Step.MERGE][1]  # an enrich source adds no item
         detail: dict[str, Any] = {"sources": merged.sources_report(), "fields": merged.fields}
+        detail["changed_by"] = tables.found_by
         lookups = previous.details.get(Step.MERGE, {}).get("lookups")
         if lookups:
             detail["lookups"] = lookups
