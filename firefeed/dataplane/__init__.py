@@ -21,6 +21,7 @@ later issue can put companies on several Postgres servers.
 - kept.py: the rules result a succeeded run keeps for `firefeed values`;
 - plane.py: DataPlane, what RunContext.data carries (engine, SchemaService, tables, views);
 - state.py: what a project keeps between runs (sources' digests, lookups', published files).
+- staged.py: an enrich source's staged rows as they were before its last parse, kept for the delta.
 
 Nothing here imports this package's modules at import time: schema/service.py imports names.py,
 and the modules above import the SchemaService.

@@ -5,9 +5,13 @@ every other source are what the last succeeded run read, and only `enrich` sourc
 their fields. Enrich sources add no item and move none, so the items are the same keys in the same
 order: only some items' values change. Then:
 
-- MERGE computes the merged rows again (the same SELECT as a full MERGE, `merge._items_select`) and
-  keeps only those differing from the items table (which holds the last run's merged rows): the
-  changed items. Their old rows are copied aside, their new rows UPDATEd into the items table.
+- MERGE finds the candidates: the keys whose rows differ between a changed source's rows as the last
+  run merged them (kept by PARSE, dataplane/staged.py) and its new ones (pipeline/_delta_keys.py).
+  It computes their merged rows again (the same SELECT as a full MERGE, `merge._items_select`,
+  restricted to those keys) and keeps only those differing from the items table (which holds the
+  last run's merged rows): the changed items. Their old rows are copied aside, their new rows
+  UPDATEd into the items table, both by TID. Without kept rows it can trust, every merged row is
+  computed again and compared (the MERGE detail's `changed_by` says which way).
 - RULES runs the project's rules on the old rows and on the new rows of those items. Each rule reads
   one item only (groups, aggregates, lookups and lists rule the delta out, `why_not`), so the rules
   report's counts are additive: the last run's, less the old rows', plus the new rows'. The result is
@@ -19,13 +23,25 @@ Whatever is not proven identical to a full run is `full` with a reason.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from psycopg2 import sql
 
+from firefeed.dataplane.state import KeptRun
 from firefeed.db.engine import raw_connection
+from firefeed.pipeline._delta_keys import (
+    CANDIDATES,
+    CHANGED,
+    MERGED,
+    TID,
+    changed_keys,
+    kept_rows,
+    key_counts,
+    temp_table,
+)
 from firefeed.pipeline.context import RunContext
 from firefeed.pipeline.merge import (
     _MERGE_SETTINGS,
@@ -39,6 +55,8 @@ from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import Rule
 from firefeed.runs import contract
 from firefeed.schema.identifiers import KEY, ORD, company_schema, ident
+
+log = logging.getLogger(__name__)
 
 #: pass numbers of the delta's own tables, apart from the project's passes (1, 2, ... and p * 100 + h)
 #: and the exports' own rules (from 10,000,001): the changed items' new and old rows, their keys,
@@ -55,6 +73,9 @@ class DeltaTables:
     old: str
     keys: str
     changed: int
+    #: how MERGE found them: by comparing a changed source's kept staged rows with its new ones
+    #: ("staged rows"), or every item's merged row with the items table ("merged rows")
+    found_by: str = "merged rows"
 
 
 def _reads_across_items(rule: Rule) -> str | None:
@@ -111,49 +132,88 @@ def _staged(
     return sources, fields, contrib
 
 
-def merge_delta(ctx: RunContext, parsed: Sequence[contract.SourceResult]) -> tuple[contract.MergeResult, DeltaTables]:
-    """MERGE for the changed items only (see the module); `why_not` said the items' fields are the last run's."""
+def merge_delta(
+    ctx: RunContext, parsed: Sequence[contract.SourceResult], previous: KeptRun
+) -> tuple[contract.MergeResult, DeltaTables]:
+    """MERGE for the changed items only (see the module); `why_not` said the items' fields are the last run's.
+    `previous`: the last succeeded run (its MERGE state says which staged rows the items table merged)."""
     spec = ctx.spec
     sources, fields, contrib = _staged(ctx, parsed)
     schema = company_schema(spec.company)
     service, run_id = ctx.data.schema, ctx.run_id
     result = MergeResult(fields=fields, rows=0)
+    kept = kept_rows(ctx, sources, previous)
     with raw_connection(ctx.data.engine) as conn, conn.cursor() as cur:
         for setting in _MERGE_SETTINGS:
             cur.execute(setting)
-        clean = _first_rows(cur, schema, spec.key, sources, result)
-        columns, select, params = _items_select(schema, spec.key, fields, contrib, sources, clean, frozenset())
-        items = ident(schema, ctx.items_table)
+        if kept is None:
+            clean = _first_rows(cur, schema, spec.key, sources, result)
+        else:
+            clean = key_counts(cur, schema, spec.key, sources, kept, previous, result)
+            changed_keys(cur, schema, spec.key, sources, contrib, clean, kept, previous)
+        only = None if kept is None else CANDIDATES
+        columns, select, params = _items_select(schema, spec.key, fields, contrib, sources, clean, frozenset(), only)
         cols = sql.SQL(", ").join(ident(c) for c in columns)
+        if kept is not None:
+            # Only the keys whose staged rows differ can have changed (the items table merged the kept
+            # rows): their merged rows, made apart, so the planner sizes the join with the items table by
+            # a table's pages (its guess over the unanalyzed staging tables, 12e9 rows, spilled to disk).
+            select = sql.SQL("SELECT * FROM ({select}) AS m ({cols}) WHERE m.{key} IN (SELECT key FROM {keys})").format(
+                select=select, cols=cols, key=ident(KEY), keys=ident(CANDIDATES)
+            )
+            temp_table(cur, MERGED, select, params)
+            select, params = sql.SQL("SELECT {cols} FROM {t}").format(cols=cols, t=ident(MERGED)), []
+        items = ident(schema, ctx.items_table)
         new_cols = sql.SQL(", ").join(sql.SQL("n.{}").format(ident(c)) for c in columns)
         old_cols = sql.SQL(", ").join(sql.SQL("i.{}").format(ident(c)) for c in columns)
-        changed_rows = sql.SQL(
-            "SELECT {new_cols} FROM ({select}) AS n ({cols}) JOIN {items} i ON i.{key} = n.{key} "
-            "WHERE ({new_cols}) IS DISTINCT FROM ({old_cols}) ORDER BY n.{ord}"
-        ).format(
-            new_cols=new_cols, old_cols=old_cols, select=select, cols=cols, items=items, key=ident(KEY), ord=ident(ORD)
+        # The changed items' new rows, with where their old row is (its ctid: no index on the items
+        # table, and no run but this one writes it): the old rows are then read and updated in place
+        # by TID instead of two more scans of the whole table.
+        temp_table(
+            cur,
+            CHANGED,
+            sql.SQL(
+                "SELECT i.ctid AS {tid}, {new_cols} FROM ({select}) AS n ({cols}) JOIN {items} i ON i.{key} = n.{key} "
+                "WHERE ({new_cols}) IS DISTINCT FROM ({old_cols})"
+            ).format(
+                tid=ident(TID),
+                new_cols=new_cols,
+                old_cols=old_cols,
+                select=select,
+                cols=cols,
+                items=items,
+                key=ident(KEY),
+            ),
+            params,
         )
+        changed_t = ident(CHANGED)
         new, changed = service.create_rules_tmp_as(
-            spec.company, run_id, NEW_ROWS, columns, changed_rows, params, conn=conn
+            spec.company,
+            run_id,
+            NEW_ROWS,
+            columns,
+            sql.SQL("SELECT {cols} FROM {t} ORDER BY {ord}").format(cols=cols, t=changed_t, ord=ident(ORD)),
+            [],
+            conn=conn,
         )
-        new_t = ident(schema, new)
         keys, _ = service.create_rules_tmp_as(
             spec.company,
             run_id,
             KEYS,
             [KEY],
-            sql.SQL("SELECT {k} FROM {t}").format(k=ident(KEY), t=new_t),
+            sql.SQL("SELECT {k} FROM {t}").format(k=ident(KEY), t=changed_t),
             [],
             conn=conn,
         )
-        old_rows = sql.SQL(
-            "SELECT {old_cols} FROM {items} i JOIN {keys} c ON c.{key} = i.{key} ORDER BY i.{ord}"
-        ).format(old_cols=old_cols, items=items, keys=ident(schema, keys), key=ident(KEY), ord=ident(ORD))
+        tids = sql.SQL("i.ctid = ANY(ARRAY(SELECT {tid} FROM {t}))").format(tid=ident(TID), t=changed_t)
+        old_rows = sql.SQL("SELECT {old_cols} FROM {items} i WHERE {tids} ORDER BY i.{ord}").format(
+            old_cols=old_cols, items=items, tids=tids, ord=ident(ORD)
+        )
         old, _ = service.create_rules_tmp_as(spec.company, run_id, OLD_ROWS, columns, old_rows, [], conn=conn)
         assignments = sql.SQL(", ").join(sql.SQL("{c} = n.{c}").format(c=ident(c)) for c in columns if c != KEY)
         cur.execute(
-            sql.SQL("UPDATE {items} i SET {assignments} FROM {new} n WHERE i.{key} = n.{key}").format(
-                items=items, assignments=assignments, new=new_t, key=ident(KEY)
+            sql.SQL("UPDATE {items} i SET {assignments} FROM {t} n WHERE {tids} AND i.ctid = n.{tid}").format(
+                items=items, assignments=assignments, t=changed_t, tids=tids, tid=ident(TID)
             )
         )
     merged = contract.MergeResult(
@@ -162,7 +222,8 @@ def merge_delta(ctx: RunContext, parsed: Sequence[contract.SourceResult]) -> tup
         rows_in=sum(r.parsed.rows for r in parsed),
         skipped={name: contract.SourceSkips(s.empty_key, s.duplicate_key) for name, s in result.sources.items()},
     )
-    return merged, DeltaTables(new=new, old=old, keys=keys, changed=changed)
+    found_by = "merged rows" if kept is None else "staged rows"
+    return merged, DeltaTables(new=new, old=old, keys=keys, changed=changed, found_by=found_by)
 
 
 def rules_delta(

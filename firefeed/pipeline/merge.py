@@ -272,12 +272,7 @@ def _key_stats(engine: Engine, schema: str, key_field: str, sources: Sequence[St
         for setting in _MERGE_SETTINGS:
             cur.execute(setting)
         for src in sources:
-            key, params = _source_key(key_field, src)
-            keys = sql.SQL("(SELECT {key} AS key, count(*) AS n FROM {stg} GROUP BY 1) k").format(
-                key=key, stg=ident(schema, src.table)
-            )
-            cur.execute(sql.SQL(_COUNTS).format(keys=keys), params)
-            out.append(_counts(cur))
+            out.append(source_key_stats(cur, schema, key_field, src))
     return out
 
 
@@ -287,22 +282,52 @@ def _first_rows(
     """Per source, a temporary table of each non-empty key's first row (`ff_win_<j>`); whether it was clean."""
     clean: list[bool] = []
     for j, src in enumerate(sources):
-        win = ident(f"ff_win_{j}")
-        key, params = _source_key(key_field, src)
-        # Temporary scratch of this transaction (session-local, not company DDL).
-        cur.execute(
-            sql.SQL(
-                "CREATE TEMP TABLE {win} ON COMMIT DROP AS "
-                "SELECT {key} AS key, min({ord}) AS ord, count(*) AS n FROM {stg} GROUP BY 1"
-            ).format(win=win, key=key, ord=ident(ORD), stg=ident(schema, src.table)),
-            params,
-        )
-        cur.execute(sql.SQL(_COUNTS).format(keys=win))
-        stats = result.sources[src.name] = _counts(cur)
+        stats = result.sources[src.name] = first_row_table(cur, schema, key_field, src, f"ff_win_{j}")
         clean.append(stats.rows == stats.items)
-        cur.execute(sql.SQL("DELETE FROM {win} WHERE key = ''").format(win=win))
-        cur.execute(sql.SQL("ANALYZE {win}").format(win=win))
     return clean
+
+
+def first_row_table(cur: Any, schema: str, key_field: str, src: StagedSource, win: str) -> SourceKeyStats:
+    """A temporary table `win` of each non-empty key's first row of `src` (key, ord, n); the key counts."""
+    key, params = _source_key(key_field, src)
+    # Temporary scratch of this transaction (session-local, not company DDL).
+    cur.execute(
+        sql.SQL(
+            "CREATE TEMP TABLE {win} ON COMMIT DROP AS "
+            "SELECT {key} AS key, min({ord}) AS ord, count(*) AS n FROM {stg} GROUP BY 1"
+        ).format(win=ident(win), key=key, ord=ident(ORD), stg=ident(schema, src.table)),
+        params,
+    )
+    cur.execute(sql.SQL(_COUNTS).format(keys=ident(win)))
+    stats = _counts(cur)
+    cur.execute(sql.SQL("DELETE FROM {win} WHERE key = ''").format(win=ident(win)))
+    cur.execute(sql.SQL("ANALYZE {win}").format(win=ident(win)))
+    return stats
+
+
+def source_key_stats(cur: Any, schema: str, key_field: str, src: StagedSource) -> SourceKeyStats:
+    """`src`'s key counts (one aggregate, nothing written), on the caller's cursor."""
+    key, params = _source_key(key_field, src)
+    keys = sql.SQL("(SELECT {key} AS key, count(*) AS n FROM {stg} GROUP BY 1) k").format(
+        key=key, stg=ident(schema, src.table)
+    )
+    cur.execute(sql.SQL(_COUNTS).format(keys=keys), params)
+    return _counts(cur)
+
+
+def derived_rows(schema: str, key_field: str, src: StagedSource, win: str | None, params: list[Any]) -> sql.Composable:
+    """`src`'s first row per key with the trimmed key beside it (as `_ff_key`): every row when the source is
+    clean (`win` None: no empty or repeated key), else through its first-row table `win`. Appends the
+    query's parameters to `params`."""
+    stg = ident(schema, src.table)
+    if win is None:
+        # No empty or repeated key: every row is its key's first, skip the dedup join.
+        key, key_params = _source_key(key_field, src, aliased=True)
+        params.extend(key_params)
+        return sql.SQL("(SELECT {key} AS {k}, s.* FROM {stg} s)").format(key=key, k=ident(KEY), stg=stg)
+    return sql.SQL("(SELECT w.key AS {k}, s.* FROM {win} w JOIN {stg} s ON s.{ord} = w.ord)").format(
+        k=ident(KEY), win=ident(win), stg=stg, ord=ident(ORD)
+    )
 
 
 def _items_select(
@@ -313,21 +338,22 @@ def _items_select(
     sources: Sequence[StagedSource],
     clean: Sequence[bool],
     list_fields: frozenset[str] = frozenset(),
+    only_keys: str | None = None,
 ) -> tuple[list[str], sql.Composable, list[Any]]:
-    """The items table's columns, and the SELECT of its rows in item order."""
+    """The items table's columns, and the SELECT of its rows in item order. `only_keys`: a temporary table
+    of keys (`key`); every source's rows are restricted to them (the delta's changed keys), so the
+    joins are of those few rows (the items of other keys come out incomplete: the caller keeps only
+    the items of those keys)."""
     params: list[Any] = []
     appends = [j for j, s in enumerate(sources) if j > 0 and s.mode == "append"]
 
     def derived(j: int) -> sql.Composable:
         """Source j's first row per key, with the trimmed key beside it."""
-        stg = ident(schema, sources[j].table)
-        if clean[j]:
-            # No empty or repeated key: every row is its key's first, skip the dedup join.
-            key, key_params = _source_key(key_field, sources[j], aliased=True)
-            params.extend(key_params)
-            return sql.SQL("(SELECT {key} AS {k}, s.* FROM {stg} s)").format(key=key, k=ident(KEY), stg=stg)
-        return sql.SQL("(SELECT w.key AS {k}, s.* FROM {win} w JOIN {stg} s ON s.{ord} = w.ord)").format(
-            k=ident(KEY), win=ident(f"ff_win_{j}"), stg=stg, ord=ident(ORD)
+        rows = derived_rows(schema, key_field, sources[j], None if clean[j] else f"ff_win_{j}", params)
+        if only_keys is None:
+            return rows
+        return sql.SQL("(SELECT * FROM {rows} d WHERE d.{k} IN (SELECT key FROM {keys}))").format(
+            rows=rows, k=ident(KEY), keys=ident(only_keys)
         )
 
     alias = [ident(f"s{j}") for j in range(len(sources))]

@@ -117,6 +117,13 @@ def staging_table(project: str, source: str) -> str:
     return _bounded("stg_", f"{check_project_id(project)}_{_digest(source, 8)}")
 
 
+def previous_staging_table(project: str, source: str) -> str:
+    """The rows an enrich source was staged with before its last parse, kept for the delta to compare
+    (dataplane/staged.py). Its prefix is no other table's: `stg_` + a project starting with `p_` reads
+    `stg_p_…`, never `stgp_…`."""
+    return _bounded("stgp_", f"{check_project_id(project)}_{_digest(source, 8)}")
+
+
 def lookup_table(project: str, lookup: str) -> str:
     """The table of a lookup's rows, one per key (SPEC 9): the rules join it; rebuilt by each run."""
     return _bounded("lkp_", f"{check_project_id(project)}_{_digest(lookup, 8)}")
@@ -131,8 +138,9 @@ def lookup_staging_table(project: str, lookup: str) -> str:
 
 
 #: the prefixes of a project's tables that its spec's sources and lookups name (`staging_table`,
-#: `lookup_staging_table`, `lookup_table`); `stg_lkp_` is the lookup staging name before `stgl_`
-PROJECT_FILE_PREFIXES = ("stg_", "stgl_", "lkp_")
+#: `lookup_staging_table`, `previous_staging_table`, `lookup_table`); `stg_lkp_` is the lookup
+#: staging name before `stgl_`
+PROJECT_FILE_PREFIXES = ("stg_", "stgl_", "stgp_", "lkp_")
 LEGACY_LOOKUP_STAGING_PREFIX = "stg_lkp_"
 
 

@@ -100,6 +100,10 @@ SELECT c.relname, c.relkind::text
    AND c.relkind IN ('r', 'v')
    AND obj_description(c.oid, 'pg_class') = %(comment)s;
 
+-- table_comment --
+-- A table's comment (NULL when it has none or there is no table); `qualified` as above
+SELECT obj_description(to_regclass(%(qualified)s), 'pg_class');
+
 -- table_pages --
 -- How many heap pages a table has (runs of pages are read by TID range scans); `qualified` as above
 SELECT pg_relation_size(%(qualified)s::regclass) / current_setting('block_size')::int;

@@ -510,6 +510,11 @@ class SchemaService:
                 sql.SQL("COMMENT ON {} {} IS %s").format(what, ident(company_schema(company), name)), (comment,)
             )
 
+    def table_comment(self, company: str, table: str) -> str | None:
+        """The comment of a table of the company schema (`comment_relation`); None when none or no table."""
+        rows = self._query(_sql("table_comment"), {"qualified": sql_qualified(company_schema(company), table)})
+        return None if rows[0][0] is None else str(rows[0][0])
+
     def kept_relations(self, company: str, prefix: str, comment: str) -> list[tuple[str, str]]:
         """(name, kind) of the relations named `prefix`* of the company schema commented `comment`."""
         params = {"schema": company_schema(company), "pattern": _like_prefix(prefix), "comment": comment}

@@ -286,6 +286,7 @@ def test_a_change_of_the_stock_source_alone_recomputes_only_its_items_as_a_full_
         "items_removed": 0,
         "items_recomputed": 10,
     }
+    assert merge_detail(delta["run_id"])["changed_by"] == "staged rows"
     assert named(delta, refreshed) == named(ok(specs[full], "--full"), full)
     assert files(run_env, refreshed) == files(run_env, full)
     ok(specs[fresh])
@@ -301,3 +302,140 @@ def test_a_change_of_the_stock_source_alone_recomputes_only_its_items_as_a_full_
     assert named(again, refreshed) == named(ok(specs[full], "--full"), full)
     assert files(run_env, refreshed) == files(run_env, full)
     assert ok(specs[refreshed])["incremental"]["mode"] == "unchanged"
+
+
+def merge_detail(run_id: str) -> dict[str, Any]:
+    from firefeed.runs.contract import Step
+
+    return next(dict(st.detail or {}) for st in RunStore().steps(run_id) if st.step == Step.MERGE)
+
+
+PER_ITEM_RULES = [
+    {"name": "low", "when": {"field": "stock", "op": "eq", "value": "0"}, "then": [{"exclude": True}]},
+    {"name": "high", "when": {"field": "stock", "op": "eq", "value": "4"}, "then": [{"set": "country", "value": "XX"}]},
+    {"name": "none", "when": {"field": "stock", "op": "eq", "value": ""}, "then": [{"set": "label", "value": "?"}]},
+]
+
+
+def test_a_delta_finds_the_items_an_enrich_source_changed_gained_or_lost_from_its_kept_staged_rows(
+    run_env: Path, tmp_path: Path
+) -> None:
+    """The delta's MERGE compares the stock source's kept staged rows with its new ones (#52): a key it lost
+    (the item's stock falls back to empty), a key it gained (a join miss becomes a hit), a value changed,
+    a repeated key (its first row counts) and an empty one; the result a full run's and a fresh project's."""
+    refreshed, full, fresh = (f"inc{uuid.uuid4().hex[:8]}" for _ in range(3))
+    write_sources(tmp_path)
+    # Items 5 and 6 have no stock row at first.
+    write_csv(tmp_path / "stock.csv", ["id", "stock"], [[str(i), str(i % 5)] for i in range(1, 31) if i not in (5, 6)])
+    specs = {p: write_project(tmp_path, p, rules=PER_ITEM_RULES) for p in (refreshed, full, fresh)}
+    first = ok(specs[refreshed])
+    ok(specs[full])
+
+    # Lost: 1 (was 1), 4 (was 4), 9 (was 4); gained: 5 (0), 6 (3); changed: 12 (2 -> 0); 13 repeated (its first
+    # row keeps 3, the second would say 0); an empty key; 7 (2) written again unchanged; a key no item has.
+    rows = [[str(i), str(i % 5)] for i in range(1, 31) if i not in (1, 4, 9, 12, 13)]
+    rows += [["5", "0"], ["6", "3"], ["12", "0"], [" 13", "3"], ["13", "0"], ["", "1"], ["7", "2"], ["99", "4"]]
+    write_csv(tmp_path / "stock.csv", ["id", "stock"], rows)
+    delta = ok(specs[refreshed])
+    assert delta["incremental"]["mode"] == "delta", delta["incremental"]
+    assert merge_detail(delta["run_id"])["changed_by"] == "staged rows"
+    assert delta["incremental"]["items_changed"] == 6, delta["incremental"]  # 1, 4, 5, 6, 9, 12
+    expected = ok(specs[full], "--full")
+    assert named(delta, refreshed) == named(expected, full)
+    assert delta["sources"] == expected["sources"]  # the repeated and empty keys counted as a full run does
+    assert files(run_env, refreshed) == files(run_env, full)
+    ok(specs[fresh])
+    assert files(run_env, refreshed) == files(run_env, fresh)
+    assert first["run_id"] != delta["run_id"]
+
+    # And back: a delta on that delta compares with the rows it staged (the unclean ones kept).
+    write_sources(tmp_path)
+    again = ok(specs[refreshed])
+    assert again["incremental"]["mode"] == "delta", again["incremental"]
+    assert merge_detail(again["run_id"])["changed_by"] == "staged rows"
+    assert named(again, refreshed) == named(ok(specs[full], "--full"), full)
+    assert files(run_env, refreshed) == files(run_env, full)
+
+
+@pytest.mark.parametrize("loss", ["dropped", "emptied"])
+def test_a_delta_whose_kept_staged_rows_are_gone_merges_every_item_again(
+    run_env: Path, tmp_path: Path, engine: Engine, loss: str
+) -> None:
+    """When the stock source's staged rows the last run merged cannot be had (the table dropped, or emptied
+    as crash recovery empties an UNLOGGED table), the delta compares every merged row instead: the same
+    result, found the slow way."""
+    from sqlalchemy import text
+
+    from firefeed.schema.identifiers import company_schema, staging_table
+
+    refreshed, full = (f"inc{uuid.uuid4().hex[:8]}" for _ in range(2))
+    write_sources(tmp_path)
+    specs = {p: write_project(tmp_path, p, rules=PER_ITEM_RULES) for p in (refreshed, full)}
+    ok(specs[refreshed])
+    ok(specs[full])
+    table = f'"{company_schema("increfresh")}"."{staging_table(refreshed, "stock")}"'
+    with engine.begin() as conn:
+        conn.execute(text(f"DROP TABLE {table}" if loss == "dropped" else f"TRUNCATE {table}"))
+    # Item 3 loses its stock row, item 8's changes.
+    rows = [[str(i), "0" if i == 8 else str(i % 5)] for i in range(1, 31) if i != 3]
+    write_csv(tmp_path / "stock.csv", ["id", "stock"], rows)
+    delta = ok(specs[refreshed])
+    assert delta["incremental"]["mode"] == "delta", delta["incremental"]
+    assert merge_detail(delta["run_id"])["changed_by"] == "merged rows"
+    assert delta["incremental"]["items_changed"] == 2, delta["incremental"]
+    assert named(delta, refreshed) == named(ok(specs[full], "--full"), full)
+    assert files(run_env, refreshed) == files(run_env, full)
+
+
+def test_a_delta_of_a_project_with_an_append_source_merges_the_changed_keys_as_a_full_run(
+    run_env: Path, tmp_path: Path
+) -> None:
+    """An append source adds items after the primary's: a stock change reaching both kinds of item is merged
+    from the kept staged rows as a full run merges it (an appended item is enriched only by the sources
+    after its own)."""
+    refreshed, full = (f"inc{uuid.uuid4().hex[:8]}" for _ in range(2))
+    write_sources(tmp_path, n=20)
+    write_csv(tmp_path / "extra.csv", HEADER, [[str(i), f"extra {i}", str(i), "b1"] for i in range(15, 31)])
+    specs = {}
+    for project in (refreshed, full):
+        path = write_project(tmp_path, project, rules=PER_ITEM_RULES)
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        doc["sources"].insert(1, {"name": "extra", "url": "extra.csv", "mode": "append"})
+        path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+        specs[project] = path
+    ok(specs[refreshed])
+    ok(specs[full])
+    # Stock changed for primary items (2, 7) and an item both have (17), gained by the appended ones (21-30:
+    # the first stock had rows for 1-20 only), lost by 3.
+    rows = [[str(i), "0" if i in (2, 7, 17, 25) else "4" if i == 26 else str(i % 5)] for i in range(1, 31) if i != 3]
+    write_csv(tmp_path / "stock.csv", ["id", "stock"], rows)
+    delta = ok(specs[refreshed])
+    assert delta["incremental"]["mode"] == "delta", delta["incremental"]
+    assert merge_detail(delta["run_id"])["changed_by"] == "staged rows"
+    assert delta["incremental"]["items_changed"] == 14, delta["incremental"]  # 2, 3, 7, 17, 21-30
+    assert named(delta, refreshed) == named(ok(specs[full], "--full"), full)
+    assert files(run_env, refreshed) == files(run_env, full)
+
+
+def test_a_delta_after_a_failed_parse_of_the_source_compares_the_rows_the_last_success_merged(
+    run_env: Path, tmp_path: Path
+) -> None:
+    """A run whose parse of the stock source failed left the rows the last succeeded run merged kept: the
+    next delta compares the new rows with those, not with the broken parse's."""
+    refreshed, full = (f"inc{uuid.uuid4().hex[:8]}" for _ in range(2))
+    write_sources(tmp_path)
+    specs = {p: write_project(tmp_path, p, rules=PER_ITEM_RULES) for p in (refreshed, full)}
+    ok(specs[refreshed])
+    ok(specs[full])
+    # More fields than Postgres allows columns: the parse fails, and the run with it.
+    write_csv(tmp_path / "stock.csv", ["id", *[f"f{i}" for i in range(1700)]], [["1", *["x"] * 1700]])
+    code, failed = run(specs[refreshed])
+    assert code != 0 and failed["status"] == "FAILED", failed
+    rows = [[str(i), "0" if i == 8 else str(i % 5)] for i in range(1, 31) if i != 3]
+    write_csv(tmp_path / "stock.csv", ["id", "stock"], rows)
+    delta = ok(specs[refreshed])
+    assert delta["incremental"]["mode"] == "delta", delta["incremental"]
+    assert merge_detail(delta["run_id"])["changed_by"] == "staged rows"
+    assert delta["incremental"]["items_changed"] == 2, delta["incremental"]
+    assert named(delta, refreshed) == named(ok(specs[full], "--full"), full)
+    assert files(run_env, refreshed) == files(run_env, full)

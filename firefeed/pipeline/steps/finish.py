@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from firefeed.errors import NotFoundError
 from firefeed.pipeline.context import RunContext
 from firefeed.pipeline.steps._shared import export_key
-from firefeed.schema.identifiers import lookup_staging_table, lookup_table, staging_table
+from firefeed.schema.identifiers import lookup_staging_table, lookup_table, previous_staging_table, staging_table
 from firefeed.storage import export_storage, run_storage
 from firefeed.storage.keys import partial_key, run_prefix
 
@@ -41,8 +41,10 @@ def drop_unnamed_tables(ctx: RunContext) -> None:
 
 
 def _file_tables(project: str, sources: Iterable[str], lookups: Iterable[str]) -> set[str]:
-    """The staging and lookup tables of these sources and lookups of `project`."""
-    tables = {staging_table(project, name) for name in sources}
+    """The staging and lookup tables of these sources and lookups of `project` (a source's previous rows too)."""
+    tables: set[str] = set()
+    for name in sources:
+        tables |= {staging_table(project, name), previous_staging_table(project, name)}
     for name in lookups:
         tables |= {lookup_staging_table(project, name), lookup_table(project, name)}
     return tables

@@ -93,6 +93,7 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
     from firefeed.pipeline.fetch import file_digest
 
     assert fetched.path is not None
+    _keep_previous_rows(ctx, index)
     # Staging is about to change: forget the old validators until this parse succeeds.
     ctx.control.runs.update_source(ctx.spec.project, src.name, parse_signature=None)
     sha256 = fetched.validators.get("sha256")
@@ -132,3 +133,16 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
         },
     )
     return outcome
+
+
+def _keep_previous_rows(ctx: RunContext, index: int) -> None:
+    """Before an enrich source is staged again, its rows as they stood are kept for a delta to compare
+    (dataplane/staged.py); another source keeps none (no delta reads it)."""
+    from firefeed.dataplane import staged
+
+    src, spec, schema = ctx.spec.sources[index], ctx.spec, ctx.data.schema
+    if index > 0 and src.mode == "enrich":
+        row = ctx.control.runs.source_rows(spec.project).get(src.name)
+        staged.keep_previous(schema, spec.company, spec.project, src.name, row)
+    else:
+        staged.drop_previous(schema, spec.company, spec.project, src.name)
