@@ -184,6 +184,10 @@ class Settings(BaseSettings):
     sync_status_every_s: float = Field(default=3600.0, ge=0)
     sync_resend_days: float = Field(default=25.0, gt=0, le=29)
     sync_max_attempts: int = Field(default=5, ge=1)
+    # An API repair or `status?refresh=true` lists the channel (minutes at its pace): on threads of their own,
+    # this many at once, this many per company (429/503 past them: api/routes/sync.py).
+    sync_api_pool_size: int = Field(default=4, ge=1)
+    sync_api_per_company: int = Field(default=1, ge=1)
 
     @field_validator(
         "database_url",

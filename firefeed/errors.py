@@ -358,6 +358,24 @@ class ValuesBusyError(RetryLaterError):
     code = "values_busy"
 
 
+class TooManySyncCallsError(RetryLaterError):
+    """The company already runs as many API sync repairs or refreshes as FIREFEED_SYNC_API_PER_COMPANY allows."""
+
+    code = "too_many_sync_calls"
+
+
+class SyncCallsBusyError(RetryLaterError):
+    """Every thread for API sync calls (FIREFEED_SYNC_API_POOL_SIZE) is busy."""
+
+    code = "sync_calls_busy"
+
+
+class SyncCallTimeoutError(FireFeedError):
+    """An API repair or refresh of a sync did not answer within FIREFEED_SYNC_MAX_S."""
+
+    code = "sync_call_timeout"
+
+
 class ValuesTimeoutError(FireFeedError):
     """A values call did not finish within its deadline (FIREFEED_VALUES_DEADLINE_S)."""
 

@@ -35,7 +35,7 @@ from firefeed.api.routes import (
 )
 from firefeed.config import get_settings
 from firefeed.feeds.http import FeedService, FeedsMiddleware
-from firefeed.preview.pool import PREVIEWS, VALUES, BoundedPool
+from firefeed.preview.pool import PREVIEWS, SYNC_CALLS, VALUES, BoundedPool
 from firefeed.runs.local import LocalRunner
 from firefeed.runs.service import RunStore
 from firefeed.runs.tokens import TokenStore
@@ -100,6 +100,8 @@ def create_app(*, engine: Engine | None = None, local_runs: bool = False) -> Fas
     app.state.previews = BoundedPool(get_settings().preview_pool_size, kind=PREVIEWS)
     # So do values calls (issue #47): one company's burst must not take the routes' threads and connections.
     app.state.values = BoundedPool(get_settings().values_pool_size, kind=VALUES)
+    # So do sync repairs and refreshes (#51): each may list a channel for minutes.
+    app.state.sync_calls = BoundedPool(get_settings().sync_api_pool_size, kind=SYNC_CALLS)
     errors.install(app)
     # Feed URLs (SPEC 10 C4-C5) are answered ahead of everything else: no token, a 304 from memory, and the
     # server's own `send`, whose connection a large file is sent to by the kernel (firefeed/feeds/http.py).

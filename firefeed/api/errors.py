@@ -40,8 +40,11 @@ from firefeed.errors import (
     SourceError,
     SpecChangedError,
     SpecError,
+    SyncCallsBusyError,
+    SyncCallTimeoutError,
     TooManyPreviewsError,
     TooManySpecWritesError,
+    TooManySyncCallsError,
     TooManyValuesCallsError,
     UnsafePathError,
     UnsafeURLError,
@@ -77,6 +80,10 @@ STATUS: tuple[tuple[type[FireFeedError], int], ...] = (
     (TooManyValuesCallsError, 429),
     (ValuesBusyError, 503),
     (ValuesTimeoutError, 504),
+    # API sync repairs and refreshes (#51): bounded as previews are.
+    (TooManySyncCallsError, 429),
+    (SyncCallsBusyError, 503),
+    (SyncCallTimeoutError, 504),
     # A statement the database refused: the data's doing (422), the database's state (503), else ours (500).
     (PreviewRefusedError, 422),
     (PreviewUnavailableError, 503),

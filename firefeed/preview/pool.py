@@ -28,7 +28,10 @@ from firefeed.errors import (
     FireFeedError,
     PreviewsBusyError,
     RetryLaterError,
+    SyncCallsBusyError,
+    SyncCallTimeoutError,
     TooManyPreviewsError,
+    TooManySyncCallsError,
     TooManyValuesCallsError,
     ValuesBusyError,
     ValuesTimeoutError,
@@ -80,6 +83,24 @@ VALUES = PoolKind(
     TooManyValuesCallsError,
     ValuesBusyError,
     _values_timeout,
+)
+
+
+def _sync_timeout(deadline: Deadline) -> FireFeedError:
+    return SyncCallTimeoutError(
+        f"the sync call did not answer within {deadline.seconds:g} s (FIREFEED_SYNC_MAX_S); it goes on, and "
+        "`GET .../sync` shows what it did"
+    )
+
+
+SYNC_CALLS = PoolKind(
+    "sync",
+    "sync repairs or refreshes",
+    "FIREFEED_SYNC_API_POOL_SIZE",
+    "FIREFEED_SYNC_API_PER_COMPANY",
+    TooManySyncCallsError,
+    SyncCallsBusyError,
+    _sync_timeout,
 )
 
 
