@@ -204,13 +204,34 @@ def _int_to(value: Any) -> str:
     return str(int(text))  # int64 is a JSON string in Google's REST form
 
 
+_DATE_TIME = re.compile(
+    r"^(\d{4}-\d{2}-\d{2})(?:[T ](\d{2}:\d{2})(:\d{2}(?:\.\d{1,9})?)?)?\s*(Z|[+-]\d{2}(?::?\d{2})?)?$", re.IGNORECASE
+)
+
+
+def _timestamp_to(value: Any) -> str:
+    """A date as Google's feed spec writes it (ISO 8601: "2026-12-25T13:00-0800", "2026-12-25T13:00Z", a date
+    alone) -> the RFC 3339 date-time the Merchant API's Timestamp fields take ("2026-12-25T13:00:00-08:00");
+    no offset is UTC, a date alone its midnight."""
+    text = _text(value)
+    found = _DATE_TIME.match(text)
+    if not found:
+        raise _NotSendable(f"{text!r} is not a date, as '2026-12-25T13:00-0800' or '2026-12-25'")
+    day, minutes, seconds, offset = found.groups()
+    zone = (offset or "Z").upper()
+    if zone != "Z":
+        digits = zone[1:].replace(":", "")
+        zone = f"{zone[0]}{digits[:2]}:{digits[2:] or '00'}"
+    return f"{day}T{minutes or '00:00'}{seconds or ':00'}{zone}"
+
+
 def _interval_to(value: Any) -> dict[str, str]:
-    """ "2026-12-01T00:00Z/2026-12-24T23:59Z" (Google's feed form) -> {startTime, endTime}."""
+    """ "2026-12-01T00:00Z/2026-12-24T23:59Z" (Google's feed form) -> {startTime, endTime}, each RFC 3339."""
     text = _text(value)
     start, sep, end = text.partition("/")
     if not sep or not start.strip() or not end.strip():
         raise _NotSendable(f"{text!r} is not a 'start/end' pair of dates")
-    return {"startTime": start.strip(), "endTime": end.strip()}
+    return {"startTime": _timestamp_to(start), "endTime": _timestamp_to(end)}
 
 
 def _interval_back(value: Any) -> str:
@@ -319,8 +340,8 @@ ATTRIBUTES: dict[str, Attribute] = {
     "cost_of_goods_sold": Attribute("costOfGoodsSold", _price_to, _price_back),
     "auto_pricing_min_price": Attribute("autoPricingMinPrice", _price_to, _price_back),
     "availability": Attribute("availability", *_AVAILABILITY),
-    "availability_date": _plain("availabilityDate"),
-    "expiration_date": _plain("expirationDate"),
+    "availability_date": Attribute("availabilityDate", _timestamp_to, str),
+    "expiration_date": Attribute("expirationDate", _timestamp_to, str),
     "condition": Attribute("condition", *_CONDITION),
     "brand": _plain("brand"),
     "gtin": _one_or_many("gtins"),

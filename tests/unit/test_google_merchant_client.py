@@ -28,6 +28,7 @@ from firefeed.sync.google_merchant import (
     unmapped_columns,
 )
 from tests.standins.merchant_api import MerchantStandIn
+from tests.standins.merchant_schema import Invalid, check_product_input
 
 ACCOUNT = "123"
 DATA_SOURCE = "456"
@@ -175,11 +176,65 @@ def test_an_item_becomes_a_product_input_with_googles_types() -> None:
             "unitPricingBaseMeasure": {"value": "100", "unit": "ml"},
             "multipack": "6",
             "customLabel0": "summer",
-            "salePriceEffectiveDate": {"startTime": "2026-12-01T00:00Z", "endTime": "2026-12-24T23:59Z"},
+            "salePriceEffectiveDate": {"startTime": "2026-12-01T00:00:00Z", "endTime": "2026-12-24T23:59:00Z"},
         },
         "customAttributes": [{"name": "fabric_care", "value": "hand wash"}],
     }
     assert unmapped_columns(list(full)) == ["fabric_care"]
+    check_product_input(product_input("A1", full, content_language="it", feed_label="IT"))
+
+
+@pytest.mark.parametrize(
+    ("feed", "rfc3339"),
+    [
+        ("2026-12-25T13:00-0800", "2026-12-25T13:00:00-08:00"),  # the product data specification's own example
+        ("2026-12-25T13:00:30+01:00", "2026-12-25T13:00:30+01:00"),
+        ("2026-12-25T13:00Z", "2026-12-25T13:00:00Z"),
+        ("2026-12-25T13:00", "2026-12-25T13:00:00Z"),
+        ("2026-12-25 13:00:00", "2026-12-25T13:00:00Z"),
+        ("2026-12-25", "2026-12-25T00:00:00Z"),
+        ("2026-12-25T13:00:00.5+0530", "2026-12-25T13:00:00.5+05:30"),
+    ],
+)
+def test_the_feeds_dates_travel_as_rfc_3339_timestamps(feed: str, rfc3339: str) -> None:
+    """The Merchant API's Timestamp fields take RFC 3339 only; Google's feed spelling (ISO 8601 with an offset
+    written +hhmm, minutes without seconds, a date alone) is refused there as it stands."""
+    body = product_input(
+        "A1",
+        {"availability_date": feed, "expiration_date": feed, "sale_price_effective_date": f"{feed}/{feed}"},
+        content_language="it",
+        feed_label="IT",
+    )
+    attributes = body["productAttributes"]
+    assert attributes["availabilityDate"] == attributes["expirationDate"] == rfc3339
+    assert attributes["salePriceEffectiveDate"] == {"startTime": rfc3339, "endTime": rfc3339}
+    check_product_input(body)
+    # what Google echoes reads back as what the item compares as (`sync repair`)
+    assert export_item(body)["availability_date"] == comparable({"availability_date": feed})["availability_date"]
+
+
+def test_the_stand_in_refuses_what_googles_front_end_refuses_for_its_form() -> None:
+    good = product_input("A1", item("A1"), content_language="it", feed_label="IT")
+    check_product_input(good)
+    bad: list[tuple[str, Any]] = [
+        ("availability", "in stock"),
+        ("availability", "in_stock"),
+        ("price", {"amountMicros": 19900000, "currencyCode": "EUR"}),
+        ("price", {"amountMicros": "19.9", "currencyCode": "EUR"}),
+        ("price", {"amountMicros": "19900000", "currencyCode": "eur"}),
+        ("gtins", "4006381333931"),
+        ("identifierExists", "no"),
+        ("availabilityDate", "2026-12-25T13:00-0800"),
+        ("shippingWeight", {"value": "1.5", "unit": "kg"}),
+        ("attributes", {}),  # v1beta's name for productAttributes, inside it
+    ]
+    for field, value in bad:
+        body = json.loads(json.dumps(good))
+        body["productAttributes"][field] = value
+        with pytest.raises(Invalid):
+            check_product_input(body)
+    with pytest.raises(Invalid, match='Unknown name "attributes"'):
+        check_product_input({**good, "attributes": {}})
 
 
 def test_what_google_holds_reads_back_in_the_exports_spelling() -> None:
