@@ -22,7 +22,9 @@ Written from Google's published REST reference for the calls FireFeed's sync mak
 Every products call needs ``Authorization: Bearer <a token it issued>`` (else 401 UNAUTHENTICATED),
 and counts against a per-minute quota over a sliding 60 s window (over it: 429 RESOURCE_EXHAUSTED with
 the ``quota/request_rate_too_high`` reason the Merchant API documents). Errors use Google's JSON error
-shape (AIP-193): ``{"error": {"code", "message", "status", "details": [ErrorInfo]}}``.
+shape (AIP-193): ``{"error": {"code", "message", "status", "details": [ErrorInfo]}}``. An insert whose
+ProductInput Google would refuse for its form (an unknown field, an enum's feed spelling, an int64 that is
+not a string of digits: tests/standins/merchant_schema.py) answers 400 INVALID_ARGUMENT in Google's words.
 
 So that "google says" has something to say, the stand-in derives a few item-level issues itself: a
 missing ``imageLink``, ``price`` or ``title`` (``item_missing_required_attribute``, DISAPPROVED) and a
@@ -64,6 +66,8 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
+
+from tests.standins.merchant_schema import Invalid, check_product_input
 
 SCOPE = "https://www.googleapis.com/auth/content"
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
@@ -326,10 +330,14 @@ class MerchantStandIn:
         with self._lock:
             self._issues[offer_id] = issues
 
-    def products(self) -> dict[str, dict[str, Any]]:
-        """The product inputs held, by offer id (copies)."""
+    def products(self, account: str | None = None) -> dict[str, dict[str, Any]]:
+        """The product inputs held (of one account, or all), by offer id (copies)."""
         with self._lock:
-            return {k[3]: json.loads(json.dumps(h.product_input)) for k, h in self._products.items()}
+            return {
+                k[3]: json.loads(json.dumps(h.product_input))
+                for k, h in self._products.items()
+                if account is None or k[0] == account
+            }
 
     def edit_product(self, offer_id: str, **attributes: Any) -> None:
         """Change a held product's attributes behind FireFeed's back (None removes one)."""
@@ -469,6 +477,10 @@ class MerchantStandIn:
         for required in ("offerId", "contentLanguage", "feedLabel"):
             if not isinstance(body.get(required), str) or not body[required]:
                 raise ApiError(400, "INVALID_ARGUMENT", f"[{required}] Required parameter: {required}")
+        try:
+            check_product_input(body)
+        except Invalid as exc:
+            raise ApiError(400, "INVALID_ARGUMENT", str(exc)) from None
         offer = " ".join(body["offerId"].split())
         lang, label = body["contentLanguage"], body["feedLabel"]
         with self._lock:
