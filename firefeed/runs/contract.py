@@ -438,6 +438,8 @@ class SyncResult:
     error: str | None = None
     requests: int = 0
     seconds: float = 0.0
+    #: the export's columns the channel has no field for, so no item carries them there (Meta's)
+    columns_not_sent: list[str] = field(default_factory=list)
 
     def report(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -451,6 +453,8 @@ class SyncResult:
         }
         if self.channel_issues is not None:
             doc["channel_issues"] = self.channel_issues
+        if self.columns_not_sent:
+            doc["columns_not_sent"] = self.columns_not_sent
         if self.error is not None:
             doc["error"] = self.error
         return doc
@@ -473,6 +477,7 @@ class SyncResult:
             error=doc.get("error"),
             requests=int(doc.get("requests", 0)),
             seconds=float(doc.get("seconds", 0.0)),
+            columns_not_sent=[str(c) for c in doc.get("columns_not_sent", [])],
         )
 
 
