@@ -11,6 +11,7 @@ stops with the reason, the run does not fail.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -62,3 +63,10 @@ def client_for(sync: GoogleMerchantSync | MetaCatalogSync, references: Resolver,
     module = importlib.import_module(_MODULES[sync.to])
     client: ChannelClient = module.client_for(sync, references, settings)
     return client
+
+
+def columns_not_sent(to: str, columns: Sequence[str]) -> list[str]:
+    """The export's columns no item carries to the channel `to` (Meta's catalog takes only the fields it
+    knows; Google gets any other column as a custom attribute), for the report to say so."""
+    found: list[str] = importlib.import_module(_MODULES[to]).columns_not_sent(columns)
+    return found

@@ -463,6 +463,11 @@ def unmapped_columns(columns: Sequence[str]) -> list[str]:
     return [c for c in columns if c not in ATTRIBUTES and c not in _IDENTITY]
 
 
+def columns_not_sent(columns: Sequence[str]) -> list[str]:
+    """None: a column that is not one of Google's attributes travels as a custom attribute."""
+    return []
+
+
 def product_id(content_language: str, feed_label: str, offer_id: str) -> str:
     """The `{productInput}` name segment: unpadded base64url of `lang~label~offer` (safe for any offer id)."""
     raw = f"{content_language}~{feed_label}~{offer_id}".encode()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Engine, text
@@ -73,19 +74,22 @@ def run_sync(
     """Build the export's client (its secret resolved here, in the worker) and sync; a refused sync is an
     outcome with `error`, never an exception. The secret's value is masked out of every message."""
     from firefeed.secrets.store import resolver_for
-    from firefeed.sync.clients import client_for
+    from firefeed.sync.clients import client_for, columns_not_sent
 
     assert export.sync is not None
     target = target_of(spec, export, columns, run_id)
+    not_sent = columns_not_sent(export.sync.to, columns)
     references = resolver_for(spec.company, spec_dir, settings=settings, engine=engine)
     try:
         client = client_for(export.sync, references, settings)
     except ChannelDown as err:
-        return SyncResult(export.name, export.sync.to, error=references.mask(err.message)), None
+        error = references.mask(err.message)
+        return SyncResult(export.name, export.sync.to, error=error, columns_not_sent=not_sent), None
     except Exception as err:  # a secret the company lacks, a malformed credential: said without its value
         references.scrub(err)
         message = getattr(err, "message", None) or str(err)
-        return SyncResult(export.name, export.sync.to, error=references.mask(str(message))), None
+        error = references.mask(str(message))
+        return SyncResult(export.name, export.sync.to, error=error, columns_not_sent=not_sent), None
     try:
         result, found = sync_export(
             target,
@@ -101,7 +105,7 @@ def run_sync(
         client.close()
     if result.error is not None:
         result = SyncResult.from_json({**result.to_json(), "error": references.mask(result.error)})
-    return result, found
+    return replace(result, columns_not_sent=not_sent), found
 
 
 def sync_job(ctx: RunContext, job: JobState, jobs: JobStore) -> SyncResult:
@@ -125,9 +129,15 @@ def _alert(ctx: RunContext, export: str, error: str) -> None:
 
 
 def warnings(results: Sequence[SyncResult]) -> list[str]:
-    """The run's `sync_failed` warnings: a sync the channel refused, or one that left failed or pending items."""
+    """The run's `sync_failed` warnings: a sync the channel refused, or one that left failed or pending items;
+    and `sync_columns_not_sent`: columns of the export the channel has no field for."""
     lines = []
     for r in results:
+        if r.columns_not_sent:
+            lines.append(
+                f"sync_columns_not_sent: export {r.export!r} to {r.to}: the channel has no field for "
+                + ", ".join(r.columns_not_sent)
+            )
         if r.error is not None:
             lines.append(f"sync_failed: export {r.export!r} to {r.to}: {r.error}")
         elif r.failed:

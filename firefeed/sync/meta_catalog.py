@@ -55,6 +55,7 @@ __all__ = [
     "BatchTooLarge",
     "MetaCatalogClient",
     "client_for",
+    "columns_not_sent",
     "comparable",
     "operation_bytes",
     "to_meta",
@@ -63,6 +64,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 NAME = "meta-catalog"
+#: The export's columns no item carries to the catalog (Meta refuses an item for a field it does not know).
+columns_not_sent = unmapped_columns
 DEFAULT_URL = "https://graph.facebook.com"
 #: The Graph API version the paths name (the newest the Marketing API reference showed in December 2026).
 GRAPH_VERSION = "v27.0"

@@ -10,6 +10,7 @@ refuses for its form (tests/standins/merchant_schema.py), refuses nothing. One s
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 import uuid
@@ -28,6 +29,7 @@ from firefeed.secrets.crypto import generate_key
 from tests.integration.conftest import cli
 from tests.integration.file_servers import company_with
 from tests.standins.merchant_api import MerchantStandIn, running
+from tests.standins.meta_graph import MetaGraphStandIn
 
 pytestmark = pytest.mark.integration
 
@@ -453,3 +455,71 @@ def test_the_plain_woocommerce_spec_sends_all_but_the_parents_without_a_price_ea
     assert [v["price"] for v in items if v["id"][0] in parents] == [[" BRL"]] * 5
     # no image in the file: Google holds the others without one and says so ("google says")
     assert len(held) == 6 and not any("imageLink" in p["productAttributes"] for p in held.values())
+
+
+# -- Meta: the Shopify catalog's variants to a catalog's items_batch -----------------------------------------
+
+META_TOKEN = "EAAB-realfeeds-" + uuid.uuid4().hex
+META_CATALOG = "5550001"
+
+
+def test_the_shopify_catalog_reaches_a_meta_catalog_as_its_meta_file_says(
+    run_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with MetaGraphStandIn(token=META_TOKEN, catalog=META_CATALOG) as graph:
+        monkeypatch.setenv("FIREFEED_SECRETS_KEY", generate_key())
+        monkeypatch.setenv("FIREFEED_META_GRAPH_URL", graph.url)
+        monkeypatch.setenv("FIREFEED_FETCH_ALLOWED_HOSTS", "127.0.0.1")
+        reset_settings()
+        spec = _example(tmp_path, "shopify-google.yaml", REALFEEDS / "shopify-jewelry" / "jewelery.csv")
+        google = spec["exports"][0]
+        # the Google fields as they are: Meta's availability is in words, the preset's Google's underscored
+        # form (the client respells it); identifier_exists is Google's alone
+        fields = google["fields"]
+        spec["exports"] = [
+            {
+                "name": "meta",
+                "format": "csv",
+                "path": "meta.csv",
+                "channel": "meta",
+                "max_invalid": "100%",
+                "where": google["where"],
+                "fields": fields,
+                "sync": {"to": "meta-catalog", "catalog": META_CATALOG, "token": "${secret:META_TOKEN}"},
+            }
+        ]
+        spec["company"] = company_with(META_TOKEN=META_TOKEN)
+        spec["project"] = "meta_" + uuid.uuid4().hex[:8]
+        path = tmp_path / "spec.yaml"
+        path.write_text(yaml.safe_dump(spec, allow_unicode=True, sort_keys=False), encoding="utf-8")
+        code, out = cli("run", str(path), "--json")
+        report = json.loads(out)
+        assert code == 0 and report["status"] == "SUCCEEDED", report
+        reset_settings()
+    with (run_env / spec["company"] / spec["project"] / "meta.csv").open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    sync = report["exports"][0]["sync"]
+    assert (sync["inserted"], sync["failed"], sync["pending"], sync["errors"]) == (len(rows), 0, 0, []), sync
+    # a column the file holds and Meta has no field for is not sent, and the report says so
+    assert {r["identifier_exists"] for r in rows} == {"no"}
+    assert sync["columns_not_sent"] == ["identifier_exists"]
+    assert (
+        "sync_columns_not_sent: export 'meta' to meta-catalog: the channel has no field for identifier_exists"
+        in report["warnings"]
+    )
+    for row in rows:
+        del row["identifier_exists"]
+    assert len(rows) == 23 and sorted(graph.items) == sorted(r["id"] for r in rows)
+    assert Counter(rid for method, rid in graph.sent() if method != "DELETE") == Counter(r["id"] for r in rows)
+    for row in rows:
+        expected = {k: v for k, v in row.items() if v != ""}
+        expected["availability"] = expected["availability"].replace("_", " ")
+        for name in ("price", "sale_price"):  # "12.34 EUR": a dot and two decimals, as the reference writes it
+            if name in expected:
+                amount, currency = expected[name].split()
+                expected[name] = f"{Decimal(amount):.2f} {currency}"
+        if "additional_image_link" in expected:
+            expected["additional_image_link"] = expected["additional_image_link"].split(",")
+        assert graph.items[row["id"]] == expected, row["id"]
+    black = graph.items["chain-bracelet:Black"]
+    assert (black["price"], black["sale_price"], black["availability"]) == ("44.99 USD", "42.99 USD", "in stock")
