@@ -31,7 +31,8 @@ budget per `window_s` the same way; `refuse(id, message)` fails one item of any 
 changes a product behind the sender's back; `set_errors(id, [...])` sets what the list says is wrong
 with it; `requests` records every call and `items` holds the catalog. An item CREATEd (or UPDATEd into
 existence) must carry the catalog's required fields, and a price must read `<number> <ISO 4217>`: a
-missing or malformed one is an error for that item only. Changes are applied when the call is taken
+missing or malformed one is an error for that item only, as is a field a product item does not take
+(`FIELDS`). Changes are applied when the call is taken
 (as the real API ingests them): polling only reports on them.
 
 Run it as a process with `python -m tests.standins.meta_graph --port 0 --token T --catalog C`: it prints
@@ -61,6 +62,52 @@ MAX_BYTES = 28 * 1024 * 1024
 REQUIRED = ("id", "title", "description", "availability", "condition", "price", "link", "image_link", "brand")
 AVAILABILITY = frozenset({"in stock", "out of stock", "preorder", "available for order", "discontinued"})
 CONDITION = frozenset({"new", "refurbished", "used"})
+#: The fields a PRODUCT_ITEM takes (the catalog's product fields; Meta refuses the item for any other, so a
+#: Google-only attribute such as identifier_exists, shipping_label or multipack is refused here too).
+FIELDS = frozenset(
+    {
+        *REQUIRED,
+        "additional_image_link",
+        "additional_variant_attribute",
+        "age_group",
+        "applink",
+        "color",
+        "commerce_tax_category",
+        "expiration_date",
+        "fb_product_category",
+        "gender",
+        "google_product_category",
+        "gtin",
+        "importer_address",
+        "importer_name",
+        "internal_label",
+        "inventory",
+        "item_group_id",
+        "manufacturer_info",
+        "material",
+        "mobile_link",
+        "mpn",
+        "origin_country",
+        "pattern",
+        "product_tags",
+        "product_type",
+        "quantity_to_sell_on_facebook",
+        "return_policy_info",
+        "rich_text_description",
+        "sale_price",
+        "sale_price_effective_date",
+        "shipping",
+        "shipping_weight",
+        "short_description",
+        "size",
+        "status",
+        "unit_price",
+        "video",
+        "visibility",
+        *(f"custom_label_{i}" for i in range(5)),
+        *(f"custom_number_{i}" for i in range(5)),
+    }
+)
 _PRICE = re.compile(r"^(\d+(?:\.\d+)?) ([A-Z]{3})$")
 _PATH = re.compile(r"^/(v\d+\.\d+)/([^/]+)/(items_batch|check_batch_request_status|products)$")
 _SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£"}
@@ -351,7 +398,7 @@ class MetaGraphStandIn:
         auth = rec.headers.get("authorization", "")
         if auth.split(" ", 1)[0].lower() in ("bearer", "oauth") and " " in auth:
             given = auth.split(" ", 1)[1].strip()
-        given = given or (rec.query.get("access_token") or [None])[0] or params.get("access_token")
+        given = given or (rec.query.get("access_token") or [""])[0] or params.get("access_token")
         if not given:
             raise GraphError(400, 104, "An access token is required to request this resource.")
         if not secrets.compare_digest(str(given).encode(), self.token.encode()):
@@ -424,6 +471,9 @@ class MetaGraphStandIn:
             return f"An item with id {rid} already exists in this catalog"
         if method == "UPDATE" and not exists and not upsert:
             return f"Item with id {rid} does not exist in this catalog (allow_upsert is false)"
+        unknown = sorted(set(data) - FIELDS)
+        if unknown:
+            return f"Invalid field(s) for a product item: {', '.join(unknown)}"
         # UPDATE changes the fields it names ("" unsets an optional one); a new item needs them all
         merged = {**self.items.get(rid, {}), **{k: v for k, v in data.items() if v is not None}}
         for name in REQUIRED:

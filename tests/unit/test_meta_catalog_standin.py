@@ -85,6 +85,24 @@ def test_a_batch_is_taken_with_a_handle_and_its_bad_item_alone_is_an_error(graph
     assert list(graph.sent()) == [("UPDATE", "a"), ("UPDATE", "b"), ("DELETE", "never-there")]
 
 
+def test_a_field_a_product_item_does_not_take_is_that_items_error(graph: MetaGraphStandIn) -> None:
+    """Google-only attributes, and the ProductItem names a GET answers, are not items_batch fields."""
+    answer = batch(
+        graph,
+        [
+            {"method": "UPDATE", "data": {**product("g"), "identifier_exists": "no"}},
+            {"method": "UPDATE", "data": {**product("h"), "retailer_id": "h", "name": "Hat"}},
+            {"method": "UPDATE", "data": {**product("i"), "custom_label_0": "summer", "gtin": "4006381333931"}},
+        ],
+    )
+    done = status(graph, answer.json()["handles"][0])
+    assert done["errors"] == [
+        {"line": 1, "id": "g", "message": "Invalid field(s) for a product item: identifier_exists"},
+        {"line": 2, "id": "h", "message": "Invalid field(s) for a product item: name, retailer_id"},
+    ]
+    assert set(graph.items) == {"i"}
+
+
 def test_the_token_is_checked_wherever_it_is_given(graph: MetaGraphStandIn) -> None:
     url = f"{graph.url}/v25.0/{CATALOG}/products"
     assert HTTP.get(url, params={"access_token": TOKEN}).status_code == 200
