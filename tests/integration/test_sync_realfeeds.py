@@ -499,6 +499,10 @@ def test_the_shopify_catalog_reaches_a_meta_catalog_as_its_meta_file_says(
     with (run_env / spec["company"] / spec["project"] / "meta.csv").open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     sync = report["exports"][0]["sync"]
+    # the file writes the preset's "in_stock", which is not Meta's word: the export's check says so for every
+    # item (the file needs a rule), while the sync respells it as the Graph takes it ("in stock")
+    findings = report["exports"][0]["diagnostics"]["findings"]
+    assert [(f["check"], f["count"]) for f in findings] == [("availability_value", len(rows))]
     assert (sync["inserted"], sync["failed"], sync["pending"], sync["errors"]) == (len(rows), 0, 0, []), sync
     # a column the file holds and Meta has no field for is not sent, and the report says so
     assert {r["identifier_exists"] for r in rows} == {"no"}
