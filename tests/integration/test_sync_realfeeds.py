@@ -429,6 +429,14 @@ def test_the_plain_shopify_spec_sends_the_marked_up_descriptions_as_the_file_hol
     # the marked-up descriptions travel as the file holds them (the html finding is a warning)
     assert held["gemstone:Blue"]["productAttributes"]["description"].startswith("<p>")
     assert held["chain-bracelet:Blue"]["productAttributes"]["shippingWeight"] == {"value": 0.0, "unit": "g"}
+    # the same file again: the real text hashes the same, nothing is sent twice
+    account = str(spec["exports"][0]["sync"]["account"])
+    before = len(google.requests)
+    code, out = cli("run", str(tmp_path / "spec.yaml"), "--json", "--full")
+    again = json.loads(out)["exports"][0]["sync"]
+    assert code == 0 and (again["inserted"], again["updated"], again["failed"]) == (0, 0, 0), again
+    later = google.requests[before:]
+    assert [r for r in later if r.method != "GET" and f"/accounts/{account}/" in r.path] == []
 
 
 def test_the_plain_woocommerce_spec_sends_all_but_the_parents_without_a_price_each_a_finding(
