@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import time
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -61,7 +62,7 @@ def post(
     host = target_host(url)
     try:
         with (
-            hiding_in_library_logs({url: host, str(httpx.URL(url)): host}),
+            hiding_in_library_logs(_hidden_in_logs(url, host)),
             httpx.Client(
                 transport=guarded,
                 timeout=httpx.Timeout(settings.alert_timeout_s),
@@ -82,11 +83,33 @@ def post(
     except httpx.HTTPError as err:
         return Result(outcome(None, f"{type(err).__name__}: {err}"[:300]), delivered=False, retry=True)
     if 300 <= code < 400:
-        where = response.headers.get("location", "")[:200]
+        where = _redirect_target(response.headers.get("location", ""))
         error = f"answered {code} (to {where}); redirects are not followed: give the final URL"
         return Result(outcome(code, error), delivered=False, retry=False)
     error = f"answered {code}" + (f": {answer}" if answer else "")
     return Result(outcome(code, error), delivered=False, retry=code >= 500 or code in _RETRYABLE_4XX)
+
+
+def _hidden_in_logs(url: str, host: str) -> dict[str, str]:
+    """What the HTTP library's log lines show of the URL: its host. Its path and query are hidden apart too:
+    a redirect's Location header (logged with the answer's headers) names them under another scheme."""
+    hidden = {url: host, str(httpx.URL(url)): host}
+    split = urlsplit(url)
+    for tail in (split.path + (f"?{split.query}" if split.query else ""), httpx.URL(url).raw_path.decode("ascii")):
+        if len(tail) > 1:  # not "/" alone, which every line holds
+            hidden[tail] = "/…"
+    return hidden
+
+
+def _redirect_target(location: str) -> str:
+    """Where a redirect points, without its path or query: a hook moved to https names the same path, and
+    with it the hook's token, which the listing and logs never show (alerts/shown.py)."""
+    try:
+        parts = urlsplit(location)
+    except ValueError:
+        return "an unreadable Location"
+    host = target_host(location)
+    return f"{parts.scheme}://{host}/…" if parts.scheme and host else "another path of the same host"
 
 
 def _start_of(response: httpx.Response) -> str:

@@ -54,6 +54,8 @@ class Sink:
     def __init__(self, answers: list[int] | None = None, default: int = 200) -> None:
         self.answers = list(answers or [])
         self.default = default
+        #: a Location header sent with every answer (a redirect's), when set
+        self.location: str | None = None
         self.hold = threading.Event()
         self.hold.set()
         self.received: list[Received] = []
@@ -68,6 +70,8 @@ class Sink:
                 sink.hold.wait(20)
                 status = sink.answers.pop(0) if sink.answers else sink.default
                 self.send_response(status)
+                if sink.location is not None:
+                    self.send_header("Location", sink.location)
                 self.send_header("Content-Length", "2")
                 self.end_headers()
                 self.wfile.write(b"ok")

@@ -8,6 +8,7 @@ project come from test_alerts.py.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from pathlib import Path
 
@@ -82,6 +83,32 @@ def test_a_project_s_alerts_list_event_time_host_status_and_attempts_but_no_url_
     assert [a["event"] for a in one["alerts"]] == ["recovered"]
     for bad in ("0", "101", "x"):
         assert http.get(f"/api/projects/{p.project}/alerts?limit={bad}", headers=auth).status_code == 422
+
+
+def test_a_redirect_to_the_hook_s_https_url_shows_its_host_never_its_path_or_query_in_the_listing_or_logs(
+    alerts_env: Path, sink: Sink, tmp_path: Path, http: httpx.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    token = "T0-" + uuid.uuid4().hex
+    hook = f"{sink.url}/{token}?key={token}"
+    p = project_with(tmp_path, [{"url": hook, "secret": "ALERTS_KEY"}])
+    auth = {"Authorization": f"Bearer {TokenStore().create(p.company)}"}
+    # The receiver moved its hooks to https: the usual redirect names the same path, token and all.
+    sink.location = hook.replace("http://", "https://")
+    sink.answers = [301]
+    (p.folder / "items.csv").unlink()
+    assert p.run()["status"] == "FAILED"
+    assert wait_batches(20)
+
+    answer = http.get(f"/api/projects/{p.project}/alerts", headers=auth)
+
+    assert answer.status_code == 200, answer.text
+    (alert,) = answer.json()["alerts"]
+    assert alert["status"] == "failed" and alert["last"]["status_code"] == 301
+    assert "redirects are not followed" in alert["last"]["error"]
+    assert "127.0.0.1" in alert["last"]["error"]
+    assert token not in answer.text
+    assert token not in caplog.text
 
 
 def test_another_company_s_token_gets_the_unknown_project_s_404_and_no_token_a_401(
