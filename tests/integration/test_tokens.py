@@ -150,3 +150,10 @@ def test_the_token_list_is_paged_active_tokens_first_and_revoked_ones_never_all_
     assert (past["tokens"], past["total"], past["next_offset"]) == ([], 103, None)
     for bad in ({"limit": 0}, {"limit": 1001}, {"offset": -1}, {"limit": "x"}):
         assert http.get("/api/tokens", params=bad, headers=bearer(me)).status_code == 422, bad
+
+
+def test_an_offset_past_what_postgres_counts_is_refused_as_invalid_not_a_server_error(http: httpx.Client) -> None:
+    me = TokenStore().create(company())
+    for huge in (2**63, 10**30):
+        answer = http.get("/api/tokens", params={"offset": huge}, headers=bearer(me))
+        assert answer.status_code == 422, answer.text
