@@ -440,6 +440,10 @@ class SyncResult:
     seconds: float = 0.0
     #: the export's columns the channel has no field for, so no item carries them there (Meta's)
     columns_not_sent: list[str] = field(default_factory=list)
+    #: items sent without an optional attribute FireFeed could not read; `warnings` the first 20 of them
+    #: ({key, attribute, message}), one per attribute left out
+    left_out: int = 0
+    warnings: list[dict[str, str]] = field(default_factory=list)
 
     def report(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -455,6 +459,9 @@ class SyncResult:
             doc["channel_issues"] = self.channel_issues
         if self.columns_not_sent:
             doc["columns_not_sent"] = self.columns_not_sent
+        if self.left_out:
+            doc["left_out"] = self.left_out
+            doc["warnings"] = self.warnings
         if self.error is not None:
             doc["error"] = self.error
         return doc
@@ -478,6 +485,8 @@ class SyncResult:
             requests=int(doc.get("requests", 0)),
             seconds=float(doc.get("seconds", 0.0)),
             columns_not_sent=[str(c) for c in doc.get("columns_not_sent", [])],
+            left_out=int(doc.get("left_out", 0)),
+            warnings=list(doc.get("warnings", [])),
         )
 
 
