@@ -53,6 +53,10 @@ def _print_status(doc: dict[str, Any]) -> None:
         print(line + (f" ({last['error']})" if last.get("error") else ""))
     for e in doc["errors"]:
         print(f"  failed {e['key']}: {e['code']} {e['message']}")
+    if doc.get("left_out"):
+        print(f"  {doc['left_out']} items on the channel without an attribute FireFeed could not read:")
+    for w in doc.get("warnings", []):
+        print(f"  left out {w['key']} {w['attribute']}: {w['message']}")
     issues = doc.get("channel_issues")
     if issues:
         print(
@@ -96,6 +100,8 @@ def cmd_sync_repair(args: argparse.Namespace) -> int:
         )
         for e in sync["errors"]:
             print(f"  failed {e['key']}: {e['code']} {e['message']}")
+        for w in sync.get("warnings", []):
+            print(f"  left out {w['key']} {w['attribute']}: {w['message']}")
         if sync.get("error"):
             print(f"  the sync stopped: {sync['error']}")
     return 1 if sync.get("error") or sync["failed"] else 0

@@ -100,15 +100,32 @@ _AVAILABILITY = {"in_stock": "in stock", "out_of_stock": "out of stock", "backor
 _PRICE = re.compile(r"^\s*(\d+)(?:[.,](\d+))?\s+([A-Za-z]{3})\s*$")
 
 
+#: Optional fields Meta refuses the whole item for when it cannot read them: one FireFeed cannot put in Meta's
+#: form is sent as "" (unset: an UPDATE keeps a field it is not given, so an old value would stay live) and named.
+#: The required ones (Meta's list: id, title, description, availability, condition, price, link, image_link,
+#: brand) go as they are, for Meta to refuse the item in its own words.
+_OPTIONAL_PRICES = frozenset({"sale_price"})
+
+
 def to_meta(key: str, item: dict[str, Any]) -> dict[str, Any]:
     """The items_batch `data` of one export item: mapped fields only, every one present ("" when empty)."""
+    return to_meta_checked(key, item)[0]
+
+
+def to_meta_checked(key: str, item: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """`to_meta`, and the (column, why) of each optional field it left out (sent as "") as unreadable."""
     data: dict[str, Any] = {}
+    left_out: list[tuple[str, str]] = []
     for column, value in item.items():
         field = FIELDS.get(column)
-        if field is not None:
-            data[field] = meta_value(field, value)
+        if field is None:
+            continue
+        data[field] = meta_value(field, value)
+        if field in _OPTIONAL_PRICES and data[field] != "" and not _PRICE.match(data[field]):
+            left_out.append((column, f"{data[field]!r} is not a price with its currency, as '12.34 EUR'"))
+            data[field] = ""
     data["id"] = key  # the ledger's key is the retailer id, whatever the id column says
-    return data
+    return data, sorted(left_out)
 
 
 def unmapped_columns(columns: Sequence[str]) -> list[str]:

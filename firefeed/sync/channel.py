@@ -4,7 +4,9 @@ The engine (ledger, planning, pacing, retries) knows nothing of a channel's wire
 (`google_merchant.py`, `meta_catalog.py`) knows nothing of the ledger. The engine hands a client
 operations, at most `limits.max_batch` at a time (Google takes one product per request, Meta up to
 5,000 items and 28 MB per batch), and reads back one outcome per operation, in any order, keyed by
-the operation's key. A client never raises for one item's refusal: that is an outcome. It raises
+the operation's key. A client never raises for one item's refusal: that is an outcome. An optional attribute
+it cannot put in the channel's form is left out of the item, which is sent, and named in `Outcome.left_out`;
+only a required one (the client's `REQUIRED`) keeps the item from being sent. It raises
 `ChannelBusy` (a quota or 5xx answer: the engine backs off and sends the same operations again) or
 `ChannelDown` (credentials refused, the account unknown: the engine stops the sync and reports it).
 """
@@ -40,6 +42,9 @@ class Outcome:
     message: str = ""
     #: a transient per-item failure worth sending again (a 5xx for that item); False for a refusal
     retry: bool = False
+    #: (column, why) of each optional attribute the client could not put in the channel's form: the item was
+    #: sent without it (and the channel holds none), the merchant is told which and why
+    left_out: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ Sending: a block of pending rows is claimed `sending` and committed, then handed
 units (Google: one product a request, on `FIREFEED_SYNC_THREADS` threads, each request waiting for a
 token of the pacer; Meta: batches of up to 5,000 items and 28 MB, one at a time, the client polling
 the batch's handle). Answers are recorded as they come (a commit every ~0.2 s). A unit the channel
-refused as busy goes back to pending and the pacer slows down; nothing is lost. After
+refused as busy goes back to pending and the pacer slows down; nothing is lost. An item the channel
+took without an optional attribute the client could not read is acked with those attributes in the
+ledger's `left_out`, and counted and named in the outcome (`left_out`, `warnings`). After
 `FIREFEED_SYNC_MAX_S` no new request starts: what is left stays pending, reported, for the next run
 or `firefeed sync repair`. A channel that refuses the sync itself (`ChannelDown`) ends it with an
 error; the run is never failed by a sync (a `sync_failed` warning).
@@ -65,6 +67,9 @@ class SyncTarget:
 class _Progress:
     tally: Tally = field(default_factory=Tally)
     errors: list[dict[str, str]] = field(default_factory=list)
+    #: items sent without an optional attribute the client could not read, and the first of those attributes
+    left_out: int = 0
+    warnings: list[dict[str, str]] = field(default_factory=list)
     requests: int = 0
     down: str | None = None
 
@@ -140,6 +145,8 @@ def sync_export(
             failed=progress.tally.failed,
             pending=pending,
             errors=progress.errors[:MAX_ERRORS],
+            left_out=progress.left_out,
+            warnings=progress.warnings[:MAX_ERRORS],
             channel_issues=issues,
             error=progress.down,
             requests=progress.requests,
@@ -358,6 +365,10 @@ def _send_all(
                         answers.append(outcome)
                         if not outcome.ok and len(progress.errors) < MAX_ERRORS:
                             progress.errors.append({"key": op.key, "code": outcome.code, "message": outcome.message})
+                        if outcome.ok and outcome.left_out:
+                            progress.left_out += 1
+                            for attribute, why in outcome.left_out[: MAX_ERRORS - len(progress.warnings)]:
+                                progress.warnings.append({"key": op.key, "attribute": attribute, "message": why})
             due = time.monotonic() - last_flush >= FLUSH_S or not inflight
             if (answers or busy_keys or again) and due:
                 ledger.answer(answers, progress.tally)

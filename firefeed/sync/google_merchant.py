@@ -31,8 +31,10 @@ parallelism):
 - 401, or 403: the token is fetched again and the request repeated once; a second refusal, a token
   endpoint that refuses the key, or 404 on an insert (no such account or data source): `ChannelDown`.
 - any other 4xx (400 INVALID_ARGUMENT ...): that item is refused, Google's status and message as-is.
-- an item FireFeed cannot put in Google's form (a price that is not "AMOUNT CURRENCY", an availability
-  Google has no value for) is refused without a request, code ``not_sent``.
+- an item whose required attribute (`REQUIRED`) FireFeed cannot put in Google's form (a price that is not
+  "AMOUNT CURRENCY", an availability Google has no value for) is refused without a request, code ``not_sent``;
+  any other attribute it cannot read (a weight without a unit, ``identifier_exists: maybe``) is left out of
+  the product input, which is sent, and named in the outcome's ``left_out``.
 
 No message this module raises or logs holds the token, the private key or its id: each passes through
 `_mask` (and the Resolver that expanded the secret), and httpx's exceptions, which hold the request and
@@ -391,13 +393,23 @@ ATTRIBUTES: dict[str, Attribute] = {
 COLUMN_OF: dict[str, str] = {a.field: column for column, a in ATTRIBUTES.items()}
 #: Columns that are the product's identity, not an attribute.
 _IDENTITY = frozenset({"id"})
+#: Columns an item is not sent without when FireFeed cannot read them: what Google needs to accept a product at
+#: all (title, link, image, price, availability), and condition and adult, which Google reads as "new" and "not
+#: adult" when absent (a used or an adult product would be shown as what it is not). Any other unreadable value
+#: is left out of the product and named (`readable_attributes`).
+REQUIRED = frozenset({"title", "link", "image_link", "price", "availability", "condition", "adult"})
 
 
-def product_attributes(item: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[str, str]]]:
-    """An export item as Google's productAttributes and customAttributes; empty values are left out (an
-    insert replaces the whole product input, so a value left out is a value removed)."""
+def readable_attributes(
+    item: Mapping[str, Any],
+) -> tuple[dict[str, Any], list[dict[str, str]], list[tuple[str, str]]]:
+    """An export item as Google's productAttributes and customAttributes, and the (column, why) of each optional
+    attribute left out because FireFeed cannot put its value in Google's form, by column name; empty values are
+    left out too (an insert replaces the whole product input, so a value left out is a value removed: Google
+    holds no stale copy of it). A required attribute (`REQUIRED`) that cannot be read is `_NotSendable`."""
     attributes: dict[str, Any] = {}
     custom: list[dict[str, str]] = []
+    left_out: list[tuple[str, str]] = []
     for column, value in item.items():
         if column in _IDENTITY or value is None or value == "" or value == []:
             continue
@@ -410,15 +422,31 @@ def product_attributes(item: Mapping[str, Any]) -> tuple[dict[str, Any], list[di
         try:
             converted = known.to(value)
         except _NotSendable as err:
-            raise _NotSendable(f"{column}: {err}") from None
+            if column in REQUIRED:
+                raise _NotSendable(f"{column}: {err}") from None
+            left_out.append((column, str(err)))
+            continue
         if converted not in ("", []):
             attributes[known.field] = converted
-    return attributes, custom
+    return attributes, custom, sorted(left_out)
 
 
 def product_input(key: str, item: Mapping[str, Any], *, content_language: str, feed_label: str) -> dict[str, Any]:
-    """The ProductInput JSON an insert sends for one export item (its key is the offerId)."""
-    attributes, custom = product_attributes(item)
+    """The ProductInput JSON an insert sends for one export item (its key is the offerId); an unreadable value
+    is `_NotSendable` (`sendable_input` leaves the optional ones out)."""
+    body, left_out = sendable_input(key, item, content_language=content_language, feed_label=feed_label)
+    if left_out:
+        column, why = left_out[0]
+        raise _NotSendable(f"{column}: {why}")
+    return body
+
+
+def sendable_input(
+    key: str, item: Mapping[str, Any], *, content_language: str, feed_label: str
+) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """The ProductInput an insert sends, without the optional attributes FireFeed cannot read, and those
+    (column, why); a required one unreadable is `_NotSendable`."""
+    attributes, custom, left_out = readable_attributes(item)
     body: dict[str, Any] = {
         "offerId": key,
         "contentLanguage": content_language,
@@ -427,7 +455,7 @@ def product_input(key: str, item: Mapping[str, Any], *, content_language: str, f
     }
     if custom:
         body["customAttributes"] = custom
-    return body
+    return body, left_out
 
 
 def export_item(product: Mapping[str, Any]) -> dict[str, Any]:
@@ -450,9 +478,10 @@ def export_item(product: Mapping[str, Any]) -> dict[str, Any]:
 
 def comparable(item: Mapping[str, Any]) -> dict[str, Any]:
     """An export item in the form `list_items` gives a product back, so `sync repair` can compare what the
-    ledger sent with what Google holds; an item that cannot be sent compares as its raw text."""
+    ledger sent with what Google holds (an attribute left out as unreadable is not there either); an item that
+    cannot be sent compares as its raw text."""
     try:
-        attributes, custom = product_attributes(item)
+        attributes, custom, _left_out = readable_attributes(item)
     except _NotSendable:
         return {k: v for k, v in item.items() if v not in (None, "", [])}
     return export_item({"productAttributes": attributes, "customAttributes": custom})
@@ -698,7 +727,9 @@ class GoogleMerchantClient:
     def _one(self, op: Operation) -> Outcome:
         if op.op is Op.INSERT:
             try:
-                body = product_input(op.key, op.item or {}, content_language=self._language, feed_label=self._label)
+                body, left_out = sendable_input(
+                    op.key, op.item or {}, content_language=self._language, feed_label=self._label
+                )
             except _NotSendable as err:
                 return Outcome(key=op.key, ok=False, code="not_sent", message=self._mask(str(err))[:_MESSAGE_MAX])
             url, method, what = f"{self._base}/productInputs:insert", "POST", "productInputs.insert"
@@ -706,7 +737,7 @@ class GoogleMerchantClient:
         else:
             segment = product_id(self._language, self._label, op.key)
             url, method, what = f"{self._base}/productInputs/{segment}", "DELETE", "productInputs.delete"
-            content = None
+            content, left_out = None, []
         try:
             response = self._call(method, url, params={"dataSource": self._data_source}, content=content)
         except _Timeout:
@@ -714,6 +745,9 @@ class GoogleMerchantClient:
                 key=op.key, ok=False, code="DEADLINE_EXCEEDED", message=f"no answer to {what} in time", retry=True
             )
         if response.status_code == 200 or (op.op is Op.DELETE and response.status_code == 404):
+            if op.op is Op.INSERT and left_out:
+                said = tuple((column, self._mask(why)[:_MESSAGE_MAX]) for column, why in left_out)
+                return Outcome(key=op.key, ok=True, left_out=said)
             return Outcome(key=op.key, ok=True)
         found = self._call_error(response, what, item_level=True, insert=op.op is Op.INSERT)
         if isinstance(found, Exception):

@@ -130,7 +130,8 @@ def _alert(ctx: RunContext, export: str, error: str) -> None:
 
 def warnings(results: Sequence[SyncResult]) -> list[str]:
     """The run's `sync_failed` warnings: a sync the channel refused, or one that left failed or pending items;
-    and `sync_columns_not_sent`: columns of the export the channel has no field for."""
+    `sync_columns_not_sent`: columns of the export the channel has no field for; `sync_attributes_left_out`:
+    items sent without an optional attribute whose value FireFeed could not put in the channel's form."""
     lines = []
     for r in results:
         if r.columns_not_sent:
@@ -142,6 +143,11 @@ def warnings(results: Sequence[SyncResult]) -> list[str]:
             lines.append(f"sync_failed: export {r.export!r} to {r.to}: {r.error}")
         elif r.failed:
             lines.append(f"sync_failed: export {r.export!r} to {r.to}: {r.failed} items refused (see its errors)")
+        if r.left_out:
+            lines.append(
+                f"sync_attributes_left_out: export {r.export!r} to {r.to}: {r.left_out} items sent without an "
+                "attribute FireFeed could not read (see its warnings)"
+            )
         if r.pending and r.error is None:
             lines.append(
                 f"sync_pending: export {r.export!r} to {r.to}: {r.pending} operations left for the next run "

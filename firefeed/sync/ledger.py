@@ -4,7 +4,8 @@ One table per export with `sync`, in the company's schema (`sync_ledger_table`):
 `kh`, `h` (the content hash last planned), `op` (insert / delete), `kind` (new / changed / resend /
 repair / delete: what the report counts it as), `status` (pending / sending / acked / failed),
 `attempts`, the channel's `code` and `message`, `sent_at`, `acked_at`, `inserted_at` (when the
-channel first took the item), and `issues` (its itemLevelIssues when the sync last listed it).
+channel first took the item), `issues` (its itemLevelIssues when the sync last listed it), and
+`left_out` (the optional attributes the acked insert went without, unreadable: [{attribute, message}]).
 
 Planning is a few set statements against the export's published table (no item goes through
 Python): an insert for a key that is new, whose hash changed, or acked longer ago than the resend
@@ -66,6 +67,13 @@ class Tally:
             self.inserted += 1
         else:
             self.updated += 1
+
+
+def _left_out_doc(outcome: Outcome) -> str:
+    """An acked insert's attributes left out, as the ledger's `left_out` stores them ("" for none)."""
+    if not (outcome.ok and outcome.left_out):
+        return ""
+    return json.dumps([{"attribute": a, "message": m} for a, m in outcome.left_out], ensure_ascii=False)
 
 
 class Ledger:
@@ -145,6 +153,7 @@ class Ledger:
             "oks": [o.ok for o in outcomes],
             "codes": [o.code or "" for o in outcomes],
             "messages": [o.message or "" for o in outcomes],
+            "left_outs": [_left_out_doc(o) for o in outcomes],
         }
         done = self._run("answer", params).fetchall()
         for _k, op, kind, ok in done:
@@ -165,6 +174,17 @@ class Ledger:
         for op, status, n in self._run("counts").fetchall():
             found.setdefault(str(op), {})[str(status)] = int(n)
         return found
+
+    def left_out_count(self) -> int:
+        """Items the channel holds without an optional attribute FireFeed could not read."""
+        return int(self._run("left_out_count").fetchone()[0] or 0)
+
+    def left_out_rows(self, n: int = 20) -> list[dict[str, str]]:
+        """The first attributes left out: {key, attribute, message}."""
+        return [
+            {"key": str(k), "attribute": str(a), "message": str(m or "")}
+            for k, a, m in self._run("left_out_rows", {"n": n}).fetchall()
+        ]
 
     def failed_rows(self, n: int = 20) -> list[dict[str, str]]:
         return [

@@ -27,13 +27,22 @@ import logging
 import re
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from firefeed.errors import FireFeedError
 from firefeed.pipeline._netguard import GuardedTransport, tls_context
-from firefeed.sync._meta_fields import FIELDS, READ_FIELDS, comparable, remote_item, to_meta, unmapped_columns
+from firefeed.sync._meta_fields import (
+    FIELDS,
+    READ_FIELDS,
+    comparable,
+    remote_item,
+    to_meta,
+    to_meta_checked,
+    unmapped_columns,
+)
 from firefeed.sync.channel import (
     ChannelBusy,
     ChannelDown,
@@ -182,7 +191,7 @@ class MetaCatalogClient:
             ]
         for handle in handles:
             refused.update(self._wait(handle, ops))
-        outcomes = [_outcome(op, refused) for op in ops]
+        outcomes = [_with_left_out(op, _outcome(op, refused)) for op in ops]
         log.info(
             "meta catalog %s: batch of %d operations (%d bytes) processed, %d refused",
             self._catalog,
@@ -341,6 +350,14 @@ def _outcome(op: Operation, refused: dict[str, Outcome], default: Outcome | None
     if default is not None:
         return Outcome(key=op.key, ok=default.ok, code=default.code, message=default.message, retry=default.retry)
     return Outcome(key=op.key, ok=True)
+
+
+def _with_left_out(op: Operation, outcome: Outcome) -> Outcome:
+    """An insert Meta took, with the optional fields it was sent without (unreadable, sent as "")."""
+    if not outcome.ok or op.op is not Op.INSERT:
+        return outcome
+    left_out = to_meta_checked(op.key, op.item or {})[1]
+    return replace(outcome, left_out=tuple(left_out)) if left_out else outcome
 
 
 def _validation_errors(answer: dict[str, Any]) -> dict[str, Outcome]:

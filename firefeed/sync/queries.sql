@@ -55,14 +55,17 @@ SELECT c.k, c.op, c.kind, c.attempts, CASE WHEN c.op = 'insert' AND p.h = c.h TH
   FROM c LEFT JOIN {published} p ON p.k = c.k;
 
 -- answer --
--- The channel's answers: acked or failed, with its code and message; an acked delete's row is dropped after
+-- The channel's answers: acked or failed, with its code and message, and the optional attributes an acked insert
+-- went without (the channel holds none of them); an acked delete's row is dropped after
 UPDATE {ledger} l
    SET status = CASE WHEN a.ok THEN 'acked' ELSE 'failed' END,
        code = NULLIF(a.code, ''), message = NULLIF(a.message, ''),
+       left_out = CASE WHEN a.ok THEN NULLIF(a.left_out, '')::jsonb ELSE l.left_out END,
        acked_at = CASE WHEN a.ok THEN now() ELSE l.acked_at END,
        inserted_at = CASE WHEN a.ok AND l.op = 'insert' THEN coalesce(l.inserted_at, now())
                           WHEN a.ok THEN NULL ELSE l.inserted_at END
-  FROM unnest(%(keys)s::text[], %(oks)s::boolean[], %(codes)s::text[], %(messages)s::text[]) AS a(k, ok, code, message)
+  FROM unnest(%(keys)s::text[], %(oks)s::boolean[], %(codes)s::text[], %(messages)s::text[], %(left_outs)s::text[])
+       AS a(k, ok, code, message, left_out)
  WHERE l.k = a.k AND l.status = 'sending'
 RETURNING l.k, l.op, l.kind, a.ok;
 
@@ -82,6 +85,18 @@ SELECT op, status, count(*) AS n FROM {ledger} GROUP BY op, status;
 -- failed_rows --
 -- The first failed operations, for `errors`
 SELECT k, op, code, message FROM {ledger} WHERE status = 'failed' ORDER BY k LIMIT %(n)s;
+
+-- left_out_count --
+-- Items the channel holds without an optional attribute FireFeed could not read (as their last acked insert went)
+SELECT count(*) FROM {ledger} WHERE op = 'insert' AND left_out IS NOT NULL;
+
+-- left_out_rows --
+-- The first of them, one row per attribute left out, with why
+SELECT l.k, x ->> 'attribute', x ->> 'message'
+  FROM (SELECT k, left_out FROM {ledger}
+         WHERE op = 'insert' AND left_out IS NOT NULL ORDER BY k LIMIT %(n)s) l,
+       jsonb_array_elements(l.left_out) x
+ ORDER BY l.k LIMIT %(n)s;
 
 -- store_issues --
 -- The channel's item-level issues of the items it listed ("google says"); an item it holds without issues has []

@@ -5,8 +5,9 @@ columns of its payloads) and the published table its sync jobs send from. A proj
 is unknown (NotFoundError), as everywhere in the API.
 
 status: per export with `sync`, the ledger's counts, the first failed items with the channel's code
-and message, the channel's issues ("google says") as last listed, and the last sync's outcome and
-time; `refresh` lists the channel first (its statuses only: nothing is sent).
+and message, the items on the channel without an optional attribute FireFeed could not read (and why),
+the channel's issues ("google says") as last listed, and the last sync's outcome and time; `refresh`
+lists the channel first (its statuses only: nothing is sent).
 
 repair: lists what the channel holds, compares it with the export's items (a changed item, a missing
 one, an orphan the export no longer has), and sends what differs; orphans are deleted only when asked
@@ -106,6 +107,8 @@ def export_status(engine: Engine, item: Published) -> dict[str, Any]:
         exists = ledger.exists()
         counts = ledger.counts() if exists else {}
         errors = ledger.failed_rows(20) if exists else []
+        left_out = ledger.left_out_count() if exists else 0
+        warnings = ledger.left_out_rows(20) if exists else []
         samples = ledger.issue_samples(20) if exists else []
     inserts, deletes = counts.get("insert", {}), counts.get("delete", {})
     return {
@@ -116,6 +119,9 @@ def export_status(engine: Engine, item: Published) -> dict[str, Any]:
         "failed": inserts.get("failed", 0) + deletes.get("failed", 0),
         "counts": counts,
         "errors": [{"key": e["key"], "code": e["code"], "message": e["message"]} for e in errors],
+        # items on the channel without an optional attribute FireFeed could not read, the first named with why
+        "left_out": left_out,
+        "warnings": warnings,
         "channel_issues": state[7] if state else None,
         "channel_issue_items": samples,
         "listed_at": _iso(state[6]) if state else None,
@@ -129,7 +135,7 @@ def export_status(engine: Engine, item: Published) -> dict[str, Any]:
 def _last(doc: dict[str, Any] | None) -> dict[str, Any] | None:
     if not doc:
         return None
-    keep = ("inserted", "updated", "deleted", "failed", "pending", "error", "seconds")
+    keep = ("inserted", "updated", "deleted", "failed", "pending", "left_out", "error", "seconds")
     return {k: doc[k] for k in keep if k in doc}
 
 

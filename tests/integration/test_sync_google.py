@@ -325,3 +325,58 @@ def test_a_run_the_drop_guard_blocks_sends_nothing_and_status_refresh_reads_goog
     (sample,) = after["channel_issue_items"]
     assert sample["key"] == "B" and [i["code"] for i in sample["issues"]] == ["image_too_small"]
     assert [r.method for r in merchant.requests if r.offer_id] == []  # a refresh lists; it sends nothing
+
+
+def test_an_unreadable_optional_attribute_is_left_out_the_item_goes_live_and_a_later_fix_is_sent(
+    merchant: MerchantStandIn, tmp_path: Path
+) -> None:
+    """A weight without a unit keeps only itself off the channel: the item goes live, the report, the run's
+    warnings and `sync status` name the item, the attribute and why; an unreadable price still keeps its item
+    off; and the weight, once fixed, is sent (#51)."""
+    company, project, _ = new_project(merchant)
+    path = write_project(
+        tmp_path,
+        company,
+        project,
+        {"A": ("Shoe", "10 EUR", GOOD_GTIN), "B": ("Hat", "5 EUR", GOOD_GTIN), "C": ("Bag", "cheap", GOOD_GTIN)},
+    )
+    feed = tmp_path / f"{project}.csv"
+    lines = feed.read_text(encoding="utf-8").splitlines()
+
+    def weigh(weights: dict[str, str]) -> None:
+        rows = [f"{lines[0]},shipping_weight"]
+        rows += [f"{line},{weights.get(line.split(',')[0], '')}" for line in lines[1:]]
+        feed.write_text("\n".join(rows) + "\n", encoding="utf-8")
+
+    weigh({"A": "1.5", "B": "2 kg", "C": "1 kg"})
+    first = run(path)
+    sync = synced(first)
+    assert counts(sync) == (2, 0, 0, 1, 0), sync
+    assert [(e["key"], e["code"]) for e in sync["errors"]] == [("C", "not_sent")]  # a price is required
+    assert sync["left_out"] == 1
+    assert [(w["key"], w["attribute"]) for w in sync["warnings"]] == [("A", "shipping_weight")]
+    assert "'1.5' is not a number and a unit" in sync["warnings"][0]["message"]
+    assert (
+        "sync_attributes_left_out: export 'google' to google-merchant: 1 items sent without an attribute "
+        "FireFeed could not read (see its warnings)" in first["warnings"]
+    )
+    held = merchant.products()
+    assert set(held) == {"A", "B"}
+    assert "shippingWeight" not in held["A"]["productAttributes"]
+    assert held["B"]["productAttributes"]["shippingWeight"] == {"value": 2.0, "unit": "kg"}
+
+    code, out = cli("sync", "status", project, "--json")
+    (status,) = json.loads(out)
+    assert code == 0 and (status["items"], status["left_out"]) == (2, 1), status
+    assert [(w["key"], w["attribute"]) for w in status["warnings"]] == [("A", "shipping_weight")]
+    code, out = cli("sync", "status", project)
+    assert code == 0 and "left out A shipping_weight: '1.5' is not a number and a unit" in out, out
+
+    weigh({"A": "1.5 kg", "B": "2 kg", "C": "1 kg"})
+    second = run(path)
+    assert counts(synced(second)) == (0, 1, 0, 0, 0), synced(second)  # C, refused and unchanged, waits
+    assert "left_out" not in synced(second)
+    assert merchant.products()["A"]["productAttributes"]["shippingWeight"] == {"value": 1.5, "unit": "kg"}
+    _code, out = cli("sync", "status", project, "--json")
+    (status,) = json.loads(out)
+    assert (status["left_out"], status["warnings"]) == (0, [])

@@ -355,6 +355,39 @@ def test_a_value_google_has_no_form_for_is_refused_without_a_request(google: Mer
     assert len(google.calls()) == before
 
 
+def test_an_unreadable_optional_attribute_is_left_out_and_the_item_sent(google: MerchantStandIn, key_json: str) -> None:
+    """A weight without a unit, `identifier_exists: maybe`, a bad shipping line: the item goes live without them,
+    and the outcome names each with why (#51)."""
+    c = client(google, key_json, label="OPTIONAL")
+    outcome = send_one(c, insert("O1", shipping_weight="1.5", identifier_exists="maybe", shipping="IT:4.95"))
+    assert (outcome.ok, outcome.code) == (True, "")
+    assert [column for column, _why in outcome.left_out] == ["identifier_exists", "shipping", "shipping_weight"]
+    assert "'1.5' is not a number and a unit" in dict(outcome.left_out)["shipping_weight"]
+    held = google.products(ACCOUNT)["O1"]["productAttributes"]
+    assert held["title"] == "Shirt O1" and held["price"] == {"amountMicros": "19900000", "currencyCode": "EUR"}
+    assert not {"shippingWeight", "identifierExists", "shipping"} & set(held)
+    # what Google echoes compares equal to the item (a repair sends it no more), the readable values as sent
+    assert comparable(item("O1", shipping_weight="1.5", identifier_exists="maybe", shipping="IT:4.95")) == (
+        export_item(google.products(ACCOUNT)["O1"])
+    )
+    # a readable item has nothing left out
+    assert send_one(c, insert("O2", shipping_weight="1.5 kg")).left_out == ()
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [("price", "nineteen euro"), ("availability", "maybe"), ("condition", "nuovo"), ("adult", "perhaps")],
+)
+def test_an_unreadable_required_attribute_still_keeps_the_item_from_being_sent(
+    google: MerchantStandIn, key_json: str, column: str, value: str
+) -> None:
+    c = client(google, key_json, label="REQUIRED")
+    outcome = send_one(c, insert(f"Q-{column}", **{column: value}, shipping_weight="1.5"))
+    assert (outcome.ok, outcome.code) == (False, "not_sent")
+    assert outcome.message.startswith(f"{column}: ")
+    assert f"Q-{column}" not in google.products(ACCOUNT)
+
+
 def test_quota_answers_raise_channel_busy_and_lose_nothing(key_json: str) -> None:
     with MerchantStandIn(per_minute=3, retry_after=7) as standin:
         c = client(standin, standin.service_account_json())

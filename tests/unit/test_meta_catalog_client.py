@@ -281,3 +281,19 @@ def test_a_products_giant_list_of_errors_is_cut_before_the_ledger() -> None:
     errors = [{"error_type": "t" * 10_000, "description": "d" * 100_000, "error_priority": "HIGH"}] * 5_000
     item = remote_item({"retailer_id": "A", "errors": errors})
     assert len(item.issues) == 50 and all(len(i.code) <= 100 and len(i.message) <= 1000 for i in item.issues)
+
+
+def test_an_unreadable_sale_price_is_left_out_unset_on_the_catalog_and_the_item_sent(graph: MetaGraphStandIn) -> None:
+    """Meta refuses the whole item for a sale price it cannot read: it is sent as "" (an UPDATE keeps a field it
+    is not given, so an old sale price would stay live) and named; an unreadable price still goes as it is, for
+    Meta to refuse the item (#51)."""
+    c = client(graph)
+    assert all(o.ok for o in c.send([insert("s1", sale_price="15 EUR")]))
+    assert graph.items["s1"]["sale_price"] == "15.00 EUR"
+    [outcome] = c.send([insert("s1", sale_price="on sale!")])
+    assert outcome.ok and [column for column, _ in outcome.left_out] == ["sale_price"]
+    assert "'on sale!'" in outcome.left_out[0][1]
+    assert "sale_price" not in graph.items["s1"]
+    [refused] = c.send([insert("s2", price="cheap")])
+    assert not refused.ok and refused.left_out == ()
+    assert comparable(item("s1", sale_price="on sale!")) == comparable(item("s1"))
