@@ -155,4 +155,8 @@ def changed_keys(
                 "WHERE n.{k} IS NULL OR o.{k} IS NULL OR {differs}"
             ).format(k=ident(KEY), new=new_rows, old=old_rows, differs=differs)
         )
+    if not parts:
+        # Every source parsed again is back to the rows the last succeeded run merged (a run that failed
+        # in between staged others): no key changed. An empty UNION was a syntax error and failed the run.
+        parts.append(sql.SQL("SELECT NULL::text AS key WHERE FALSE"))
     temp_table(cur, CANDIDATES, sql.SQL(" UNION ").join(parts), params, analyze=True)

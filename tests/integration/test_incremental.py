@@ -439,3 +439,30 @@ def test_a_delta_after_a_failed_parse_of_the_source_compares_the_rows_the_last_s
     assert delta["incremental"]["items_changed"] == 2, delta["incremental"]
     assert named(delta, refreshed) == named(ok(specs[full], "--full"), full)
     assert files(run_env, refreshed) == files(run_env, full)
+
+
+def test_a_delta_whose_changed_source_is_back_to_the_rows_the_last_success_merged_changes_no_item(
+    run_env: Path, tmp_path: Path
+) -> None:
+    """The stock file as the last succeeded run read it comes back after a run whose parse of it failed:
+    parsed again, it is the source that run merged, so no item changes (the result a full run's)."""
+    refreshed, full = (f"inc{uuid.uuid4().hex[:8]}" for _ in range(2))
+    write_sources(tmp_path)
+    specs = {p: write_project(tmp_path, p, rules=PER_ITEM_RULES) for p in (refreshed, full)}
+    ok(specs[refreshed])
+    ok(specs[full])
+    stock = tmp_path / "stock.csv"
+    merged, when = stock.read_bytes(), stock.stat()
+    write_csv(stock, ["id", *[f"f{i}" for i in range(1700)]], [["1", *["x"] * 1700]])
+    for project in (refreshed, full):
+        code, failed = run(specs[project])
+        assert code != 0 and failed["status"] == "FAILED", failed
+    stock.write_bytes(merged)  # restored as it was (a backup's copy keeps its times)
+    os.utime(stock, ns=(when.st_atime_ns, when.st_mtime_ns))
+
+    back = ok(specs[refreshed])
+
+    assert back["incremental"]["mode"] in ("delta", "unchanged"), back["incremental"]
+    assert back["incremental"].get("items_changed", 0) == 0, back["incremental"]
+    assert named(back, refreshed) == named(ok(specs[full], "--full"), full)
+    assert files(run_env, refreshed) == files(run_env, full)
