@@ -51,6 +51,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
@@ -236,8 +237,28 @@ def _interval_to(value: Any) -> dict[str, str]:
     return {"startTime": _timestamp_to(start), "endTime": _timestamp_to(end)}
 
 
+_RFC3339 = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})$", re.IGNORECASE)
+
+
+def _timestamp_back(value: Any) -> str:
+    """A Timestamp as Google prints it (always UTC, "Z", 0/3/6/9 fractional digits) or as FireFeed sends it (the
+    feed's offset) -> one spelling, UTC without the fraction's trailing zeros, so the two compare equal in
+    `sync repair`. ValueError for another form (`export_item` keeps that as Google has it)."""
+    found = _RFC3339.match(str(value))
+    if not found:
+        raise ValueError(f"{value!r} is not an RFC 3339 date-time")
+    whole, fraction, zone = found.groups()
+    offset = "+00:00" if zone.upper() == "Z" else zone
+    try:
+        utc = datetime.fromisoformat(whole + offset).astimezone(UTC)
+    except OverflowError:  # 0001-01-01 with a positive offset: before year 1 in UTC
+        raise ValueError(f"{value!r} is out of range") from None
+    digits = (fraction or "").rstrip("0")
+    return utc.strftime("%Y-%m-%dT%H:%M:%S") + (f".{digits}" if digits else "") + "Z"
+
+
 def _interval_back(value: Any) -> str:
-    return f"{value.get('startTime', '')}/{value.get('endTime', '')}"
+    return f"{_timestamp_back(value.get('startTime', ''))}/{_timestamp_back(value.get('endTime', ''))}"
 
 
 def _shipping_to(value: Any) -> list[dict[str, Any]]:
@@ -342,8 +363,8 @@ ATTRIBUTES: dict[str, Attribute] = {
     "cost_of_goods_sold": Attribute("costOfGoodsSold", _price_to, _price_back),
     "auto_pricing_min_price": Attribute("autoPricingMinPrice", _price_to, _price_back),
     "availability": Attribute("availability", *_AVAILABILITY),
-    "availability_date": Attribute("availabilityDate", _timestamp_to, str),
-    "expiration_date": Attribute("expirationDate", _timestamp_to, str),
+    "availability_date": Attribute("availabilityDate", _timestamp_to, _timestamp_back),
+    "expiration_date": Attribute("expirationDate", _timestamp_to, _timestamp_back),
     "condition": Attribute("condition", *_CONDITION),
     "brand": _plain("brand"),
     "gtin": _one_or_many("gtins"),

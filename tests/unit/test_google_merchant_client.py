@@ -213,6 +213,33 @@ def test_the_feeds_dates_travel_as_rfc_3339_timestamps(feed: str, rfc3339: str) 
     assert export_item(body)["availability_date"] == comparable({"availability_date": feed})["availability_date"]
 
 
+@pytest.mark.parametrize(
+    ("feed", "echoed"),
+    [
+        ("2026-12-25T13:00-0800", "2026-12-25T21:00:00Z"),
+        ("2026-12-25T13:00:30+01:00", "2026-12-25T12:00:30Z"),
+        ("2026-12-25T13:00:00.5+0530", "2026-12-25T07:30:00.500Z"),
+        ("2026-12-25", "2026-12-25T00:00:00Z"),
+    ],
+)
+def test_a_date_google_echoes_in_utc_compares_equal_to_the_feed_s_date_with_an_offset(feed: str, echoed: str) -> None:
+    """The Merchant API prints a Timestamp in UTC ("Z") with 0, 3, 6 or 9 fractional digits, whatever offset it
+    was sent with: `sync repair` must not see every dated item as differing (and send it again each time)."""
+    held = export_item(
+        {
+            "productAttributes": {
+                "availabilityDate": echoed,
+                "expirationDate": echoed,
+                "salePriceEffectiveDate": {"startTime": echoed, "endTime": echoed},
+            }
+        }
+    )
+    ours = comparable(
+        {"availability_date": feed, "expiration_date": feed, "sale_price_effective_date": f"{feed}/{feed}"}
+    )
+    assert held == ours
+
+
 def test_the_stand_in_refuses_what_googles_front_end_refuses_for_its_form() -> None:
     good = product_input("A1", item("A1"), content_language="it", feed_label="IT")
     check_product_input(good)
