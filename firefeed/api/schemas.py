@@ -145,3 +145,7 @@ class CancelAnswer(BaseModel):
     status: str
     cancel_requested: bool
     links: dict[str, str]
+
+
+#: The largest offset a paged route takes: Postgres's OFFSET is a bigint, and a larger one was its error (a 500).
+MAX_OFFSET = 2**63 - 1

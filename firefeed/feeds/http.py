@@ -33,7 +33,7 @@ from sqlalchemy import Engine
 from firefeed.config import Settings, get_settings
 from firefeed.feeds.fetches import FetchRecorder
 from firefeed.feeds.files import OpenFile, open_published
-from firefeed.feeds.index import Feed, FeedIndex
+from firefeed.feeds.index import MAX_AHEAD_S, Feed, FeedIndex
 from firefeed.storage import export_storage
 
 log = logging.getLogger(__name__)
@@ -142,7 +142,9 @@ class FeedService:
             await self.index.fresh(arrived)
             feed = await self.index.known(feed.feed_id) or feed
             return open_published(storage, feed), feed
-        if opened.changed_by is not None and opened.changed_by > self.index.checked_at:
+        # A change stamped further ahead than MAX_AHEAD_S is a clock off (a bucket's server): waiting for a
+        # check after it would hold every request for that file, so such a file waits for the next refresh.
+        if opened.changed_by is not None and self.index.checked_at < opened.changed_by <= time.time() + MAX_AHEAD_S:
             await self.index.fresh(opened.changed_by)
             feed = await self.index.known(feed.feed_id) or feed
             opened.identify(feed)

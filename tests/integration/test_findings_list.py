@@ -196,6 +196,7 @@ def test_the_api_pages_filters_and_refuses_unknown_checks_exports_and_other_comp
     assert "'colour'" in bad.json()["message"] and "duplicate_id" in bad.json()["message"]
     assert http.get(path, headers=auth, params={"limit": 1001}).status_code == 422
     assert http.get(path, headers=auth, params={"offset": -1}).status_code == 422
+    assert http.get(path, headers=auth, params={"offset": 2**63}).status_code == 422  # past a bigint: not a 500
     unknown = http.get(f"/api/projects/{project}/exports/nope/findings", headers=auth)
     assert (unknown.status_code, unknown.json()["error"]) == (404, "not_found")
     assert (

@@ -55,7 +55,7 @@ def export_findings(
     company: CurrentCompany,
     store: Store,
     check: Annotated[str | None, Query(description=f"only this check's items: {', '.join(CHECKS)}")] = None,
-    offset: Annotated[int, Query(ge=0, description="skip this many items")] = 0,
+    offset: Annotated[int, Query(ge=0, le=schemas.MAX_OFFSET, description="skip this many items")] = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="at most this many items")] = DEFAULT_LIMIT,
 ) -> dict[str, Any]:
     """The items behind the export's channel findings, in export order: the same as `firefeed findings

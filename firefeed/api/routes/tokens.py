@@ -80,15 +80,13 @@ class TokenList(BaseModel):
 
 #: a page of tokens: a company's revoked tokens pile up without bound (each revoke frees a place for a new one)
 DEFAULT_LIMIT, MAX_LIMIT = 100, 1000
-#: Postgres's OFFSET is a bigint: a larger one was its error, a 500
-MAX_OFFSET = 2**63 - 1
 
 
 @router.get("", response_model=TokenList)
 async def list_tokens(
     request: Request,
     company: CurrentCompany,
-    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET, description="skip this many tokens")] = 0,
+    offset: Annotated[int, Query(ge=0, le=schemas.MAX_OFFSET, description="skip this many tokens")] = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="at most this many tokens")] = DEFAULT_LIMIT,
 ) -> TokenList:
     """A page of the company's tokens, revoked and expired ones included: the active ones first (so the
