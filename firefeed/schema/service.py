@@ -592,18 +592,31 @@ class SchemaService:
                     "status text NOT NULL CHECK (status IN ('pending', 'sending', 'acked', 'failed')), "
                     "attempts integer NOT NULL DEFAULT 0, code text, message text, "
                     "planned_at timestamptz NOT NULL DEFAULT now(), sent_at timestamptz, acked_at timestamptz, "
-                    "inserted_at timestamptz, issues jsonb, issues_at timestamptz, left_out jsonb)"
+                    "inserted_at timestamptz, issues jsonb, issues_at timestamptz, left_out jsonb, cid text)"
                 ).format(ident(schema, table))
             )
-            # `left_out` (#51): the optional attributes the last acked insert went without; a ledger made before
-            # it gets the column here, empty (nothing was left out then: such an item was not sent at all)
+            # Columns added since (#51), to a ledger made before them, empty: `left_out`, the optional attributes
+            # the last acked insert went without (none then: such an item was not sent at all); `cid`, the channel
+            # id its operation sends (NULL: the key, what every item was sent under then).
             cur.execute(
-                "SELECT 1 FROM information_schema.columns "
-                "WHERE table_schema = %(s)s AND table_name = %(t)s AND column_name = 'left_out'",
+                "SELECT column_name FROM information_schema.columns "
+                "WHERE table_schema = %(s)s AND table_name = %(t)s AND column_name IN ('left_out', 'cid')",
                 {"s": schema, "t": table},
             )
-            if cur.fetchone() is None:  # asked first: the ALTER would lock the ledger at every sync
-                cur.execute(sql.SQL("ALTER TABLE {} ADD COLUMN left_out jsonb").format(ident(schema, table)))
+            present = {r[0] for r in cur.fetchall()}
+            for name, kind in (("left_out", "jsonb"), ("cid", "text")):
+                if name not in present:  # asked first: the ALTER would lock the ledger at every sync
+                    cur.execute(
+                        sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(
+                            ident(schema, table), ident(name), sql.SQL(kind)
+                        )
+                    )
+            # the channel's answers (its listing, repair) name items by channel id
+            cur.execute(
+                sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ((coalesce(cid, k)))").format(
+                    ident(table[:55] + "_cid"), ident(schema, table)
+                )
+            )
             cur.execute(
                 sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (status) WHERE status IN ('pending', 'sending')").format(
                     ident(table[:55] + "_todo"), ident(schema, table)
