@@ -124,7 +124,7 @@ def to_meta_checked(key: str, item: dict[str, Any]) -> tuple[dict[str, Any], lis
         if field in _OPTIONAL_PRICES and data[field] != "" and not _PRICE.match(data[field]):
             left_out.append((column, f"{data[field]!r} is not a price with its currency, as '12.34 EUR'"))
             data[field] = ""
-    data["id"] = key  # the ledger's key is the retailer id, whatever the id column says
+    data["id"] = key  # the retailer id the engine hands: the export's id value (the sync's channel id)
     return data, sorted(left_out)
 
 

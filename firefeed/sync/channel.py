@@ -26,7 +26,7 @@ class Op(StrEnum):
 
 @dataclass(frozen=True)
 class Operation:
-    key: str  # the item's key (Google offerId, Meta retailer id)
+    key: str  # the item's channel id (Google offerId, Meta retailer id): the export's `id` value, else its key
     op: Op
     #: the item as the export writes it, output column name -> value, in the export's column order
     #: (a list column is a list); None for a delete

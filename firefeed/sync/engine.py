@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,7 +36,7 @@ from firefeed.config import Settings
 from firefeed.db.engine import raw_connection
 from firefeed.runs.contract import SyncResult
 from firefeed.sync.channel import ChannelBusy, ChannelClient, ChannelDown, Op, Operation, Outcome, RemoteItem
-from firefeed.sync.ledger import Claimed, Ledger, Tally, _query
+from firefeed.sync.ledger import RETIRED, Claimed, Ledger, Tally, _query
 from firefeed.sync.pacing import Pacer, Unpaced
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,11 @@ def sync_export(
                 progress.down = "the export has no published items with payloads yet: the next run sends them"
             else:
                 ledger.reset_sending()
-                ledger.plan(resend_s=settings.sync_resend_days * 86400, max_attempts=settings.sync_max_attempts)
+                ledger.plan(
+                    resend_s=settings.sync_resend_days * 86400,
+                    max_attempts=settings.sync_max_attempts,
+                    id_at=_id_at(target.columns),
+                )
                 conn.commit()
                 try:
                     if repair:
@@ -244,22 +248,40 @@ def _pacer_for(client: ChannelClient, settings: Settings) -> Pacer | Unpaced:
     return Unpaced()
 
 
-def _units(claimed: Sequence[Claimed], columns: Sequence[str], client: ChannelClient) -> list[list[Operation]]:
-    """The claimed rows as the client's calls: at most max_batch operations and max_batch_bytes each."""
+def _id_at(columns: Sequence[str]) -> int:
+    """Where the export's `id` is in a payload (-1: it writes none): the channel id of its items."""
+    return list(columns).index("id") if "id" in columns else -1
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """One client call: its operations, named by channel id, and the ledger key of each (the same order)."""
+
+    ops: list[Operation]
+    keys: list[str]
+
+
+def _units(claimed: Sequence[Claimed], columns: Sequence[str], client: ChannelClient) -> list[_Unit]:
+    """The claimed rows as the client's calls: at most max_batch operations and max_batch_bytes each, and no
+    channel id twice in one call (its outcome could not be told apart)."""
     limit, max_bytes = client.limits.max_batch, client.limits.max_batch_bytes
-    units: list[list[Operation]] = []
-    unit: list[Operation] = []
+    units: list[_Unit] = []
+    unit = _Unit([], [])
     size = 0
+    cids: set[str] = set()
     for row in claimed:
         item = dict(zip(columns, row.values, strict=False)) if row.values is not None else None
-        op = Operation(row.key, row.op, item if row.op is Op.INSERT else None)
+        op = Operation(row.cid or row.key, row.op, item if row.op is Op.INSERT else None)
         weight = len(json.dumps(item)) + 64 if max_bytes is not None else 0
-        if unit and (len(unit) >= limit or (max_bytes is not None and size + weight > max_bytes)):
+        full = len(unit.ops) >= limit or (max_bytes is not None and size + weight > max_bytes)
+        if unit.ops and (full or op.key in cids):
             units.append(unit)
-            unit, size = [], 0
-        unit.append(op)
+            unit, size, cids = _Unit([], []), 0, set()
+        unit.ops.append(op)
+        unit.keys.append(row.key)
+        cids.add(op.key)
         size += weight
-    if unit:
+    if unit.ops:
         units.append(unit)
     return units
 
@@ -280,7 +302,7 @@ def _send_all(
     window = threads * 4
     low = threads
     columns = _columns(conn, ledger)
-    inflight: dict[Future[list[Outcome]], list[Operation]] = {}
+    inflight: dict[Future[list[Outcome]], _Unit] = {}
     attempts: dict[str, int] = {}
     answers: list[Outcome] = []
     busy_keys: list[str] = []
@@ -319,13 +341,13 @@ def _send_all(
                 ]
                 claimed = [r for r in claimed if not (r.op is Op.INSERT and r.values is None)]
                 for unit in _units(claimed, columns, client):
-                    inflight[pool.submit(one, unit)] = unit
+                    inflight[pool.submit(one, unit.ops)] = unit
             if not inflight and not (answers or busy_keys or again):
                 break
             done = wait(list(inflight), timeout=FLUSH_S, return_when=FIRST_COMPLETED)[0] if inflight else set()
             for future in done:
                 unit = inflight.pop(future)
-                keys = [o.key for o in unit]
+                keys = unit.keys
                 try:
                     outcomes = future.result()
                 except _NotSent:
@@ -355,20 +377,22 @@ def _send_all(
                 progress.requests += 1
                 unexpected = 0
                 pacer.ok()
-                by_key = {o.key: o for o in outcomes}
-                for op in unit:
-                    outcome = by_key.get(op.key) or Outcome(op.key, False, "no_answer", "no answer", retry=True)
-                    if outcome.retry and not outcome.ok and attempts.get(op.key, 0) < settings.sync_max_attempts:
-                        again.append(op.key)
+                by_cid = {o.key: o for o in outcomes}
+                for op, key in zip(unit.ops, unit.keys, strict=True):
+                    found = by_cid.get(op.key) or Outcome(op.key, False, "no_answer", "no answer", retry=True)
+                    outcome = replace(found, key=key)  # the channel names the item by its channel id
+                    if outcome.retry and not outcome.ok and attempts.get(key, 0) < settings.sync_max_attempts:
+                        again.append(key)
                         exhausted = False
                     else:
                         answers.append(outcome)
                         if not outcome.ok and len(progress.errors) < MAX_ERRORS:
-                            progress.errors.append({"key": op.key, "code": outcome.code, "message": outcome.message})
+                            shown = op.key if key.startswith(RETIRED) else key  # an id no item uses: by that id
+                            progress.errors.append({"key": shown, "code": outcome.code, "message": outcome.message})
                         if outcome.ok and outcome.left_out:
                             progress.left_out += 1
                             for attribute, why in outcome.left_out[: MAX_ERRORS - len(progress.warnings)]:
-                                progress.warnings.append({"key": op.key, "attribute": attribute, "message": why})
+                                progress.warnings.append({"key": key, "attribute": attribute, "message": why})
             due = time.monotonic() - last_flush >= FLUSH_S or not inflight
             if (answers or busy_keys or again) and due:
                 ledger.answer(answers, progress.tally)

@@ -14,6 +14,11 @@ age; a delete for a key the export no longer sends. Sending claims a block of pe
 So a killed worker leaves only its in-flight rows `sending`, and the next sync (holding the
 account's lock, so no other sync is sending them) sends exactly the rows not acked.
 
+An item goes to the channel under the export's `id` value (its key when the export writes none), as the export's
+file names it; `cid` keeps the id each row's operation sends (NULL: the key, in a ledger made before #51). An
+item the channel holds under another id moves: it is inserted under the new one and the old one deleted (a
+row of its own, `RETIRED`), unless another item of the export uses it now.
+
 Every statement is in queries.sql; this module only fills in the two table names and binds values.
 """
 
@@ -31,6 +36,11 @@ from firefeed.db.sqlfile import load_queries
 from firefeed.schema.identifiers import company_schema, ident, published_keys_table, sync_ledger_table
 from firefeed.sync.channel import Op, Outcome
 
+#: The first character of a ledger row that is no item of the export: the delete of a channel id no item uses any
+#: longer (its `cid`: an item moved to another id, or a repair's orphan); a control character, which no channel
+#: takes in an id.
+RETIRED = "\x1f"
+
 
 def _query(name: str) -> str:
     return load_queries("firefeed.sync")[name]
@@ -47,6 +57,8 @@ class Claimed:
     values: list[Any] | None
     #: an insert a newer publish changed since it was planned: not sent by this sync (see `claim` in queries.sql)
     stale: bool = False
+    #: the id the channel knows the item by: the export's `id` value, or the key (see queries.sql)
+    cid: str = ""
 
 
 @dataclass
@@ -123,14 +135,22 @@ class Ledger:
         return bool(cur.fetchone()[0])
 
     # -- planning
-    def plan(self, *, resend_s: float, max_attempts: int) -> None:
+    def plan(self, *, resend_s: float, max_attempts: int, id_at: int = -1) -> None:
         """Pending inserts and deletes from the published table (one transaction with the caller's commit).
 
         A failed insert goes again only when it changed, or when it failed after `max_attempts` tries: a
         transient per-item failure (no answer in time, a 502 for it, a Meta batch unconfirmed) that outlasted
-        one sync is not the channel's refusal; a refusal (answered at an earlier attempt) waits for a change."""
+        one sync is not the channel's refusal; a refusal (answered at an earlier attempt) waits for a change.
+
+        `id_at`: the position of the export's `id` column in a payload (-1: none): an item goes to the channel under
+        that value, as the export's file names it; an item the channel holds under another id (its key, sent
+        before the channel id was the export's) is inserted under the new one and the old one deleted."""
+        ids = {"id_at": id_at}
         self._run("published_index")
-        self._run("plan_inserts", {"resend_s": resend_s, "max_attempts": max_attempts})
+        self._run("plan_retire", ids)
+        self._run("plan_unretire", ids)
+        self._run("plan_inserts", {"resend_s": resend_s, "max_attempts": max_attempts, **ids})
+        self._run("plan_shared", ids)
         self._run("plan_deletes")
 
     def reset_sending(self) -> int:
@@ -140,8 +160,8 @@ class Ledger:
     def claim(self, n: int) -> list[Claimed]:
         rows = self._run("claim", {"n": n}).fetchall()
         return [
-            Claimed(str(k), Op(op), str(kind), int(n), list(j) if j is not None else None, bool(stale))
-            for k, op, kind, n, j, stale in rows
+            Claimed(str(k), Op(op), str(kind), int(n), list(j) if j is not None else None, bool(stale), str(cid))
+            for k, op, kind, n, j, stale, cid in rows
         ]
 
     def answer(self, outcomes: Sequence[Outcome], tally: Tally) -> None:

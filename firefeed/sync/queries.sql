@@ -2,31 +2,65 @@
 -- A block starts with `-- name --` and a one-line description; parameters are psycopg2 `%(name)s`.
 -- `{ledger}` (the export's sync ledger) and `{published}` (its published run table: k, kh, h, f, j)
 -- are identifiers, filled in by ledger.py through psycopg2.sql and firefeed/schema/identifiers.py.
+--
+-- Channel ids: an item goes to the channel under the export's `id` value (the `%(id_at)s`-th value of its
+-- payload; its key when the export writes no id or an empty one), as the export's file names it. The ledger keeps
+-- the id each row's operation sends in `cid` (NULL: the key, as every item was sent before #51). A row whose `k`
+-- starts with U+001F is not an item: it deletes a channel id no item uses any longer (`cid`), after an item moved
+-- to another id, or a repair's orphan.
 
 -- published_index --
 -- The published table is read by key, a block of keys at a time: an index on k (dropped with the table)
 CREATE INDEX IF NOT EXISTS {index} ON {published} (k);
 
+-- plan_retire --
+-- An item the channel holds under another id than its export's id now (its key, from a ledger made before, or a
+-- spec that changed `id`): that id is deleted, unless another item of the export now uses it
+INSERT INTO {ledger} AS l (k, cid, op, kind, status, attempts, planned_at)
+SELECT E'\x1f' || o.c, o.c, 'delete', 'delete', 'pending', 0, now()
+  FROM (SELECT coalesce(o.cid, o.k) AS c, coalesce(nullif(btrim(CASE WHEN %(id_at)s >= 0 THEN p.j ->> %(id_at)s END), ''), p.k) AS n
+          FROM {ledger} o JOIN {published} p ON p.k = o.k
+         WHERE o.op = 'insert' AND o.inserted_at IS NOT NULL AND p.j IS NOT NULL) o
+ WHERE o.c <> o.n
+   AND NOT EXISTS (SELECT 1 FROM {published} q WHERE q.j IS NOT NULL AND coalesce(nullif(btrim(CASE WHEN %(id_at)s >= 0 THEN q.j ->> %(id_at)s END), ''), q.k) = o.c)
+ON CONFLICT (k) DO UPDATE
+   SET op = 'delete', kind = 'delete', status = 'pending', attempts = 0, code = NULL, message = NULL,
+       planned_at = now();
+
+-- plan_unretire --
+-- A channel id to delete that an item of the export uses again (it moved back): not deleted
+DELETE FROM {ledger} r
+ WHERE left(r.k, 1) = E'\x1f'
+   AND EXISTS (SELECT 1 FROM {published} q WHERE q.j IS NOT NULL AND coalesce(nullif(btrim(CASE WHEN %(id_at)s >= 0 THEN q.j ->> %(id_at)s END), ''), q.k) = r.cid);
+
 -- plan_inserts --
 -- New items, changed ones (content hash), re-added ones, those acked longer ago than the resend age, and those
 -- whose last try failed only after every attempt (the channel's trouble, not a refusal: not acknowledged)
-INSERT INTO {ledger} AS l (k, kh, h, op, kind, status, attempts, code, message, planned_at)
-SELECT p.k, p.kh, p.h, 'insert',
+INSERT INTO {ledger} AS l (k, kh, h, cid, op, kind, status, attempts, code, message, planned_at)
+SELECT p.k, p.kh, p.h, p.c, 'insert',
        CASE WHEN o.k IS NULL OR o.inserted_at IS NULL THEN 'new'
-            WHEN o.h IS DISTINCT FROM p.h OR o.op = 'delete' THEN 'changed'
+            WHEN o.h IS DISTINCT FROM p.h OR o.op = 'delete' OR coalesce(o.cid, o.k) <> p.c THEN 'changed'
             ELSE 'resend' END,
        'pending', 0, NULL, NULL, now()
-  FROM {published} p
+  FROM (SELECT p.k, p.kh, p.h, p.j, coalesce(nullif(btrim(CASE WHEN %(id_at)s >= 0 THEN p.j ->> %(id_at)s END), ''), p.k) AS c FROM {published} p) p
   LEFT JOIN {ledger} o ON o.k = p.k
  WHERE p.j IS NOT NULL
    AND (o.k IS NULL
         OR o.op = 'delete'
         OR o.h IS DISTINCT FROM p.h
+        OR coalesce(o.cid, o.k) <> p.c
         OR (o.status = 'failed' AND o.attempts >= %(max_attempts)s)
         OR (o.status = 'acked' AND o.acked_at < now() - make_interval(secs => %(resend_s)s)))
 ON CONFLICT (k) DO UPDATE
-   SET kh = EXCLUDED.kh, h = EXCLUDED.h, op = 'insert', kind = EXCLUDED.kind, status = 'pending',
-       attempts = 0, code = NULL, message = NULL, planned_at = now();
+   SET kh = EXCLUDED.kh, h = EXCLUDED.h, cid = EXCLUDED.cid, op = 'insert', kind = EXCLUDED.kind,
+       status = 'pending', attempts = 0, code = NULL, message = NULL, planned_at = now();
+
+-- plan_shared --
+-- An item the export no longer sends whose channel id another of its items uses now: nothing to delete there
+DELETE FROM {ledger} l
+ WHERE left(l.k, 1) <> E'\x1f'
+   AND NOT EXISTS (SELECT 1 FROM {published} p WHERE p.k = l.k AND p.j IS NOT NULL)
+   AND EXISTS (SELECT 1 FROM {published} q WHERE q.j IS NOT NULL AND coalesce(nullif(btrim(CASE WHEN %(id_at)s >= 0 THEN q.j ->> %(id_at)s END), ''), q.k) = coalesce(l.cid, l.k));
 
 -- plan_deletes --
 -- Every ledger key the export no longer sends (removed, or left out as invalid) is deleted, a failed delete again
@@ -41,17 +75,18 @@ UPDATE {ledger} l
 UPDATE {ledger} SET status = 'pending' WHERE status = 'sending';
 
 -- claim --
--- Up to n pending operations become `sending` (committed before any request leaves), with their payloads; an
+-- Up to n pending operations become `sending` (committed before any request leaves), with their payloads and
+-- channel ids; an
 -- insert whose published hash is no longer the planned one is `stale` (a newer run published, maybe with other
 -- columns: its payload is not this sync's to send)
 WITH c AS (
     UPDATE {ledger} l
        SET status = 'sending', attempts = l.attempts + 1, sent_at = now()
      WHERE l.k IN (SELECT k FROM {ledger} WHERE status = 'pending' LIMIT %(n)s FOR UPDATE SKIP LOCKED)
- RETURNING l.k, l.op, l.kind, l.attempts, l.h
+ RETURNING l.k, l.op, l.kind, l.attempts, l.h, coalesce(l.cid, l.k) AS cid
 )
 SELECT c.k, c.op, c.kind, c.attempts, CASE WHEN c.op = 'insert' AND p.h = c.h THEN p.j END AS j,
-       (c.op = 'insert' AND p.k IS NOT NULL AND p.h IS DISTINCT FROM c.h) AS stale
+       (c.op = 'insert' AND p.k IS NOT NULL AND p.h IS DISTINCT FROM c.h) AS stale, c.cid
   FROM c LEFT JOIN {published} p ON p.k = c.k;
 
 -- answer --
@@ -83,8 +118,9 @@ UPDATE {ledger} SET status = 'pending', attempts = greatest(attempts - %(uncount
 SELECT op, status, count(*) AS n FROM {ledger} GROUP BY op, status;
 
 -- failed_rows --
--- The first failed operations, for `errors`
-SELECT k, op, code, message FROM {ledger} WHERE status = 'failed' ORDER BY k LIMIT %(n)s;
+-- The first failed operations, for `errors` (the delete of an id no item uses any longer: by that id)
+SELECT CASE WHEN left(k, 1) = E'\x1f' THEN cid ELSE k END, op, code, message
+  FROM {ledger} WHERE status = 'failed' ORDER BY k LIMIT %(n)s;
 
 -- left_out_count --
 -- Items the channel holds without an optional attribute FireFeed could not read (as their last acked insert went)
@@ -99,10 +135,11 @@ SELECT l.k, x ->> 'attribute', x ->> 'message'
  ORDER BY l.k LIMIT %(n)s;
 
 -- store_issues --
--- The channel's item-level issues of the items it listed ("google says"); an item it holds without issues has []
+-- The channel's item-level issues of the items it listed ("google says"), by channel id; an item it holds without
+-- issues has []
 UPDATE {ledger} l SET issues = x.issues, issues_at = now()
   FROM jsonb_to_recordset(%(items)s::jsonb) AS x(k text, issues jsonb)
- WHERE l.k = x.k;
+ WHERE coalesce(l.cid, l.k) = x.k AND l.op = 'insert';
 
 -- clear_unlisted_issues --
 -- Items the channel no longer lists have no issues to show
@@ -139,44 +176,49 @@ INSERT INTO sync_remote (k, same)
 SELECT * FROM unnest(%(keys)s::text[], %(same)s::boolean[]) ON CONFLICT (k) DO NOTHING;
 
 -- repair_resend --
--- Items of the export the channel lacks or holds otherwise: pending inserts again
-INSERT INTO {ledger} AS l (k, kh, h, op, kind, status, attempts, planned_at)
-SELECT p.k, p.kh, p.h, 'insert', 'repair', 'pending', 0, now()
-  FROM {published} p LEFT JOIN sync_remote r ON r.k = p.k
+-- Items of the export the channel lacks or holds otherwise: pending inserts again (after a plan every item of the
+-- export has its row, with the channel id it goes under)
+INSERT INTO {ledger} AS l (k, kh, h, cid, op, kind, status, attempts, planned_at)
+SELECT p.k, p.kh, p.h, coalesce(o.cid, p.k), 'insert', 'repair', 'pending', 0, now()
+  FROM {published} p LEFT JOIN {ledger} o ON o.k = p.k LEFT JOIN sync_remote r ON r.k = coalesce(o.cid, p.k)
  WHERE p.j IS NOT NULL AND (r.k IS NULL OR NOT r.same)
 ON CONFLICT (k) DO UPDATE
-   SET kh = EXCLUDED.kh, h = EXCLUDED.h, op = 'insert', kind = 'repair', status = 'pending', attempts = 0,
-       code = NULL, message = NULL, planned_at = now();
+   SET kh = EXCLUDED.kh, h = EXCLUDED.h, cid = EXCLUDED.cid, op = 'insert', kind = 'repair', status = 'pending',
+       attempts = 0, code = NULL, message = NULL, planned_at = now();
 
 -- repair_counts --
 -- How many of the export's items the channel lacks, and how many it holds otherwise
 SELECT count(*) FILTER (WHERE r.k IS NULL) AS missing, count(*) FILTER (WHERE NOT r.same) AS different
-  FROM {published} p LEFT JOIN sync_remote r ON r.k = p.k
+  FROM {published} p LEFT JOIN {ledger} o ON o.k = p.k LEFT JOIN sync_remote r ON r.k = coalesce(o.cid, p.k)
  WHERE p.j IS NOT NULL;
 
 -- repair_orphans --
 -- The first n items the channel holds that the export does not send (a catalog may hold millions of them)
 SELECT r.k FROM sync_remote r
- WHERE NOT EXISTS (SELECT 1 FROM {published} p WHERE p.k = r.k AND p.j IS NOT NULL)
+ WHERE NOT EXISTS (SELECT 1 FROM {ledger} o JOIN {published} p ON p.k = o.k
+                    WHERE coalesce(o.cid, o.k) = r.k AND p.j IS NOT NULL)
  ORDER BY r.k LIMIT %(n)s;
 
 -- repair_orphan_count --
 -- How many items the channel holds that the export does not send
 SELECT count(*) FROM sync_remote r
- WHERE NOT EXISTS (SELECT 1 FROM {published} p WHERE p.k = r.k AND p.j IS NOT NULL);
+ WHERE NOT EXISTS (SELECT 1 FROM {ledger} o JOIN {published} p ON p.k = o.k
+                    WHERE coalesce(o.cid, o.k) = r.k AND p.j IS NOT NULL);
 
 -- repair_delete_orphans --
--- Orphans to delete (`--delete-orphans`): pending deletes in the ledger
-INSERT INTO {ledger} AS l (k, op, kind, status, attempts, planned_at)
-SELECT r.k, 'delete', 'delete', 'pending', 0, now() FROM sync_remote r
- WHERE NOT EXISTS (SELECT 1 FROM {published} p WHERE p.k = r.k AND p.j IS NOT NULL)
+-- Orphans to delete (`--delete-orphans`): pending deletes of their channel ids in the ledger
+INSERT INTO {ledger} AS l (k, cid, op, kind, status, attempts, planned_at)
+SELECT E'\x1f' || r.k, r.k, 'delete', 'delete', 'pending', 0, now() FROM sync_remote r
+ WHERE NOT EXISTS (SELECT 1 FROM {ledger} o JOIN {published} p ON p.k = o.k
+                    WHERE coalesce(o.cid, o.k) = r.k AND p.j IS NOT NULL)
 ON CONFLICT (k) DO UPDATE
    SET op = 'delete', kind = 'delete', status = 'pending', attempts = 0, code = NULL, message = NULL,
        planned_at = now();
 
 -- payloads --
--- The export's payloads of some keys (repair compares them with what the channel holds)
-SELECT k, j FROM {published} WHERE k = ANY(%(keys)s) AND j IS NOT NULL;
+-- The export's payloads of some channel ids (repair compares them with what the channel holds)
+SELECT coalesce(o.cid, o.k), p.j FROM {ledger} o JOIN {published} p ON p.k = o.k
+ WHERE coalesce(o.cid, o.k) = ANY(%(keys)s) AND p.j IS NOT NULL;
 
 -- state_get --
 -- An export's sync state

@@ -380,3 +380,67 @@ def test_an_unreadable_optional_attribute_is_left_out_the_item_goes_live_and_a_l
     _code, out = cli("sync", "status", project, "--json")
     (status,) = json.loads(out)
     assert (status["left_out"], status["warnings"]) == (0, [])
+
+
+def test_the_channel_id_is_the_exports_id_and_an_item_sent_under_its_key_moves_to_it(
+    merchant: MerchantStandIn, tmp_path: Path
+) -> None:
+    """The export's `id` may be written from another field than the project's key: the API sends that id, as the
+    file says (a feed fetched into the same data source names the same product), deletes use the id sent, and an
+    item the channel holds under its key (a ledger from before, or a spec that changed `id`) moves to its id
+    with nothing left behind; status's issues and repair follow the channel's ids (#51)."""
+    company, project, _ = new_project(merchant)
+    path = write_project(tmp_path, company, project, {k: (f"Item {k}", "10 EUR", GOOD_GTIN) for k in ("A", "B", "C")})
+    feed = tmp_path / f"{project}.csv"
+    lines = feed.read_text(encoding="utf-8").splitlines()
+    feed.write_text(
+        "\n".join([f"{lines[0]},ref"] + [f"{line},REF-{line.split(',')[0]}" for line in lines[1:]]) + "\n",
+        encoding="utf-8",
+    )
+    first = run(path)  # the export's id is the key: the products are A, B, C
+    assert counts(synced(first)) == (3, 0, 0, 0, 0)
+    assert set(merchant.products()) == {"A", "B", "C"}
+    # the ledger as a sync before channel ids (and left-out attributes) made it
+    from firefeed.db.engine import get_engine
+    from firefeed.schema.identifiers import company_schema, sync_ledger_table
+
+    ledger = f'"{company_schema(company)}"."{sync_ledger_table(project, "google")}"'
+    with get_engine().begin() as conn:
+        conn.execute(text(f"ALTER TABLE {ledger} DROP COLUMN cid, DROP COLUMN left_out"))
+
+    spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+    spec["exports"][0]["fields"] = {
+        "id": "ref",
+        **{c: c for c in ("title", "description", "availability", "condition", "price", "gtin", "link", "image_link")},
+        "brand": "brand",
+    }
+    path.write_text(yaml.safe_dump(spec), encoding="utf-8")
+    merchant.requests.clear()
+    second = run(path)
+    sync = synced(second)
+    assert (sync["updated"], sync["deleted"], sync["failed"], sync["pending"]) == (3, 3, 0, 0), sync
+    assert set(merchant.products()) == {"REF-A", "REF-B", "REF-C"}  # one product per item, as the file says
+    posts = sorted(r.offer_id for r in merchant.requests if r.method == "POST" and r.offer_id)
+    assert posts == ["REF-A", "REF-B", "REF-C"]
+
+    merchant.requests.clear()
+    third = run(path)  # nothing changed: nothing sent
+    assert counts(synced(third)) == (0, 0, 0, 0, 0), synced(third)
+    assert [r for r in merchant.requests if r.method in ("POST", "DELETE")] == []
+
+    merchant.set_issues("REF-B", [{"code": "image_too_small", "severity": "DEMOTED", "attribute": "image link"}])
+    code, out = cli("sync", "status", project, "--refresh", "--json")
+    (status,) = json.loads(out)
+    assert code == 0 and status["items"] == 3 and status["channel_issues"]["codes"].get("image_too_small") == 1
+    assert [i["key"] for i in status["channel_issue_items"]] == ["B"]
+
+    code, out = cli("sync", "repair", project, "google", "--delete-orphans", "--json")
+    doc = json.loads(out)
+    assert code == 0 and (doc["missing"], doc["different"], doc["orphans"]) == (0, 0, 0), doc
+    assert set(merchant.products()) == {"REF-A", "REF-B", "REF-C"}
+
+    lines = feed.read_text(encoding="utf-8").splitlines()
+    feed.write_text("\n".join(lines[:-1]) + "\n", encoding="utf-8")  # C leaves the export
+    fourth = run(path)
+    assert counts(synced(fourth)) == (0, 0, 1, 0, 0), synced(fourth)
+    assert set(merchant.products()) == {"REF-A", "REF-B"}
