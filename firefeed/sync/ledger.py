@@ -147,11 +147,9 @@ class Ledger:
         before the channel id was the export's) is inserted under the new one and the old one deleted."""
         ids = {"id_at": id_at}
         self._run("published_index")
-        self._run("plan_retire", ids)
         self._run("plan_unretire", ids)
         self._run("plan_inserts", {"resend_s": resend_s, "max_attempts": max_attempts, **ids})
-        self._run("plan_shared", ids)
-        self._run("plan_deletes")
+        self._run("plan_deletes", ids)
 
     def reset_sending(self) -> int:
         return int(self._run("reset_sending").rowcount)

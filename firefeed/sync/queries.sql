@@ -13,20 +13,6 @@
 -- The published table is read by key, a block of keys at a time: an index on k (dropped with the table)
 CREATE INDEX IF NOT EXISTS {index} ON {published} (k);
 
--- plan_retire --
--- An item the channel holds under another id than its export's id now (its key, from a ledger made before, or a
--- spec that changed `id`): that id is deleted, unless another item of the export now uses it
-INSERT INTO {ledger} AS l (k, cid, op, kind, status, attempts, planned_at)
-SELECT E'\x1f' || o.c, o.c, 'delete', 'delete', 'pending', 0, now()
-  FROM (SELECT coalesce(o.cid, o.k) AS c, coalesce(nullif(btrim(CASE WHEN %(id_at)s >= 0 THEN p.j ->> %(id_at)s END), ''), p.k) AS n
-          FROM {ledger} o JOIN {published} p ON p.k = o.k
-         WHERE o.op = 'insert' AND o.inserted_at IS NOT NULL AND p.j IS NOT NULL) o
- WHERE o.c <> o.n
-   AND NOT EXISTS (SELECT 1 FROM {published} q WHERE q.j IS NOT NULL AND coalesce(nullif(btrim(CASE WHEN %(id_at)s >= 0 THEN q.j ->> %(id_at)s END), ''), q.k) = o.c)
-ON CONFLICT (k) DO UPDATE
-   SET op = 'delete', kind = 'delete', status = 'pending', attempts = 0, code = NULL, message = NULL,
-       planned_at = now();
-
 -- plan_unretire --
 -- A channel id to delete that an item of the export uses again (it moved back): not deleted
 DELETE FROM {ledger} r
@@ -34,41 +20,59 @@ DELETE FROM {ledger} r
    AND EXISTS (SELECT 1 FROM {published} q WHERE q.j IS NOT NULL AND coalesce(nullif(btrim(CASE WHEN %(id_at)s >= 0 THEN q.j ->> %(id_at)s END), ''), q.k) = r.cid);
 
 -- plan_inserts --
--- New items, changed ones (content hash), re-added ones, those acked longer ago than the resend age, and those
--- whose last try failed only after every attempt (the channel's trouble, not a refusal: not acknowledged)
-INSERT INTO {ledger} AS l (k, kh, h, cid, op, kind, status, attempts, code, message, planned_at)
-SELECT p.k, p.kh, p.h, p.c, 'insert',
-       CASE WHEN o.k IS NULL OR o.inserted_at IS NULL THEN 'new'
-            WHEN o.h IS DISTINCT FROM p.h OR o.op = 'delete' OR coalesce(o.cid, o.k) <> p.c THEN 'changed'
-            ELSE 'resend' END,
-       'pending', 0, NULL, NULL, now()
-  FROM (SELECT p.k, p.kh, p.h, p.j, coalesce(nullif(btrim(CASE WHEN %(id_at)s >= 0 THEN p.j ->> %(id_at)s END), ''), p.k) AS c FROM {published} p) p
-  LEFT JOIN {ledger} o ON o.k = p.k
- WHERE p.j IS NOT NULL
-   AND (o.k IS NULL
+-- New items, changed ones (content hash, or channel id), re-added ones, those acked longer ago than the resend age,
+-- and those whose last try failed only after every attempt (the channel's trouble, not a refusal: not
+-- acknowledged). An item the channel holds under another id than its export's id now (its key, from a ledger made
+-- before, or a spec that changed `id`): that id is deleted too, unless another item of the export now uses it
+-- (one pass over the export: both inserts read the ledger as it was)
+WITH src AS MATERIALIZED (
+    SELECT p.k, p.kh, p.h, p.c, o.k AS ok, o.op, o.h AS oh, o.inserted_at, coalesce(o.cid, o.k) AS oc
+      FROM (SELECT p.k, p.kh, p.h, coalesce(nullif(btrim(CASE WHEN %(id_at)s >= 0 THEN p.j ->> %(id_at)s END), ''), p.k) AS c FROM {published} p WHERE p.j IS NOT NULL) p
+      LEFT JOIN {ledger} o ON o.k = p.k
+     WHERE o.k IS NULL
         OR o.op = 'delete'
         OR o.h IS DISTINCT FROM p.h
         OR coalesce(o.cid, o.k) <> p.c
         OR (o.status = 'failed' AND o.attempts >= %(max_attempts)s)
-        OR (o.status = 'acked' AND o.acked_at < now() - make_interval(secs => %(resend_s)s)))
+        OR (o.status = 'acked' AND o.acked_at < now() - make_interval(secs => %(resend_s)s))
+), retired AS (
+    INSERT INTO {ledger} AS l (k, cid, op, kind, status, attempts, planned_at)
+    SELECT E'\x1f' || s.oc, s.oc, 'delete', 'delete', 'pending', 0, now() FROM src s
+     WHERE s.op = 'insert' AND s.inserted_at IS NOT NULL AND s.oc <> s.c
+       AND NOT EXISTS (SELECT 1 FROM {published} q WHERE q.j IS NOT NULL AND coalesce(nullif(btrim(CASE WHEN %(id_at)s >= 0 THEN q.j ->> %(id_at)s END), ''), q.k) = s.oc)
+    ON CONFLICT (k) DO UPDATE
+       SET op = 'delete', kind = 'delete', status = 'pending', attempts = 0, code = NULL, message = NULL,
+           planned_at = now()
+)
+INSERT INTO {ledger} AS l (k, kh, h, cid, op, kind, status, attempts, code, message, planned_at)
+SELECT s.k, s.kh, s.h, s.c, 'insert',
+       CASE WHEN s.ok IS NULL OR s.inserted_at IS NULL THEN 'new'
+            WHEN s.oh IS DISTINCT FROM s.h OR s.op = 'delete' OR s.oc <> s.c THEN 'changed'
+            ELSE 'resend' END,
+       'pending', 0, NULL, NULL, now()
+  FROM src s
 ON CONFLICT (k) DO UPDATE
    SET kh = EXCLUDED.kh, h = EXCLUDED.h, cid = EXCLUDED.cid, op = 'insert', kind = EXCLUDED.kind,
        status = 'pending', attempts = 0, code = NULL, message = NULL, planned_at = now();
 
--- plan_shared --
--- An item the export no longer sends whose channel id another of its items uses now: nothing to delete there
-DELETE FROM {ledger} l
- WHERE left(l.k, 1) <> E'\x1f'
-   AND NOT EXISTS (SELECT 1 FROM {published} p WHERE p.k = l.k AND p.j IS NOT NULL)
-   AND EXISTS (SELECT 1 FROM {published} q WHERE q.j IS NOT NULL AND coalesce(nullif(btrim(CASE WHEN %(id_at)s >= 0 THEN q.j ->> %(id_at)s END), ''), q.k) = coalesce(l.cid, l.k));
-
 -- plan_deletes --
--- Every ledger key the export no longer sends (removed, or left out as invalid) is deleted, a failed delete again
+-- Every ledger key the export no longer sends (removed, or left out as invalid) is deleted, a failed delete again;
+-- but an item whose channel id another item of the export uses now is forgotten: nothing to delete there
+WITH gone AS MATERIALIZED (
+    SELECT l.k, l.op, l.status, coalesce(l.cid, l.k) AS c FROM {ledger} l
+     WHERE NOT EXISTS (SELECT 1 FROM {published} p WHERE p.k = l.k AND p.j IS NOT NULL)
+), shared AS MATERIALIZED (
+    SELECT g.k FROM gone g
+     WHERE left(g.k, 1) <> E'\x1f'
+       AND EXISTS (SELECT 1 FROM {published} q WHERE q.j IS NOT NULL AND coalesce(nullif(btrim(CASE WHEN %(id_at)s >= 0 THEN q.j ->> %(id_at)s END), ''), q.k) = g.c)
+), forgotten AS (
+    DELETE FROM {ledger} l USING shared s WHERE l.k = s.k
+)
 UPDATE {ledger} l
    SET op = 'delete', kind = 'delete', status = 'pending', attempts = 0, code = NULL, message = NULL,
        planned_at = now()
- WHERE (l.op <> 'delete' OR l.status = 'failed')
-   AND NOT EXISTS (SELECT 1 FROM {published} p WHERE p.k = l.k AND p.j IS NOT NULL);
+  FROM gone g
+ WHERE l.k = g.k AND (g.op <> 'delete' OR g.status = 'failed') AND g.k NOT IN (SELECT k FROM shared);
 
 -- reset_sending --
 -- Rows left `sending` by a sync that died (this one holds the account's lock): they go out again

@@ -444,3 +444,14 @@ def test_the_channel_id_is_the_exports_id_and_an_item_sent_under_its_key_moves_t
     fourth = run(path)
     assert counts(synced(fourth)) == (0, 0, 1, 0, 0), synced(fourth)
     assert set(merchant.products()) == {"REF-A", "REF-B"}
+
+    # B's export id becomes A's (a duplicate id, as the file has it: one product); B then leaves the export:
+    # REF-A, which A still uses, is not deleted
+    lines = feed.read_text(encoding="utf-8").splitlines()
+    feed.write_text("\n".join([*lines[:2], lines[2].replace("REF-B", "REF-A")]) + "\n", encoding="utf-8")
+    fifth = run(path)
+    assert (synced(fifth)["deleted"], set(merchant.products())) == (1, {"REF-A"}), synced(fifth)
+    feed.write_text("\n".join(lines[:2]) + "\n", encoding="utf-8")
+    sixth = run(path)
+    assert counts(synced(sixth)) == (0, 0, 0, 0, 0), synced(sixth)
+    assert set(merchant.products()) == {"REF-A"}
