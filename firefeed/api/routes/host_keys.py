@@ -17,8 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from firefeed.api import schemas
 from firefeed.api.auth import CurrentCompany
+from firefeed.api.bodies import bounded_body
 from firefeed.api.deps import Store
-from firefeed.errors import NotFoundError, PayloadTooLargeError
+from firefeed.errors import NotFoundError
 from firefeed.pipeline.transfer.host_keys import (
     MAX_KEY_LINE_CHARS,
     HostKeyStore,
@@ -131,16 +132,9 @@ async def pin_host_key(host: str, request: Request, response: Response, company:
     """Pin a server's key (201), or replace the key recorded or pinned before (200): from now on a fetch
     from or a delivery to that host and port accepts only this key (a spec's own `host_key` still wins)."""
     name, port = _address(host)
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > _MAX_BODY_BYTES:
-        raise PayloadTooLargeError(f"the body is larger than {_MAX_BODY_BYTES} bytes")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > _MAX_BODY_BYTES:  # a body sent without a length (chunked) is cut off here
-            raise PayloadTooLargeError(f"the body is larger than {_MAX_BODY_BYTES} bytes")
+    body = await bounded_body(request, _MAX_BODY_BYTES, f"the body is larger than {_MAX_BODY_BYTES} bytes")
     try:
-        pin = PinBody.model_validate_json(bytes(body))
+        pin = PinBody.model_validate_json(body)
     except ValidationError as err:
         raise RequestValidationError(
             [{**e, "loc": ["body", *e["loc"]], "input": None} for e in err.errors(include_url=False)]

@@ -10,10 +10,11 @@ from fastapi.concurrency import run_in_threadpool
 
 from firefeed.api import lookups, schemas
 from firefeed.api.auth import CurrentCompany
+from firefeed.api.bodies import bounded_body
 from firefeed.api.deps import Store
 from firefeed.api.spec_writes import SPEC_WRITES
 from firefeed.config import get_settings
-from firefeed.errors import PayloadTooLargeError, SpecError
+from firefeed.errors import SpecError
 from firefeed.runs.service import RunStore
 
 router = APIRouter(prefix="/api/projects", tags=["lookups"])
@@ -50,12 +51,8 @@ async def add_lookup_rows(
     (`rows:`): a new spec version through the apply path. Answers the PUT's answer plus `lookup` and `rows`
     (how many it now holds)."""
     cap = get_settings().spec_max_bytes
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > cap:
-            raise PayloadTooLargeError(f"the body is larger than {cap} bytes (FIREFEED_SPEC_MAX_BYTES)")
-    return await run_in_threadpool(_add, store, company, project_id, name, bytes(body))
+    body = await bounded_body(request, cap, f"the body is larger than {cap} bytes (FIREFEED_SPEC_MAX_BYTES)")
+    return await run_in_threadpool(_add, store, company, project_id, name, body)
 
 
 @router.get("/{project_id}/lookups/{name:path}/unmatched", responses=_NOT_FOUND)

@@ -13,10 +13,10 @@ from fastapi.concurrency import run_in_threadpool
 
 from firefeed.api import schemas, specs
 from firefeed.api.auth import CurrentCompany
+from firefeed.api.bodies import bounded_body
 from firefeed.api.deps import Store
 from firefeed.api.spec_writes import SPEC_WRITES, busy_response, spec_body
 from firefeed.config import get_settings
-from firefeed.errors import PayloadTooLargeError
 from firefeed.runs.service import RunStore
 
 router = APIRouter(prefix="/api/projects", tags=["specs"])
@@ -57,15 +57,8 @@ async def validate_spec(project_id: str, request: Request, company: CurrentCompa
     No body checks the stored spec again.
     """
     cap = get_settings().spec_max_bytes
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > cap:
-        raise PayloadTooLargeError(f"the spec is larger than {cap} bytes (FIREFEED_SPEC_MAX_BYTES)")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > cap:  # a body sent without a length (chunked) is cut off here, never read whole
-            raise PayloadTooLargeError(f"the spec is larger than {cap} bytes (FIREFEED_SPEC_MAX_BYTES)")
-    return await run_in_threadpool(_validate, store, company, project_id, bytes(body))
+    body = await bounded_body(request, cap, f"the spec is larger than {cap} bytes (FIREFEED_SPEC_MAX_BYTES)")
+    return await run_in_threadpool(_validate, store, company, project_id, body)
 
 
 @router.get("/{project_id}/versions", responses=_NOT_FOUND)
