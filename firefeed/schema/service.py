@@ -598,11 +598,7 @@ class SchemaService:
             # Columns added since (#51), to a ledger made before them, empty: `left_out`, the optional attributes
             # the last acked insert went without (none then: such an item was not sent at all); `cid`, the channel
             # id its operation sends (NULL: the key, what every item was sent under then).
-            cur.execute(
-                "SELECT column_name FROM information_schema.columns "
-                "WHERE table_schema = %(s)s AND table_name = %(t)s AND column_name IN ('left_out', 'cid')",
-                {"s": schema, "t": table},
-            )
+            cur.execute(_sql("table_columns"), {"schema": schema, "table": table})
             present = {r[0] for r in cur.fetchall()}
             for name, kind in (("left_out", "jsonb"), ("cid", "text")):
                 if name not in present:  # asked first: the ALTER would lock the ledger at every sync
