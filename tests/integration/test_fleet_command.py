@@ -188,6 +188,7 @@ def test_the_fleet_runs_a_run_triggered_through_the_api_and_ctrl_c_leaves_no_pro
     assert any(re.match(r"fleet *\| stopped$", line) for line in fleet.lines), fleet.log()
 
 
+@pytest.mark.stress  # slow (moved out of `make test` to keep it under 10 minutes): `make stress`
 def test_the_children_stop_when_the_fleet_itself_is_killed(fleet: RunningFleet) -> None:
     procs = _wait_for_children(fleet)
     fleet.proc.send_signal(signal.SIGKILL)

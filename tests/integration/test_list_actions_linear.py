@@ -106,6 +106,7 @@ MILLION = [
 ]
 
 
+@pytest.mark.stress  # slow (moved out of `make test` to keep it under 10 minutes): `make stress`
 def test_a_million_element_list_made_by_the_rules_maps_removes_and_is_tested_in_linear_time(engine: Engine) -> None:
     """A source value holds at most the parser's cap (131,072 characters), so a 1M-element list is one
     the rules make: 25 copies of a 40,000-element value, split, within the rules' growth bound. Read

@@ -96,6 +96,7 @@ def _wait(run_ids: list[str], timeout: float, tick: bool) -> list[str]:
     return resent
 
 
+@pytest.mark.stress  # slow (moved out of `make test` to keep it under 10 minutes): `make stress`
 def test_a_run_whose_root_message_was_lost_starts_once_a_worker_is_up(
     fleet_env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -45,6 +45,8 @@ MOMENTS = [
     ("switched-2", "SUCCEEDED"),
     ("switched-3", "SUCCEEDED"),
 ]
+#: the other moments of a local publish, slow (4 s each): `make stress` runs them, `make test` the first and one more
+_SLOW_MOMENTS = [pytest.param(*m, marks=pytest.mark.stress) for m in (MOMENTS[1], MOMENTS[3], MOMENTS[4])]
 
 
 @pytest.fixture()
@@ -151,14 +153,14 @@ def _check_killed_publish(tmp_path: Path, moment: str, expected: str) -> None:
     assert code == 0, out
 
 
-@pytest.mark.parametrize(("moment", "expected"), MOMENTS)
+@pytest.mark.parametrize(("moment", "expected"), [MOMENTS[0], MOMENTS[2], *_SLOW_MOMENTS])
 def test_a_driver_killed_while_publishing_leaves_one_runs_files_and_a_status_that_says_which(
     exports_env: None, tmp_path: Path, moment: str, expected: str
 ) -> None:
     _check_killed_publish(tmp_path, moment, expected)
 
 
-@pytest.mark.parametrize(("moment", "expected"), [MOMENTS[0], MOMENTS[2]])
+@pytest.mark.parametrize(("moment", "expected"), [MOMENTS[0], pytest.param(*MOMENTS[2], marks=pytest.mark.stress)])
 def test_on_s3_a_killed_publish_is_rolled_forward_or_discarded_whole(
     exports_env: None, s3_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moment: str, expected: str
 ) -> None:

@@ -26,6 +26,7 @@ def _candidates(c: str) -> set[str]:
     return {c, lo, up, simple_upper(lo), simple_lower(up)}
 
 
+@pytest.mark.stress  # slow (moved out of `make test` to keep it under 10 minutes): `make stress`
 def test_every_cased_character_matches_what_postgres_tilde_star_matches(engine: Engine) -> None:
     # For every character a case mapping changes, as a pattern alone, in a class, in a negated class and
     # as a one-character range: the Python spelling matches exactly the values Postgres' ~* does.

@@ -63,6 +63,7 @@ def no_doubling() -> None:
     assert plan_bytes(plan_passes(parse_rules(appends(12), key_field=KEY_FIELD), [KEY_FIELD, *FIELDS])) < 34_000
 
 
+@pytest.mark.stress  # slow (moved out of `make test` to keep it under 10 minutes): `make stress`
 def test_two_hundred_rules_on_ten_thousand_items_agree_with_the_reference(engine: Engine) -> None:
     rules = parse_rules(appends(200), key_field=KEY_FIELD)
     assert plan_bytes(plan_passes(rules, [KEY_FIELD, *FIELDS])) < 1024**2

@@ -169,6 +169,7 @@ def _project(company: str, feed: _Feed) -> str:
     return project
 
 
+@pytest.mark.stress  # slow (moved out of `make test` to keep it under 10 minutes): `make stress`
 def test_a_killed_firefeed_run_no_longer_locks_its_project_once_its_heartbeat_is_older_than_the_lease(
     env: dict[str, str], engine: Engine, feed: _Feed, tmp_path: Path
 ) -> None:
@@ -282,6 +283,7 @@ def test_an_api_without_a_broker_takes_over_the_run_a_killed_api_left_and_can_ca
     _assert_taken_over(dead)
 
 
+@pytest.mark.stress  # slow (moved out of `make test` to keep it under 10 minutes): `make stress`
 def test_a_processes_row_takes_over_the_run_of_a_killed_processes_worker(
     env: dict[str, str], engine: Engine, feed: _Feed, tmp_path: Path
 ) -> None:
@@ -321,6 +323,7 @@ def _backends(engine: Engine, run_id: str) -> set[int]:
         return {int(pid) for pid in found}
 
 
+@pytest.mark.stress  # slow (moved out of `make test` to keep it under 10 minutes): `make stress`
 def test_a_job_taken_over_from_a_killed_worker_first_ends_the_statement_its_backend_still_runs(
     env: dict[str, str], engine: Engine, tmp_path: Path
 ) -> None:
@@ -377,7 +380,10 @@ def _job_stale(engine: Engine, job: int) -> bool:
         return bool(conn.execute(query, {"lease": LEASE_S, "id": job}).scalar())
 
 
-@pytest.mark.parametrize(("moment", "ended"), [("unrecorded", "FAILED"), ("switched-1", "SUCCEEDED")])
+@pytest.mark.parametrize(
+    ("moment", "ended"),
+    [("unrecorded", "FAILED"), pytest.param("switched-1", "SUCCEEDED", marks=pytest.mark.stress)],  # slow: make stress
+)
 def test_a_new_run_finishes_or_discards_the_publish_a_killed_run_left_half_done(
     env: dict[str, str], engine: Engine, tmp_path: Path, moment: str, ended: str
 ) -> None:
