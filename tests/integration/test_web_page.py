@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from firefeed.api.app import create_app
 from firefeed.api.serve import ServerThread
@@ -124,7 +125,8 @@ def test_the_page_shows_a_finished_runs_timeline_and_run_now_twice_answers_accep
         new_run = found.group(1)
         assert f"busy — run {new_run} is active" in busy
         assert [str(r.id) for r in store.runs_of_project(project)] == [new_run, run_id]
-        page.wait_for_function(f"document.getElementById('run-id').textContent === '{new_run}'", timeout=WAIT_MS)
+        # Not wait_for_function: its polling evaluates a string in the page, which the page's CSP refuses.
+        expect(page.locator("#run-id")).to_have_text(new_run, timeout=WAIT_MS)
         assert page.locator("#cancel").is_enabled()
 
         page.screenshot(path=str(ARTIFACTS / "web-page-busy.png"), full_page=True)
