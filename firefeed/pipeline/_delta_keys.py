@@ -24,6 +24,7 @@ from firefeed.pipeline.merge import (
     MergeResult,
     SourceKeyStats,
     StagedSource,
+    contributed,
     derived_rows,
     first_row_table,
     source_key_stats,
@@ -127,8 +128,7 @@ def changed_keys(
     for j, old in kept.items():
         src = sources[j]
         old_src = dataclasses.replace(src, table=old.table, fields=old.fields)
-        allowed = set(src.allowed) if src.allowed is not None else None
-        old_contrib = [f for f in dict.fromkeys(old.fields) if f != key_field and (allowed is None or f in allowed)]
+        old_contrib = contributed(key_field, old_src)
         compared = list(dict.fromkeys([*contrib[j], *old_contrib]))
         skips = before.get(src.name)
         old_win = None

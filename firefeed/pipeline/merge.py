@@ -103,8 +103,7 @@ def merged_fields(key_field: str, sources: Sequence[StagedSource]) -> tuple[list
     contrib: list[list[str]] = [[f for f in out if f != key_field]]
     seen = set(out)
     for src in sources[1:]:
-        allowed = set(src.allowed) if src.allowed is not None else None
-        mine = [f for f in dict.fromkeys(src.fields) if f != key_field and (allowed is None or f in allowed)]
+        mine = contributed(key_field, src)
         contrib.append(mine)
         for f in mine:
             if f not in seen:
@@ -113,6 +112,12 @@ def merged_fields(key_field: str, sources: Sequence[StagedSource]) -> tuple[list
     if key_field in out:
         out.remove(key_field)
     return [key_field, *out], contrib
+
+
+def contributed(key_field: str, src: StagedSource) -> list[str]:
+    """The fields a later source (enrich or append) contributes: its own but the key, within `allowed`."""
+    allowed = set(src.allowed) if src.allowed is not None else None
+    return [f for f in dict.fromkeys(src.fields) if f != key_field and (allowed is None or f in allowed)]
 
 
 def _check_keys(engine: Engine, schema: str, key_field: str, sources: Sequence[StagedSource]) -> None:
