@@ -7,8 +7,10 @@ and measures:
       sockets read into 4 MiB buffers, one process each),
       their total throughput (target >= 0.5x of cat's), with the API's RSS sampled meanwhile (< 300 MB);
       The same 4 fetches from a bare sendfile server (`ceiling`: accept, read the request, sendfile the file on
-      a thread per connection; no HTTP framework, no Python per byte) are measured in the same rounds: the
-      kernel's loopback TCP is what bounds both, and `fetch_vs_ceiling` says how close the API comes to it;
+      a thread per connection; no HTTP framework, no Python per byte, the kernel's socket defaults) are
+      measured in the same rounds, and from a second one with the send buffer the API sets for a loopback
+      peer (LOOPBACK_SNDBUF): `fetch_vs_ceiling` and `fetch_vs_ceiling_small_buffer` compare the API with
+      them (docs/decisions.md: the socket settings, not the framework, set these figures);
   (b) 200 concurrent keep-alive clients sending If-None-Match for --seconds: 304 answers per second
       (target >= 2,000/s).
 Prints the figures and writes them as JSON to bench/out/.
@@ -37,6 +39,8 @@ sys.path.insert(0, str(HERE))
 
 from _benchdb import create_database, drop_database, save_results  # noqa: E402
 from pipeline_bench import feed_files, firefeed_run  # noqa: E402
+
+from firefeed.feeds.http import LOOPBACK_SNDBUF  # noqa: E402
 
 EXE = Path(sys.executable).with_name("firefeed")
 
@@ -101,8 +105,9 @@ def _fetch(args: tuple[int, str]) -> int:
         return body
 
 
-def _bare_server(path: str, ready: Any) -> None:
-    """The ceiling's server: what any server in any language must at least do to send the file on loopback."""
+def _bare_server(path: str, ready: Any, sndbuf: int = 0) -> None:
+    """The ceiling's server: what any server in any language must at least do to send the file on loopback
+    (with `sndbuf`, the connection's send buffer set as the API sets it for a loopback peer)."""
     size = os.path.getsize(path)
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -118,6 +123,8 @@ def _bare_server(path: str, ready: Any) -> None:
                 if not chunk:
                     return
                 got += chunk
+            if sndbuf:
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
             conn.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {size}\r\nConnection: close\r\n\r\n".encode())
             fd = os.open(path, os.O_RDONLY)
             try:
@@ -265,42 +272,52 @@ def main() -> None:
 
         # cat and the fetches alternate, --repeat times: on a shared machine both see the same neighbours,
         # and the median of the rounds' ratios is the figure.
-        parent, child = multiprocessing.Pipe()
-        bare = multiprocessing.get_context("fork").Process(target=_bare_server, args=(str(path), child), daemon=True)
-        bare.start()
-        bare_port = parent.recv()
+        bares, bare_ports = [], []
+        for sndbuf in (0, LOOPBACK_SNDBUF):
+            parent, child = multiprocessing.Pipe()
+            bare = multiprocessing.get_context("fork").Process(
+                target=_bare_server, args=(str(path), child, sndbuf), daemon=True
+            )
+            bare.start()
+            bares.append(bare)
+            bare_ports.append(parent.recv())
         sampler = RssSampler(api.pid)
         sampler.start()
         rounds = []
         for _ in range(args.repeat):
             round_cat = cat_throughput(path)
             round_fetched = fetch_throughput(port, url_path, size, args.fetches)
-            round_bare = fetch_throughput(bare_port, "/", size, args.fetches)
-            rounds.append((round_fetched / round_cat, round_cat, round_fetched, round_bare))
+            round_bare, round_small = (fetch_throughput(p, "/", size, args.fetches) for p in bare_ports)
+            rounds.append((round_fetched / round_cat, round_cat, round_fetched, round_bare, round_small))
             print(
-                f"    round: cat {round_cat / 1e6:,.0f} MB/s, fetches {round_fetched / 1e6:,.0f} MB/s, "
-                f"ceiling {round_bare / 1e6:,.0f} MB/s",
+                f"    round: cat {round_cat / 1e6:,.0f} MB/s, fetches {round_fetched / 1e6:,.0f} MB/s "
+                f"= {round_fetched / round_cat:.2f}x, ceiling {round_bare / 1e6:,.0f} MB/s, "
+                f"with the API's loopback buffer {round_small / 1e6:,.0f} MB/s",
                 flush=True,
             )
         peak = sampler.stop()
-        bare.terminate()
-        _, cat, fetched, ceiling = statistics.median_low(rounds)
+        for bare in bares:
+            bare.terminate()
+        _, cat, fetched, ceiling, small = statistics.median_low(rounds)
         results |= {
             "cat_mb_s": round(cat / 1e6),
             "fetches": args.fetches,
-            "rounds": [[round(r, 2), round(c / 1e6), round(f / 1e6), round(b / 1e6)] for r, c, f, b in rounds],
+            "rounds": [[round(r, 2), *(round(x / 1e6) for x in rest)] for r, *rest in rounds],
             "fetch_total_mb_s": round(fetched / 1e6),
             "fetch_vs_cat": round(fetched / cat, 2),
             "ceiling_mb_s": round(ceiling / 1e6),
             "ceiling_vs_cat": round(ceiling / cat, 2),
             "fetch_vs_ceiling": round(fetched / ceiling, 2),
+            "ceiling_small_buffer_mb_s": round(small / 1e6),
+            "fetch_vs_ceiling_small_buffer": round(fetched / small, 2),
             "api_rss_idle_mib": round(idle_rss),
             "api_rss_peak_mib": round(peak),
         }
         print(
             f"(a) cat {cat / 1e6:,.0f} MB/s; {args.fetches} concurrent fetches {fetched / 1e6:,.0f} MB/s in all "
             f"= {fetched / cat:.2f}x (target >= 0.5x); the bare sendfile ceiling {ceiling / 1e6:,.0f} MB/s "
-            f"= {ceiling / cat:.2f}x of cat, the API {fetched / ceiling:.2f}x of it; "
+            f"= {ceiling / cat:.2f}x of cat, the API {fetched / ceiling:.2f}x of it; with the API's loopback "
+            f"send buffer {small / 1e6:,.0f} MB/s, the API {fetched / small:.2f}x of that; "
             f"API RSS peak {peak:.0f} MiB (idle {idle_rss:.0f}; target < 300)",
             flush=True,
         )

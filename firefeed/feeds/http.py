@@ -15,11 +15,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
+import fcntl
 import hmac
+import ipaddress
 import logging
 import os
 import re
-import select
+import socket
+import struct
 import time
 import zlib
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -62,6 +66,12 @@ SENDFILE_THREADS = 32
 SEND_IDLE_S = 120
 #: Most bytes one sendfile call may send (it sends what the socket buffer takes anyway).
 SENDFILE_MAX = 8 << 20
+#: The send buffer of a stream to a loopback peer (a proxy on the same host, a local fetcher). The kernel's
+#: autotuned buffer grows to megabytes, which on loopback costs throughput: the bytes in flight no longer
+#: stay in the CPU's cache between the sender's and the reader's copy (measured on the 1.3 GB feed: 4
+#: fetches 0.51-0.55x of `cat` with the kernel's buffer, 0.70-0.78x with 256 KiB-1 MiB). A remote peer keeps
+#: the autotuning: a fixed buffer would cap a long round trip's throughput (buffer / RTT).
+LOOPBACK_SNDBUF = 512 << 10
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 
@@ -254,6 +264,14 @@ async def _sendfile(send: Send, opened: OpenFile, start: int, length: int) -> in
         if transport.is_closing():  # type: ignore[union-attr]
             return 0
         await asyncio.sleep(0.001)
+    if _is_loopback(transport.get_extra_info("peername")):  # type: ignore[union-attr]
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, LOOPBACK_SNDBUF)
+    # The server sets TCP_NODELAY for its small answers; a bulk send with it pushes every write out as its own
+    # segments (on loopback 4 fetches went from 0.71-0.79x of `cat` to 0.47-0.53x with it). It is off for the
+    # file, as nginx's tcp_nopush does, and back on after, which also sends the last partial segment at once.
+    nodelay = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    if nodelay:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 0)
     out = os.dup(sock.fileno())
     try:
         if _SENDERS.busy < SENDFILE_THREADS:
@@ -269,6 +287,9 @@ async def _sendfile(send: Send, opened: OpenFile, start: int, length: int) -> in
             sent = await _send_on_loop(out, opened.fd, start, length)
     finally:
         os.close(out)
+        if nodelay and not transport.is_closing():  # type: ignore[union-attr]
+            with contextlib.suppress(OSError):  # the client left meanwhile
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, nodelay)
     if sent < length:  # nothing more can reach this client: end the connection short of Content-Length
         transport.close()  # type: ignore[union-attr]
         cycle.expected_content_length = 0  # type: ignore[union-attr]
@@ -295,24 +316,50 @@ _SENDERS = _Senders()
 
 
 def _send_blocking(out: int, fd: int, start: int, length: int) -> int:
-    """sendfile until done, waiting for the (non-blocking) socket with poll; stops when the client leaves or
-    reads nothing for SEND_IDLE_S."""
-    poller = select.poll()
-    poller.register(out, select.POLLOUT)
+    """sendfile until done on a socket made blocking for the while; stops when the client leaves or reads
+    nothing for SEND_IDLE_S (the socket's send timeout).
+
+    Blocking, each call sends its whole slice in the kernel: the non-blocking loop woke for every few
+    hundred KiB the client read, and those wake-ups cost about a fifth of the loopback throughput. The
+    flag belongs to the socket (the transport's descriptor and this duplicate share it), so it is put back
+    before the event loop writes again: the loop writes nothing on this connection until this returns.
+    """
+    flags = fcntl.fcntl(out, fcntl.F_GETFL)
+    idle = struct.pack("ll", SEND_IDLE_S, 0)
+    before = _sndtimeo(out, idle)
+    fcntl.fcntl(out, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
     sent = 0
-    while sent < length:
-        try:
-            n = os.sendfile(out, fd, start + sent, min(length - sent, SENDFILE_MAX))
-        except BlockingIOError:
-            if not poller.poll(SEND_IDLE_S * 1000):
+    try:
+        while sent < length:
+            try:
+                n = os.sendfile(out, fd, start + sent, min(length - sent, SENDFILE_MAX))
+            except OSError:  # the send timed out (EAGAIN) or the client left (EPIPE, ECONNRESET)
                 break
-            continue
-        except OSError:  # the client left (EPIPE, ECONNRESET)
-            break
-        if n == 0:
-            break
-        sent += n
+            if n == 0:
+                break
+            sent += n
+    finally:
+        fcntl.fcntl(out, fcntl.F_SETFL, flags)
+        _sndtimeo(out, before)
     return sent
+
+
+def _sndtimeo(fd: int, value: bytes) -> bytes:
+    """Sets the socket's send timeout; returns the one it had."""
+    with socket.socket(fileno=os.dup(fd)) as view:
+        before = view.getsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, len(value))
+        view.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+    return before
+
+
+def _is_loopback(peer: Any) -> bool:
+    try:
+        address = ipaddress.ip_address(peer[0])
+    except (TypeError, ValueError, IndexError):
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
 
 
 async def _send_on_loop(out: int, fd: int, start: int, length: int) -> int:
