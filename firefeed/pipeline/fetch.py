@@ -58,17 +58,92 @@ _REDIRECT_STATUS = frozenset({301, 302, 303, 307, 308})
 _PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#@:]*:)[^/?#@]*@")
 
 
+#: How much older than the moment its digest was taken a file's mtime and ctime must be for its stat
+#: identity to stand for the digest. The kernel stamps files from a coarse clock (a tick behind the
+#: one `time.time_ns` reads) and some file systems keep 1-2 s stamps: a write in the same stamp as
+#: the read would leave the stat as it was (git's "racily clean" entries).
+RACY_MARGIN_NS = 2_000_000_000
+
+
+@dataclass(frozen=True)
+class FileIdentity:
+    """A local file's stat identity when its SHA-256 (`sha256`) was taken, as git's index and rsync keep it.
+
+    A later stat with the same device, inode, size, mtime and ctime is the same bytes, without reading
+    them: ctime cannot be set by a user, so an edit that puts the mtime back still shows.
+    `taken_ns`: the wall clock when the read that took the digest began.
+    """
+
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    sha256: str
+    taken_ns: int
+
+    @classmethod
+    def of(cls, st: os.stat_result, sha256: str, taken_ns: int) -> FileIdentity:
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, sha256, taken_ns)
+
+    def vouches_for(self, st: os.stat_result, sha256: str | None) -> bool:
+        """Whether `st` is this file, unchanged since its digest `sha256` was taken.
+
+        Not when the file was stamped within RACY_MARGIN_NS of the digest: a write in the same stamp
+        could have followed the read.
+        """
+        return (
+            sha256 is not None
+            and sha256 == self.sha256
+            and _stat_key(st) == (self.dev, self.ino, self.size, self.mtime_ns, self.ctime_ns)
+            and max(self.mtime_ns, self.ctime_ns) < self.taken_ns - RACY_MARGIN_NS
+        )
+
+    def to_json(self) -> dict[str, int | str]:
+        return {
+            "dev": self.dev,
+            "ino": self.ino,
+            "size": self.size,
+            "mtime_ns": self.mtime_ns,
+            "ctime_ns": self.ctime_ns,
+            "sha256": self.sha256,
+            "taken_ns": self.taken_ns,
+        }
+
+    @classmethod
+    def from_json(cls, doc: object) -> FileIdentity | None:
+        """The identity kept as `to_json` wrote it; None for anything else (an older row has none)."""
+        if not isinstance(doc, Mapping):
+            return None
+        try:
+            ints = {k: doc[k] for k in ("dev", "ino", "size", "mtime_ns", "ctime_ns", "taken_ns")}
+            sha256 = doc["sha256"]
+        except KeyError:
+            return None
+        if not isinstance(sha256, str) or not all(type(v) is int for v in ints.values()):
+            return None
+        return cls(sha256=sha256, **ints)
+
+
+def _stat_key(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 @dataclass(frozen=True)
 class Validators:
     """What the previous successful fetch of this source saw.
 
     A local, uncompressed file fetched with no previous digest to compare has `sha256` None: its
     digest is taken while PARSE reads it (`file_digest` in a thread), not before, on the run's path.
+    `identity` (local files only): the file's stat when its digest was taken; it is not one of the
+    validators a run's state compares (`dataplane/state.SourceState`), only a way to know the
+    digest without reading the file.
     """
 
     etag: str | None = None
     last_modified: str | None = None
     sha256: str | None = None
+    identity: FileIdentity | None = None
 
 
 @dataclass(frozen=True)
@@ -471,7 +546,10 @@ def _fetch_local(
 
     With no previous digest to compare, an uncompressed file is not read here: its size is its
     stat's, and its digest (`sha256` None) is taken while PARSE reads it. Hashing first cost the
-    1M-item benchmark's first run 0.6-2.4 s of its critical path.
+    1M-item benchmark's first run 0.6-2.4 s of its critical path. With one, a file whose stat is
+    the identity kept with that digest (`FileIdentity.vouches_for`) is not modified without being
+    read (the 695 MB primary's hash cost 1-2 s of every refresh); any other is hashed, and the
+    result's `identity` is its stat at that read, for the next run to keep.
     """
     path = resolve_local_path(source, url, base_dir=base_dir, settings=settings)
     try:
@@ -480,20 +558,20 @@ def _fetch_local(
         if not path.is_file():
             raise FetchError(source, f"not a file: {url}")
         final_url = path.as_uri()
+        known = previous.identity if previous is not None else None
+        if previous is not None and known is not None and known.vouches_for(path.stat(), previous.sha256):
+            if known.size > settings.fetch_max_bytes:
+                raise FetchError(source, _too_large(settings.fetch_max_bytes))
+            kept = Validators(sha256=previous.sha256, identity=known)
+            return FetchResult(None, known.size, True, kept, None, final_url)
         kind = detect(path, compression, path.name, source=source)
         if kind == "none" and (previous is None or previous.sha256 is None):
             size = path.stat().st_size
             if size > settings.fetch_max_bytes:
                 raise FetchError(source, _too_large(settings.fetch_max_bytes))
             return FetchResult(path, size, False, Validators(), None, final_url)
-        digest, size = hashlib.sha256(), 0
-        with path.open("rb") as f:
-            while chunk := f.read(CHUNK):
-                size += len(chunk)
-                if size > settings.fetch_max_bytes:
-                    raise FetchError(source, _too_large(settings.fetch_max_bytes))
-                digest.update(chunk)
-        validators = Validators(sha256=digest.hexdigest())
+        sha256, size, identity = _local_digest(path, source=source, max_bytes=settings.fetch_max_bytes)
+        validators = Validators(sha256=sha256, identity=identity)
         if previous is not None and previous.sha256 == validators.sha256:
             return FetchResult(None, size, True, validators, None, final_url)
         if kind == "none":
@@ -504,6 +582,23 @@ def _fetch_local(
         # strerror only: the message names the path as written, not where it resolved to.
         raise FetchError(source, f"cannot read {url}: {exc.strerror or type(exc).__name__}") from exc
     return FetchResult(out, size, False, validators, None, final_url)
+
+
+def _local_digest(path: Path, *, source: str, max_bytes: int) -> tuple[str, int, FileIdentity | None]:
+    """The file's SHA-256 and size, and its stat identity at the read (None when the file moved during it)."""
+    digest, size = hashlib.sha256(), 0
+    with path.open("rb") as f:
+        taken_ns = time.time_ns()  # before the first byte: a write after it is stamped no earlier (a tick)
+        before = os.fstat(f.fileno())
+        while chunk := f.read(CHUNK):
+            size += len(chunk)
+            if size > max_bytes:
+                raise FetchError(source, _too_large(max_bytes))
+            digest.update(chunk)
+        after = os.fstat(f.fileno())
+    sha256 = digest.hexdigest()
+    identity = FileIdentity.of(before, sha256, taken_ns) if _stat_key(before) == _stat_key(after) else None
+    return sha256, size, identity
 
 
 @contextlib.contextmanager

@@ -16,6 +16,9 @@ from firefeed.spec.model import FeedSpec
 from firefeed.storage import run_storage
 from firefeed.storage.keys import download_key
 
+#: the key of a local file's stat identity in its `sources` row's `staged_stats`
+FILE_IDENTITY = "file_identity"
+
 
 @dataclass
 class FetchOutcome:
@@ -27,6 +30,9 @@ class FetchOutcome:
     validators: dict[str, str | None]
     #: The download's key in the runs storage (None: a local source read in place, or not modified).
     key: str | None = None
+    #: a local file's stat identity when its digest was taken, or the kept one that vouched for it
+    #: (`FileIdentity.to_json`: the outcome travels as JSON between a fleet's jobs)
+    identity: dict[str, int | str] | None = None
 
     def report(self) -> dict[str, Any]:
         return {"name": self.name, "bytes": self.bytes, "not_modified": self.not_modified}
@@ -44,8 +50,14 @@ def fetch_settings(settings: Settings, company: str, spec_dir: Path | None) -> S
 
 
 def fetch_one(ctx: RunContext, index: int) -> FetchOutcome:
-    """FETCH one source; an unchanged source (same validators, same parse settings) is not_modified."""
-    from firefeed.pipeline.fetch import Validators
+    """FETCH one source; an unchanged source (same validators, same parse settings) is not_modified.
+
+    A local file's stat identity (`FileIdentity`) is kept in its `sources` row's `staged_stats`
+    (`FILE_IDENTITY`), bound to the digest it vouches for; it is written when a not modified fetch
+    took the digest again. A parse writes that column anew, so the run after a change reads the
+    file once more and keeps its identity then.
+    """
+    from firefeed.pipeline.fetch import FileIdentity, Validators
 
     src = ctx.spec.sources[index]
     row = ctx.control.runs.source_rows(ctx.spec.project).get(src.name)
@@ -61,8 +73,22 @@ def fetch_one(ctx: RunContext, index: int) -> FetchOutcome:
             else ctx.data.schema.table_exists(ctx.spec.company, table)
         )
         if staged:
-            previous = Validators(etag=row.etag, last_modified=row.last_modified, sha256=row.content_sha256)
-    return fetch_feed(ctx, src, previous=previous)
+            identity = FileIdentity.from_json((row.staged_stats or {}).get(FILE_IDENTITY))
+            previous = Validators(
+                etag=row.etag, last_modified=row.last_modified, sha256=row.content_sha256, identity=identity
+            )
+    outcome = fetch_feed(ctx, src, previous=previous)
+    found = outcome.identity
+    if (
+        row is not None
+        and previous is not None
+        and outcome.not_modified
+        and found != (row.staged_stats or {}).get(FILE_IDENTITY)
+    ):
+        stats = dict(row.staged_stats or {})
+        stats[FILE_IDENTITY] = found
+        ctx.control.runs.update_source(ctx.spec.project, src.name, staged_stats=stats)
+    return outcome
 
 
 def fetch_feed(ctx: RunContext, src: FeedSpec, *, previous: Any = None, scope: str = "") -> FetchOutcome:
@@ -108,6 +134,7 @@ def fetch_feed(ctx: RunContext, src: FeedSpec, *, previous: Any = None, scope: s
         path=path,
         owned=owned,
         key=key,
+        identity=result.validators.identity.to_json() if result.validators.identity is not None else None,
         validators={
             "etag": result.validators.etag,
             "last_modified": result.validators.last_modified,

@@ -1,0 +1,191 @@
+"""A local file's stat identity stands for its digest (#52): an unchanged file is not read again, and
+every way a file can change under the same name (an edit in the same stamp, an edit that puts the
+mtime back, a file replaced) is read and seen."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from firefeed.config import Settings
+from firefeed.pipeline import fetch as fetch_module
+from firefeed.pipeline.fetch import RACY_MARGIN_NS, FetchResult, FileIdentity, Validators, fetch_source
+
+OLD = b"id,stock\n1,5\n2,7\n"
+NEW = b"id,stock\n1,0\n2,7\n"  # the same size
+
+
+def fetch(tmp_path: Path, name: str, previous: Validators | None) -> FetchResult:
+    settings = Settings(_env_file=None, fetch_max_bytes=1 << 20, local_sources_root=None)  # type: ignore[call-arg]
+    return fetch_source(
+        source="stock",
+        url=name,
+        dest_dir=tmp_path / "dl",
+        base_dir=tmp_path,
+        headers=None,
+        previous=previous,
+        settings=settings,
+    )
+
+
+def settled(identity: FileIdentity | None) -> FileIdentity:
+    """The identity as a digest taken RACY_MARGIN_NS after the file's last stamp would have kept it (the
+    rule under test without sleeping out the margin in every test)."""
+    assert identity is not None
+    return dataclasses.replace(identity, taken_ns=max(identity.mtime_ns, identity.ctime_ns) + RACY_MARGIN_NS + 1)
+
+
+def kept(tmp_path: Path, name: str = "stock.csv") -> Validators:
+    """The validators a run keeps after hashing the file: its digest and its (settled) stat identity."""
+    first = fetch(tmp_path, name, Validators(sha256="0" * 64))
+    assert not first.not_modified and first.validators.sha256 is not None
+    return Validators(sha256=first.validators.sha256, identity=settled(first.validators.identity))
+
+
+@pytest.fixture()
+def unread(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The files FETCH hashed while the test ran."""
+    read: list[Path] = []
+    digest = fetch_module._local_digest
+
+    def counted(path: Path, **kwargs: Any) -> Any:
+        read.append(path)
+        return digest(path, **kwargs)
+
+    monkeypatch.setattr(fetch_module, "_local_digest", counted)
+    return read
+
+
+def test_an_unchanged_file_whose_stat_is_the_kept_identity_is_not_read(tmp_path: Path, unread: list[Path]) -> None:
+    (tmp_path / "stock.csv").write_bytes(OLD)
+    previous = kept(tmp_path)
+    unread.clear()
+    again = fetch(tmp_path, "stock.csv", previous)
+    assert again.not_modified and again.path is None and again.bytes == len(OLD)
+    assert unread == []  # the digest was not taken: the identity vouched for it
+    assert again.validators == previous  # exactly the validators the last run recorded
+
+
+def test_an_unchanged_file_fetched_for_real_after_the_margin_is_not_read_again(
+    tmp_path: Path, unread: list[Path]
+) -> None:
+    """The margin itself: an identity taken more than RACY_MARGIN_NS after the file's stamps is trusted."""
+    (tmp_path / "stock.csv").write_bytes(OLD)
+    time.sleep(RACY_MARGIN_NS / 1e9 + 0.2)
+    first = fetch(tmp_path, "stock.csv", Validators(sha256="0" * 64))
+    previous = Validators(sha256=first.validators.sha256, identity=first.validators.identity)
+    unread.clear()
+    assert fetch(tmp_path, "stock.csv", previous).not_modified
+    assert unread == []
+
+
+def test_an_identity_taken_within_the_margin_is_not_trusted_and_an_edit_in_the_same_stamp_is_seen(
+    tmp_path: Path, unread: list[Path]
+) -> None:
+    """The racy case: a same-size edit whose stamps the coarse clock left as they were. The stat is the
+    one kept, but the digest was taken within the margin of those stamps: the file is read again."""
+    path = tmp_path / "stock.csv"
+    path.write_bytes(OLD)
+    old_sha = hashlib.sha256(OLD).hexdigest()
+    path.write_bytes(NEW)
+    # The identity the read of OLD would have kept had the edit to NEW left the stat as it was.
+    racy = FileIdentity.of(os.stat(path), old_sha, time.time_ns())
+    assert not racy.vouches_for(os.stat(path), old_sha)
+    unread.clear()
+    result = fetch(tmp_path, "stock.csv", Validators(sha256=old_sha, identity=racy))
+    assert not result.not_modified and unread == [path]
+    assert result.validators.sha256 == hashlib.sha256(NEW).hexdigest()
+    # recorded anew, bound to the new digest
+    assert result.validators.identity is not None and result.validators.identity.sha256 == result.validators.sha256
+
+
+def test_a_racy_identity_of_an_unchanged_file_reads_it_and_records_the_identity_anew(
+    tmp_path: Path, unread: list[Path]
+) -> None:
+    path = tmp_path / "stock.csv"
+    path.write_bytes(OLD)
+    sha = hashlib.sha256(OLD).hexdigest()
+    racy = FileIdentity.of(os.stat(path), sha, time.time_ns())
+    unread.clear()
+    result = fetch(tmp_path, "stock.csv", Validators(sha256=sha, identity=racy))
+    assert result.not_modified and unread == [path]
+    assert result.validators.sha256 == sha and result.validators.identity is not None
+    assert result.validators.identity.taken_ns >= racy.taken_ns
+
+
+def test_an_edit_that_puts_the_mtime_back_is_seen_by_its_ctime(tmp_path: Path, unread: list[Path]) -> None:
+    path = tmp_path / "stock.csv"
+    path.write_bytes(OLD)
+    previous = kept(tmp_path)
+    before = os.stat(path)
+    assert previous.identity is not None and previous.identity.vouches_for(before, previous.sha256)
+    time.sleep(0.05)  # past the coarse clock's tick: the edit's ctime is another stamp
+    path.write_bytes(NEW)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    now = os.stat(path)
+    assert (now.st_size, now.st_mtime_ns, now.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
+    unread.clear()
+    result = fetch(tmp_path, "stock.csv", previous)
+    assert not result.not_modified and unread == [path]
+    assert result.validators.sha256 == hashlib.sha256(NEW).hexdigest()
+
+
+def test_a_file_replaced_by_another_of_the_same_size_and_mtime_is_seen_by_its_inode(
+    tmp_path: Path, unread: list[Path]
+) -> None:
+    path = tmp_path / "stock.csv"
+    path.write_bytes(OLD)
+    previous = kept(tmp_path)
+    before = os.stat(path)
+    other = tmp_path / "stock.next"
+    other.write_bytes(NEW)
+    os.utime(other, ns=(before.st_atime_ns, before.st_mtime_ns))
+    os.replace(other, path)
+    assert os.stat(path).st_ino != before.st_ino
+    unread.clear()
+    result = fetch(tmp_path, "stock.csv", previous)
+    assert not result.not_modified and unread == [path]
+
+
+def test_an_identity_bound_to_another_digest_does_not_vouch(tmp_path: Path, unread: list[Path]) -> None:
+    """The identity is kept beside the digest it was taken with: the row's digest moved on, the identity
+    did not (a parse staged other bytes), so it says nothing."""
+    (tmp_path / "stock.csv").write_bytes(OLD)
+    previous = kept(tmp_path)
+    unread.clear()
+    result = fetch(tmp_path, "stock.csv", dataclasses.replace(previous, sha256="1" * 64))
+    assert not result.not_modified and len(unread) == 1
+
+
+def test_a_compressed_local_file_follows_the_same_rule(tmp_path: Path, unread: list[Path]) -> None:
+    """Its digest is of the compressed bytes; an unchanged one is neither read nor decompressed."""
+    path = tmp_path / "stock.csv.gz"
+    path.write_bytes(gzip.compress(OLD, mtime=0))
+    previous = kept(tmp_path, "stock.csv.gz")
+    assert previous.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    shutil.rmtree(tmp_path / "dl")  # the first fetch's decompressed copy
+    unread.clear()
+    again = fetch(tmp_path, "stock.csv.gz", previous)
+    assert again.not_modified and again.path is None and unread == []
+    assert not (tmp_path / "dl").exists()  # not decompressed either
+    time.sleep(0.05)
+    path.write_bytes(gzip.compress(NEW, mtime=0))
+    changed = fetch(tmp_path, "stock.csv.gz", previous)
+    assert not changed.not_modified and changed.path is not None and changed.path.read_bytes() == NEW
+
+
+def test_an_identity_reads_back_from_what_a_run_keeps(tmp_path: Path) -> None:
+    (tmp_path / "stock.csv").write_bytes(OLD)
+    identity = kept(tmp_path).identity
+    assert identity is not None and FileIdentity.from_json(identity.to_json()) == identity
+    assert FileIdentity.from_json(None) is None
+    assert FileIdentity.from_json({"sha256": "x"}) is None
+    assert FileIdentity.from_json({**identity.to_json(), "ino": "12"}) is None
