@@ -321,12 +321,23 @@ def error_mask(checks: Sequence[Check]) -> int:
     return mask
 
 
-def measure(engine: Engine, schema: SchemaService, target: Target, export: ExportSpec) -> dict[str, Any]:
-    """Fill the export's run table and return its `diagnostics` (None without a channel) and `diff`.
+@dataclass(frozen=True)
+class Plan:
+    """What one export's run table is computed from: its columns and filter, the channel's checks, and
+    where in the columns the channel id (when it is not the key) and the variant attributes are."""
 
-    `diagnostics.invalid` counts the items with at least one error finding (SPEC 10 C3), of
-    `diagnostics.items`; `error_mask` the flag bits that make an item invalid (`invalid_items: exclude`).
-    """
+    columns: list[OutputColumn]
+    where: Piece
+    ch: Channel | None
+    checks: list[Check]
+    id_at: int | None
+    variant_at: list[int]
+    checked_at: dict[str, int]
+    structured: bool
+
+
+def plan(target: Target, export: ExportSpec) -> Plan:
+    """The export's `Plan`, as `measure` and a delta run's patch (`patch`) both read it."""
     columns = output_columns(target.fields, export, target.lists)
     where = where_clause(target.fields, export, target.lists, ident(company_schema(target.company), target.table))
     projected = [OutputColumn(c.name, Piece(ident(f"c{j}"))) for j, c in enumerate(columns)]
@@ -339,6 +350,19 @@ def measure(engine: Engine, schema: SchemaService, target: Target, export: Expor
     variant_at = (
         [at["item_group_id"], *(at[a] for a in VARIANT_ATTRIBUTES if a in at)] if ch and "item_group_id" in at else []
     )
+    checked_at = {c.attribute: at[c.attribute] for c in checks if c.attribute in at}
+    structured = export.format in ("json", "jsonl", "google-xml")
+    return Plan(list(columns), where, ch, list(checks), id_at, variant_at, checked_at, structured)
+
+
+def measure(engine: Engine, schema: SchemaService, target: Target, export: ExportSpec) -> dict[str, Any]:
+    """Fill the export's run table and return its `diagnostics` (None without a channel) and `diff`.
+
+    `diagnostics.invalid` counts the items with at least one error finding (SPEC 10 C3), of
+    `diagnostics.items`; `error_mask` the flag bits that make an item invalid (`invalid_items: exclude`).
+    """
+    p = plan(target, export)
+    columns, where, ch, checks, id_at, variant_at = p.columns, p.where, p.ch, p.checks, p.id_at, p.variant_at
     company = company_schema(target.company)
     with raw_connection(engine) as conn, conn.cursor() as cur:
         checked = fingerprint(ch, columns, checks, cur) if ch is not None and checks else None
@@ -362,8 +386,6 @@ def measure(engine: Engine, schema: SchemaService, target: Target, export: Expor
         cur.execute("SET LOCAL work_mem = '128MB'")
         # Thirty-odd hashes an item: compiling them took about 0.2 s of a 1.4 s scan of 1M items and saved nothing.
         cur.execute("SET LOCAL jit = off")
-        structured = export.format in ("json", "jsonl", "google-xml")
-        checked_at = {c.attribute: at[c.attribute] for c in checks if c.attribute in at}
         statement = _insert(
             target,
             run_table,
@@ -373,8 +395,8 @@ def measure(engine: Engine, schema: SchemaService, target: Target, export: Expor
             id_at,
             baseline,
             reuse,
-            structured,
-            checked_at,
+            p.structured,
+            p.checked_at,
             variant_at,
             payload=export.sync is not None,
         )
@@ -387,21 +409,7 @@ def measure(engine: Engine, schema: SchemaService, target: Target, export: Expor
             touched = bool(changes["added"] or changes["changed"] or changes["removed"])
             mark_variants(cur, table, kept, touched=touched, removed=bool(changes["removed"]))
         if ch is not None:
-            found: list[dict[str, Any]] = []
-            dup = _duplicates(cur, table) if id_at is not None else None
-            invalid = 0
-            # The sample of an item is its channel id when that is not the key (and not empty).
-            sample = sql.SQL("CASE WHEN i <> '' THEN i ELSE k END") if id_at is not None else sql.Identifier("k")
-            cur.execute(render(findings_sql(checks, table, sample, error_mask(checks), (VARIANT_BIT,)), cur))
-            row = cur.fetchone()
-            invalid = int(row[-1] or 0)
-            found = list(findings(checks, row))
-            if dup is not None:
-                found.append(dup)
-            same = variants(columns, int(row[-3] or 0), row[-2])
-            if same is not None:
-                found.append(same)
-            diagnostics = summary(found, ch) | {"items": rows, "invalid": invalid}
+            diagnostics = diagnose(cur, table, p, rows)
         if export.sync is not None and export.invalid_items == "exclude" and ch is not None:
             # The items the file leaves out (C3) are not sent either: no payload, so the sync plans none.
             cur.execute(
@@ -411,6 +419,24 @@ def measure(engine: Engine, schema: SchemaService, target: Target, export: Expor
         if capped:
             diagnostics = (diagnostics or {}) | summary([*(diagnostics or {}).get("findings", []), *capped], ch)
     return {"diagnostics": diagnostics, "diff": changes, _MASK: error_mask(checks) if ch is not None else 0}
+
+
+def diagnose(cur: Any, table: sql.Composable, p: Plan, rows: int) -> dict[str, Any]:
+    """The `diagnostics` of an export with a channel, read from its filled run table `table` of `rows` items."""
+    assert p.ch is not None
+    dup = _duplicates(cur, table) if p.id_at is not None else None
+    # The sample of an item is its channel id when that is not the key (and not empty).
+    sample = sql.SQL("CASE WHEN i <> '' THEN i ELSE k END") if p.id_at is not None else sql.Identifier("k")
+    cur.execute(render(findings_sql(p.checks, table, sample, error_mask(p.checks), (VARIANT_BIT,)), cur))
+    row = cur.fetchone()
+    invalid = int(row[-1] or 0)
+    found = list(findings(p.checks, row))
+    if dup is not None:
+        found.append(dup)
+    same = variants(p.columns, int(row[-3] or 0), row[-2])
+    if same is not None:
+        found.append(same)
+    return summary(found, p.ch) | {"items": rows, "invalid": invalid}
 
 
 class Measurement:

@@ -401,9 +401,11 @@ class _Driver:
         states = self.run_jobs(JobKind.EXPORT, specs) if specs else []
         exports = [contract.ExportResult.from_json(s.result_doc()) for s in states]
         entries = [e.entry for e in exports]
+        # How a delta run wrote each export (patched, or full and why): the step's detail, not the report's.
+        written = {e["name"]: e.pop("written") for e in entries if "written" in e}
         self.check_cancel()
         warnings = self.check_publish(entries)
-        detail: dict[str, Any] = {"exports": entries}
+        detail: dict[str, Any] = {"exports": entries} | ({"written": written} if written else {})
         if warnings:
             detail["warnings"] = warnings
         done = _Done(rules.rows_out, sum(e.rows for e in exports), detail)

@@ -65,6 +65,17 @@ def _spec(project: str, rules: list[dict[str, Any]], channel: list[dict[str, Any
         "exports": [
             {"name": "feed", "path": "feed.csv", "format": "csv", "fields": fields, "max_drop": "100%"},
             {"name": "channel", "path": "channel.json", "format": "json", "fields": fields, "rules": channel},
+            # A delta patches these (export/patch.py) unless a changed item enters or leaves one (the stock
+            # source writes the price) or a value holds a newline; the gzip one is written whole.
+            {
+                "name": "lines",
+                "path": "lines.jsonl",
+                "format": "jsonl",
+                "fields": fields,
+                "where": {"field": "price", "op": "contains", "value": "1"},
+                "max_drop": "100%",
+            },
+            {"name": "tabs", "path": "tabs.tsv.gz", "format": "tsv", "gzip": True, "max_drop": "100%"},
         ],
     }
 
@@ -103,6 +114,15 @@ def _comparable(report: dict[str, Any], project: str) -> dict[str, Any]:
         entry.pop("url", None)
         entry.pop("last_fetch", None)
     return doc
+
+
+def _written(run_id: str) -> dict[str, str]:
+    """How a delta run's EXPORT wrote each export: `patched`, or `full: why`."""
+    from firefeed.runs.contract import Step
+    from firefeed.runs.service import RunStore
+
+    detail = next(dict(st.detail or {}) for st in RunStore().steps(run_id) if st.step == Step.EXPORT)
+    return dict(detail.get("written") or {})
 
 
 def _files(exports: Path, project: str) -> dict[str, bytes]:
@@ -227,6 +247,9 @@ def test_a_refresh_gives_a_full_runs_files_and_report_and_a_fresh_projects_files
             assert part["items_added"] == part["items_removed"] == 0
             assert part["items_changed"] == part["items_recomputed"] <= len(items)
     event(f"refresh: {(report_r.get('incremental') or {}).get('mode')}")  # --hypothesis-show-statistics
+    if code_r == 0 and report_r["incremental"]["mode"] == "delta":
+        for name, how in _written(report_r["run_id"]).items():
+            event(f"delta export {name}: {how}")
     assert code_r == code_f
     assume(code_r != 2)
     assert _comparable(report_r, refreshed) == _comparable(report_f, full)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
+import psycopg2
+
 from firefeed.db.engine import side_work_first
+from firefeed.errors import ExportError
 from firefeed.pipeline.context import RunContext
 from firefeed.pipeline.steps._shared import export_key
 from firefeed.pipeline.steps.rules import channel_report, channel_rules
@@ -23,6 +27,18 @@ def export_one(
     from firefeed.export.quality import Target, measuring
 
     exp = ctx.spec.exports[index]
+    written: str | None = None
+    if _in_delta(ctx, table):
+        # A delta run (#52): the last file with the changed items' lines replaced, when that is safe.
+        from firefeed.export.patch import NotPatched, static_reason
+
+        written = static_reason(exp)
+        if written is None:
+            try:
+                return _patched(ctx, index, table, fields, rows) | {"written": "patched"}
+            except NotPatched as why:
+                written = str(why)
+        written = f"full: {written}"
     own = channel_rules(ctx, index, table, fields, rows) if exp.rules is not None else None
     if own is not None:
         table, fields = own.table, own.fields
@@ -59,14 +75,93 @@ def export_one(
     entry = quality.result()
     if exclude and entry.get("diagnostics") is not None:
         entry["diagnostics"]["excluded"] = quality.excluded()
+    return (
+        {
+            "name": exp.name,
+            # The storage key (`<company>/<project>/<path>`): relative to the export folder, never a server path.
+            "path": key,
+            "rows": result.rows,
+            "bytes": result.bytes,
+            "sha256": result.sha256,
+            **({"rules": channel_report(own)} if own is not None else {}),
+            # What the drop guard compares with the previous run's (P31).
+            "definition": export_definition(exp),
+        }
+        | entry
+        | ({"written": written} if written is not None else {})
+    )
+
+
+def _in_delta(ctx: RunContext, table: str) -> bool:
+    """Whether `table` is a delta run's rules result (pipeline/delta.py), whose changed items have their keys kept."""
+    from firefeed.dataplane.names import rules_tmp_table
+    from firefeed.pipeline.delta import SPLICED
+
+    return table == rules_tmp_table(ctx.run_id, SPLICED)
+
+
+def _patched(ctx: RunContext, index: int, table: str, fields: Sequence[str], rows: int | None) -> dict[str, Any]:
+    """The export written as the last file with the changed items' lines replaced (export/patch.py); NotPatched
+    (nothing published, no run table left) when it cannot be."""
+    from firefeed.errors import StorageError
+    from firefeed.export.bounds import export_bounds
+    from firefeed.export.guard import export_definition
+    from firefeed.export.patch import (
+        Beside,
+        NotPatched,
+        changed_rows,
+        complete,
+        drop_run_table,
+        keys_table_of,
+        new_lines,
+        patch_file,
+    )
+    from firefeed.export.quality import Target
+
+    exp = ctx.spec.exports[index]
+    storage = export_storage(ctx.settings)
+    key = export_key(ctx, index)
+    engine = ctx.data.engine
+    target = Target(
+        ctx.spec.company, ctx.spec.project, ctx.run_id, index, table, list(fields), ctx.spec.key, exp.list_fields
+    )
+    changed = changed_rows(engine, ctx.data.schema, target, exp, keys_table_of(target))
+    side: Beside | None = None
+    try:
+        head, lines = new_lines(engine, target, exp, ctx.spec.name or ctx.spec.project, len(changed.places))
+        bounds = export_bounds(ctx.settings, rows, storage.size(key))
+        # The run table's other rows, the diff and the findings on their own connection while the file is written.
+        side = Beside(lambda: complete(engine, target, exp, changed))
+        try:
+            with storage.reading(key) as old, storage.writing(partial_key(key, ctx.run_id)) as local:
+                written, size, sha256 = patch_file(
+                    old,
+                    local,
+                    export=exp,
+                    head=head,
+                    rows=changed.rows,
+                    places=changed.places,
+                    lines=lines,
+                    bounds=bounds,
+                )
+        except StorageError as err:
+            raise NotPatched("the last file is not in the storage") from err
+        try:
+            quality = side.result()
+        except psycopg2.Error as err:
+            message = (err.pgerror or str(err)).strip()
+            raise ExportError(exp.name, f"checking the items failed: {message}") from err
+    except BaseException:
+        if side is not None:
+            with contextlib.suppress(BaseException):  # the first error is the one to report
+                side.result()
+        drop_run_table(engine, ctx.spec.company, changed.run_table)
+        raise
     return {
         "name": exp.name,
-        # The storage key (`<company>/<project>/<path>`): relative to the export folder, never a server path.
         "path": key,
-        "rows": result.rows,
-        "bytes": result.bytes,
-        "sha256": result.sha256,
-        **({"rules": channel_report(own)} if own is not None else {}),
-        # What the drop guard compares with the previous run's (P31).
+        "rows": written,
+        "bytes": size,
+        "sha256": sha256,
         "definition": export_definition(exp),
-    } | entry
+    } | quality

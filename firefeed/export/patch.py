@@ -1,0 +1,350 @@
+"""A delta run's export (#52): the last published file with the changed items' lines replaced.
+
+A delta run (pipeline/delta.py) changes some items' values and nothing else: no item is added,
+removed or moved. A csv, tsv or jsonl file is a header and then one line per item in `_ff_ord`
+order, so the new file is the last one with the changed items' lines replaced, when:
+
+- the format writes one line per item (csv, tsv, jsonl; json and google-xml are written whole),
+  uncompressed, with no channel rules of its own and without `invalid_items: exclude` (`static_reason`);
+- the export's published keys table (the diff's baseline) is the last file's items, with their
+  positions `o`: its channel checks are this run's (an unchanged item keeps its flags), its channel
+  id is the key and it has no variants (both are judged over all items at once);
+- every changed item is in the new export exactly when it was in the last one, at the same position
+  (its `where` or the rules' exclusion did not change with it);
+- the last file holds the header, then exactly one line per item of the baseline (no value holds
+  a newline: a quoted one would make more lines), and so do the changed items' new lines.
+
+Anything else raises `NotPatched` with the reason, and the export is written in full as in any
+run. The run table (diff and checks) is what a full EXPORT builds: the changed items' rows computed
+by the same statement (`quality._insert`) restricted to them, the others the baseline's rows
+(state unchanged), so the diff, the findings and the next run's baseline are a full run's.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import psycopg2
+from psycopg2 import sql
+
+from firefeed.db.engine import raw_connection
+from firefeed.errors import ExportError
+from firefeed.export import diff
+from firefeed.export._atomic import OutputLimitError, atomic_output
+from firefeed.export._copy import _begin_read, _ready, render
+from firefeed.export.bounds import WriteBounds, check_free_space, too_large
+from firefeed.export.diagnostics import Check
+from firefeed.export.quality import (
+    DUPLICATE_BIT,
+    Plan,
+    Target,
+    _insert,
+    diagnose,
+    fingerprint,
+    plan,
+)
+from firefeed.export.select import Piece, sql_text
+from firefeed.export.writer import _rendering
+from firefeed.schema.identifiers import KEY, ORD, company_schema, ident, published_keys_table
+
+if TYPE_CHECKING:
+    from firefeed.schema.service import SchemaService
+    from firefeed.spec.model import ExportSpec
+
+T = TypeVar("T")
+
+#: the formats whose files are a head and one line per item
+LINE_FORMATS = ("csv", "tsv", "jsonl")
+#: the last file is read, and the new one written, in blocks of this size (cut at a line's end)
+_BLOCK = 4 << 20
+
+
+class NotPatched(Exception):
+    """The export cannot be patched: it is written in full (the message says why)."""
+
+
+def static_reason(export: ExportSpec) -> str | None:
+    """Why the export's spec alone rules a patch out; None when it does not."""
+    if export.format not in LINE_FORMATS:
+        return f"{export.format} is written whole"
+    if export.gzip:
+        return "gzip"
+    if export.rules is not None:
+        return "the export has rules of its own"
+    if export.invalid_items == "exclude" and export.resolved_channel is not None:
+        return "invalid_items: exclude"
+    return None
+
+
+@dataclass(frozen=True)
+class Changed:
+    """The changed items' rows in this run's run table, and where their lines are in the last file."""
+
+    run_table: str
+    baseline: diff.Published
+    plan: Plan
+    #: the changed items' places among the last file's items (0 = the first line after the head), ascending
+    places: list[int]
+    #: the last file's items
+    rows: int
+    #: the run table's columns, in order (the baseline's are the same)
+    names: list[str]
+
+
+def _where(p: Plan, export: ExportSpec, keys: sql.Composable) -> Piece:
+    """The export's `where` and: the item is one of the changed ones."""
+    only = Piece(sql.SQL("{} IN (SELECT {} FROM {})").format(ident(KEY), ident(KEY), keys))
+    return p.where + (sql_text(" AND ") if export.where_condition is not None else sql_text(" WHERE ")) + only
+
+
+def changed_rows(engine: Any, schema: SchemaService, target: Target, export: ExportSpec, keys_table: str) -> Changed:
+    """Create the export's run table with the changed items' rows (as a full run computes them); NotPatched when
+    the baseline cannot stand for the last file's other items or a changed item enters, leaves or moves."""
+    p = plan(target, export)
+    if p.id_at is not None:
+        raise NotPatched("the channel id is not the key (duplicate ids are found over all items)")
+    if p.variant_at:
+        raise NotPatched("variants are compared over all items")
+    company = company_schema(target.company)
+    keys = ident(company, keys_table)
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        checked = fingerprint(p.ch, p.columns, p.checks, cur) if p.ch is not None and p.checks else None
+        baseline = diff.published(cur, company, published_keys_table(target.project, export.name))
+        if baseline is None or not baseline.has_key_hash:
+            raise NotPatched("no published keys of the last file with their positions")
+        if checked is not None and baseline.checks != checked:
+            raise NotPatched("the channel checks are not the last file's")
+        conn.commit()
+        run_table = schema.create_export_tmp(
+            target.company,
+            target.run_id,
+            target.index,
+            with_id=False,
+            checks=f"{checked} {_label(target, p.checks)}" if checked is not None else None,
+            conn=conn,
+            with_payload=export.sync is not None,
+        )
+        names = schema.table_columns(target.company, run_table, conn=conn)
+        if names != schema.table_columns(target.company, baseline.table, conn=conn):
+            raise NotPatched("the published keys have other columns than this run's")
+        cur.execute("SET LOCAL max_parallel_workers_per_gather = 0")
+        cur.execute("SET LOCAL work_mem = '128MB'")
+        cur.execute("SET LOCAL jit = off")
+        statement = _insert(
+            target,
+            run_table,
+            p.columns,
+            _where(p, export, keys),
+            p.checks,
+            None,
+            baseline,
+            checked is not None,
+            p.structured,
+            p.checked_at,
+            (),
+            payload=export.sync is not None,
+        )
+        cur.execute(render(statement, cur))
+        run, old = ident(company, run_table), ident(company, baseline.table)
+        # The same items at the same positions in the last file's rows and in this run's.
+        cur.execute(
+            sql.SQL(
+                "SELECT count(*) FROM {run} r FULL JOIN (SELECT b.k, b.o FROM {old} b"
+                " WHERE b.k IN (SELECT {key} FROM {keys})) p ON p.k = r.k AND p.o = r.o"
+                " WHERE p.k IS NULL OR r.k IS NULL"
+            ).format(run=run, old=old, key=ident(KEY), keys=keys)
+        )
+        if cur.fetchone()[0]:
+            raise NotPatched("a changed item enters or leaves the export")
+        cur.execute(
+            sql.SQL(
+                "SELECT n FROM (SELECT o, row_number() OVER (ORDER BY o) - 1 AS n FROM {old}) x"
+                " WHERE o IN (SELECT o FROM {run}) ORDER BY n"
+            ).format(old=old, run=run)
+        )
+        places = [int(r[0]) for r in cur.fetchall()]
+        cur.execute(sql.SQL("SELECT count(*) FROM {}").format(old))
+        rows = int(cur.fetchone()[0])
+    return Changed(run_table, baseline, p, places, rows, names)
+
+
+def _label(target: Target, checks: Sequence[Check]) -> str:
+    from firefeed.export.quality import label
+
+    return label(target.run_id, checks)
+
+
+def drop_run_table(engine: Any, company: str, run_table: str) -> None:
+    """Forget a patch's run table (the full export that follows makes its own)."""
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(company_schema(company), run_table)))
+
+
+def complete(engine: Any, target: Target, export: ExportSpec, changed: Changed) -> dict[str, Any]:
+    """The run table's other rows (the baseline's, unchanged), then the export's `diagnostics` and `diff`."""
+    company = company_schema(target.company)
+    run, old = ident(company, changed.run_table), ident(company, changed.baseline.table)
+    keys = ident(company, keys_table_of(target))
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        names = changed.names
+        # What a full run writes for an item whose content hash is its published one: its flags (less the
+        # duplicate bit, the run's own), the unchanged state, no published variant hash (`w`).
+        values = {"f": sql.SQL("b.f & {}").format(sql.Literal(~DUPLICATE_BIT)), "d": sql.Literal(diff.UNCHANGED)}
+        values["w"] = sql.SQL("NULL::bigint")
+        select = sql.SQL(", ").join(values.get(n, sql.SQL("b.{}").format(ident(n))) for n in names)
+        cur.execute(
+            sql.SQL(
+                "INSERT INTO {run} ({cols}) SELECT {select} FROM {old} b"
+                " WHERE NOT EXISTS (SELECT 1 FROM {keys} c WHERE c.{key} = b.k)"
+            ).format(
+                run=run,
+                cols=sql.SQL(", ").join(ident(n) for n in names),
+                select=select,
+                old=old,
+                keys=keys,
+                key=ident(KEY),
+            )
+        )
+        cur.execute(sql.SQL("SELECT count(*) FROM {}").format(run))
+        rows = int(cur.fetchone()[0])
+        changes = diff.compare(cur, company, changed.run_table, changed.baseline, rows)
+        diagnostics = diagnose(cur, run, changed.plan, rows) if changed.plan.ch is not None else None
+    return {"diagnostics": diagnostics, "diff": changes}
+
+
+def keys_table_of(target: Target) -> str:
+    """The delta run's table of its changed items' keys (pipeline/delta.py)."""
+    from firefeed.dataplane.names import rules_tmp_table
+    from firefeed.pipeline.delta import KEYS
+
+    return rules_tmp_table(target.run_id, KEYS)
+
+
+class _Lines:
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def write(self, data: bytes, /) -> int:
+        self.parts.append(data)
+        return len(data)
+
+
+def new_lines(
+    engine: Any, target: Target, export: ExportSpec, title: str | None, count: int
+) -> tuple[bytes, list[bytes]]:
+    """The export's head and the changed items' lines (with their line end), rendered as the full export
+    renders them, in `_ff_ord` order; NotPatched when they are not `count` lines (a value holds a newline)."""
+    p = plan(target, export)
+    rendering = _rendering(export, p.columns, title)
+    company = company_schema(target.company)
+    where = _where(p, export, ident(company, keys_table_of(target)))
+    select = (
+        sql_text("SELECT ")
+        + rendering.row
+        + Piece(sql.SQL(" FROM {}").format(ident(company, target.table)))
+        + where
+        + Piece(sql.SQL(" ORDER BY {}").format(ident(ORD)))
+    )
+    sink = _Lines()
+    stream = rendering.framing(sink)
+    try:
+        with raw_connection(engine) as conn:
+            _ready(conn)
+            with conn.cursor() as cur:
+                _begin_read(cur)
+                query = sql_text("COPY (") + select + sql_text(f") TO STDOUT WITH ({rendering.options})")
+                cur.copy_expert(render(query, cur), stream)
+                items = int(cur.rowcount)
+    except psycopg2.Error as exc:
+        message = (exc.pgerror or str(exc)).strip()
+        raise ExportError(export.name, f"reading the items failed: {message}") from exc
+    stream.finish()
+    data = b"".join(sink.parts)
+    lines = data.split(b"\n")
+    if items != count or lines[-1] != b"" or len(lines) - 1 != count:
+        raise NotPatched("a changed item's value holds a newline")
+    return rendering.head, [line + b"\n" for line in lines[:-1]]
+
+
+def patch_file(
+    old: Path,
+    dest: Path,
+    *,
+    export: ExportSpec,
+    head: bytes,
+    rows: int,
+    places: Sequence[int],
+    lines: Sequence[bytes],
+    bounds: WriteBounds | None,
+) -> tuple[int, int, str]:
+    """Write `dest`: `old` with its `places`' lines replaced by `lines`; (rows, bytes, sha256).
+
+    NotPatched when `old` is not `head` and then `rows` lines. A block without a changed line is
+    written as it was read; one with some is split into its lines (C speed) and joined again.
+    """
+    limit = None
+    if bounds is not None:
+        check_free_space(export.name, dest.parent, bounds)
+        limit = bounds.limit
+    want = dict(zip(places, lines, strict=True))
+    try:
+        with open(old, "rb") as src, atomic_output(dest, scratch=True, limit=limit) as out:
+            first = src.read(len(head))
+            if first != head:
+                raise NotPatched("the last file does not start with the export's head")
+            out.write(first)
+            line = 0  # the item whose line starts the next block
+            carry = b""
+            at = 0  # the next changed place to write
+            while block := src.read(_BLOCK):
+                data = carry + block if carry else block
+                cut = data.rfind(b"\n") + 1
+                carry = data[cut:]
+                if not cut:
+                    continue
+                chunk = data[:cut] if cut < len(data) else data
+                n = chunk.count(b"\n")
+                if at < len(places) and places[at] < line + n:
+                    parts = chunk.split(b"\n")
+                    while at < len(places) and places[at] < line + n:
+                        parts[places[at] - line] = want[places[at]][:-1]
+                        at += 1
+                    chunk = b"\n".join(parts)
+                out.write(chunk)
+                line += n
+            if carry or line != rows or at != len(places):
+                raise NotPatched("the last file is not one line per item")
+        return rows, out.bytes, out.sha256
+    except OutputLimitError as exc:
+        assert bounds is not None
+        raise too_large(export.name, bounds) from exc
+    except OSError as exc:
+        raise ExportError(export.name, f"writing the file failed: {exc.strerror or type(exc).__name__}") from exc
+
+
+class Beside:
+    """`fn()` on a thread of its own (the log lines keep the run id); `result()` waits and re-raises."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self._value: Any = None
+        self._error: BaseException | None = None
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(target=context.run, args=(self._run, fn), name="export-patch", daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable[[], Any]) -> None:
+        try:
+            self._value = fn()
+        except BaseException as exc:  # re-raised by result() in the caller's thread
+            self._error = exc
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
