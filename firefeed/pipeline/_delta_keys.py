@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from psycopg2 import sql
@@ -26,6 +26,7 @@ from firefeed.pipeline.merge import (
     StagedSource,
     contributed,
     derived_rows,
+    field_providers,
     first_row_table,
     source_key_stats,
 )
@@ -38,6 +39,16 @@ log = logging.getLogger(__name__)
 #: merged rows, and the changed items' new rows with their old rows' ctid (`TID`)
 CANDIDATES, MERGED, CHANGED = "ff_delta_keys", "ff_delta_merged", "ff_delta_changed"
 TID = "_ff_tid"
+
+
+def new_value(i: int) -> str:
+    """The `CANDIDATES` column of the changed source's new value of its i-th contributed field."""
+    return f"n{i}"
+
+
+def old_value(i: int) -> str:
+    """The `CANDIDATES` column of its value in the kept rows (the one the items table merged)."""
+    return f"o{i}"
 
 
 def temp_table(cur: Any, name: str, select: sql.Composable, params: Sequence[Any], *, analyze: bool = False) -> None:
@@ -89,24 +100,41 @@ def key_counts(
     kept: dict[int, KeptStaging],
     previous: KeptRun,
     result: MergeResult,
+    *,
+    changed_only: bool = False,
 ) -> list[bool]:
     """Each source's key counts into `result` and whether it is clean (no empty or repeated key): a changed
     source's counted, an unchanged one's the last run's (its rows are the ones that run counted). The
     first-row tables `_items_select` reads (`ff_win_<j>`) are made only where it reads them: an unclean
-    source's, and with append sources the primary's and theirs."""
+    source's, and with append sources the primary's and theirs. `changed_only`: only the changed
+    sources' (the new rows are made from the items rows, delta.py's `_by_items`; `first_rows` makes the
+    others should that be refused)."""
     before = _skips_before(previous)
-    appends = any(j > 0 and s.mode == "append" for j, s in enumerate(sources))
     clean: list[bool] = []
     for j, src in enumerate(sources):
         stats = before.get(src.name)
         if j in kept or stats is None:
             stats = source_key_stats(cur, schema, key_field, src)
-        is_clean = stats.empty_key == 0 and stats.duplicate_key == 0
-        if not is_clean or (appends and (j == 0 or src.mode == "append")):
-            first_row_table(cur, schema, key_field, src, f"ff_win_{j}")
         result.sources[src.name] = stats
-        clean.append(is_clean)
+        clean.append(stats.empty_key == 0 and stats.duplicate_key == 0)
+    first_rows(cur, schema, key_field, sources, clean, kept if changed_only else range(len(sources)))
     return clean
+
+
+def first_rows(
+    cur: Any,
+    schema: str,
+    key_field: str,
+    sources: Sequence[StagedSource],
+    clean: Sequence[bool],
+    which: Collection[int],
+) -> None:
+    """The first-row tables `_items_select` reads (`ff_win_<j>`), of the sources `which`: an unclean
+    source's, and with append sources the primary's and theirs."""
+    appends = any(j > 0 and s.mode == "append" for j, s in enumerate(sources))
+    for j, src in enumerate(sources):
+        if j in which and (not clean[j] or (appends and (j == 0 or src.mode == "append"))):
+            first_row_table(cur, schema, key_field, src, f"ff_win_{j}")
 
 
 def changed_keys(
@@ -118,10 +146,16 @@ def changed_keys(
     clean: Sequence[bool],
     kept: dict[int, KeptStaging],
     previous: KeptRun,
+    *,
+    with_values: bool = False,
 ) -> None:
     """The temporary table `CANDIDATES` of the keys whose first row differs between a changed source's kept
     rows and its new ones, in what the source contributes, or that only one of them has (a key gained
-    or lost turns a join miss into a hit, or back)."""
+    or lost turns a join miss into a hit, or back). `with_values` (one changed source, whose kept and
+    new rows contribute the same fields): beside each key, the new and the old first row's value of
+    each contributed field, in `contrib` order (`new_value(i)`, `old_value(i)`; NULL where that side
+    has no row), for `by_items`."""
+    assert not with_values or len(kept) == 1
     before = _skips_before(previous)
     parts: list[sql.Composable] = []
     params: list[Any] = []
@@ -147,16 +181,113 @@ def changed_keys(
             new_row = sql.SQL(", ").join(value("n", contrib[j], f) for f in compared)
             old_row = sql.SQL(", ").join(value("o", old_contrib, f) for f in compared)
             differs = sql.SQL("ROW({}) IS DISTINCT FROM ROW({})").format(new_row, old_row)
+        carried: sql.Composable = sql.SQL("")
+        if with_values:
+            assert list(contrib[j]) == list(old_contrib)
+            carried = sql.SQL("").join(
+                sql.SQL(", n.{c} AS {nv}, o.{c} AS {ov}").format(
+                    c=ident(column_for_field(f)), nv=ident(new_value(i)), ov=ident(old_value(i))
+                )
+                for i, f in enumerate(contrib[j])
+            )
         new_rows = derived_rows(schema, key_field, src, new_win, params)
         old_rows = derived_rows(schema, key_field, old_src, old_win, params)
         parts.append(
             sql.SQL(
-                "SELECT coalesce(n.{k}, o.{k}) AS key FROM {new} n FULL JOIN {old} o ON o.{k} = n.{k} "
+                "SELECT coalesce(n.{k}, o.{k}) AS key{carried} FROM {new} n FULL JOIN {old} o ON o.{k} = n.{k} "
                 "WHERE n.{k} IS NULL OR o.{k} IS NULL OR {differs}"
-            ).format(k=ident(KEY), new=new_rows, old=old_rows, differs=differs)
+            ).format(k=ident(KEY), carried=carried, new=new_rows, old=old_rows, differs=differs)
         )
     if not parts:
         # Every source parsed again is back to the rows the last succeeded run merged (a run that failed
         # in between staged others): no key changed. An empty UNION was a syntax error and failed the run.
         parts.append(sql.SQL("SELECT NULL::text AS key WHERE FALSE"))
     temp_table(cur, CANDIDATES, sql.SQL(" UNION ").join(parts), params, analyze=True)
+
+
+# -- the changed items' new rows from their items rows (no scan of the primary's staging) ---------------
+#
+# MERGE gives field f, for an item, the value of the last source contributing f whose first row for the
+# item's key has a non-empty f (`merge._items_select`). Let source j be the one changed source, and the
+# last to contribute each of its fields: its new value for the item is then
+#   new.f                   when its new row has a non-empty f;
+#   X                       else, X being what the sources before j give (none of them changed).
+# The items row holds old.f when the kept row had a non-empty f, else X. So X is the items row's value
+# when the kept row's f is empty or missing, and '' when no source before j contributes f; the one case
+# left, a non-empty old.f going empty (or its key lost) where an earlier source contributes f, needs
+# the earlier sources' rows: `unsafe_keys` says so and the delta merges as before. Every other field is
+# the items row's own. Keys are the trimmed first rows' (`derived_rows`), as the candidates are; a key
+# no item has finds no items row (enrich adds no item).
+
+
+def by_items_refusal(
+    key_field: str,
+    sources: Sequence[StagedSource],
+    contrib: Sequence[Sequence[str]],
+    kept: dict[int, KeptStaging],
+) -> str | None:
+    """Why the changed items' new rows cannot be made from their items rows (see above); None: they can,
+    but for `unsafe_keys`."""
+    if len(kept) != 1:
+        return "more than one source changed"
+    if any(j > 0 and s.mode == "append" for j, s in enumerate(sources)):
+        return "an append source decides which items there are"
+    if any(s.lists for s in sources):
+        return "a source has list fields"
+    ((j, old),) = kept.items()
+    src = sources[j]
+    if contributed(key_field, dataclasses.replace(src, table=old.table, fields=old.fields)) != list(contrib[j]):
+        return f"source {src.name!r} contributes other fields than its kept rows"
+    later = {f for mine in contrib[j + 1 :] for f in mine}
+    overridden = [f for f in contrib[j] if f in later]
+    if overridden:
+        return f"a later source also contributes {overridden[0]!r}"
+    return None
+
+
+def unsafe_keys(cur: Any, contrib: Sequence[Sequence[str]], changed: int) -> str | None:
+    """Why a candidate (`CANDIDATES` with its values) cannot take `changed_by_items`' rows: a field an
+    earlier source also contributes went from non-empty to empty, or its key was lost. None: none did."""
+    providers = field_providers(contrib)
+    shadowing = [i for i, f in enumerate(contrib[changed]) if providers[f][0] < changed]
+    if not shadowing:
+        return None
+    emptied = sql.SQL(" OR ").join(
+        sql.SQL("(coalesce({n}, '') = '' AND coalesce({o}, '') <> '')").format(
+            n=ident(new_value(i)), o=ident(old_value(i))
+        )
+        for i in shadowing
+    )
+    cur.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM {t} WHERE {e})").format(t=ident(CANDIDATES), e=emptied))
+    if cur.fetchone()[0]:
+        return "a value an earlier source also gives went empty"
+    return None
+
+
+def changed_by_items(items: sql.Composable, columns: Sequence[str], contrib: Sequence[str]) -> sql.Composable:
+    """The SELECT of `CHANGED` from the candidates (with their values) and their items rows: each changed
+    item's new row (its items row with the changed source's fields, `contrib`, as MERGE would give
+    them: see above) and its old row's ctid (`TID`). `columns`: the items table's."""
+    replaced = {column_for_field(f): i for i, f in enumerate(contrib)}
+
+    def value(c: str) -> sql.Composable:
+        if c not in replaced:
+            return sql.SQL("i.{c}").format(c=ident(c))
+        i = replaced[c]
+        # An empty new value leaves what the sources before give: the items row's when the kept one was
+        # empty too, '' when no earlier source contributes the field (`unsafe_keys` refused the rest).
+        return sql.SQL("CASE WHEN c.{n} <> '' THEN c.{n} WHEN coalesce(c.{o}, '') = '' THEN i.{c} ELSE '' END").format(
+            n=ident(new_value(i)), o=ident(old_value(i)), c=ident(c)
+        )
+
+    assert all(c in columns for c in replaced)
+    new_row = sql.SQL(", ").join(sql.SQL("{v} AS {c}").format(v=value(c), c=ident(c)) for c in columns)
+    differs: sql.Composable = sql.SQL("FALSE")
+    if replaced:
+        differs = sql.SQL("ROW({new}) IS DISTINCT FROM ROW({old})").format(
+            new=sql.SQL(", ").join(value(c) for c in replaced),
+            old=sql.SQL(", ").join(sql.SQL("i.{c}").format(c=ident(c)) for c in replaced),
+        )
+    return sql.SQL(
+        "SELECT i.ctid AS {tid}, {new_row} FROM {t} c JOIN {items} i ON i.{k} = c.key WHERE {differs}"
+    ).format(tid=ident(TID), new_row=new_row, t=ident(CANDIDATES), items=items, k=ident(KEY), differs=differs)

@@ -7,11 +7,14 @@ order: only some items' values change. Then:
 
 - MERGE finds the candidates: the keys whose rows differ between a changed source's rows as the last
   run merged them (kept by PARSE, dataplane/staged.py) and its new ones (pipeline/_delta_keys.py).
-  It computes their merged rows again (the same SELECT as a full MERGE, `merge._items_select`,
-  restricted to those keys) and keeps only those differing from the items table (which holds the
-  last run's merged rows): the changed items. Their old rows are copied aside, their new rows
-  UPDATEd into the items table, both by TID. Without kept rows it can trust, every merged row is
-  computed again and compared (the MERGE detail's `changed_by` says which way).
+  Their new rows are their items rows with the changed source's fields replaced when that is what
+  MERGE gives (one changed source, the last to contribute its fields, no value another source also
+  gives going empty: `_delta_keys.by_items_refusal`, `unsafe_keys`), else their merged rows again
+  (the same SELECT as a full MERGE, `merge._items_select`, restricted to those keys); only those
+  differing from the items table (which holds the last run's merged rows) are the changed items.
+  Their old rows are copied aside, their new rows UPDATEd into the items table, both by TID. Without
+  kept rows it can trust, every merged row is computed again and compared (the MERGE detail's
+  `changed_by` says which way: `items rows`, `staged rows` or `merged rows`).
 - RULES runs the project's rules on the old rows and on the new rows of those items. Each rule reads
   one item only (groups, aggregates, lookups and lists rule the delta out, `why_not`), so the rules
   report's counts are additive: the last run's, less the old rows', plus the new rows'. The result is
@@ -37,10 +40,14 @@ from firefeed.pipeline._delta_keys import (
     CHANGED,
     MERGED,
     TID,
+    by_items_refusal,
+    changed_by_items,
     changed_keys,
+    first_rows,
     kept_rows,
     key_counts,
     temp_table,
+    unsafe_keys,
 )
 from firefeed.pipeline.context import RunContext
 from firefeed.pipeline.merge import (
@@ -54,7 +61,7 @@ from firefeed.pipeline.merge import (
 from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import Rule
 from firefeed.runs import contract
-from firefeed.schema.identifiers import KEY, ORD, company_schema, ident
+from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, company_schema, ident
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +80,9 @@ class DeltaTables:
     old: str
     keys: str
     changed: int
-    #: how MERGE found them: by comparing a changed source's kept staged rows with its new ones
-    #: ("staged rows"), or every item's merged row with the items table ("merged rows")
+    #: how MERGE found them: by comparing a changed source's kept staged rows with its new ones, their
+    #: new rows made from their items rows ("items rows") or merged again ("staged rows"), or every
+    #: item's merged row with the items table ("merged rows")
     found_by: str = "merged rows"
 
 
@@ -143,49 +151,34 @@ def merge_delta(
     service, run_id = ctx.data.schema, ctx.run_id
     result = MergeResult(fields=fields, rows=0)
     kept = kept_rows(ctx, sources, previous)
+    # The changed items' new rows from their items rows, without the primary's staging (_delta_keys.py
+    # says when that is what MERGE gives); else MERGE's own SELECT for the candidate keys.
+    refused = None if kept is None else by_items_refusal(spec.key, sources, contrib, kept)
     with raw_connection(ctx.data.engine) as conn, conn.cursor() as cur:
         for setting in _MERGE_SETTINGS:
             cur.execute(setting)
         if kept is None:
             clean = _first_rows(cur, schema, spec.key, sources, result)
         else:
-            clean = key_counts(cur, schema, spec.key, sources, kept, previous, result)
-            changed_keys(cur, schema, spec.key, sources, contrib, clean, kept, previous)
-        only = None if kept is None else CANDIDATES
-        columns, select, params = _items_select(schema, spec.key, fields, contrib, sources, clean, frozenset(), only)
-        cols = sql.SQL(", ").join(ident(c) for c in columns)
-        if kept is not None:
-            # Only the keys whose staged rows differ can have changed (the items table merged the kept
-            # rows): their merged rows, made apart, so the planner sizes the join with the items table by
-            # a table's pages (its guess over the unanalyzed staging tables, 12e9 rows, spilled to disk).
-            select = sql.SQL("SELECT * FROM ({select}) AS m ({cols}) WHERE m.{key} IN (SELECT key FROM {keys})").format(
-                select=select, cols=cols, key=ident(KEY), keys=ident(CANDIDATES)
-            )
-            temp_table(cur, MERGED, select, params)
-            select, params = sql.SQL("SELECT {cols} FROM {t}").format(cols=cols, t=ident(MERGED)), []
+            clean = key_counts(cur, schema, spec.key, sources, kept, previous, result, changed_only=refused is None)
+            changed_keys(cur, schema, spec.key, sources, contrib, clean, kept, previous, with_values=refused is None)
+            if refused is None:
+                refused = unsafe_keys(cur, contrib, next(iter(kept)))
+                if refused is not None:
+                    first_rows(cur, schema, spec.key, sources, clean, [j for j in range(len(sources)) if j not in kept])
         items = ident(schema, ctx.items_table)
-        new_cols = sql.SQL(", ").join(sql.SQL("n.{}").format(ident(c)) for c in columns)
+        columns = [ORD, KEY, SRC] + [column_for_field(f) for f in fields]
+        if kept is not None and refused is None:
+            # The changed items' new rows, with where their old row is (its ctid: no index on the items
+            # table, and no run but this one writes it): the old rows are then read and updated in place
+            # by TID instead of two more scans of the whole table.
+            temp_table(cur, CHANGED, changed_by_items(items, columns, contrib[next(iter(kept))]), [])
+        else:
+            if kept is not None:
+                log.info("delta: the changed items are merged again from every source: %s", refused)
+            _changed_by_merging(cur, schema, spec.key, sources, fields, contrib, clean, items, kept is not None)
+        cols = sql.SQL(", ").join(ident(c) for c in columns)
         old_cols = sql.SQL(", ").join(sql.SQL("i.{}").format(ident(c)) for c in columns)
-        # The changed items' new rows, with where their old row is (its ctid: no index on the items
-        # table, and no run but this one writes it): the old rows are then read and updated in place
-        # by TID instead of two more scans of the whole table.
-        temp_table(
-            cur,
-            CHANGED,
-            sql.SQL(
-                "SELECT i.ctid AS {tid}, {new_cols} FROM ({select}) AS n ({cols}) JOIN {items} i ON i.{key} = n.{key} "
-                "WHERE ({new_cols}) IS DISTINCT FROM ({old_cols})"
-            ).format(
-                tid=ident(TID),
-                new_cols=new_cols,
-                old_cols=old_cols,
-                select=select,
-                cols=cols,
-                items=items,
-                key=ident(KEY),
-            ),
-            params,
-        )
         changed_t = ident(CHANGED)
         new, changed = service.create_rules_tmp_as(
             spec.company,
@@ -222,8 +215,54 @@ def merge_delta(
         rows_in=sum(r.parsed.rows for r in parsed),
         skipped={name: contract.SourceSkips(s.empty_key, s.duplicate_key) for name, s in result.sources.items()},
     )
-    found_by = "merged rows" if kept is None else "staged rows"
+    found_by = "merged rows" if kept is None else "staged rows" if refused is not None else "items rows"
     return merged, DeltaTables(new=new, old=old, keys=keys, changed=changed, found_by=found_by)
+
+
+def _changed_by_merging(
+    cur: Any,
+    schema: str,
+    key_field: str,
+    sources: Sequence[StagedSource],
+    fields: list[str],
+    contrib: list[list[str]],
+    clean: Sequence[bool],
+    items: sql.Composable,
+    candidates: bool,
+) -> None:
+    """`CHANGED` from MERGE's own SELECT (`merge._items_select`): of the `CANDIDATES` keys (`candidates`),
+    else of every item; its rows compared with the items table's."""
+    only = CANDIDATES if candidates else None
+    columns, select, params = _items_select(schema, key_field, fields, contrib, sources, clean, frozenset(), only)
+    cols = sql.SQL(", ").join(ident(c) for c in columns)
+    if candidates:
+        # Only the keys whose staged rows differ can have changed (the items table merged the kept
+        # rows): their merged rows, made apart, so the planner sizes the join with the items table by
+        # a table's pages (its guess over the unanalyzed staging tables, 12e9 rows, spilled to disk).
+        select = sql.SQL("SELECT * FROM ({select}) AS m ({cols}) WHERE m.{key} IN (SELECT key FROM {keys})").format(
+            select=select, cols=cols, key=ident(KEY), keys=ident(CANDIDATES)
+        )
+        temp_table(cur, MERGED, select, params)
+        select, params = sql.SQL("SELECT {cols} FROM {t}").format(cols=cols, t=ident(MERGED)), []
+    new_cols = sql.SQL(", ").join(sql.SQL("n.{}").format(ident(c)) for c in columns)
+    old_cols = sql.SQL(", ").join(sql.SQL("i.{}").format(ident(c)) for c in columns)
+    temp_table(
+        cur,
+        CHANGED,
+        sql.SQL(
+            "SELECT i.ctid AS {tid}, {new_cols} FROM ({select}) AS n ({cols}) JOIN {items} i ON i.{key} = n.{key} "
+            "WHERE ({new_cols}) IS DISTINCT FROM ({old_cols})"
+        ).format(
+            tid=ident(TID),
+            new_cols=new_cols,
+            old_cols=old_cols,
+            select=select,
+            cols=cols,
+            items=items,
+            key=ident(KEY),
+        ),
+        params,
+    )
 
 
 def rules_delta(

@@ -120,6 +120,15 @@ def contributed(key_field: str, src: StagedSource) -> list[str]:
     return [f for f in dict.fromkeys(src.fields) if f != key_field and (allowed is None or f in allowed)]
 
 
+def field_providers(contrib: Sequence[Sequence[str]]) -> dict[str, list[int]]:
+    """Per field, the sources that contribute it, in source order: the last one with a non-empty value wins."""
+    providers: dict[str, list[int]] = {}
+    for j, mine in enumerate(contrib):
+        for f in mine:
+            providers.setdefault(f, []).append(j)
+    return providers
+
+
 def _check_keys(engine: Engine, schema: str, key_field: str, sources: Sequence[StagedSource]) -> None:
     """A source with items but no key field fails the run; one with no items (an empty file, `[]`, a
     header only) changes nothing, whatever fields it has (P36): its key reads "" (`_source_key`)."""
@@ -401,11 +410,7 @@ def _items_select(
         ]
         origin_ok = [sql.SQL("i.src <= {j}").format(j=sql.Literal(j)) for j in range(len(sources))]
 
-    providers: dict[str, list[int]] = {}
-    for j, mine in enumerate(contrib):
-        for f in mine:
-            providers.setdefault(f, []).append(j)
-
+    providers = field_providers(contrib)
     select_cols: list[sql.Composable] = [ord_expr, key_expr, src_expr, key_expr]
     select_params: list[Any] = []  # the columns' values, bound before the FROM's
     for f in fields[1:]:

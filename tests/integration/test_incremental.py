@@ -286,7 +286,7 @@ def test_a_change_of_the_stock_source_alone_recomputes_only_its_items_as_a_full_
         "items_removed": 0,
         "items_recomputed": 10,
     }
-    assert merge_detail(delta["run_id"])["changed_by"] == "staged rows"
+    assert merge_detail(delta["run_id"])["changed_by"] == "items rows"
     assert named(delta, refreshed) == named(ok(specs[full], "--full"), full)
     assert files(run_env, refreshed) == files(run_env, full)
     ok(specs[fresh])
@@ -338,7 +338,7 @@ def test_a_delta_finds_the_items_an_enrich_source_changed_gained_or_lost_from_it
     write_csv(tmp_path / "stock.csv", ["id", "stock"], rows)
     delta = ok(specs[refreshed])
     assert delta["incremental"]["mode"] == "delta", delta["incremental"]
-    assert merge_detail(delta["run_id"])["changed_by"] == "staged rows"
+    assert merge_detail(delta["run_id"])["changed_by"] == "items rows"
     assert delta["incremental"]["items_changed"] == 6, delta["incremental"]  # 1, 4, 5, 6, 9, 12
     expected = ok(specs[full], "--full")
     assert named(delta, refreshed) == named(expected, full)
@@ -352,7 +352,7 @@ def test_a_delta_finds_the_items_an_enrich_source_changed_gained_or_lost_from_it
     write_sources(tmp_path)
     again = ok(specs[refreshed])
     assert again["incremental"]["mode"] == "delta", again["incremental"]
-    assert merge_detail(again["run_id"])["changed_by"] == "staged rows"
+    assert merge_detail(again["run_id"])["changed_by"] == "items rows"
     assert named(again, refreshed) == named(ok(specs[full], "--full"), full)
     assert files(run_env, refreshed) == files(run_env, full)
 
@@ -435,7 +435,7 @@ def test_a_delta_after_a_failed_parse_of_the_source_compares_the_rows_the_last_s
     write_csv(tmp_path / "stock.csv", ["id", "stock"], rows)
     delta = ok(specs[refreshed])
     assert delta["incremental"]["mode"] == "delta", delta["incremental"]
-    assert merge_detail(delta["run_id"])["changed_by"] == "staged rows"
+    assert merge_detail(delta["run_id"])["changed_by"] == "items rows"
     assert delta["incremental"]["items_changed"] == 2, delta["incremental"]
     assert named(delta, refreshed) == named(ok(specs[full], "--full"), full)
     assert files(run_env, refreshed) == files(run_env, full)
