@@ -156,13 +156,19 @@ class FTPServer:
         Handler.banner = "test ftp"
         self._server = ThreadedFTPServer(("127.0.0.1", 0), Handler)
         self.port = self._server.address[1]
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"timeout": 0.05}, name="test-ftp", daemon=True
-        )
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="test-ftp", daemon=True)
         self._thread.start()
 
-    def close(self) -> None:
+    def _serve(self) -> None:
+        """The server's loop, closed by its own thread: `close_all` from another thread while the loop polls
+        raced it (an exception in this thread, failing whichever test was tearing down)."""
+        while not self._stop.is_set():
+            self._server.serve_forever(timeout=0.05, blocking=False, handle_exit=False)
         self._server.close_all()
+
+    def close(self) -> None:
+        self._stop.set()
         self._thread.join(10)
 
 
