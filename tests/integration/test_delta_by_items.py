@@ -154,3 +154,37 @@ def test_a_source_that_no_longer_gives_a_field_the_primary_has_merges_the_candid
     assert merge_detail(delta["run_id"])["changed_by"] == "staged rows"
     assert delta["incremental"]["items_changed"] == 23, delta["incremental"]  # every stock price but the empty ones
     same_as_full_and_fresh(run_env, refreshed, full, fresh, delta)
+
+
+def test_a_large_stock_counted_beside_the_candidates_is_found_again_when_it_gained_a_repeated_key(
+    run_env: Path, tmp_path: Path
+) -> None:
+    """A stock source of more rows than one connection counts first (`side_work_first`) is counted on a
+    second connection while the candidates are found as if still clean: a change of values, then one
+    that adds a repeated and an empty key (its first rows made and the candidates found again)."""
+    n = 12_000
+    write_csv(tmp_path / "main.csv", ["id", "title", "price", "brand"], [[str(i), "t", "1", "b0"] for i in range(n)])
+    base = [[str(i), str(i % 5), "" if i % 4 == 0 else str(100 + i)] for i in range(n)]
+    write_csv(tmp_path / "stock.csv", ["id", "stock", "price"], base)
+    write_csv(tmp_path / "brands.csv", ["brand", "country"], [["b0", "FR"]])
+    refreshed, full, fresh = projects(tmp_path, [STOCK])
+    ok(refreshed)
+    ok(full)
+    changed = [[r[0], r[1], "7"] if int(r[0]) % 100 == 1 else r for r in base]
+    write_csv(tmp_path / "stock.csv", ["id", "stock", "price"], changed)
+    delta = ok(refreshed)
+    assert merge_detail(delta["run_id"])["changed_by"] == "items rows"
+    assert delta["incremental"]["items_changed"] == n // 100, delta["incremental"]
+    assert named(delta, refreshed.stem) == named(ok(full, "--full"), full.stem)
+    assert files(run_env, refreshed.stem) == files(run_env, full.stem)
+
+    # 5 and 6 get new first rows (prices 55 and 66); their later rows and the empty key change nothing.
+    repeated = [["5", "0", "55"], ["6", "1", "66"], *changed, ["5", "4", "9"], [" 6", "4", "9"], ["", "1", "1"]]
+    write_csv(tmp_path / "stock.csv", ["id", "stock", "price"], repeated)
+    again = ok(refreshed)
+    assert merge_detail(again["run_id"])["changed_by"] == "items rows"
+    assert again["incremental"]["items_changed"] == 2, again["incremental"]
+    assert again["sources"] == ok(full, "--full")["sources"]  # the repeated and empty keys counted
+    assert files(run_env, refreshed.stem) == files(run_env, full.stem)
+    ok(fresh)
+    assert files(run_env, refreshed.stem) == files(run_env, fresh.stem)
