@@ -69,6 +69,8 @@ log = logging.getLogger(__name__)
 #: and the exports' own rules (from 10,000,001): the changed items' new and old rows, their keys,
 #: the old rows' passes, and the spliced result
 NEW_ROWS, OLD_ROWS, KEYS, SPLICED = 9_000_001, 9_000_002, 9_000_003, 9_000_004
+#: the changed items' new rows after the rules, in `_ff_ord` order, which a patched export reads (export/patch.py)
+RULED = 9_000_005
 OLD_FIRST_PASS = 5_000_001
 
 
@@ -310,6 +312,19 @@ def rules_delta(
     if sorted(columns) != sorted(ctx.data.schema.table_columns(spec.company, new_r.table)):
         raise RuntimeError("the changed items' rules result has other columns than the kept result")
     cols = sql.SQL(", ").join(ident(c) for c in columns)
+    with raw_connection(ctx.data.engine) as conn:
+        # Under a name the export finds (its job gets the result's name only), in the kept result's column order.
+        ruled_rows, _ = ctx.data.schema.create_rules_tmp_as(
+            spec.company,
+            ctx.run_id,
+            RULED,
+            columns,
+            sql.SQL("SELECT {cols} FROM {new} ORDER BY {ord}").format(
+                cols=cols, new=ident(schema, new_r.table), ord=ident(ORD)
+            ),
+            [],
+            conn=conn,
+        )
     spliced = sql.SQL(
         "SELECT {cols} FROM (SELECT {cols} FROM {kept} k WHERE NOT EXISTS "
         "(SELECT 1 FROM {keys} c WHERE c.{key} = k.{key}) UNION ALL SELECT {cols} FROM {new}) u ORDER BY {ord}"
@@ -317,7 +332,7 @@ def rules_delta(
         cols=cols,
         kept=ident(schema, kept_result),
         keys=ident(schema, tables.keys),
-        new=ident(schema, new_r.table),
+        new=ident(schema, ruled_rows),
         key=ident(KEY),
         ord=ident(ORD),
     )

@@ -112,7 +112,6 @@ def _patched(ctx: RunContext, index: int, table: str, fields: Sequence[str], row
         changed_rows,
         complete,
         drop_run_table,
-        keys_table_of,
         new_lines,
         patch_file,
     )
@@ -125,13 +124,22 @@ def _patched(ctx: RunContext, index: int, table: str, fields: Sequence[str], row
     target = Target(
         ctx.spec.company, ctx.spec.project, ctx.run_id, index, table, list(fields), ctx.spec.key, exp.list_fields
     )
-    changed = changed_rows(engine, ctx.data.schema, target, exp, keys_table_of(target))
+    # The changed items' new lines are rendered on a connection of their own while their places are found.
+    rendered = Beside(lambda: new_lines(engine, target, exp, ctx.spec.name or ctx.spec.project))
+    try:
+        changed = changed_rows(engine, ctx.data.schema, target, exp)
+    except BaseException:
+        with contextlib.suppress(BaseException):  # the first error is the one to report
+            rendered.result()
+        raise
     side: Beside | None = None
     try:
-        head, lines = new_lines(engine, target, exp, ctx.spec.name or ctx.spec.project, len(changed.places))
-        bounds = export_bounds(ctx.settings, rows, storage.size(key))
-        # The run table's other rows, the diff and the findings on their own connection while the file is written.
+        # The run table's rows, the diff and the findings on their own connection while the file is written.
         side = Beside(lambda: complete(engine, target, exp, changed))
+        head, lines = rendered.result()
+        if len(lines) != len(changed.places):
+            raise NotPatched("a changed item's value holds a newline")
+        bounds = export_bounds(ctx.settings, rows, storage.size(key))
         try:
             with storage.reading(key) as old, storage.writing(partial_key(key, ctx.run_id)) as local:
                 written, size, sha256 = patch_file(
@@ -152,9 +160,10 @@ def _patched(ctx: RunContext, index: int, table: str, fields: Sequence[str], row
             message = (err.pgerror or str(err)).strip()
             raise ExportError(exp.name, f"checking the items failed: {message}") from err
     except BaseException:
-        if side is not None:
-            with contextlib.suppress(BaseException):  # the first error is the one to report
-                side.result()
+        for job in (rendered, side):
+            if job is not None:
+                with contextlib.suppress(BaseException):  # the first error is the one to report
+                    job.result()
         drop_run_table(engine, ctx.spec.company, changed.run_table)
         raise
     return {
