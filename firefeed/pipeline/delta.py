@@ -42,10 +42,9 @@ from firefeed.pipeline._delta_keys import (
     TID,
     by_items_refusal,
     changed_by_items,
-    changed_keys,
+    find_candidates,
     first_rows,
     kept_rows,
-    key_counts,
     temp_table,
     unsafe_keys,
 )
@@ -162,8 +161,21 @@ def merge_delta(
         if kept is None:
             clean = _first_rows(cur, schema, spec.key, sources, result)
         else:
-            clean = key_counts(cur, schema, spec.key, sources, kept, previous, result, changed_only=refused is None)
-            changed_keys(cur, schema, spec.key, sources, contrib, clean, kept, previous, with_values=refused is None)
+            rows = [r.parsed.rows for r in parsed]
+            by_items = refused is None
+            clean = find_candidates(
+                ctx.data.engine,
+                cur,
+                schema,
+                spec.key,
+                sources,
+                contrib,
+                kept,
+                previous,
+                result,
+                rows,
+                by_items=by_items,
+            )
             if refused is None:
                 refused = unsafe_keys(cur, contrib, next(iter(kept)))
                 if refused is not None:
