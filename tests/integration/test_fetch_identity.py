@@ -53,11 +53,20 @@ def test_a_refresh_keeps_the_sources_stat_identity_and_the_next_one_does_not_rea
     assert "main.csv" not in read and "stock.csv" not in read  # the lookup's file is still hashed (not a source)
     assert identities(project) == kept  # nothing written again
 
-    # A changed stock file is read (its stat moved), staged again, and its new digest has no identity
-    # until a refresh reads it once more; the primary's stands.
+    # A changed stock file is read (its stat moved) and staged again; PARSE keeps the identity FETCH took
+    # with the new digest. The primary's stands.
     write_csv(tmp_path / "stock.csv", ["id", "stock"], [[str(i), str((i + 1) % 5)] for i in range(1, 31)])
     read.clear()
     delta = ok(spec)
     assert delta["incremental"]["mode"] == "delta" and read.count("stock.csv") == 1 and "main.csv" not in read
     after = identities(project)
-    assert after["main"] == kept["main"] and after["stock"][1] is None
+    assert after["main"] == kept["main"]
+    assert after["stock"][1] is not None and after["stock"][1]["sha256"] == after["stock"][0] != kept["stock"][0]
+
+    # That identity was taken within the margin of the write (racy): at most one more read records it anew,
+    # and then the file is not read again.
+    time.sleep(RACY_MARGIN_NS / 1e9 + 0.2)
+    read.clear()
+    assert ok(spec)["incremental"]["mode"] == "unchanged" and read.count("stock.csv") <= 1
+    read.clear()
+    assert ok(spec)["incremental"]["mode"] == "unchanged" and "stock.csv" not in read and "main.csv" not in read

@@ -11,7 +11,7 @@ from firefeed.errors import ParseError
 from firefeed.pipeline.context import RunContext
 from firefeed.pipeline.stage import StageResult
 from firefeed.pipeline.steps._shared import parse_signature
-from firefeed.pipeline.steps.fetch import FetchOutcome
+from firefeed.pipeline.steps.fetch import FILE_IDENTITY, FetchOutcome
 from firefeed.schema.identifiers import staging_table
 from firefeed.spec.model import FeedSpec, SourceSpec
 from firefeed.storage import run_storage
@@ -130,6 +130,8 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
             "malformed": outcome.malformed,
             "malformed_lines": outcome.malformed_lines,
             "warnings": outcome.warnings,
+            # The stat FETCH took with the digest it read: the next run need not read the file again.
+            **({FILE_IDENTITY: fetched.identity} if fetched.identity is not None and not pending else {}),
         },
     )
     return outcome
