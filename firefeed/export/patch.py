@@ -7,8 +7,8 @@ order, so the new file is the last one with the changed items' lines replaced, w
 - the format writes one line per item (csv, tsv, jsonl; json and google-xml are written whole),
   uncompressed, with no channel rules of its own and without `invalid_items: exclude` (`static_reason`);
 - the export's published keys table (the diff's baseline) is the last file's items, with their
-  positions `o`: its channel checks are this run's (an unchanged item keeps its flags), its channel
-  id is the key and it has no variants (both are judged over all items at once);
+  positions `o`: its channel checks are this run's (an unchanged item keeps its flags), and it has
+  no variants (judged over all items at once, from the published variant hashes);
 - every changed item is in the new export exactly when it was in the last one, at the same position
   (its `where` or the rules' exclusion did not change with it);
 - the last file holds the header, then exactly one line per item of the baseline (no value holds
@@ -107,8 +107,6 @@ def changed_rows(engine: Any, schema: SchemaService, target: Target, export: Exp
     the baseline cannot stand for the last file's other items or a changed item enters, leaves or moves."""
     ruled = replace(target, table=ruled_table_of(target))
     p = plan(ruled, export)
-    if p.id_at is not None:
-        raise NotPatched("the channel id is not the key (duplicate ids are found over all items)")
     if p.variant_at:
         raise NotPatched("variants are compared over all items")
     company = company_schema(target.company)
@@ -124,7 +122,7 @@ def changed_rows(engine: Any, schema: SchemaService, target: Target, export: Exp
             target.company,
             target.run_id,
             target.index,
-            with_id=False,
+            with_id=p.id_at is not None,
             checks=f"{checked} {_label(target, p.checks)}" if checked is not None else None,
             conn=conn,
             with_payload=export.sync is not None,
@@ -220,7 +218,7 @@ def complete(engine: Any, target: Target, export: ExportSpec, changed: Changed) 
             p.columns,
             p.where,
             p.checks,
-            None,
+            p.id_at,
             changed.baseline,
             changed.reuse,
             p.structured,
@@ -231,7 +229,8 @@ def complete(engine: Any, target: Target, export: ExportSpec, changed: Changed) 
         cur.execute(render(statement, cur))
         names = changed.names
         # What a full run writes for an item whose content hash is its published one: its flags (less the
-        # duplicate bit, the run's own), the unchanged state, no published variant hash (`w`).
+        # duplicate bit, the run's own: `diagnose` finds the duplicate ids again over all rows, as a full
+        # run does), the unchanged state, no published variant hash (`w`).
         values = {"f": sql.SQL("b.f & {}").format(sql.Literal(~DUPLICATE_BIT)), "d": sql.Literal(diff.UNCHANGED)}
         values["w"] = sql.SQL("NULL::bigint")
         select = sql.SQL(", ").join(values.get(n, sql.SQL("b.{}").format(ident(n))) for n in names)

@@ -30,6 +30,15 @@ EXPORTS: list[dict[str, Any]] = [
         "fields": {"id": "id", "title": "title", "price": "price", "availability": "stock"},
     },
     {"name": "lines", "path": "lines.jsonl", "format": "jsonl", "fields": {"id": "id", "title": "title"}},
+    # The channel id from the stock: most items share one (duplicate ids, found again over all items).
+    {
+        "name": "ids",
+        "path": "ids.csv",
+        "format": "csv",
+        "channel": "google",
+        "max_invalid": 100,
+        "fields": {"id": "{stock}", "title": "title", "price": "price", "availability": "stock"},
+    },
 ]
 
 
@@ -92,20 +101,22 @@ def test_a_stock_change_patches_each_line_export_with_the_files_and_report_of_a_
     before = files(run_env, specs[0].stem)
     delta = ok(specs[0])
     assert delta["incremental"]["mode"] == "delta", delta["incremental"]
-    assert written(delta["run_id"]) == {"feed": "patched", "google": "patched", "lines": "patched"}
+    assert written(delta["run_id"]) == dict.fromkeys(("feed", "google", "lines", "ids"), "patched")
     after = files(run_env, specs[0].stem)
     assert after["lines.jsonl"] == before["lines.jsonl"]
     assert b'7,item 7,"bad, ""value"""\n' in after["feed.csv"]
     by_name = {e["name"]: e for e in delta["exports"]}
     assert (by_name["feed"]["diff"]["changed"], by_name["feed"]["diff"]["samples"]["changed"]) == (2, ["3", "7"])
     assert by_name["lines"]["diff"]["changed"] == 0
+    duplicates = {f["check"]: f["count"] for f in by_name["ids"]["diagnostics"]["findings"]}["duplicate_id"]
+    assert duplicates == 17  # 20 items, 3 ids
     same_as_full(run_env, delta, specs)
 
     # A delta on a delta, its baseline the patched run's table: back to the first stock.
     sources(tmp_path)
     again = ok(specs[0])
     assert again["incremental"]["mode"] == "delta", again["incremental"]
-    assert written(again["run_id"]) == {"feed": "patched", "google": "patched", "lines": "patched"}
+    assert written(again["run_id"]) == dict.fromkeys(("feed", "google", "lines", "ids"), "patched")
     assert files(run_env, specs[0].stem) == before
     same_as_full(run_env, again, specs)
 
