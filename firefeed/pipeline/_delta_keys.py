@@ -197,7 +197,7 @@ def find_candidates(
     if unclean:
         first_rows(cur, schema, key_field, sources, clean, unclean)
         cur.execute(sql.SQL("DROP TABLE {t}").format(t=ident(CANDIDATES)))
-        changed_keys(cur, schema, key_field, sources, contrib, clean, kept, previous, with_values=by_items)
+        changed_keys(cur, schema, key_field, sources, contrib, clean, kept, previous, with_values=by_items, again=True)
     # `result.sources` in the sources' order, as a full MERGE reports them
     ordered = {s.name: result.sources[s.name] for s in sources}
     result.sources.clear()
@@ -216,13 +216,15 @@ def changed_keys(
     previous: KeptRun,
     *,
     with_values: bool = False,
+    again: bool = False,
 ) -> None:
     """The temporary table `CANDIDATES` of the keys whose first row differs between a changed source's kept
     rows and its new ones, in what the source contributes, or that only one of them has (a key gained
     or lost turns a join miss into a hit, or back). `with_values` (one changed source, whose kept and
     new rows contribute the same fields): beside each key, the new and the old first row's value of
     each contributed field, in `contrib` order (`new_value(i)`, `old_value(i)`; NULL where that side
-    has no row), for `by_items`."""
+    has no row), for `by_items`. `again`: the candidates are found a second time (`find_candidates`); the
+    kept rows' first-row tables (`ff_old_<j>`) are the first time's (a second CREATE failed the run)."""
     assert not with_values or len(kept) == 1
     before = _skips_before(previous)
     parts: list[sql.Composable] = []
@@ -236,7 +238,8 @@ def changed_keys(
         old_win = None
         if skips is None or skips.empty_key or skips.duplicate_key:
             old_win = f"ff_old_{j}"
-            first_row_table(cur, schema, key_field, old_src, old_win)
+            if not again:
+                first_row_table(cur, schema, key_field, old_src, old_win)
         new_win = None if clean[j] else f"ff_win_{j}"  # made by `_key_counts`
 
         def value(alias: str, fields: Sequence[str], f: str) -> sql.Composable:
