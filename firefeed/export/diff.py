@@ -40,6 +40,14 @@ class Published:
     has_key_hash: bool
     #: the fingerprint of the checks its flags come from (None: unknown, never reused)
     checks: str | None
+    #: the sha256 of the file these rows describe, as the publish that made them the baseline tagged them
+    #: (`FILE_TAG` on the key column; None: promoted before the tag, or not by a publish)
+    file: str | None = None
+
+
+#: The key column's comment on a published table: `file <sha256>` of the file published with it (#52: a
+#: delta's patch must know the baseline's positions are the live file's, not an older publish's).
+FILE_TAG = "file "
 
 
 def published(cur: Any, schema: str, table: str) -> Published | None:
@@ -47,17 +55,20 @@ def published(cur: Any, schema: str, table: str) -> Published | None:
     cur.execute(
         "SELECT c.oid IS NOT NULL, EXISTS (SELECT 1 FROM pg_attribute a"
         "   WHERE a.attrelid = c.oid AND a.attname = 'kh' AND NOT a.attisdropped),"
-        " obj_description(c.oid, 'pg_class')"
+        " obj_description(c.oid, 'pg_class'),"
+        " (SELECT col_description(c.oid, a.attnum) FROM pg_attribute a"
+        "   WHERE a.attrelid = c.oid AND a.attname = 'k' AND NOT a.attisdropped)"
         " FROM (SELECT to_regclass(%s) AS oid) c",
         (sql.Identifier(schema, table).as_string(cur),),
     )
-    exists, has_kh, comment = cur.fetchone()
+    exists, has_kh, comment, key_comment = cur.fetchone()
     if not exists:
         return None
     checks = None
     if isinstance(comment, str) and comment.startswith("checks "):
         checks = comment[len("checks ") :].split(" ", 1)[0]  # the fingerprint; a JSON label may follow
-    return Published(table=table, has_key_hash=bool(has_kh), checks=checks)
+    file = key_comment[len(FILE_TAG) :] if isinstance(key_comment, str) and key_comment.startswith(FILE_TAG) else None
+    return Published(table=table, has_key_hash=bool(has_kh), checks=checks, file=file)
 
 
 def join_condition(baseline: Published, new: str = "s", old: str = "p") -> sql.Composable:

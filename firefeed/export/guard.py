@@ -23,6 +23,7 @@ from firefeed import metrics
 from firefeed.dataplane.names import export_tmp_table
 from firefeed.errors import ChannelRejectError, DropGuardError, PublishBlockedError
 from firefeed.export.bounds import check_run_bytes
+from firefeed.export.diff import FILE_TAG
 from firefeed.schema.identifiers import checked_keys_table, published_keys_table
 
 if TYPE_CHECKING:
@@ -176,7 +177,12 @@ def promote(schema: SchemaService, spec: ProjectSpec, run_id: str, exports: Sequ
         if e.get("diff") is not None
     ]
     checked = [checked_keys_table(spec.project, e["name"]) for e in exports]
-    schema.promote_export_keys(spec.company, renames, drop=checked)
+    tags = {
+        published_keys_table(spec.project, e["name"]): FILE_TAG + str(e["sha256"])
+        for e in exports
+        if e.get("diff") is not None and e.get("sha256")
+    }
+    schema.promote_export_keys(spec.company, renames, drop=checked, key_comments=tags)
 
 
 def keep_checked(schema: SchemaService, spec: ProjectSpec, run_id: str, exports: Sequence[dict[str, Any]]) -> None:

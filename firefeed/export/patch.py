@@ -102,9 +102,15 @@ class Changed:
     reuse: bool
 
 
-def changed_rows(engine: Any, schema: SchemaService, target: Target, export: ExportSpec) -> Changed:
+def changed_rows(
+    engine: Any, schema: SchemaService, target: Target, export: ExportSpec, last_file: str | None
+) -> Changed:
     """Create the export's run table with the changed items' rows (as a full run computes them); NotPatched when
-    the baseline cannot stand for the last file's other items or a changed item enters, leaves or moves."""
+    the baseline cannot stand for the last file's other items or a changed item enters, leaves or moves.
+
+    `last_file`: the sha256 of the file live now (the last succeeded run's). The baseline must be tagged with
+    it: a publish whose baseline could not be kept (its promote failed) leaves an older one, whose positions
+    may be another file's; patching by them would replace the wrong items' lines."""
     ruled = replace(target, table=ruled_table_of(target))
     p = plan(ruled, export)
     if p.variant_at:
@@ -115,6 +121,8 @@ def changed_rows(engine: Any, schema: SchemaService, target: Target, export: Exp
         baseline = diff.published(cur, company, published_keys_table(target.project, export.name))
         if baseline is None or not baseline.has_key_hash:
             raise NotPatched("no published keys of the last file with their positions")
+        if last_file is None or baseline.file != last_file:
+            raise NotPatched("the published keys are not known to be the last file's")
         if checked is not None and baseline.checks != checked:
             raise NotPatched("the channel checks are not the last file's")
         conn.commit()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Container, Iterable, Iterator, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from psycopg2 import errors as pg_errors
@@ -624,8 +624,17 @@ class SchemaService:
         with raw_connection(self.engine) as conn, conn.cursor() as cur:
             cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(company_schema(company), table)))
 
-    def promote_export_keys(self, company: str, renames: Sequence[tuple[str, str]], drop: Sequence[str] = ()) -> None:
+    def promote_export_keys(
+        self,
+        company: str,
+        renames: Sequence[tuple[str, str]],
+        drop: Sequence[str] = (),
+        key_comments: Mapping[str, str] | None = None,
+    ) -> None:
         """Make each run table (first) the published one (second), all in one transaction; drop `drop`.
+
+        `key_comments`: published table -> the comment its key column gets in the same transaction (the file it
+        describes, `diff.FILE_TAG`), so the tag and the rows can only change together.
 
         The same move keeps a blocked run's tables as the exports' checked ones (`checked_keys_table`),
         and a publish drops those (`drop`): the published rows are then the newer findings.
@@ -644,6 +653,9 @@ class SchemaService:
                 cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(schema, published)))
                 cur.execute(sql.SQL("ALTER TABLE {} SET LOGGED").format(ident(schema, run_table)))
                 cur.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(ident(schema, run_table), ident(published)))
+                comment = (key_comments or {}).get(published)
+                if comment is not None:
+                    cur.execute(sql.SQL("COMMENT ON COLUMN {}.k IS %s").format(ident(schema, published)), (comment,))
 
 
 def table_pages(cur: Any, schema: str, table: str) -> int:

@@ -169,3 +169,53 @@ def test_a_published_file_edited_by_hand_makes_the_next_run_full(run_env: Path, 
     assert report["incremental"]["mode"] == "full", report["incremental"]
     assert written(report["run_id"]) == {}
     same_as_full(run_env, report, specs)
+
+
+def test_a_baseline_older_than_the_live_file_is_never_patched_by(
+    run_env: Path, tmp_path: Path, database_url: str
+) -> None:
+    """A publish whose baseline could not be kept (its promote failed after the switch) leaves the older
+    baseline under a newer file. Its positions are another file's: the patch must not use them."""
+    import psycopg2
+
+    from firefeed.schema.identifiers import company_schema, published_keys_table
+
+    sources(tmp_path)
+    specs = three(tmp_path, EXPORTS[:1])
+    ok(specs[0])
+    ok(specs[1])
+    schema, table = company_schema("increfresh"), published_keys_table(specs[0].stem, "feed")
+    conn = psycopg2.connect(database_url)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:  # the first run's baseline, put aside as a failed promote would leave it
+            cur.execute(f'ALTER TABLE "{schema}"."{table}" RENAME TO "{table}_old"')
+        # The next publish has as many items, others: item 21 added, item 4 excluded by the rule `low`.
+        write_csv(
+            tmp_path / "main.csv",
+            ["id", "title", "price"],
+            [[str(i), f"item {i}", f"{i}.00 EUR"] for i in range(1, 22)],
+        )
+        write_csv(
+            tmp_path / "stock.csv",
+            ["id", "stock"],
+            [[str(i), "gone" if i == 4 else "in_stock"] for i in range(1, 22)],
+        )
+        ok(specs[0])
+        ok(specs[1])
+        with conn.cursor() as cur:
+            cur.execute(f'DROP TABLE "{schema}"."{table}"')
+            cur.execute(f'ALTER TABLE "{schema}"."{table}_old" RENAME TO "{table}"')
+    finally:
+        conn.close()
+    # A stock-only change: a delta, whose patch would replace item 10's line at its old place (item 11's now).
+    write_csv(
+        tmp_path / "stock.csv",
+        ["id", "stock"],
+        [[str(i), {4: "gone", 10: "out_of_stock"}.get(i, "in_stock")] for i in range(1, 22)],
+    )
+    delta = ok(specs[0])
+    assert delta["incremental"]["mode"] == "delta", delta["incremental"]
+    assert written(delta["run_id"]) == {"feed": "full: the published keys are not known to be the last file's"}
+    ok(specs[1], "--full")
+    assert files(run_env, specs[0].stem) == files(run_env, specs[1].stem)

@@ -100,6 +100,17 @@ def _in_delta(ctx: RunContext, table: str) -> bool:
     return table == rules_tmp_table(ctx.run_id, SPLICED)
 
 
+def _last_sha256(ctx: RunContext, name: str) -> str | None:
+    """The sha256 the project's last succeeded run reported for export `name` (the file live now)."""
+    from firefeed.runs.contract import RunStatus
+
+    for run in ctx.control.runs.runs_of_project(ctx.spec.project):
+        if str(run.id) != ctx.run_id and run.status == RunStatus.SUCCEEDED and run.report:
+            entry = next((e for e in run.report.get("exports", []) if e.get("name") == name), None)
+            return str(entry["sha256"]) if entry is not None and entry.get("sha256") else None
+    return None
+
+
 def _patched(ctx: RunContext, index: int, table: str, fields: Sequence[str], rows: int | None) -> dict[str, Any]:
     """The export written as the last file with the changed items' lines replaced (export/patch.py); NotPatched
     (nothing published, no run table left) when it cannot be."""
@@ -127,7 +138,7 @@ def _patched(ctx: RunContext, index: int, table: str, fields: Sequence[str], row
     # The changed items' new lines are rendered on a connection of their own while their places are found.
     rendered = Beside(lambda: new_lines(engine, target, exp, ctx.spec.name or ctx.spec.project))
     try:
-        changed = changed_rows(engine, ctx.data.schema, target, exp)
+        changed = changed_rows(engine, ctx.data.schema, target, exp, _last_sha256(ctx, exp.name))
     except BaseException:
         with contextlib.suppress(BaseException):  # the first error is the one to report
             rendered.result()
