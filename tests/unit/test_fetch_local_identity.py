@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from firefeed.config import Settings
+from firefeed.errors import FireFeedError
 from firefeed.pipeline import fetch as fetch_module
 from firefeed.pipeline.fetch import RACY_MARGIN_NS, FetchResult, FileIdentity, Validators, fetch_source
 
@@ -189,3 +190,82 @@ def test_an_identity_reads_back_from_what_a_run_keeps(tmp_path: Path) -> None:
     assert FileIdentity.from_json(None) is None
     assert FileIdentity.from_json({"sha256": "x"}) is None
     assert FileIdentity.from_json({**identity.to_json(), "ino": "12"}) is None
+
+
+# A kept identity is never a way around what a read checks: the path is refused out of the allowed folders
+# before any identity is looked at, a lowered size cap still refuses the file, and a symlink's identity is
+# its target's (the path is resolved first).
+def fetch_in(root: Path, name: str, previous: Validators | None, *, max_bytes: int = 1 << 20) -> FetchResult:
+    settings = Settings(_env_file=None, fetch_max_bytes=max_bytes, local_sources_root=None)  # type: ignore[call-arg]
+    return fetch_source(
+        source="stock",
+        url=name,
+        dest_dir=root / "dl",
+        base_dir=root,
+        headers=None,
+        previous=previous,
+        settings=settings,
+    )
+
+
+def test_a_link_out_of_the_allowed_folder_is_refused_though_its_target_has_the_kept_identity(
+    tmp_path: Path, unread: list[Path]
+) -> None:
+    """The file was in the folder when its identity was kept; it moved out and a link took its place."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / "stock.csv").write_bytes(OLD)
+    previous = kept(root)
+    os.replace(root / "stock.csv", outside / "stock.csv")
+    (root / "stock.csv").symlink_to(outside / "stock.csv")
+    # The rename moved ctime on most file systems; the identity as the target's stat is now.
+    st = os.stat(outside / "stock.csv")
+    assert previous.identity is not None
+    identity = dataclasses.replace(
+        previous.identity,
+        ctime_ns=st.st_ctime_ns,
+        mtime_ns=st.st_mtime_ns,
+        taken_ns=max(st.st_ctime_ns, st.st_mtime_ns) + RACY_MARGIN_NS + 1,
+    )
+    assert identity.vouches_for(st, previous.sha256)  # were the path not checked first, it would stand
+    with pytest.raises(FireFeedError, match="outside the allowed folders"):
+        fetch_in(root, "stock.csv", dataclasses.replace(previous, identity=identity))
+
+
+def test_a_lowered_size_cap_refuses_a_file_its_kept_identity_vouches_for(tmp_path: Path, unread: list[Path]) -> None:
+    (tmp_path / "stock.csv").write_bytes(OLD)
+    previous = kept(tmp_path)
+    unread.clear()
+    with pytest.raises(FireFeedError, match=r"(?i)large|limit|bytes"):
+        fetch_in(tmp_path, "stock.csv", previous, max_bytes=len(OLD) - 1)
+    assert unread == []
+
+
+def test_a_link_moved_to_a_copy_with_the_same_size_and_times_is_read(tmp_path: Path, unread: list[Path]) -> None:
+    """The identity is the target's (the path is resolved first): another target is another inode."""
+    (tmp_path / "a.csv").write_bytes(OLD)
+    (tmp_path / "stock.csv").symlink_to(tmp_path / "a.csv")
+    previous = kept(tmp_path)
+    st = os.stat(tmp_path / "a.csv")
+    (tmp_path / "b.csv").write_bytes(NEW)
+    os.utime(tmp_path / "b.csv", ns=(st.st_atime_ns, st.st_mtime_ns))
+    (tmp_path / "stock.csv").unlink()
+    (tmp_path / "stock.csv").symlink_to(tmp_path / "b.csv")
+    unread.clear()
+    result = fetch_in(tmp_path, "stock.csv", previous)
+    assert not result.not_modified and unread == [tmp_path / "b.csv"]
+
+
+def test_an_edit_through_a_hard_link_that_puts_the_mtime_back_is_seen(tmp_path: Path, unread: list[Path]) -> None:
+    path = tmp_path / "stock.csv"
+    path.write_bytes(OLD)
+    os.link(path, tmp_path / "other.csv")
+    previous = kept(tmp_path)
+    st = os.stat(path)
+    (tmp_path / "other.csv").write_bytes(NEW)  # in place: the same inode
+    os.utime(tmp_path / "other.csv", ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(path).st_ino == st.st_ino and os.stat(path).st_size == st.st_size
+    unread.clear()
+    result = fetch_in(tmp_path, "stock.csv", previous)
+    assert not result.not_modified and unread == [path]
