@@ -90,13 +90,16 @@ class FileIdentity:
         """Whether `st` is this file, unchanged since its digest `sha256` was taken.
 
         Not when the file was stamped within RACY_MARGIN_NS of the digest: a write in the same stamp
-        could have followed the read.
+        could have followed the read. Nor when both stamps are whole seconds: a file system with 1 s
+        stamps, often a network one whose server stamps by its own clock, which may lag this one by
+        more than the margin (then a same-size edit in the stamp's second would look unchanged).
         """
         return (
             sha256 is not None
             and sha256 == self.sha256
             and _stat_key(st) == (self.dev, self.ino, self.size, self.mtime_ns, self.ctime_ns)
             and max(self.mtime_ns, self.ctime_ns) < self.taken_ns - RACY_MARGIN_NS
+            and not (self.mtime_ns % 1_000_000_000 == 0 and self.ctime_ns % 1_000_000_000 == 0)
         )
 
     def to_json(self) -> dict[str, int | str]:

@@ -269,3 +269,18 @@ def test_an_edit_through_a_hard_link_that_puts_the_mtime_back_is_seen(tmp_path: 
     unread.clear()
     result = fetch_in(tmp_path, "stock.csv", previous)
     assert not result.not_modified and unread == [path]
+
+
+def test_whole_second_stamps_never_vouch() -> None:
+    """1 s stamps (a network file system, stamped by its server's clock): a same-size edit within the stamp's
+    second would keep the stat, and the server's clock may lag the margin: such an identity is not trusted."""
+    from types import SimpleNamespace
+
+    second = 1_700_000_000 * 1_000_000_000
+    stamps = {"st_dev": 1, "st_ino": 2, "st_size": 3}
+    coarse = FileIdentity(1, 2, 3, second, second, "a" * 64, taken_ns=second + 10 * RACY_MARGIN_NS)
+    fine = dataclasses.replace(coarse, ctime_ns=second + 123)
+    coarse_stat = SimpleNamespace(**stamps, st_mtime_ns=second, st_ctime_ns=second)
+    fine_stat = SimpleNamespace(**stamps, st_mtime_ns=second, st_ctime_ns=second + 123)
+    assert not coarse.vouches_for(coarse_stat, "a" * 64)  # type: ignore[arg-type]
+    assert fine.vouches_for(fine_stat, "a" * 64)  # type: ignore[arg-type]
