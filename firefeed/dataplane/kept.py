@@ -8,6 +8,11 @@ the earlier ones. The DDL is the SchemaService's.
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg2 import sql
 
 from firefeed.dataplane.names import (
     RESULT_PREFIX,
@@ -18,8 +23,8 @@ from firefeed.dataplane.names import (
 )
 from firefeed.dataplane.views import relations_read
 from firefeed.db.engine import raw_connection
-from firefeed.schema.identifiers import company_schema
-from firefeed.schema.service import SchemaService
+from firefeed.schema.identifiers import KEY, company_schema, ident
+from firefeed.schema.service import UNUSED_DROP_LOCK_S, SchemaService, relation_kind, view_reads
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +48,76 @@ def keep_rules_result(schema: SchemaService, company: str, project: str, run_id:
             schema.rename_relation(company, name, new, view=kind == "v", conn=conn)
         schema.comment_relation(company, kept, f"project {project}", view=relations[result] == "v", conn=conn)
     return kept
+
+
+def kept_heaps(schema: SchemaService, company: str, kept: str) -> list[str] | None:
+    """The tables holding kept result `kept`'s rows when it computes none of them: itself when it is a
+    table, the parts of a kept view of parts; None for a kept pass view (its rows are computed from
+    a pass before the last, which the changed items' ruled rows are not)."""
+    with raw_connection(schema.engine) as conn, conn.cursor() as cur:
+        return _heaps(cur, company_schema(company), kept)
+
+
+def _heaps(cur: Any, schema: str, kept: str) -> list[str] | None:
+    kind = relation_kind(cur, schema, kept)
+    if kind == "r":
+        return [kept]
+    if kind != "v":
+        return None
+    # A view of parts reads two or more of its run's pass tables (kept as `<kept>_<number>`), nothing
+    # else; a pass view reads one pass table (and maybe a groups table, `..._g`).
+    found = view_reads(cur, schema, kept)
+    part = re.compile(rf"^{re.escape(kept)}_\d+$")
+    if len(found) < 2 or any(k != "r" or not part.match(name) for name, k in found):
+        return None
+    return [name for name, _ in found]
+
+
+def keep_in_place(
+    schema: SchemaService,
+    company: str,
+    run_id: str,
+    *,
+    kept: str,
+    keys: str,
+    ruled: str,
+    columns: Sequence[str],
+) -> str | None:
+    """Keep a delta run's result (pipeline/delta.py) without copying it: the kept result `kept` it was
+    made from gets the changed items' rows (their keys in `keys`) replaced by their ruled rows (`ruled`)
+    and is renamed this run's, with its parts, in one transaction (a run dying before the commit
+    leaves `kept` as it was). Only once the run has published: until then `kept` is the last
+    succeeded run's, which `values` reads. Returns the kept name; None, changing nothing, when `kept`
+    is no longer a table or a view of parts.
+
+    Its rows are then no longer in `_ff_ord` order: a later reader that needs the order sorts (the
+    export's COPY checks the order before it trusts a scan).
+    """
+    new = kept_result_table(run_id)
+    where = company_schema(company)
+    cols = sql.SQL(", ").join(ident(c) for c in columns)
+    with raw_connection(schema.engine) as conn, conn.cursor() as cur:
+        # A `values` call counting `kept` holds it: leave it then, as drop_unless_busy leaves a table.
+        cur.execute("SET LOCAL lock_timeout = %s", (f"{int(UNUSED_DROP_LOCK_S * 1000)}ms",))
+        heaps = _heaps(cur, where, kept)
+        if heaps is None:
+            return None
+        for heap in heaps:
+            cur.execute(
+                sql.SQL("DELETE FROM {heap} h WHERE EXISTS (SELECT 1 FROM {keys} c WHERE c.{key} = h.{key})").format(
+                    heap=ident(where, heap), keys=ident(where, keys), key=ident(KEY)
+                )
+            )
+        cur.execute(
+            sql.SQL("INSERT INTO {heap} ({cols}) SELECT {cols} FROM {ruled}").format(
+                heap=ident(where, heaps[-1]), cols=cols, ruled=ident(where, ruled)
+            )
+        )
+        for name in heaps if heaps != [kept] else []:
+            schema.rename_relation(company, name, new + name[len(kept) :], view=False, conn=conn)
+        # The comment (`project <id>`, which drop_kept_results finds it by) goes with it.
+        schema.rename_relation(company, kept, new, view=heaps != [kept], conn=conn)
+    return new
 
 
 def drop_kept_results(schema: SchemaService, company: str, project: str, *, keep: str | None = None) -> list[str]:

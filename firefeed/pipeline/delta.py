@@ -18,8 +18,12 @@ order: only some items' values change. Then:
 - RULES runs the project's rules on the old rows and on the new rows of those items. Each rule reads
   one item only (groups, aggregates, lookups and lists rule the delta out, `why_not`), so the rules
   report's counts are additive: the last run's, less the old rows', plus the new rows'. The result is
-  the last run's kept result with the changed items' rows replaced by the new ones, in `_ff_ord` order.
-- EXPORT is a full one, from that result (channel rules, diagnostics and diffs as in a full run).
+  the last run's kept result with the changed items' rows replaced by the new ones: a copy in `_ff_ord`
+  order when an export may need it whole (json, google-xml, gzip, channel rules: `patch.static_reason`),
+  else a view, and the kept result changed in place and renamed this run's once the run has published
+  (`keep_viewed`, dataplane/kept.py `keep_in_place`): no copy of every item.
+- EXPORT patches the csv, tsv and jsonl exports (export/patch.py: they read only the changed items' rows)
+  and writes the others in full from that result (channel rules, diagnostics and diffs as in a full run).
 
 Whatever is not proven identical to a full run is `full` with a reason.
 """
@@ -33,6 +37,8 @@ from typing import Any
 
 from psycopg2 import sql
 
+from firefeed.dataplane.kept import keep_in_place, kept_heaps
+from firefeed.dataplane.names import RESULT_PREFIX, rules_tmp_table
 from firefeed.dataplane.state import KeptRun
 from firefeed.db.engine import raw_connection
 from firefeed.pipeline._delta_keys import (
@@ -61,6 +67,8 @@ from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import Rule
 from firefeed.runs import contract
 from firefeed.schema.identifiers import KEY, ORD, SRC, column_for_field, company_schema, ident
+from firefeed.schema.service import SchemaService, relation_kind, view_reads
+from firefeed.spec.model import ProjectSpec
 
 log = logging.getLogger(__name__)
 
@@ -288,8 +296,8 @@ def rules_delta(
     rows: tuple[int, int],
 ) -> contract.RulesResult:
     """RULES for the changed items only: their old and new rows ruled, the counts adjusted, the kept result
-    spliced (see the module). `item_fields`: MERGE's fields; `previous`: the last run's RULES detail;
-    `rows`: its (rows_in, rows_out)."""
+    spliced, or viewed when every export will be patched (see the module). `item_fields`: MERGE's fields;
+    `previous`: the last run's RULES detail; `rows`: its (rows_in, rows_out)."""
     from firefeed.pipeline.rule_passes import run_rules
 
     spec = ctx.spec
@@ -326,7 +334,7 @@ def rules_delta(
     cols = sql.SQL(", ").join(ident(c) for c in columns)
     with raw_connection(ctx.data.engine) as conn:
         # Under a name the export finds (its job gets the result's name only), in the kept result's column order.
-        ruled_rows, _ = ctx.data.schema.create_rules_tmp_as(
+        ruled_rows, ruled_n = ctx.data.schema.create_rules_tmp_as(
             spec.company,
             ctx.run_id,
             RULED,
@@ -337,21 +345,36 @@ def rules_delta(
             [],
             conn=conn,
         )
-    spliced = sql.SQL(
-        "SELECT {cols} FROM (SELECT {cols} FROM {kept} k WHERE NOT EXISTS "
-        "(SELECT 1 FROM {keys} c WHERE c.{key} = k.{key}) UNION ALL SELECT {cols} FROM {new}) u ORDER BY {ord}"
-    ).format(
-        cols=cols,
-        kept=ident(schema, kept_result),
-        keys=ident(schema, tables.keys),
-        new=ident(schema, ruled_rows),
-        key=ident(KEY),
-        ord=ident(ORD),
-    )
-    with raw_connection(ctx.data.engine) as conn:
-        table, written = ctx.data.schema.create_rules_tmp_as(
-            spec.company, ctx.run_id, SPLICED, columns, spliced, [], conn=conn
+    unchanged = sql.SQL(
+        "SELECT {cols} FROM {kept} k WHERE NOT EXISTS (SELECT 1 FROM {keys} c WHERE c.{key} = k.{key})"
+    ).format(cols=cols, kept=ident(schema, kept_result), keys=ident(schema, tables.keys), key=ident(KEY))
+    if _patched_only(spec) and kept_heaps(ctx.data.schema, spec.company, kept_result) is not None:
+        # Every export will be patched from `RULED` and `KEYS`, and nothing else reads the result before
+        # it is kept: a view, kept by changing the kept result in place once the run has published
+        # (`keep_viewed`). An export that falls back to full reads the view, sorting it.
+        with raw_connection(ctx.data.engine) as conn, conn.cursor() as cur:
+            cur.execute(
+                sql.SQL(
+                    "SELECT count(*) FROM {kept} k WHERE EXISTS (SELECT 1 FROM {keys} c WHERE c.{key} = k.{key})"
+                ).format(kept=ident(schema, kept_result), keys=ident(schema, tables.keys), key=ident(KEY))
+            )
+            written = rows[1] - int(cur.fetchone()[0]) + ruled_n
+        table = ctx.data.views.pass_view(
+            spec.company,
+            ctx.run_id,
+            SPLICED,
+            columns,
+            unchanged + sql.SQL(" UNION ALL SELECT {cols} FROM {new}").format(cols=cols, new=ident(schema, ruled_rows)),
+            [],
         )
+    else:
+        spliced = sql.SQL(
+            "SELECT {cols} FROM ({unchanged} UNION ALL SELECT {cols} FROM {new}) u ORDER BY {ord}"
+        ).format(cols=cols, unchanged=unchanged, new=ident(schema, ruled_rows), ord=ident(ORD))
+        with raw_connection(ctx.data.engine) as conn:
+            table, written = ctx.data.schema.create_rules_tmp_as(
+                spec.company, ctx.run_id, SPLICED, columns, spliced, [], conn=conn
+            )
     if written != rows_out:
         raise RuntimeError(f"the spliced rules result holds {written} items, the counts say {rows_out}")
     return contract.RulesResult(
@@ -363,4 +386,35 @@ def rules_delta(
         rows_in=rows[0],
         rows_out=rows_out,
         lookups=list(previous.get("lookups", [])),
+    )
+
+
+def _patched_only(spec: ProjectSpec) -> bool:
+    """Whether every export of the spec may be patched (export/patch.py) as far as the spec tells: then
+    no export needs the whole result in order unless it falls back at EXPORT."""
+    from firefeed.export.patch import static_reason
+
+    return all(static_reason(exp) is None for exp in spec.exports)
+
+
+def keep_viewed(schema: SchemaService, company: str, run_id: str, table: str) -> str | None:
+    """Keep this delta run's result when `rules_delta` made it a view over the kept result (`keep_in_place`);
+    returns the kept name, or None when `table` is no such view (a full run's result, a spliced table)."""
+    if table != rules_tmp_table(run_id, SPLICED):
+        return None
+    where = company_schema(company)
+    with raw_connection(schema.engine) as conn, conn.cursor() as cur:
+        if relation_kind(cur, where, table) != "v":
+            return None
+        kept = [name for name, _ in view_reads(cur, where, table) if name.startswith(RESULT_PREFIX)]
+    if len(kept) != 1:
+        raise RuntimeError(f"the delta's result {table} reads {len(kept)} kept results")
+    return keep_in_place(
+        schema,
+        company,
+        run_id,
+        kept=kept[0],
+        keys=rules_tmp_table(run_id, KEYS),
+        ruled=rules_tmp_table(run_id, RULED),
+        columns=schema.table_columns(company, table),
     )

@@ -75,7 +75,9 @@ def keep_result(schema: SchemaService, *, company: str, project: str, run_id: st
     """Once a run has published its files: keep its rules' result `table` for values, and drop the
     result an earlier run kept. Never fails the run (values then applies the rules again)."""
     try:
-        kept = keep_rules_result(schema, company, project, run_id, table)
+        from firefeed.pipeline.delta import keep_viewed
+
+        kept = keep_viewed(schema, company, run_id, table) or keep_rules_result(schema, company, project, run_id, table)
         drop_kept_results(schema, company, project, keep=kept)
     except Exception:
         log.exception("could not keep the run's rules result; `firefeed values` applies the rules again")
