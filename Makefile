@@ -32,7 +32,7 @@ bytecode: $(STAMP)
 	$(BIN)/python -m compileall -q -j 0 firefeed tests celeryconfig.py >/dev/null
 
 test: $(STAMP) bytecode system-deps
-	$(BIN)/pytest -m "not stress" tests
+	$(BIN)/pytest -m "not stress" --durations=30 tests
 
 # Issue #48 acceptance: a fresh clone of HEAD, nothing beside it, runs `make test` in a network namespace (root).
 test-check:
