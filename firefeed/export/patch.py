@@ -42,7 +42,6 @@ from firefeed.export import diff
 from firefeed.export._atomic import OutputLimitError
 from firefeed.export._copy import _begin_read, _ready, render
 from firefeed.export.bounds import WriteBounds, check_free_space, too_large
-from firefeed.export.diagnostics import Check
 from firefeed.export.quality import (
     DUPLICATE_BIT,
     Plan,
@@ -50,7 +49,9 @@ from firefeed.export.quality import (
     _insert,
     diagnose,
     fingerprint,
+    label,
     plan,
+    scan_settings,
 )
 from firefeed.export.select import Piece, sql_text
 from firefeed.export.writer import _rendering
@@ -131,16 +132,14 @@ def changed_rows(
             target.run_id,
             target.index,
             with_id=p.id_at is not None,
-            checks=f"{checked} {_label(target, p.checks)}" if checked is not None else None,
+            checks=f"{checked} {label(target.run_id, p.checks)}" if checked is not None else None,
             conn=conn,
             with_payload=export.sync is not None,
         )
         names = schema.table_columns(target.company, run_table, conn=conn)
         if names != schema.table_columns(target.company, baseline.table, conn=conn):
             raise NotPatched("the published keys have other columns than this run's")
-        cur.execute("SET LOCAL max_parallel_workers_per_gather = 0")
-        cur.execute("SET LOCAL work_mem = '128MB'")
-        cur.execute("SET LOCAL jit = off")
+        scan_settings(cur)
         # The changed items the export selects now, by position (their rows go to the run table beside the file).
         ords = (
             sql_text("SELECT ")
@@ -196,12 +195,6 @@ def _places(cur: Any, old: sql.Composable, keys: sql.Composable, ords: list[int]
     return places, before + counts[-1]
 
 
-def _label(target: Target, checks: Sequence[Check]) -> str:
-    from firefeed.export.quality import label
-
-    return label(target.run_id, checks)
-
-
 def drop_run_table(engine: Any, company: str, run_table: str) -> None:
     """Forget a patch's run table (the full export that follows makes its own)."""
     with raw_connection(engine) as conn, conn.cursor() as cur:
@@ -216,9 +209,7 @@ def complete(engine: Any, target: Target, export: ExportSpec, changed: Changed) 
     ruled = replace(target, table=ruled_table_of(target))
     p = changed.plan
     with raw_connection(engine) as conn, conn.cursor() as cur:
-        cur.execute("SET LOCAL max_parallel_workers_per_gather = 0")
-        cur.execute("SET LOCAL work_mem = '128MB'")
-        cur.execute("SET LOCAL jit = off")
+        scan_settings(cur)
         # The changed items' rows as a full run computes them, joined to their published rows.
         statement = _insert(
             ruled,

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urljoin, urlsplit
@@ -103,15 +103,7 @@ class FileIdentity:
         )
 
     def to_json(self) -> dict[str, int | str]:
-        return {
-            "dev": self.dev,
-            "ino": self.ino,
-            "size": self.size,
-            "mtime_ns": self.mtime_ns,
-            "ctime_ns": self.ctime_ns,
-            "sha256": self.sha256,
-            "taken_ns": self.taken_ns,
-        }
+        return asdict(self)
 
     @classmethod
     def from_json(cls, doc: object) -> FileIdentity | None:

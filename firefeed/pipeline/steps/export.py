@@ -101,14 +101,13 @@ def _in_delta(ctx: RunContext, table: str) -> bool:
 
 
 def _last_sha256(ctx: RunContext, name: str) -> str | None:
-    """The sha256 the project's last succeeded run reported for export `name` (the file live now)."""
-    from firefeed.runs.contract import RunStatus
+    """The sha256 the project's last succeeded run recorded for export `name` (the file live now), as the
+    delta's decision read it (`dataplane.state.last_succeeded`)."""
+    from firefeed.dataplane.state import last_succeeded
 
-    for run in ctx.control.runs.runs_of_project(ctx.spec.project):
-        if str(run.id) != ctx.run_id and run.status == RunStatus.SUCCEEDED and run.report:
-            entry = next((e for e in run.report.get("exports", []) if e.get("name") == name), None)
-            return str(entry["sha256"]) if entry is not None and entry.get("sha256") else None
-    return None
+    previous = last_succeeded(ctx.control.runs, ctx.spec.project, before=ctx.run_id)
+    entry = next((e for e in previous.exports if e.get("name") == name), None) if previous is not None else None
+    return str(entry["sha256"]) if entry is not None and entry.get("sha256") else None
 
 
 def _patched(ctx: RunContext, index: int, table: str, fields: Sequence[str], rows: int | None) -> dict[str, Any]:

@@ -54,8 +54,7 @@ def fetch_one(ctx: RunContext, index: int) -> FetchOutcome:
 
     A local file's stat identity (`FileIdentity`) is kept in its `sources` row's `staged_stats`
     (`FILE_IDENTITY`), bound to the digest it vouches for; it is written when a not modified fetch
-    took the digest again. A parse writes that column anew, so the run after a change reads the
-    file once more and keeps its identity then.
+    took the digest again, and by PARSE with the digest FETCH read for it (`parse_one`).
     """
     from firefeed.pipeline.fetch import FileIdentity, Validators
 
