@@ -596,29 +596,53 @@ def _local_digest(path: Path, *, source: str, max_bytes: int) -> tuple[str, int,
     return sha256, size, identity
 
 
+@dataclass(frozen=True)
+class Digest:
+    """A file's SHA-256 taken beside its parse, and its stat identity at that read (None: it moved during it)."""
+
+    sha256: str
+    identity: FileIdentity | None
+
+
 @contextlib.contextmanager
-def file_digest(path: Path) -> Iterator[Callable[[], str]]:
-    """Hash `path` in a thread while the block runs; the block gets a function that waits for the hex SHA-256.
+def file_digest(path: Path) -> Iterator[Callable[[], Digest]]:
+    """Hash `path` in a thread while the block runs; the block gets a function that waits for the digest.
 
     For a local file fetched without hashing (`_fetch_local`): its digest, the next run's validator,
     is taken beside the parse (hashlib and file reads release the GIL) instead of before it. Leaving the
     block stops the thread; a digest asked for after an error in the thread raises that error.
+
+    The read waits, while the block runs, until the file's stamps are RACY_MARGIN_NS old: a file
+    written just before the run (a feed dropped in place, then a run) then gets an identity the next
+    run can trust (`FileIdentity.vouches_for`) and is not read again by it. The block's end (the
+    digest asked for) ends the wait: a short parse is never held up by it.
     """
-    stop = threading.Event()
+    stop, hurry = threading.Event(), threading.Event()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fetch-digest") as pool:
 
-        def run() -> str | None:
-            digest = hashlib.sha256()
+        def run() -> Digest | None:
             with path.open("rb") as f:
+                st = os.fstat(f.fileno())
+                wait_ns = max(st.st_mtime_ns, st.st_ctime_ns) + RACY_MARGIN_NS - time.time_ns()
+                if wait_ns > 0:
+                    hurry.wait(wait_ns / 1e9 + 0.05)
+                digest = hashlib.sha256()
+                taken_ns = time.time_ns()  # before the first byte, as in `_local_digest`
+                before = os.fstat(f.fileno())
                 while chunk := f.read(CHUNK):
                     if stop.is_set():
                         return None  # the block is over: nobody waits for this digest
                     digest.update(chunk)
-            return digest.hexdigest()
+                after = os.fstat(f.fileno())
+            sha256 = digest.hexdigest()
+            # Changed while it waited, or during the read: a digest of moving bytes vouches for nothing.
+            same = _stat_key(st) == _stat_key(before) == _stat_key(after)
+            return Digest(sha256, FileIdentity.of(before, sha256, taken_ns) if same else None)
 
         future = pool.submit(run)
 
-        def result() -> str:
+        def result() -> Digest:
+            hurry.set()
             value = future.result() if not stop.is_set() else None
             if value is None:
                 raise RuntimeError("the file's digest was asked for after its block")
@@ -628,6 +652,7 @@ def file_digest(path: Path) -> Iterator[Callable[[], str]]:
             yield result
         finally:
             stop.set()
+            hurry.set()
 
 
 # ---------------------------------------------------------------- shared

@@ -136,7 +136,7 @@ def load_lookups(ctx: RunContext) -> list[LookupStats]:
                 with file_digest(Path(str(fetched.path))) if pending else nullcontext(None) as beside:
                     staged = steps.stage_feed(ctx, lk, fetched, staging)
                     if beside is not None:
-                        digest = beside()
+                        digest = beside().sha256
             except (SourceError, UnsafePathError) as err:
                 # The sources' own code raised it: the message names the lookup, not a source of that name.
                 raise err.as_lookup() from err

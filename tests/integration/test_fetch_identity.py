@@ -32,14 +32,7 @@ def test_a_refresh_keeps_the_sources_stat_identity_and_the_next_one_does_not_rea
     write_sources(tmp_path)
     spec = write_project(tmp_path, project, rules=PER_ITEM_RULES)
     time.sleep(RACY_MARGIN_NS / 1e9 + 0.2)  # the files' stamps older than the margin: their identity holds
-    first = ok(spec)
-    # The first run's digests are taken while PARSE reads the files: no identity kept yet.
-    assert all(kept is None for _, kept in identities(project).values())
-    assert ok(spec)["incremental"]["mode"] == "unchanged"
-    kept = identities(project)
-    for sha256, identity in kept.values():
-        assert identity is not None and identity["sha256"] == sha256
-
+    # The first run's digests are taken while PARSE reads the files, with the stat at that read.
     read: list[str] = []
     digest = fetch_module._local_digest
 
@@ -48,6 +41,17 @@ def test_a_refresh_keeps_the_sources_stat_identity_and_the_next_one_does_not_rea
         return digest(path, **kwargs)
 
     monkeypatch.setattr(fetch_module, "_local_digest", counted)
+    first = ok(spec)
+    assert "main.csv" not in read and "stock.csv" not in read
+    kept = identities(project)
+    for sha256, identity in kept.values():
+        assert identity is not None and identity["sha256"] == sha256
+    # So the first refresh reads neither file again.
+    second = ok(spec)
+    assert second["incremental"]["mode"] == "unchanged"
+    assert "main.csv" not in read and "stock.csv" not in read
+    assert identities(project) == kept
+
     third = ok(spec)
     assert third["incremental"]["mode"] == "unchanged" and third["incremental"]["reused_from"] == first["run_id"]
     assert "main.csv" not in read and "stock.csv" not in read  # the lookup's file is still hashed (not a source)

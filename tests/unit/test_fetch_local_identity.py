@@ -284,3 +284,47 @@ def test_whole_second_stamps_never_vouch() -> None:
     fine_stat = SimpleNamespace(**stamps, st_mtime_ns=second, st_ctime_ns=second + 123)
     assert not coarse.vouches_for(coarse_stat, "a" * 64)  # type: ignore[arg-type]
     assert fine.vouches_for(fine_stat, "a" * 64)  # type: ignore[arg-type]
+
+
+# -- the digest taken beside a parse (`file_digest`) ---------------------------------------------------
+
+
+def test_a_digest_beside_a_long_parse_waits_out_the_margin_and_its_identity_vouches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fetch_module, "RACY_MARGIN_NS", 300_000_000)
+    path = tmp_path / "feed.csv"
+    path.write_bytes(OLD)  # written just now: within the margin
+    with fetch_module.file_digest(path) as digest:
+        time.sleep(0.5)  # the parse takes longer than the margin
+        got = digest()
+    assert got.sha256 == hashlib.sha256(OLD).hexdigest()
+    assert got.identity is not None and got.identity.vouches_for(path.stat(), got.sha256)
+
+
+def test_a_digest_asked_for_at_once_does_not_wait_and_its_identity_does_not_vouch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fetch_module, "RACY_MARGIN_NS", 5_000_000_000)
+    path = tmp_path / "feed.csv"
+    path.write_bytes(OLD)
+    t = time.monotonic()
+    with fetch_module.file_digest(path) as digest:
+        got = digest()
+    assert time.monotonic() - t < 2  # a short parse is not held up by the margin
+    assert got.sha256 == hashlib.sha256(OLD).hexdigest()
+    assert got.identity is None or not got.identity.vouches_for(path.stat(), got.sha256)
+
+
+def test_a_file_edited_while_the_digest_waits_gets_no_identity(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fetch_module, "RACY_MARGIN_NS", 400_000_000)
+    path = tmp_path / "feed.csv"
+    path.write_bytes(OLD)
+    with fetch_module.file_digest(path) as digest:
+        time.sleep(0.1)
+        with path.open("r+b") as f:  # the same inode, other bytes of the same size
+            f.write(NEW)
+        time.sleep(0.5)
+        got = digest()
+    assert got.sha256 == hashlib.sha256(NEW).hexdigest()
+    assert got.identity is None

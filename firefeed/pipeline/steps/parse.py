@@ -43,37 +43,53 @@ class ParseOutcome:
 
 def stage_feed(ctx: RunContext, src: FeedSpec, fetched: FetchOutcome, table: str) -> StageResult:
     """PARSE a fetched file of the spec into a fresh staging table `table` (sources and lookups alike)."""
-    from firefeed.pipeline.parse import open_reader
-    from firefeed.pipeline.stage import stage_source
+    with _fetched_file(ctx, fetched) as feed_path:
+        return stage_path(ctx, src, feed_path, table)
 
+
+@contextmanager
+def _fetched_file(ctx: RunContext, fetched: FetchOutcome) -> Iterator[Path]:
+    """The fetched file as a local path while the block runs; a download is deleted after it."""
     assert fetched.path is not None
     feed = run_storage(ctx.settings).reading(fetched.key) if fetched.key else nullcontext(Path(fetched.path))
     with feed as feed_path:
-        reader = open_reader(
-            feed_path,
-            source=src.name,
-            format=src.resolved_format,
-            encoding=src.encoding,
-            delimiter=src.delimiter,
-            item_path=src.item_path,
-            lists=src.lists if isinstance(src, SourceSpec) else None,  # a lookup's columns are text
-            preset=src.preset if isinstance(src, SourceSpec) else None,
-        )
-        staged = stage_source(
-            ctx.data.engine,
-            ctx.data.schema,
-            company=ctx.spec.company,
-            table=table,
-            reader=reader,
-            chunk_rows=ctx.settings.chunk_rows,
-        )
+        yield feed_path
     if fetched.key:
         run_storage(ctx.settings).delete(fetched.key)
-    return staged
+
+
+def stage_path(ctx: RunContext, src: FeedSpec, path: Path, table: str) -> StageResult:
+    """PARSE the local file `path` as `src` says into a fresh staging table `table` (a patch's records too:
+    the same reader settings and COPY, so the same staged text)."""
+    from firefeed.pipeline.parse import open_reader
+    from firefeed.pipeline.stage import stage_source
+
+    reader = open_reader(
+        path,
+        source=src.name,
+        format=src.resolved_format,
+        encoding=src.encoding,
+        delimiter=src.delimiter,
+        item_path=src.item_path,
+        lists=src.lists if isinstance(src, SourceSpec) else None,  # a lookup's columns are text
+        preset=src.preset if isinstance(src, SourceSpec) else None,
+    )
+    return stage_source(
+        ctx.data.engine,
+        ctx.data.schema,
+        company=ctx.spec.company,
+        table=table,
+        reader=reader,
+        chunk_rows=ctx.settings.chunk_rows,
+    )
 
 
 def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcome:
-    """PARSE one source into its staging table, or reuse the staged rows of an unchanged source."""
+    """PARSE one source into its staging table, or reuse the staged rows of an unchanged source.
+
+    A changed csv primary with a kept copy of the file its staging was parsed from is patched (only its
+    changed records staged again, pipeline/stage_patch.py) when that is provably what a full parse
+    stages; its outcome says how (`staging`)."""
     src = ctx.spec.sources[index]
     table = staging_table(ctx.spec.project, src.name)
     if fetched.not_modified:
@@ -93,16 +109,21 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
     from firefeed.pipeline.fetch import file_digest
 
     assert fetched.path is not None
+    before = ctx.control.runs.source_rows(ctx.spec.project).get(src.name)
     _keep_previous_rows(ctx, index)
     # Staging is about to change: forget the old validators until this parse succeeds.
     ctx.control.runs.update_source(ctx.spec.project, src.name, parse_signature=None)
     sha256 = fetched.validators.get("sha256")
+    identity = fetched.identity
     # A local file fetched unread (nothing to compare): its digest, the next run's validator, is taken beside.
     pending = sha256 is None and fetched.key is None
-    with file_digest(Path(fetched.path)) if pending else nullcontext(None) as digest:
-        staged = stage_feed(ctx, src, fetched, table)
-        if digest is not None:
-            sha256 = digest()
+    with _fetched_file(ctx, fetched) as feed_path, _Copy(ctx, index, feed_path) as copy:
+        with file_digest(Path(fetched.path)) if pending else nullcontext(None) as digest:
+            staged, staging = _stage(ctx, index, copy, feed_path, table, before)
+            if digest is not None:
+                beside = digest()
+                sha256, identity = beside.sha256, beside.identity.to_json() if beside.identity else None
+        kept = copy.commit(sha256)
     st = staged.stats
     if index == 0 and staged.rows == 0:
         what = "the file is empty" if not staged.fields else "the file has a header but no items"
@@ -116,6 +137,7 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
         malformed_lines=list(st.malformed_lines),
         nul_removed=st.nul_removed,
         warnings=list(st.warnings),
+        staging=staging,
     )
     ctx.control.runs.update_source(
         ctx.spec.project,
@@ -130,11 +152,91 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
             "malformed": outcome.malformed,
             "malformed_lines": outcome.malformed_lines,
             "warnings": outcome.warnings,
-            # The stat FETCH took with the digest it read: the next run need not read the file again.
-            **({FILE_IDENTITY: fetched.identity} if fetched.identity is not None and not pending else {}),
+            # What a patch of these rows must find the same (stage_patch.kept_reason).
+            "nul_removed": outcome.nul_removed,
+            "encoding": st.encoding,
+            # The stat taken with the digest (by FETCH, or beside the parse): the next run need not read
+            # the file again.
+            **({FILE_IDENTITY: identity} if identity is not None else {}),
+            **({parsed_copy.KEPT_COPY: kept.to_json()} if kept is not None else {}),
         },
     )
     return outcome
+
+
+class _Copy:
+    """The copy of a csv primary's file PARSE reads and then keeps (dataplane/parsed_copy.py), or none.
+
+    The file is copied first and the copy parsed (not copied beside the parse): the staged rows are then
+    the kept bytes whatever happens to a local source file meanwhile. `path` is what to parse."""
+
+    def __init__(self, ctx: RunContext, index: int, feed: Path) -> None:
+        self.ctx, self.index, self.feed = ctx, index, feed
+        self.tmp: Path | None = None
+        self.why_not: str | None = None
+
+    @property
+    def path(self) -> Path:
+        return self.tmp if self.tmp is not None else self.feed
+
+    def __enter__(self) -> _Copy:
+        from firefeed.pipeline import stage_patch
+
+        ctx, src = self.ctx, self.ctx.spec.sources[self.index]
+        minimum = ctx.settings.parse_keep_copy_min_bytes
+        self.why_not = "only the primary source is patched" if self.index else None
+        if self.why_not is None:
+            self.why_not = stage_patch.patchable(src, None, minimum, self.feed.stat().st_size, copy_only=True)
+        if self.why_not is None:
+            self.tmp = parsed_copy.start(ctx.settings, ctx.spec.company, ctx.spec.project, src.name, self.feed, ctx.run_id)
+        else:
+            parsed_copy.drop(ctx.settings, ctx.spec.company, ctx.spec.project, src.name)
+        return self
+
+    def commit(self, sha256: str | None) -> parsed_copy.KeptCopy | None:
+        """The copy kept as the file the staging was parsed from (None: none kept)."""
+        if self.tmp is None or sha256 is None:
+            return None
+        ctx = self.ctx
+        kept = parsed_copy.commit(ctx.settings, ctx.spec.company, ctx.spec.project, ctx.spec.sources[self.index].name, self.tmp, sha256)
+        self.tmp = None
+        return kept
+
+    def __exit__(self, *exc: object) -> None:
+        parsed_copy.discard(self.tmp)
+        self.tmp = None
+
+
+def _stage(
+    ctx: RunContext, index: int, copy: _Copy, feed: Path, table: str, before: Source | None
+) -> tuple[StageResult, dict[str, Any]]:
+    """The source staged by patch when it may be (stage_patch.py), else in full; and how (`staging`)."""
+    from firefeed.pipeline import stage_patch
+    from firefeed.pipeline.parse import ParseStats
+
+    src = ctx.spec.sources[index]
+    why = copy.why_not
+    if why is None:
+        why = stage_patch.patchable(src, before, ctx.settings.parse_keep_copy_min_bytes, feed.stat().st_size)
+    if why is None:
+        assert before is not None
+        try:
+            patched = stage_patch.patch_staging(ctx, src, before, table, copy.path)
+        except stage_patch.Refused as refused:
+            why = str(refused)
+        else:
+            stats = before.staged_stats or {}
+            kept = ParseStats(rows=int(stats["rows"]), encoding=str(stats["encoding"]))
+            staged = StageResult(fields=list(before.staged_fields or []), rows=kept.rows, stats=kept)
+            return staged, {
+                "staged": "patched",
+                "changed": patched.changed,
+                "from": before.content_sha256,
+                "new_rows": patched.new_rows,
+                "old_rows": patched.old_rows,
+            }
+        log.info("source %r is parsed in full: %s", src.name, why)
+    return stage_path(ctx, src, copy.path, table), {"staged": "full", "reason": why}
 
 
 def _keep_previous_rows(ctx: RunContext, index: int) -> None:
