@@ -61,46 +61,46 @@ format: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-bench: $(STAMP)
+bench: $(STAMP) bytecode
 	$(BIN)/python bench/pipeline_bench.py $(BENCH_ARGS)
 
 # The other benchmarks (each prints its figures and targets; see the script's docstring).
-bench-distributed: $(STAMP)
+bench-distributed: $(STAMP) bytecode
 	$(BIN)/python bench/distributed_bench.py $(BENCH_ARGS)
 
 # Inter-project concurrency: 20 projects with slow feed servers, PIPELINE_CONCURRENCY=4 against 1.
-bench-concurrency: $(STAMP)
+bench-concurrency: $(STAMP) bytecode
 	$(BIN)/python bench/concurrency_bench.py $(BENCH_ARGS)
 
-bench-rules: $(STAMP)
+bench-rules: $(STAMP) bytecode
 	$(BIN)/python bench/rules_bench.py $(BENCH_ARGS)
 
-bench-api: $(STAMP)
+bench-api: $(STAMP) bytecode
 	$(BIN)/python bench/api_bench.py $(BENCH_ARGS)
 
-bench-processes: $(STAMP)
+bench-processes: $(STAMP) bytecode
 	$(BIN)/python bench/processes_bench.py $(BENCH_ARGS)
 
-bench-preview: $(STAMP)
+bench-preview: $(STAMP) bytecode
 	$(BIN)/python bench/preview_bench.py $(BENCH_ARGS)
 
-bench-quality: $(STAMP)
+bench-quality: $(STAMP) bytecode
 	$(BIN)/python bench/quality_bench.py $(BENCH_ARGS)
 
 # Per-element list actions on one item's list of N and 4N elements: linear is ~4x (#47).
-bench-lists: $(STAMP)
+bench-lists: $(STAMP) bytecode
 	$(BIN)/python bench/list_actions_bench.py $(BENCH_ARGS)
 
 # SPEC 10 C5: a 1M-item google-xml (~1.3 GB) at its feed URL behind `firefeed api`: 4 full fetches against cat, 304s/s.
-bench-feeds: $(STAMP)
+bench-feeds: $(STAMP) bytecode
 	$(BIN)/python bench/feeds_bench.py $(BENCH_ARGS)
 
 # Channel API sync (#51): --items products to the Merchant API stand-in at 3,000 requests/min (BENCH_ARGS=--items 10000).
-bench-sync: $(STAMP)
+bench-sync: $(STAMP) bytecode
 	$(BIN)/python bench/sync_bench.py $(BENCH_ARGS)
 
 # Refreshes (#52): a no-op, 1% and stock-only refresh of the 1M feed against its full run, and the Polars anchor.
-bench-incremental: $(STAMP)
+bench-incremental: $(STAMP) bytecode
 	$(BIN)/python bench/incremental_bench.py $(BENCH_ARGS)
 
 # The stress suites, then the SQL route's property tests with every example (make test tries half).

@@ -16,10 +16,14 @@ from concurrent.futures import ProcessPoolExecutor
 
 from check_lock import ROOT, pins
 
+#: development packages a runtime one imports when they are installed (httpx's command line: rich, and
+#: pygments through it; ~100 modules compiled again by every process of the development venv)
+_IMPORTED_WHEN_PRESENT = ("rich", "pygments")
+
 
 def _sources() -> list[str]:
     out = []
-    for name in pins(ROOT / "requirements.lock"):
+    for name in [*pins(ROOT / "requirements.lock"), *_IMPORTED_WHEN_PRESENT]:
         try:
             files = md.distribution(name).files or []
         except md.PackageNotFoundError:  # a marker left it out on this platform
