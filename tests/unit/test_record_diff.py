@@ -1,0 +1,346 @@
+"""The record diff (#52, the 1% refresh): exact against a byte-by-byte reference and csv.reader, or refused."""
+
+from __future__ import annotations
+
+import csv
+import io
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from firefeed.pipeline import record_diff
+from firefeed.pipeline.record_diff import ChangedRecord, RecordDiff, diff_records, quotes_agree
+
+Record = tuple[bytes, bytes]  # (bytes without the terminator, the terminator)
+
+
+def reference_records(data: bytes, quote: int = ord('"')) -> list[Record]:
+    """The quote-parity records, one byte at a time."""
+    records, start, parity = [], 0, 0
+    for i, byte in enumerate(data):
+        if byte == quote:
+            parity ^= 1
+        elif byte == 10 and not parity:
+            end = i - 1 if i > start and data[i - 1] == 13 else i
+            records.append((data[start:end], data[end : i + 1]))
+            start = i + 1
+    if start < len(data):
+        records.append((data[start:], b""))
+    return records
+
+
+def reference_agree(data: bytes, delimiter: int = ord(",")) -> bool:
+    """quotes_agree's condition one byte at a time: no even-count quote after a byte that opens no field."""
+    parity, before = 0, None
+    for byte in data:
+        if byte == 34:
+            if not parity and before not in (None, delimiter, 10, 13, 34):
+                return False
+            parity ^= 1
+        before = byte
+    return True
+
+
+def rows(data: bytes) -> list[list[str]]:
+    return list(csv.reader(io.StringIO(data.decode("utf-8"), newline="")))
+
+
+def expected(old: bytes, new: bytes, *, max_changed: int, skip_header: bool = True) -> list[ChangedRecord] | None:
+    """The changed records by the reference, or None where diff_records must refuse."""
+    a, b = reference_records(old), reference_records(new)
+    if len(a) != len(b) or (skip_header and a and a[0] != b[0]):
+        return None
+    changed, at_old, at_new = [], 0, 0
+    for (old_bytes, old_end), (new_bytes, new_end) in zip(a, b, strict=True):
+        if (old_bytes, old_end) != (new_bytes, new_end):
+            changed.append(ChangedRecord(old_bytes, new_bytes, at_old, at_new))
+        at_old += len(old_bytes) + len(old_end)
+        at_new += len(new_bytes) + len(new_end)
+    return changed if len(changed) <= max_changed else None
+
+
+@contextmanager
+def files(old: bytes, new: bytes) -> Iterator[tuple[Path, Path]]:
+    with tempfile.TemporaryDirectory() as folder:
+        a, b = Path(folder) / "old.csv", Path(folder) / "new.csv"
+        a.write_bytes(old)
+        b.write_bytes(new)
+        yield a, b
+
+
+def diff(old: bytes, new: bytes, *, max_changed: int = 100, **options: object) -> RecordDiff:
+    with files(old, new) as (a, b):
+        return diff_records(a, b, max_changed=max_changed, **options)  # type: ignore[arg-type]
+
+
+@contextmanager
+def sizes(chunk: int, first_window: int, linear: int) -> Iterator[None]:
+    """Tiny chunks and windows, so that short files go through every path a 700 MB one takes."""
+    saved = record_diff._CHUNK, record_diff._FIRST_WINDOW, record_diff._LINEAR
+    record_diff._CHUNK, record_diff._FIRST_WINDOW, record_diff._LINEAR = chunk, first_window, linear
+    try:
+        yield
+    finally:
+        record_diff._CHUNK, record_diff._FIRST_WINDOW, record_diff._LINEAR = saved
+
+
+SIZES = st.sampled_from([(1 << 24, 1 << 12, 64), (1, 1, 1), (3, 2, 1), (7, 5, 3), (16, 1, 2)])
+
+VALUES = st.text(alphabet=st.sampled_from(list("ab ,\"\n\r'é€🔥x;")), max_size=8)
+ROW = st.lists(VALUES, min_size=1, max_size=4)
+
+
+def csv_bytes(table: list[list[str]], terminators: list[str], final: bool) -> bytes:
+    out = io.StringIO(newline="")
+    for i, (row, end) in enumerate(zip(table, terminators, strict=True)):
+        line = io.StringIO(newline="")
+        csv.writer(line, lineterminator=end).writerow(row)
+        text = line.getvalue()
+        out.write(text if final or i < len(table) - 1 else text[: -len(end)])
+    return out.getvalue().encode("utf-8")
+
+
+@st.composite
+def edited(draw: st.DrawFn) -> tuple[bytes, bytes]:
+    """A csv file as csv.writer writes it and an edit of it: values, terminators, order, records, final newline."""
+    table = draw(st.lists(ROW, min_size=2, max_size=12))
+    ends = draw(st.lists(st.sampled_from(["\n", "\r\n"]), min_size=len(table), max_size=len(table)))
+    final = draw(st.booleans())
+    old = csv_bytes(table, ends, final)
+    table, ends = [list(r) for r in table], list(ends)
+    for _ in range(draw(st.integers(1, 4))):
+        kind = draw(st.sampled_from(["value", "value", "value", "end", "swap", "insert", "remove", "final"]))
+        at = draw(
+            st.integers(0, len(table) - 1)
+            if draw(st.integers(0, 9)) == 0
+            else st.integers(min(1, len(table) - 1), len(table) - 1)
+        )
+        if kind == "value":
+            row = table[at]
+            row[draw(st.integers(0, len(row) - 1))] = draw(VALUES)
+        elif kind == "end":
+            ends[at] = "\r\n" if ends[at] == "\n" else "\n"
+        elif kind == "swap":
+            other = draw(st.integers(0, len(table) - 1))
+            table[at], table[other] = table[other], table[at]
+        elif kind == "insert":
+            table.insert(at, draw(ROW))
+            ends.insert(at, "\n")
+        elif kind == "remove" and len(table) > 1:
+            del table[at], ends[at]
+        elif kind == "final":
+            final = not final
+    return old, csv_bytes(table, ends, final)
+
+
+@settings(max_examples=300, deadline=None)
+@given(edited(), st.integers(0, 6), st.booleans(), SIZES)
+def test_the_diff_is_the_references_or_refused_where_the_reference_refuses(
+    pair: tuple[bytes, bytes], max_changed: int, skip_header: bool, size: tuple[int, int, int]
+) -> None:
+    old, new = pair
+    with sizes(*size):
+        got = diff(old, new, max_changed=max_changed, skip_header=skip_header)
+    want = expected(old, new, max_changed=max_changed, skip_header=skip_header)
+    if want is None:
+        assert got.refused is not None and got.changed == []
+        return
+    if got.refused is not None:
+        # only csv's reading of a changed record may refuse what the bytes allow (csv.writer leaves a
+        # carriage return unquoted when the line terminator is "\n")
+        assert "csv" in got.refused, got.refused
+        return
+    assert got.changed == want
+    # what the delta relies on: csv reads each file as its records read one at a time, and a changed
+    # record as one row, so the new file's rows are the old one's with the changed ones' replaced
+    old_parts = [rows(content + end) for content, end in reference_records(old)]
+    new_parts = [rows(content + end) for content, end in reference_records(new)]
+    assert rows(old) == [row for part in old_parts for row in part]
+    assert rows(new) == [row for part in new_parts for row in part]
+    for record in got.changed:
+        index = len(reference_records(old[: record.old_offset]))
+        assert [rows(record.old), rows(record.new)] == [old_parts[index], new_parts[index]]
+        assert len(old_parts[index]) == len(new_parts[index]) == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=40).map(lambda b: bytes(b'a,"\n\r'[x % 5] for x in b)), SIZES)
+def test_quotes_agree_exactly_when_csv_reads_the_parity_records(data: bytes, size: tuple[int, int, int]) -> None:
+    with sizes(*size), files(data, b"") as (path, _):
+        agree = quotes_agree(path)
+    assert agree == reference_agree(data)
+    if agree:
+        # the claim the module rests on: csv.reader's rows are the rows of each parity record read alone
+        assert rows(data) == [row for content, end in reference_records(data) for row in rows(content + end)]
+
+
+def test_the_claim_fails_without_the_check() -> None:
+    """A quote inside an unquoted field puts a later newline inside csv's quotes but outside parity's."""
+    data = b'a"b,"c\nd"\n'
+    assert not quotes_agree_bytes(data)
+    assert rows(data) != [row for content, end in reference_records(data) for row in rows(content + end)]
+
+
+def quotes_agree_bytes(data: bytes) -> bool:
+    with files(data, b"") as (path, _):
+        return quotes_agree(path)
+
+
+HEADER = b"id,title,description\n"
+ROWS = [b"1,One,plain\n", b'2,Two,"multi\nline, ""quoted"" value"\n', b"3,Three,x\n", b'4,Four,"a,b"\n', b"5,Five,y\n"]
+FEED = HEADER + b"".join(ROWS)
+
+
+def changed_rows(*replaced: tuple[int, bytes]) -> bytes:
+    rows_ = list(ROWS)
+    for at, row in replaced:
+        rows_[at] = row
+    return HEADER + b"".join(rows_)
+
+
+def test_identical_files_have_no_changes() -> None:
+    assert diff(FEED, FEED) == RecordDiff([], None)
+    assert diff(b"", b"") == RecordDiff([], None)
+    assert diff(HEADER, HEADER) == RecordDiff([], None)
+
+
+def test_a_changed_value_is_one_changed_record_with_its_offsets() -> None:
+    new = changed_rows((2, b"3,Three (new),x\n"))
+    start = len(HEADER) + len(ROWS[0]) + len(ROWS[1])
+    assert diff(FEED, new) == RecordDiff([ChangedRecord(b"3,Three,x", b"3,Three (new),x", start, start)], None)
+
+
+def test_a_change_inside_a_quoted_multiline_value_is_that_record() -> None:
+    new = changed_rows((1, b'2,Two,"multi\nline, ""quoted"" value\nand one more line"\n'))
+    (record,) = diff(FEED, new).changed
+    assert record.old == ROWS[1][:-1] and record.new.endswith(b'and one more line"')
+    assert record.old_offset == record.new_offset == len(HEADER) + len(ROWS[0])
+
+
+def test_a_value_losing_its_quotes_and_a_record_gaining_lines() -> None:
+    new = changed_rows((3, b"4,Four,a\n"), (0, b'1,"One\nTwo\nThree",plain\n'))
+    got = diff(FEED, new)
+    assert got.refused is None
+    assert [(r.old, r.new) for r in got.changed] == [
+        (ROWS[0][:-1], b'1,"One\nTwo\nThree",plain'),
+        (ROWS[3][:-1], b"4,Four,a"),
+    ]
+    # the later record's offsets are each file's own
+    assert got.changed[1].new_offset - got.changed[1].old_offset == len(b'1,"One\nTwo\nThree",plain\n') - len(ROWS[0])
+
+
+def test_a_swapped_pair_is_two_changes() -> None:
+    new = HEADER + ROWS[0] + ROWS[2] + ROWS[1] + ROWS[3] + ROWS[4]
+    got = diff(FEED, new)
+    assert got.refused is None and [(r.old, r.new) for r in got.changed] == [
+        (ROWS[1][:-1], ROWS[2][:-1]),
+        (ROWS[2][:-1], ROWS[1][:-1]),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("new", "why"),
+    [
+        (HEADER + ROWS[0] + b"9,Nine,z\n" + b"".join(ROWS[1:]), "added"),
+        (HEADER + b"".join(ROWS[1:]), "removed"),
+        (HEADER + b"".join(ROWS[:3]) + ROWS[4], "removed"),
+        (FEED + b"6,Six,z\n", "added"),
+        (FEED + b"\n", "added"),
+        (FEED[:-1] + b"\r\n6,Six,z", "added"),
+        (b"", "removed"),
+        (b"id,title,description,extra\n" + b"".join(ROWS), "header"),
+        (HEADER.replace(b"\n", b"\r\n") + b"".join(ROWS), "header"),
+    ],
+)
+def test_records_added_or_removed_and_a_changed_header_are_refused(new: bytes, why: str) -> None:
+    got = diff(FEED, new)
+    assert got.changed == [] and got.refused is not None and why in got.refused
+
+
+def test_an_insertion_is_refused_whatever_max_changed_allows() -> None:
+    got = diff(FEED, HEADER + b"0,Zero,z\n" + b"".join(ROWS), max_changed=1000)
+    assert got.refused is not None and "added" in got.refused
+
+
+def test_the_header_counts_as_a_record_when_not_skipped() -> None:
+    new = b"id,name,description\n" + b"".join(ROWS)
+    assert diff(FEED, new, skip_header=False).changed == [ChangedRecord(HEADER[:-1], b"id,name,description", 0, 0)]
+
+
+def test_an_empty_old_file_and_a_file_that_is_only_its_header() -> None:
+    assert "added" in (diff(b"", FEED).refused or "")
+    assert "added" in (diff(HEADER, FEED).refused or "")
+    assert "header" in (diff(HEADER, b"id\n").refused or "")
+
+
+def test_terminators_and_the_final_newline_count_as_changes() -> None:
+    last = len(FEED) - len(ROWS[4])
+    assert diff(FEED, FEED[:-1]).changed == [ChangedRecord(ROWS[4][:-1], ROWS[4][:-1], last, last)]
+    assert diff(FEED[:-1], FEED).changed == [ChangedRecord(ROWS[4][:-1], ROWS[4][:-1], last, last)]
+    crlf = changed_rows((2, b"3,Three,x\r\n"))
+    start = len(HEADER) + len(ROWS[0]) + len(ROWS[1])
+    assert diff(FEED, crlf).changed == [ChangedRecord(b"3,Three,x", b"3,Three,x", start, start)]
+    assert diff(crlf, FEED).changed == [ChangedRecord(b"3,Three,x", b"3,Three,x", start, start)]
+
+
+def test_more_than_max_changed_is_refused_and_up_to_it_is_not() -> None:
+    new = changed_rows((0, b"1,One!,plain\n"), (2, b"3,Three!,x\n"), (4, b"5,Five!,y\n"))
+    assert len(diff(FEED, new, max_changed=3).changed) == 3
+    got = diff(FEED, new, max_changed=2)
+    assert got.changed == [] and "more than 2" in (got.refused or "")
+    assert "more than 0" in (diff(FEED, new, max_changed=0).refused or "")
+
+
+def test_a_quote_left_open_in_a_changed_last_record_is_refused() -> None:
+    got = diff(FEED, FEED + b'6,"Six')
+    assert got.refused is not None
+    got = diff(FEED[:-1], FEED[:-1] + b'"')
+    assert got.refused is not None and "open" in got.refused
+
+
+def test_a_quote_csv_reads_as_a_literal_in_the_old_file_refuses_a_change_anywhere() -> None:
+    """Parity and csv disagree from a stray quote on: refused unless the caller vouches for the old file."""
+    old = HEADER + b'1,12" screen,plain\n2,"x\ny",z"\n3,Three,x\n'
+    assert rows(old)[1:] == [["1", '12" screen', "plain"], ["2", "x\ny", 'z"'], ["3", "Three", "x"]]
+    new = old.replace(b"Three", b"Three (new)")
+    got = diff(old, new)
+    assert got.changed == [] and "unquoted field" in (got.refused or "")
+    # identical files need no reading at all
+    assert diff(old, old) == RecordDiff([], None)
+
+
+def test_a_quote_csv_reads_as_a_literal_in_a_changed_record_is_refused() -> None:
+    got = diff(FEED, changed_rows((2, b'3,Three 12" 15",x\n')), old_quotes_checked=True)
+    assert got.changed == [] and "literal" in (got.refused or "")
+    got = diff(FEED, changed_rows((2, b'3,"Three"x"",x\n')), old_quotes_checked=True)
+    assert got.changed == [] and "literal" in (got.refused or "")
+
+
+def test_a_quote_after_a_closing_one_is_still_csv_quoting() -> None:
+    """`"a"b` is a quoted value with text after it, to csv as to parity: the change stands."""
+    got = diff(FEED, changed_rows((2, b'3,"Three"b,x\n')))
+    assert got.refused is None and [r.new for r in got.changed] == [b'3,"Three"b,x']
+    assert rows(got.changed[0].new) == [["3", "Threeb", "x"]]
+
+
+def test_a_changed_record_csv_reads_as_no_row_or_two_is_refused() -> None:
+    assert "blank" in (diff(FEED, changed_rows((2, b"\n"))).refused or "")
+    assert "carriage return" in (diff(FEED, changed_rows((2, b"3,Three\r,x\n"))).refused or "")
+    # inside quotes a carriage return is a value's
+    assert diff(FEED, changed_rows((2, b'3,"Thr\ree",x\n'))).refused is None
+
+
+def test_another_delimiter_and_quote() -> None:
+    old = b"id;title\n1;'a;b'\n2;c\n"
+    new = b"id;title\n1;'a;b'\n2;'c;d'\n"
+    got = diff(old, new, delimiter=b";", quote=b"'")
+    assert got.refused is None and [r.new for r in got.changed] == [b"2;'c;d'"]
+    with pytest.raises(ValueError, match="differ"):
+        diff(old, new, delimiter=b";", quote=b";")
+    with pytest.raises(ValueError, match="one byte"):
+        diff(old, new, delimiter=b"\n")
