@@ -66,6 +66,10 @@ class Settings(BaseSettings):
     # The longest value PARSE takes from any feed format, in characters (parse/_base.py): a row holding a
     # longer one is malformed and skipped. 2^28: four bytes a character still fits a Postgres text (1 GB).
     parse_max_value_chars: int = Field(default=131_072, ge=1, le=1 << 28)
+    # A csv/tsv source file of more bytes than this is kept, as PARSE read it, in <data_dir>/parsed/, so the
+    # next parse of a changed file stages only the records that changed (#52, pipeline/stage_patch.py);
+    # 0 keeps none. Below it a full parse costs less than the copy.
+    parse_keep_copy_min_bytes: int = Field(default=16 * 1024**2, ge=0)
     # A fanned-out run's items are cut into at most this many parts, one chunk job per part and rule pass
     # (each of at least chunk_rows items); at most 99 (a part's number is in its pass table's name).
     rules_max_slices: int = Field(default=16, ge=1, le=99)

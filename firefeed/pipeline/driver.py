@@ -317,7 +317,10 @@ class _Driver:
             rows_in=0,
             rows_out=rows,
             detail={
-                "sources": [r.parse for r in results],
+                # How each changed source was staged (patched or in full, steps.parse.STAGING) is the step's
+                # detail, not the report's source entry: a patched parse reports what a full one does.
+                "sources": [{k: v for k, v in r.parse.items() if k != steps.STAGING} for r in results],
+                "staging": {r.parsed.name: r.parse[steps.STAGING] for r in results if steps.STAGING in r.parse},
                 "warnings": [f"source {r.parsed.name!r}: {w}" for r in results for w in r.warnings],
             },
             at=max(r.parse_finished for r in results),

@@ -14,12 +14,13 @@ from firefeed.pipeline.steps.export import export_one
 from firefeed.pipeline.steps.fetch import FetchOutcome, fetch_feed, fetch_one, fetch_settings
 from firefeed.pipeline.steps.finish import cleanup, discard_partials, drop_unnamed_tables
 from firefeed.pipeline.steps.merge import merge
-from firefeed.pipeline.steps.parse import ParseOutcome, parse_one, stage_feed
+from firefeed.pipeline.steps.parse import STAGING, ParseOutcome, parse_one, stage_feed
 from firefeed.pipeline.steps.rules import channel_report, channel_rules, read_once
 
 __all__ = [
     "CHANNEL_PASS_STRIDE",
     "PARSER_VERSION",
+    "STAGING",
     "FetchOutcome",
     "ParseOutcome",
     "channel_report",

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from firefeed.dataplane import parsed_copy
+from firefeed.dataplane.state import SourceState
+from firefeed.db.models import Source
 from firefeed.errors import ParseError
 from firefeed.pipeline.context import RunContext
 from firefeed.pipeline.stage import StageResult
@@ -15,6 +20,8 @@ from firefeed.pipeline.steps.fetch import FILE_IDENTITY, FetchOutcome
 from firefeed.schema.identifiers import staging_table
 from firefeed.spec.model import FeedSpec, SourceSpec
 from firefeed.storage import run_storage
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -28,9 +35,12 @@ class ParseOutcome:
     nul_removed: int = 0
     warnings: list[str] = field(default_factory=list)
     not_modified: bool = False
+    #: how a changed source was staged (`STAGING`): `{"staged": "patched", "changed": n, ...}` or
+    #: `{"staged": "full", "reason": ...}`; the PARSE step's detail, not the report's source entry
+    staging: dict[str, Any] | None = None
 
     def report(self) -> dict[str, Any]:
-        return {
+        doc = {
             "name": self.name,
             "rows": self.rows,
             "fields": len(self.fields),
@@ -39,6 +49,13 @@ class ParseOutcome:
             "malformed_lines": self.malformed_lines,
             "nul_removed": self.nul_removed,
         }
+        if self.staging is not None:
+            doc[STAGING] = self.staging
+        return doc
+
+
+#: the key of a source's PARSE part saying how it was staged (the driver moves it out of the report's entry)
+STAGING = "staging"
 
 
 def stage_feed(ctx: RunContext, src: FeedSpec, fetched: FetchOutcome, table: str) -> StageResult:
@@ -186,9 +203,10 @@ class _Copy:
         minimum = ctx.settings.parse_keep_copy_min_bytes
         self.why_not = "only the primary source is patched" if self.index else None
         if self.why_not is None:
-            self.why_not = stage_patch.patchable(src, None, minimum, self.feed.stat().st_size, copy_only=True)
+            self.why_not = stage_patch.copy_reason(src, minimum, self.feed.stat().st_size)
         if self.why_not is None:
-            self.tmp = parsed_copy.start(ctx.settings, ctx.spec.company, ctx.spec.project, src.name, self.feed, ctx.run_id)
+            settings, spec = ctx.settings, ctx.spec
+            self.tmp = parsed_copy.start(settings, spec.company, spec.project, src.name, self.feed, ctx.run_id)
         else:
             parsed_copy.drop(ctx.settings, ctx.spec.company, ctx.spec.project, src.name)
         return self
@@ -197,8 +215,8 @@ class _Copy:
         """The copy kept as the file the staging was parsed from (None: none kept)."""
         if self.tmp is None or sha256 is None:
             return None
-        ctx = self.ctx
-        kept = parsed_copy.commit(ctx.settings, ctx.spec.company, ctx.spec.project, ctx.spec.sources[self.index].name, self.tmp, sha256)
+        ctx, name = self.ctx, self.ctx.spec.sources[self.index].name
+        kept = parsed_copy.commit(ctx.settings, ctx.spec.company, ctx.spec.project, name, self.tmp, sha256)
         self.tmp = None
         return kept
 
@@ -217,7 +235,7 @@ def _stage(
     src = ctx.spec.sources[index]
     why = copy.why_not
     if why is None:
-        why = stage_patch.patchable(src, before, ctx.settings.parse_keep_copy_min_bytes, feed.stat().st_size)
+        why = stage_patch.patchable(src, before)
     if why is None:
         assert before is not None
         try:
@@ -231,7 +249,9 @@ def _stage(
             return staged, {
                 "staged": "patched",
                 "changed": patched.changed,
-                "from": before.content_sha256,
+                "from": SourceState(
+                    before.etag, before.last_modified, before.content_sha256, before.parse_signature
+                ).to_json(),
                 "new_rows": patched.new_rows,
                 "old_rows": patched.old_rows,
             }

@@ -1,0 +1,142 @@
+"""The bytes a csv source's staging table was parsed from, kept in the data folder for the next parse (#52).
+
+A changed csv feed is mostly the same records: the next PARSE diffs the kept bytes with the new file
+(`pipeline/record_diff.py`) and stages only the changed records (`pipeline/stage_patch.py`), where a
+full parse of the 1M-item feed costs 12-25 s. That is only sound when the kept file is exactly what
+the staging table holds, so:
+
+- PARSE copies the file first and parses the copy (`start`, then `commit`): the rows staged are the
+  copy's bytes, whatever happens to a local source file meanwhile; the copy is written to a temporary
+  name and renamed, so a kept file is never half written;
+- its identity (`KeptCopy`: size, the sha256 the parse recorded, and its stat as renamed) goes into the
+  source's `staged_stats`, written by the same parse; a later run trusts the file only when that row says
+  the staging is whole (its parse signature set) and the file's stat is the one recorded (an edit or a
+  replacement changes the ctime or the inode, which no user can set back);
+- a parse that keeps no copy removes the one kept before (`drop`), and a source or project the spec no
+  longer names loses its file with its staging table (`drop_unnamed`).
+
+Files live at `<data_dir>/parsed/<company schema>/<project>/<staging table>`: every part is a checked id
+or a name derived from one (`identifiers`), never a path a spec or user wrote.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from firefeed.config import Settings
+from firefeed.schema.identifiers import check_project_id, company_schema, staging_table
+
+#: the key of a source's `staged_stats` holding its kept copy's identity
+KEPT_COPY = "kept_copy"
+#: the folder of the data folder holding the kept copies
+FOLDER = "parsed"
+_TMP = ".tmp-"
+
+
+@dataclass(frozen=True)
+class KeptCopy:
+    """A kept copy's identity: its size, the sha256 its parse recorded, and its stat once renamed in place."""
+
+    size: int
+    sha256: str
+    dev: int
+    ino: int
+    mtime_ns: int
+    ctime_ns: int
+
+    def to_json(self) -> dict[str, int | str]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: object) -> KeptCopy | None:
+        if not isinstance(doc, dict):
+            return None
+        try:
+            return cls(
+                size=int(doc["size"]),
+                sha256=str(doc["sha256"]),
+                dev=int(doc["dev"]),
+                ino=int(doc["ino"]),
+                mtime_ns=int(doc["mtime_ns"]),
+                ctime_ns=int(doc["ctime_ns"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def matches(self, path: Path) -> bool:
+        """Whether the file at `path` is this copy, untouched since it was kept."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) == (
+            self.dev,
+            self.ino,
+            self.size,
+            self.mtime_ns,
+            self.ctime_ns,
+        )
+
+
+def project_folder(settings: Settings, company: str, project: str) -> Path:
+    return settings.data_dir / FOLDER / company_schema(company) / check_project_id(project)
+
+
+def path(settings: Settings, company: str, project: str, source: str) -> Path:
+    """Where `source`'s kept copy lives (named as its staging table is: no user text in the path)."""
+    return project_folder(settings, company, project) / staging_table(project, source)
+
+
+def start(settings: Settings, company: str, project: str, source: str, feed: Path, run_id: str) -> Path:
+    """A copy of `feed` under a temporary name beside the kept one (the run's own): what the parse reads."""
+    final = path(settings, company, project, source)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f"{_TMP}{final.name}-{run_id}")
+    try:
+        shutil.copyfile(feed, tmp)  # os.copy_file_range / sendfile underneath: no bytes through Python
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def commit(settings: Settings, company: str, project: str, source: str, tmp: Path, sha256: str) -> KeptCopy:
+    """The copy `start` made, renamed in place of the kept one; its identity as the source's row records it."""
+    final = path(settings, company, project, source)
+    os.replace(tmp, final)
+    st = os.stat(final)
+    return KeptCopy(st.st_size, sha256, st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def discard(tmp: Path | None) -> None:
+    """A copy `start` made that will not be kept (the parse failed or was refused)."""
+    if tmp is not None:
+        tmp.unlink(missing_ok=True)
+
+
+def drop(settings: Settings, company: str, project: str, source: str) -> None:
+    """Remove `source`'s kept copy (its staging table is no longer the copy's bytes, or the source is gone)."""
+    path(settings, company, project, source).unlink(missing_ok=True)
+
+
+def drop_unnamed(settings: Settings, company: str, project: str, sources: Iterable[str]) -> None:
+    """Remove the kept copies of the project's sources other than `sources` (renamed or removed ones), and
+    temporary copies runs left (a run of the project holds its lock: none is being written now)."""
+    folder = project_folder(settings, company, project)
+    keep = {staging_table(project, s) for s in sources}
+    try:
+        entries = list(folder.iterdir())
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        if entry.name not in keep:
+            entry.unlink(missing_ok=True)
+
+
+def drop_project(settings: Settings, company: str, project: str) -> None:
+    """Remove every kept copy of the project."""
+    shutil.rmtree(project_folder(settings, company, project), ignore_errors=True)
