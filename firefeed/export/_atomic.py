@@ -17,6 +17,7 @@ import os
 import queue
 import tempfile
 import threading
+from array import array
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -103,6 +104,12 @@ class AtomicOutput:
         self._limit = limit
         self._handed = 0
         self._stop: Callable[[], object] | None = None
+        self._lengths: array[int] | None = None
+
+    def record(self, lengths: array[int] | None) -> None:
+        """From now on append each write's length to `lengths` (None: stop). COPY writes one item per write,
+        so these are the items' lengths a delta run's patch reads (export/line_index.py)."""
+        self._lengths = lengths
 
     def _hand(self, data: bytes) -> None:
         self._handed += len(data)
@@ -124,6 +131,8 @@ class AtomicOutput:
             self._stop = None
 
     def write(self, data: bytes, /) -> int:
+        if self._lengths is not None:
+            self._lengths.append(len(data))
         if not self._pending and len(data) >= _BATCH_BYTES // 4:
             self._hand(data)  # big enough on its own: no copy into a batch
             return len(data)

@@ -28,7 +28,7 @@ import mmap
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -42,6 +42,7 @@ from firefeed.export import diff
 from firefeed.export._atomic import OutputLimitError
 from firefeed.export._copy import _begin_read, _ready, render
 from firefeed.export.bounds import WriteBounds, check_free_space, too_large
+from firefeed.export.line_index import LineIndex
 from firefeed.export.quality import (
     DUPLICATE_BIT,
     Plan,
@@ -67,6 +68,7 @@ T = TypeVar("T")
 LINE_FORMATS = ("csv", "tsv", "jsonl")
 #: the last file is read, and the new one written, in blocks of this size (cut at a line's end)
 _BLOCK = 4 << 20
+_LF = ord("\n")
 
 
 class NotPatched(Exception):
@@ -93,10 +95,8 @@ class Changed:
     run_table: str
     baseline: diff.Published
     plan: Plan
-    #: the changed items' places among the last file's items (0 = the first line after the head), ascending
-    places: list[int]
-    #: the last file's items
-    rows: int
+    #: the positions (`_ff_ord`) of the changed items the export selects now, ascending
+    ords: list[int]
     #: the run table's columns, in order (the baseline's are the same)
     names: list[str]
     #: an item whose content hash is its published one keeps its published flags (the same checks)
@@ -106,8 +106,9 @@ class Changed:
 def changed_rows(
     engine: Any, schema: SchemaService, target: Target, export: ExportSpec, last_file: str | None
 ) -> Changed:
-    """Create the export's run table with the changed items' rows (as a full run computes them); NotPatched when
-    the baseline cannot stand for the last file's other items or a changed item enters, leaves or moves.
+    """Create the export's (empty) run table, which `complete` fills as a full run would; NotPatched when the
+    baseline cannot stand for the last file's other items. `find_places` then checks that no changed item
+    enters, leaves or moves.
 
     `last_file`: the sha256 of the file live now (the last succeeded run's). The baseline must be tagged with
     it: a publish whose baseline could not be kept (its promote failed) leaves an older one, whose positions
@@ -148,42 +149,42 @@ def changed_rows(
             + Piece(sql.SQL(" ORDER BY {}").format(ident(ORD)))
         )
         cur.execute(render(ords, cur))
-        places, rows = _places(
-            cur,
-            ident(company, baseline.table),
-            ident(company, keys_table_of(target)),
-            [int(r[0]) for r in cur.fetchall()],
-        )
-    return Changed(run_table, baseline, p, places, rows, names, checked is not None)
+        found = [int(r[0]) for r in cur.fetchall()]
+    return Changed(run_table, baseline, p, found, names, checked is not None)
 
 
-def _places(cur: Any, old: sql.Composable, keys: sql.Composable, ords: list[int]) -> tuple[list[int], int]:
+def find_places(engine: Any, target: Target, changed: Changed) -> tuple[list[int], int]:
+    """The changed items' places among the last file's items (0 = the first line after the head, ascending)
+    and how many items it holds; NotPatched when a changed item the export selects is not in the last file
+    (`_places`; one that left it is `complete`'s)."""
+    company = company_schema(target.company)
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        scan_settings(cur)
+        return _places(cur, ident(company, changed.baseline.table), changed.ords)
+
+
+def _places(cur: Any, old: sql.Composable, ords: list[int]) -> tuple[list[int], int]:
     """Where the items at positions `ords` (ascending) are among the last file's items, and how many it holds.
 
-    One scan of the baseline, no sort: `width_bucket` puts each row after the last of `ords` not past its
-    position (a binary search), so an item's place is the count of the rows in the buckets before its own.
-    NotPatched unless the changed items the last file holds are exactly those at `ords` (one per bucket, at
-    its start): none entered or left the export.
+    One scan of the baseline's positions, no sort: `width_bucket` puts each row after the last of `ords`
+    not past its position (a binary search), so an item's place is the count of the rows in the buckets
+    before its own. NotPatched unless each bucket starts with its item: every changed item the export
+    selects now is in the last file (none entered it). That none left it is `complete`'s count (the
+    baseline's changed rows are exactly these); testing the keys here cost as much as the rest of the scan.
     """
-    changed = sql.SQL("k IN (SELECT {} FROM {})").format(ident(KEY), keys)
     if not ords:
-        cur.execute(sql.SQL("SELECT count(*), count(*) FILTER (WHERE {}) FROM {}").format(changed, old))
-        rows, left = (int(v) for v in cur.fetchone())
-        if left:
-            raise NotPatched("a changed item enters or leaves the export")
-        return [], rows
+        cur.execute(sql.SQL("SELECT count(*) FROM {}").format(old))
+        return [], int(cur.fetchone()[0])
+    # The positions as one text value: a bound list is an ARRAY[...] of 80k constants for the parser.
     cur.execute(
-        sql.SQL(
-            "SELECT width_bucket(o, %s::bigint[]) AS b, count(*), count(*) FILTER (WHERE c), min(o) FILTER (WHERE c)"
-            " FROM (SELECT o, {changed} AS c FROM {old}) x GROUP BY 1"
-        ).format(changed=changed, old=old),
-        (ords,),
+        sql.SQL("SELECT width_bucket(o, %s::bigint[]) AS b, count(*), min(o) FROM {} GROUP BY 1").format(old),
+        ("{" + ",".join(map(str, ords)) + "}",),
     )
     counts = [0] * (len(ords) + 1)
     found = 0
-    for bucket, n, n_changed, first in cur.fetchall():
+    for bucket, n, first in cur.fetchall():
         counts[bucket] = int(n)
-        if (bucket == 0 and n_changed) or (bucket and (n_changed != 1 or first != ords[bucket - 1])):
+        if bucket and first != ords[bucket - 1]:
             raise NotPatched("a changed item enters or leaves the export")
         found += 1 if bucket else 0
     if found != len(ords):
@@ -202,7 +203,9 @@ def drop_run_table(engine: Any, company: str, run_table: str) -> None:
 
 
 def complete(engine: Any, target: Target, export: ExportSpec, changed: Changed) -> dict[str, Any]:
-    """The run table's other rows (the baseline's, unchanged), then the export's `diagnostics` and `diff`."""
+    """The run table's rows (the changed items' as a full run computes them, the others the baseline's,
+    unchanged), then the export's `diagnostics` and `diff`; NotPatched when the baseline holds a changed
+    item the export no longer selects (it left the export)."""
     company = company_schema(target.company)
     run, old = ident(company, changed.run_table), ident(company, changed.baseline.table)
     keys = ident(company, keys_table_of(target))
@@ -246,9 +249,14 @@ def complete(engine: Any, target: Target, export: ExportSpec, changed: Changed) 
                 key=ident(KEY),
             )
         )
+        copied = int(cur.rowcount)
         cur.execute(sql.SQL("SELECT count(*) FROM {}").format(run))
         rows = int(cur.fetchone()[0])
         changes = diff.compare(cur, company, changed.run_table, changed.baseline, rows)
+        # The baseline's rows of changed items are exactly those `find_places` found at their positions: no
+        # changed item left the export (one it does not select now would be one more).
+        if int(changes["previous"]) - copied != len(changed.ords):
+            raise NotPatched("a changed item enters or leaves the export")
         diagnostics = diagnose(cur, run, changed.plan, rows) if changed.plan.ch is not None else None
     return {"diagnostics": diagnostics, "diff": changes}
 
@@ -322,14 +330,16 @@ def patch_file(
     places: Sequence[int],
     lines: Sequence[bytes],
     bounds: WriteBounds | None,
+    index: LineIndex | None = None,
 ) -> tuple[int, int, str]:
     """Write `dest`: `old` with its `places`' lines replaced by `lines`; (rows, bytes, sha256).
 
-    NotPatched when `old` is not `head` and then `rows` lines. `old` is mapped, not read; a block of it
-    without a changed line is handed on as it is, one with some is split into its lines (C speed) and
-    joined again. Hashing and writing run on a thread each (both release the GIL): on 1M items (690
-    MB) cutting the blocks takes ~1.1 s, hashing ~0.45 s, writing ~1 s, which one thread did one after
-    the other.
+    NotPatched when `old` is not `head` and then `rows` lines. `old` is mapped, not read. With `index` (its
+    items' lengths, export/line_index.py) the unchanged spans between the changed lines are joined as they
+    are, cut nowhere (`_spans`); without, the file is cut in blocks at line ends: a block without a changed
+    line is handed on as it is, one with some is split into its lines (C speed) and joined again
+    (`_chunks`). Hashing and writing run on a thread each (both release the GIL): on 1M items (690 MB)
+    cutting the blocks takes ~1.1 s, hashing ~0.45 s, writing ~1 s, which one thread did one after the other.
     """
     limit = None
     if bounds is not None:
@@ -340,8 +350,16 @@ def patch_file(
             size = os.fstat(src.fileno()).st_size
             buf: Any = mmap.mmap(src.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
             try:
-                for chunk in _chunks(buf, head, rows, places, lines):
-                    out.write(chunk)
+                chunks: Generator[bytes, None, None]
+                if index is not None:
+                    chunks = _spans(buf, head, rows, places, lines, index)
+                else:
+                    chunks = _chunks(buf, head, rows, places, lines)
+                try:
+                    for chunk in chunks:
+                        out.write(chunk)
+                finally:
+                    chunks.close()  # its views of `buf` go before `buf` is closed
             finally:
                 if size:
                     buf.close()
@@ -353,7 +371,51 @@ def patch_file(
         raise ExportError(export.name, f"writing the file failed: {exc.strerror or type(exc).__name__}") from exc
 
 
-def _chunks(buf: Any, head: bytes, rows: int, places: Sequence[int], lines: Sequence[bytes]) -> Iterator[bytes]:
+def _spans(
+    buf: Any, head: bytes, rows: int, places: Sequence[int], lines: Sequence[bytes], index: LineIndex
+) -> Generator[bytes, None, None]:
+    """The new file's bytes in blocks of about `_BLOCK`: `buf` (the last file, of `index`'s items) with the items
+    at `places` replaced, each found by the lengths of the items before it. NotPatched unless the index is
+    the last file's and every replaced item starts after a line end and ends with one."""
+    lengths = index.lengths
+    if len(buf) != index.size or index.head != len(head) or len(lengths) != rows:
+        raise NotPatched("the kept line lengths are not the last file's")
+    if buf[: len(head)] != head:
+        raise NotPatched("the last file does not start with the export's head")
+    pending: list[Any] = [head]
+    filled = len(head)
+    with memoryview(buf) as view:
+        pos, item = len(head), 0  # the first byte and the item not yet handed on
+        for place, line in zip(places, lines, strict=True):
+            start = pos + sum(lengths[item:place])
+            end = start + lengths[place]
+            if (start and buf[start - 1] != _LF) or buf[end - 1] != _LF:
+                raise NotPatched("the kept line lengths do not fit the last file")
+            while start - pos > _BLOCK - filled:  # a long unchanged span: cut in blocks
+                cut = pos + max(_BLOCK - filled, 1)
+                pending.append(view[pos:cut])
+                yield b"".join(pending)
+                pending, filled, pos = [], 0, cut
+            pending += (view[pos:start], line)
+            filled += start - pos + len(line)
+            pos, item = end, place + 1
+            if filled >= _BLOCK:
+                yield b"".join(pending)
+                pending, filled = [], 0
+        if pos + sum(lengths[item:]) != len(buf):
+            raise NotPatched("the kept line lengths do not fit the last file")
+        while pos < len(buf):
+            cut = min(len(buf), pos + max(_BLOCK - filled, 1))
+            pending.append(view[pos:cut])
+            yield b"".join(pending)
+            pending, filled, pos = [], 0, cut
+        if pending:
+            yield b"".join(pending)
+
+
+def _chunks(
+    buf: Any, head: bytes, rows: int, places: Sequence[int], lines: Sequence[bytes]
+) -> Generator[bytes, None, None]:
     """The new file's bytes, block by block: `buf` (the last file) with the lines at `places` replaced."""
     if buf[: len(head)] != head:
         raise NotPatched("the last file does not start with the export's head")

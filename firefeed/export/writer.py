@@ -7,6 +7,7 @@ without a sort, and `_atomic` for the all-or-nothing file replacement.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from sqlalchemy import Engine
 
 from firefeed.db.engine import raw_connection
 from firefeed.errors import ExportError, FireFeedError
+from firefeed.export import line_index
 from firefeed.export._atomic import OutputLimitError, atomic_output
 from firefeed.export._copy import copy_item_groups, copy_items, reads_in_order
 from firefeed.export.bounds import WriteBounds, check_free_space, too_large
@@ -83,6 +85,7 @@ def write_export(
     scratch: bool = False,
     bounds: WriteBounds | None = None,
     only: Piece | None = None,
+    lengths: array[int] | None = None,
 ) -> ExportResult:
     """Write `export` of the items in `schema.table` to `dest`, replacing it atomically.
 
@@ -96,7 +99,9 @@ def write_export(
     that `Storage.writing` publishes, filled directly (see `atomic_output`). `bounds`: the free space
     `dest`'s folder must have before a byte is written, and the most bytes the export may write
     (export/bounds.py); past either an ExportError naming the bound, `dest` untouched. `only`: a
-    condition the written items meet besides the export's `where` (`invalid_items: exclude`).
+    condition the written items meet besides the export's `where` (`invalid_items: exclude`). `lengths`:
+    filled with each item's byte length when the format's rows reach the file as COPY writes them (csv,
+    tsv: `line_index.FORMATS`, uncompressed); left empty otherwise (export/line_index.py).
     """
     columns = output_columns(fields, export, lists)
     rendering = _rendering(export, columns, title)
@@ -110,6 +115,8 @@ def write_export(
     try:
         with atomic_output(dest, compress=export.gzip, scratch=scratch, limit=limit) as out:
             out.write(rendering.head)
+            if lengths is not None and export.format in line_index.FORMATS and not export.gzip:
+                out.record(lengths)  # COPY's writes reach `out` as they are (`_Unframed`)
             stream = rendering.framing(out)
             if isinstance(stream, XmlGroups):
                 with raw_connection(engine) as conn, out.stopping(conn.cancel):
@@ -127,6 +134,7 @@ def write_export(
                         sink=stream,
                     )
                 stream.finish()
+            out.record(None)
             out.write(rendering.tail(rows))
     except FireFeedError:
         raise

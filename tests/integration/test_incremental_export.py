@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from firefeed.export import line_index
 from firefeed.runs.contract import Step
 from firefeed.runs.service import RunStore
 from tests.integration.conftest import write_csv
@@ -150,7 +151,18 @@ def test_a_changed_item_that_leaves_the_export_or_holds_a_newline_writes_it_in_f
     assert written(delta["run_id"])["feed"] == "full: a changed item's value holds a newline"
     same_as_full(run_env, delta, specs)
 
-    sources(tmp_path, {5: "two\nlines"})  # item 6 changes back: the last file holds a line across two
+    sources(tmp_path, {5: "two\nlines"})  # item 6 changes back: the last file holds item 5 across two lines
+    delta = ok(specs[0])
+    # The full export kept each item's length beside its file (export/line_index.py): item 5 is copied whole.
+    assert written(delta["run_id"])["feed"] == "patched"
+    same_as_full(run_env, delta, specs)
+
+    # Without them the last file is cut at its line ends, which item 5's two lines break.
+    kept = list((tmp_path / "var" / line_index.FOLDER).rglob("*.lines"))
+    assert len(kept) == 3  # one a project: the delta's, the --full run's and the fresh one's
+    for path in kept:
+        path.unlink()
+    sources(tmp_path, {5: "two\nlines", 6: "out_of_stock"})
     delta = ok(specs[0])
     assert written(delta["run_id"])["feed"] == "full: the last file is not one line per item"
     same_as_full(run_env, delta, specs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,7 +22,7 @@ def export_one(
     ctx: RunContext, index: int, table: str, fields: Sequence[str], rows: int | None = None
 ) -> dict[str, Any]:
     """Write one export to the run's partial key beside its final one; `publishing.publish` switches all at once."""
-    from firefeed.export import write_export
+    from firefeed.export import line_index, write_export
     from firefeed.export.bounds import export_bounds
     from firefeed.export.guard import export_definition
     from firefeed.export.quality import Target, measuring
@@ -54,6 +55,8 @@ def export_one(
     # `invalid_items: exclude` (C3) writes only the items the checks passed: they are checked first.
     exclude = exp.invalid_items == "exclude" and exp.resolved_channel is not None
     first = exclude or side_work_first(own.rows_out if own is not None else rows)
+    # Each item's length in the file, for a later delta run's patch (export/line_index.py): a patchable export's.
+    lengths = line_index.recorder() if own is None and not exclude and _patchable(exp) else None
     # Written on this machine, then stored: the root that publishes it may run anywhere.
     with (
         measuring(ctx.data.engine, ctx.data.schema, target, exp, first=first) as quality,
@@ -71,7 +74,11 @@ def export_one(
             scratch=True,  # `local` is already the storage's temporary: no second one beside it
             bounds=bounds,
             only=quality.valid_only(target) if exclude else None,
+            lengths=lengths,
         )
+    if lengths and len(lengths) == result.rows:
+        kept = line_index.LineIndex(result.sha256, result.bytes, result.bytes - sum(lengths), lengths)
+        line_index.save(line_index.path(ctx.settings, ctx.spec.company, ctx.spec.project, exp.name), kept)
     entry = quality.result()
     if exclude and entry.get("diagnostics") is not None:
         entry["diagnostics"]["excluded"] = quality.excluded()
@@ -90,6 +97,13 @@ def export_one(
         | entry
         | ({"written": written} if written is not None else {})
     )
+
+
+def _patchable(exp: Any) -> bool:
+    """Whether a delta run may patch the export's file (export/patch.py `static_reason`)."""
+    from firefeed.export.patch import static_reason
+
+    return static_reason(exp) is None
 
 
 def _in_delta(ctx: RunContext, table: str) -> bool:
@@ -114,6 +128,7 @@ def _patched(ctx: RunContext, index: int, table: str, fields: Sequence[str], row
     """The export written as the last file with the changed items' lines replaced (export/patch.py); NotPatched
     (nothing published, no run table left) when it cannot be."""
     from firefeed.errors import StorageError
+    from firefeed.export import line_index
     from firefeed.export.bounds import export_bounds
     from firefeed.export.guard import export_definition
     from firefeed.export.patch import (
@@ -122,6 +137,7 @@ def _patched(ctx: RunContext, index: int, table: str, fields: Sequence[str], row
         changed_rows,
         complete,
         drop_run_table,
+        find_places,
         new_lines,
         patch_file,
     )
@@ -134,33 +150,40 @@ def _patched(ctx: RunContext, index: int, table: str, fields: Sequence[str], row
     target = Target(
         ctx.spec.company, ctx.spec.project, ctx.run_id, index, table, list(fields), ctx.spec.key, exp.list_fields
     )
-    # The changed items' new lines are rendered on a connection of their own while their places are found.
+    last_file = _last_sha256(ctx, exp.name)
+    # The changed items' new lines are rendered on a connection of their own while the run table is made.
     rendered = Beside(lambda: new_lines(engine, target, exp, ctx.spec.name or ctx.spec.project))
     try:
-        changed = changed_rows(engine, ctx.data.schema, target, exp, _last_sha256(ctx, exp.name))
+        changed = changed_rows(engine, ctx.data.schema, target, exp, last_file)
     except BaseException:
         with contextlib.suppress(BaseException):  # the first error is the one to report
             rendered.result()
         raise
     side: Beside | None = None
     try:
-        # The run table's rows, the diff and the findings on their own connection while the file is written.
+        # The run table's rows, the diff and the findings on their own connection while the changed items'
+        # places are found and the file is written.
         side = Beside(lambda: complete(engine, target, exp, changed))
+        places, old_rows = find_places(engine, target, changed)
         head, lines = rendered.result()
-        if len(lines) != len(changed.places):
+        if len(lines) != len(places):
             raise NotPatched("a changed item's value holds a newline")
         bounds = export_bounds(ctx.settings, rows, storage.size(key))
+        kept_at = line_index.path(ctx.settings, ctx.spec.company, ctx.spec.project, exp.name)
         try:
             with storage.reading(key) as old, storage.writing(partial_key(key, ctx.run_id)) as local:
+                # The last file's item lengths, when this machine kept them for it (else its lines are cut).
+                kept = line_index.load(kept_at, last_file, old.stat().st_size) if last_file is not None else None
                 written, size, sha256 = patch_file(
                     old,
                     local,
                     export=exp,
                     head=head,
-                    rows=changed.rows,
-                    places=changed.places,
+                    rows=old_rows,
+                    places=places,
                     lines=lines,
                     bounds=bounds,
+                    index=kept,
                 )
         except StorageError as err:
             raise NotPatched("the last file is not in the storage") from err
@@ -176,6 +199,12 @@ def _patched(ctx: RunContext, index: int, table: str, fields: Sequence[str], row
                     job.result()
         drop_run_table(engine, ctx.spec.company, changed.run_table)
         raise
+    if kept is not None:
+        # The new file's lengths: the last one's with the changed items' replaced.
+        lengths = array("Q", kept.lengths)
+        for place, line in zip(places, lines, strict=True):
+            lengths[place] = len(line)
+        line_index.save(kept_at, line_index.LineIndex(sha256, size, len(head), lengths))
     return {
         "name": exp.name,
         "path": key,
