@@ -45,8 +45,8 @@ _CHUNK = 1 << 24
 #: the first window compared after a difference (the next one is usually ~100 records on); doubled while equal
 _FIRST_WINDOW = 1 << 12
 _MAX_WINDOW = 1 << 24
-#: below this a differing window is searched byte by byte instead of halved again
-_LINEAR = 64
+#: below this a differing window's first difference is found in one step instead of halving it again
+_LINEAR = 1024
 
 _Data = mmap.mmap | bytes
 
@@ -150,6 +150,7 @@ class _Differ:
 
     def __init__(self, old: _Data, new: _Data, old_view: memoryview, quote: bytes) -> None:
         self.old, self.new, self.old_view, self.quote = old, new, old_view, quote
+        self.window = _FIRST_WINDOW
 
     def same(self, start: int, end: int, shift: int) -> bool:
         """old[start:end] == new[start+shift:end+shift], without copying either (end > start)."""
@@ -157,7 +158,7 @@ class _Differ:
 
     def first_difference(self, start: int, size: int, shift: int) -> int | None:
         """The first old offset in [start, start+size) whose byte differs in new (shifted), or None."""
-        end, window = start + size, _FIRST_WINDOW
+        end, origin, window = start + size, start, self.window
         while start < end:
             stop = min(start + window, end)
             if self.same(start, stop, shift):
@@ -169,21 +170,28 @@ class _Differ:
                     start = mid
                 else:
                     stop = mid
+            # the highest bit set in the xor is in the first differing byte (big-endian)
             a, b = self.old[start:stop], self.new[start + shift : stop + shift]
-            return start + next(i for i in range(len(a)) if a[i] != b[i])
+            at = stop - ((int.from_bytes(a, "big") ^ int.from_bytes(b, "big")).bit_length() + 7) // 8
+            # changes often come at about even distances: the next search starts with half this one's
+            self.window = max(_FIRST_WINDOW, min((at - origin) // 2, _MAX_WINDOW))
+            return at
         return None
 
     def record_start(self, at: int, synced: int) -> int:
         """The start of the old record holding offset `at`; `synced` <= at is a record start."""
         old, quote = self.old, self.quote
-        parity = _count(old, quote, synced, at) & 1
-        end = at
-        while (newline := old.rfind(b"\n", synced, end)) >= 0:
-            parity ^= _count(old, quote, newline, end) & 1  # now the count's parity over [synced, newline)
-            if not parity:
-                return newline + 1
-            end = newline
-        return synced
+        newline = old.rfind(b"\n", synced, at)
+        if newline < 0:
+            return synced
+        parity = _count(old, quote, synced, newline) & 1
+        while parity:  # that newline is inside quotes (a multi-line value): the one before it, then
+            before = old.rfind(b"\n", synced, newline)
+            if before < 0:
+                return synced
+            parity ^= _count(old, quote, before, newline) & 1
+            newline = before
+        return newline + 1
 
     def record_end(self, data: _Data, start: int) -> tuple[int, int]:
         """Where the record starting at `start` ends without its terminator, and where the next one starts."""

@@ -1,0 +1,123 @@
+"""What finding the changed records of a 1%-changed feed costs (#52, the 1% refresh; firefeed/pipeline/record_diff.py).
+
+On the cached 1M-item main feed (`make bench`'s, in --data-dir; copied, never changed) and a copy changed
+like `make bench-incremental`'s 1% refresh (every 100th item's title + " (new)"), each timed --runs times
+(the median printed):
+
+  - `cat` of both files to /dev/null: reading the bytes a diff reads, the floor;
+  - a full csv.reader pass over the new file: the least a full PARSE does in Python;
+  - diff_records with the old file's quotes vouched for (what a refresh after a diffed one costs), and
+    without (the first refresh after a full run also checks the old file's quotes: quotes_agree).
+
+The target is under 1 s for the 695 MB pair. The load average is printed beside the figures (the
+machine may be shared); the figures go to bench/out/ as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+from _benchdb import save_results  # noqa: E402
+from incremental_bench import changed_copy  # noqa: E402
+
+from firefeed.pipeline.record_diff import RecordDiff, diff_records  # noqa: E402
+
+TARGET_S = 1.0
+
+
+def wait_for(path: Path, timeout_s: float) -> None:
+    """Until `path` exists and its size holds still (another process may be writing it)."""
+    deadline, size = time.monotonic() + timeout_s, -1
+    while time.monotonic() < deadline:
+        if path.exists() and path.stat().st_size == size:
+            return
+        size = path.stat().st_size if path.exists() else -1
+        time.sleep(2)
+    raise SystemExit(f"{path} did not appear (make bench or make bench-incremental writes it)")
+
+
+def timed(runs: int, work: Callable[[], Any]) -> tuple[float, list[float], Any]:
+    times, result = [], None
+    for _ in range(runs):
+        t = time.perf_counter()
+        result = work()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), times, result
+
+
+def csv_pass(path: Path) -> int:
+    with path.open(newline="", encoding="utf-8") as f:
+        return sum(1 for _ in csv.reader(f))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", type=Path, default=Path("/tmp/firefeed-bench"))
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--max-changed", type=int, default=50_000)
+    parser.add_argument("--wait-s", type=float, default=1800, help="how long to wait for the cached feed")
+    parser.add_argument("--skip-csv", action="store_true", help="no csv.reader pass (it takes ~10 s per 1M items)")
+    args = parser.parse_args()
+
+    feed = args.data_dir / f"feed_{args.rows}_s42.csv"
+    wait_for(feed, args.wait_s)
+    with tempfile.TemporaryDirectory(prefix="record-diff-bench-") as folder:
+        old, new = Path(folder) / "old.csv", Path(folder) / "new.csv"
+        shutil.copyfile(feed, old)
+        n_changed = changed_copy(feed, new, column="title", every=100, change=lambda v: v + " (new)")
+        size = old.stat().st_size + new.stat().st_size
+        print(f"{feed.name}: {old.stat().st_size / 1e6:.0f} MB, {n_changed:,} titles changed", flush=True)
+        figures: dict[str, Any] = {"feed": str(feed), "bytes_old": old.stat().st_size, "bytes_new": new.stat().st_size}
+        figures["load_before"] = os.getloadavg()
+
+        def cat() -> None:
+            subprocess.run(["cat", str(old), str(new)], stdout=subprocess.DEVNULL, check=True)
+
+        rows: list[tuple[str, float, list[float]]] = []
+        median, times, _ = timed(args.runs, cat)
+        rows.append(("cat of both files > /dev/null", median, times))
+        if not args.skip_csv:
+            median, times, n = timed(args.runs, lambda: csv_pass(new))
+            rows.append((f"csv.reader over the new file ({n:,} rows)", median, times))
+        diffs: dict[str, RecordDiff] = {}
+        for vouched in (True, False):
+            label = "diff_records, old quotes vouched for" if vouched else "diff_records, old quotes checked"
+            median, times, diffs[label] = timed(
+                args.runs, partial(diff_records, old, new, max_changed=args.max_changed, old_quotes_checked=vouched)
+            )
+            rows.append((label, median, times))
+        figures["load_after"] = os.getloadavg()
+
+    for label, median, times in rows:
+        print(f"  {label:<45} {median:7.3f} s  (runs: {', '.join(f'{t:.3f}' for t in times)})")
+    for label, diff in diffs.items():
+        print(f"  {label}: {len(diff.changed):,} changed records, refused: {diff.refused}")
+        assert diff.refused is None and len(diff.changed) == n_changed, "the diff must find exactly the changed titles"
+    fast = rows[-2][1]
+    print(f"  throughput (vouched): {size / fast / 1e9:.2f} GB/s of both files; target under {TARGET_S} s: ", end="")
+    print("met" if fast < TARGET_S else "NOT met")
+    print(f"  load average before {figures['load_before']}, after {figures['load_after']} (2 cores)")
+    figures["figures_s"] = {label: {"median": median, "runs": times} for label, median, times in rows}
+    figures["changed"] = n_changed
+    print(f"written to {save_results('record_diff', figures)}")
+
+
+if __name__ == "__main__":
+    main()
