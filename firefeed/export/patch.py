@@ -22,6 +22,7 @@ by the same statement (`quality._insert`) restricted to them, the others the bas
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import hashlib
 import mmap
@@ -205,53 +206,43 @@ def drop_run_table(engine: Any, company: str, run_table: str) -> None:
 def complete(engine: Any, target: Target, export: ExportSpec, changed: Changed) -> dict[str, Any]:
     """The run table's rows (the changed items' as a full run computes them, the others the baseline's,
     unchanged), then the export's `diagnostics` and `diff`; NotPatched when the baseline holds a changed
-    item the export no longer selects (it left the export)."""
+    item the export no longer selects (it left the export).
+
+    The two INSERTs run side by side on two connections (each commits its own rows; a failed patch drops
+    the table): each scans the baseline once, and the file, written meanwhile, leaves a core free."""
     company = company_schema(target.company)
-    run, old = ident(company, changed.run_table), ident(company, changed.baseline.table)
-    keys = ident(company, keys_table_of(target))
+    run = ident(company, changed.run_table)
     ruled = replace(target, table=ruled_table_of(target))
     p = changed.plan
+    others = Beside(lambda: _copy_unchanged(engine, company, changed, keys_table_of(target)))
+    try:
+        with raw_connection(engine) as conn, conn.cursor() as cur:
+            scan_settings(cur)
+            # The changed items' rows as a full run computes them, joined to their published rows.
+            statement = _insert(
+                ruled,
+                changed.run_table,
+                p.columns,
+                p.where,
+                p.checks,
+                p.id_at,
+                changed.baseline,
+                changed.reuse,
+                p.structured,
+                p.checked_at,
+                (),
+                payload=export.sync is not None,
+            )
+            cur.execute(render(statement, cur))
+            inserted = int(cur.rowcount)
+    except BaseException:
+        with contextlib.suppress(BaseException):  # the first error is the one to report
+            others.result()
+        raise
+    copied = others.result()
+    rows = inserted + copied
     with raw_connection(engine) as conn, conn.cursor() as cur:
         scan_settings(cur)
-        # The changed items' rows as a full run computes them, joined to their published rows.
-        statement = _insert(
-            ruled,
-            changed.run_table,
-            p.columns,
-            p.where,
-            p.checks,
-            p.id_at,
-            changed.baseline,
-            changed.reuse,
-            p.structured,
-            p.checked_at,
-            (),
-            payload=export.sync is not None,
-        )
-        cur.execute(render(statement, cur))
-        names = changed.names
-        # What a full run writes for an item whose content hash is its published one: its flags (less the
-        # duplicate bit, the run's own: `diagnose` finds the duplicate ids again over all rows, as a full
-        # run does), the unchanged state, no published variant hash (`w`).
-        values = {"f": sql.SQL("b.f & {}").format(sql.Literal(~DUPLICATE_BIT)), "d": sql.Literal(diff.UNCHANGED)}
-        values["w"] = sql.SQL("NULL::bigint")
-        select = sql.SQL(", ").join(values.get(n, sql.SQL("b.{}").format(ident(n))) for n in names)
-        cur.execute(
-            sql.SQL(
-                "INSERT INTO {run} ({cols}) SELECT {select} FROM {old} b"
-                " WHERE NOT EXISTS (SELECT 1 FROM {keys} c WHERE c.{key} = b.k)"
-            ).format(
-                run=run,
-                cols=sql.SQL(", ").join(ident(n) for n in names),
-                select=select,
-                old=old,
-                keys=keys,
-                key=ident(KEY),
-            )
-        )
-        copied = int(cur.rowcount)
-        cur.execute(sql.SQL("SELECT count(*) FROM {}").format(run))
-        rows = int(cur.fetchone()[0])
         changes = diff.compare(cur, company, changed.run_table, changed.baseline, rows)
         # The baseline's rows of changed items are exactly those `find_places` found at their positions: no
         # changed item left the export (one it does not select now would be one more).
@@ -259,6 +250,34 @@ def complete(engine: Any, target: Target, export: ExportSpec, changed: Changed) 
             raise NotPatched("a changed item enters or leaves the export")
         diagnostics = diagnose(cur, run, changed.plan, rows) if changed.plan.ch is not None else None
     return {"diagnostics": diagnostics, "diff": changes}
+
+
+def _copy_unchanged(engine: Any, company: str, changed: Changed, keys_table: str) -> int:
+    """Copy the baseline's rows of the unchanged items into the run table; how many.
+
+    What a full run writes for an item whose content hash is its published one: its flags (less the
+    duplicate bit, the run's own: `diagnose` finds the duplicate ids again over all rows, as a full run
+    does), the unchanged state, no published variant hash (`w`)."""
+    names = changed.names
+    values = {"f": sql.SQL("b.f & {}").format(sql.Literal(~DUPLICATE_BIT)), "d": sql.Literal(diff.UNCHANGED)}
+    values["w"] = sql.SQL("NULL::bigint")
+    select = sql.SQL(", ").join(values.get(n, sql.SQL("b.{}").format(ident(n))) for n in names)
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        scan_settings(cur)
+        cur.execute(
+            sql.SQL(
+                "INSERT INTO {run} ({cols}) SELECT {select} FROM {old} b"
+                " WHERE NOT EXISTS (SELECT 1 FROM {keys} c WHERE c.{key} = b.k)"
+            ).format(
+                run=ident(company, changed.run_table),
+                cols=sql.SQL(", ").join(ident(n) for n in names),
+                select=select,
+                old=ident(company, changed.baseline.table),
+                keys=ident(company, keys_table),
+                key=ident(KEY),
+            )
+        )
+        return int(cur.rowcount)
 
 
 def keys_table_of(target: Target) -> str:
