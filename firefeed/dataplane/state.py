@@ -18,14 +18,18 @@ per-item fingerprints of the delta (part 2) join it here.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from firefeed.dataplane.file_identity import FileIdentity, read_digest
 from firefeed.db.models import PipelineRun
+from firefeed.errors import StorageError, UnsafePathError
 from firefeed.runs.contract import RunStatus, Step
 from firefeed.runs.service import RunStore
 from firefeed.storage.base import Storage
+from firefeed.storage.local import LocalStorage
 
 #: Bump when MERGE, RULES or EXPORT would write other bytes for the same inputs and spec: a run
 #: kept by an older engine is then never reused (its files are what that engine wrote).
@@ -145,16 +149,62 @@ def file_sha256(storage: Storage, key: str) -> str | None:
     return digest.hexdigest()
 
 
-def moved_files(storage: Storage, exports: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The names of the published exports whose file is gone or holds other bytes than recorded."""
+def moved_files(
+    storage: Storage,
+    exports: Sequence[Mapping[str, Any]],
+    *,
+    store: RunStore | None = None,
+    project: str | None = None,
+) -> list[str]:
+    """The names of the published exports whose file is gone or holds other bytes than recorded.
+
+    With `store` and `project`, a local file whose stat is the identity kept for it (`published_files`,
+    taken by an earlier check that read it) is not read; a file read and found unchanged keeps the
+    identity of that read for the next check. A file FireFeed has just published is read once: its
+    stamps are too fresh to vouch for it (file_identity.RACY_MARGIN_NS).
+    """
+    kept = store.published_identities(project) if store is not None and project is not None else {}
     moved = []
     for entry in exports:
-        key, recorded = entry.get("path"), entry.get("sha256")
+        key, recorded, name = entry.get("path"), entry.get("sha256"), str(entry.get("name"))
         if not isinstance(key, str) or not isinstance(recorded, str):
-            moved.append(str(entry.get("name")))
+            moved.append(name)
             continue
         # The size first, where the backend says it: a file of another size differs without reading it.
         size = storage.size(key)
-        if (size is not None and size != entry.get("bytes")) or file_sha256(storage, key) != recorded:
-            moved.append(str(entry.get("name")))
+        if size is not None and size != entry.get("bytes"):
+            moved.append(name)
+            continue
+        if isinstance(storage, LocalStorage):
+            if not _local_file_holds(storage, key, recorded, name, kept, store, project):
+                moved.append(name)
+        elif file_sha256(storage, key) != recorded:
+            moved.append(name)
     return moved
+
+
+def _local_file_holds(
+    storage: LocalStorage,
+    key: str,
+    recorded: str,
+    name: str,
+    kept: Mapping[str, tuple[str, dict[str, Any]]],
+    store: RunStore | None,
+    project: str | None,
+) -> bool:
+    """Whether the local file `key` holds the bytes of `recorded`, by its kept identity or by reading it."""
+    try:
+        path = storage.path(key)
+        with path.open("rb") as f:
+            known = kept.get(name)
+            identity = FileIdentity.from_json(known[1]) if known is not None and known[0] == key else None
+            if identity is not None and identity.vouches_for(os.fstat(f.fileno()), recorded):
+                return True
+            sha256, _, taken = read_digest(f)
+    except (OSError, StorageError, UnsafePathError):
+        return False
+    if sha256 != recorded:
+        return False
+    if taken is not None and store is not None and project is not None and taken != identity:
+        store.keep_published_identity(project, name, key, taken.to_json())
+    return True

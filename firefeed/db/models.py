@@ -309,6 +309,20 @@ class DeliveredFile(Base):
     delivered_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
+class PublishedFile(Base):
+    """A published export file's stat identity, kept with the sha256 it vouches for (#52): the check that
+    the last succeeded run's files are still in place (dataplane/state.py `moved_files`) stats the file
+    instead of reading it. Written by that check after a read proved the file unchanged (a file FireFeed
+    just wrote is too fresh to be trusted by its stat: dataplane/file_identity.py)."""
+
+    __tablename__ = "published_files"
+
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True)
+    export_name: Mapped[str] = mapped_column(Text, primary_key=True)
+    path: Mapped[str] = mapped_column(Text)  # the storage key the identity was taken of
+    identity: Mapped[dict[str, Any]] = mapped_column(JSONB)  # FileIdentity.to_json(), its sha256 included
+
+
 class SyncState(Base):
     """An export's channel API sync (SPEC 10 C9-C10, firefeed/sync): the account its ledger belongs to, the
     export's output columns (the names of each payload's values), and the last sync's outcome and time.

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urljoin, urlsplit
@@ -28,6 +28,8 @@ from urllib.parse import unquote, urljoin, urlsplit
 import httpx
 
 from firefeed.config import Settings
+from firefeed.dataplane import file_identity
+from firefeed.dataplane.file_identity import FileIdentity, stat_key
 from firefeed.errors import FetchError, FireFeedError, InvalidSourceRequestError, UnsafeURLError
 from firefeed.pipeline._decompress import (
     CHUNK,
@@ -56,72 +58,6 @@ MAX_REDIRECTS = 10
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504}) | frozenset(range(505, 600))
 _REDIRECT_STATUS = frozenset({301, 302, 303, 307, 308})
 _PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#@:]*:)[^/?#@]*@")
-
-
-#: How much older than the moment its digest was taken a file's mtime and ctime must be for its stat
-#: identity to stand for the digest. The kernel stamps files from a coarse clock (a tick behind the
-#: one `time.time_ns` reads) and some file systems keep 1-2 s stamps: a write in the same stamp as
-#: the read would leave the stat as it was (git's "racily clean" entries).
-RACY_MARGIN_NS = 2_000_000_000
-
-
-@dataclass(frozen=True)
-class FileIdentity:
-    """A local file's stat identity when its SHA-256 (`sha256`) was taken, as git's index and rsync keep it.
-
-    A later stat with the same device, inode, size, mtime and ctime is the same bytes, without reading
-    them: ctime cannot be set by a user, so an edit that puts the mtime back still shows.
-    `taken_ns`: the wall clock when the read that took the digest began.
-    """
-
-    dev: int
-    ino: int
-    size: int
-    mtime_ns: int
-    ctime_ns: int
-    sha256: str
-    taken_ns: int
-
-    @classmethod
-    def of(cls, st: os.stat_result, sha256: str, taken_ns: int) -> FileIdentity:
-        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, sha256, taken_ns)
-
-    def vouches_for(self, st: os.stat_result, sha256: str | None) -> bool:
-        """Whether `st` is this file, unchanged since its digest `sha256` was taken.
-
-        Not when the file was stamped within RACY_MARGIN_NS of the digest: a write in the same stamp
-        could have followed the read. Nor when both stamps are whole seconds: a file system with 1 s
-        stamps, often a network one whose server stamps by its own clock, which may lag this one by
-        more than the margin (then a same-size edit in the stamp's second would look unchanged).
-        """
-        return (
-            sha256 is not None
-            and sha256 == self.sha256
-            and _stat_key(st) == (self.dev, self.ino, self.size, self.mtime_ns, self.ctime_ns)
-            and max(self.mtime_ns, self.ctime_ns) < self.taken_ns - RACY_MARGIN_NS
-            and not (self.mtime_ns % 1_000_000_000 == 0 and self.ctime_ns % 1_000_000_000 == 0)
-        )
-
-    def to_json(self) -> dict[str, int | str]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, doc: object) -> FileIdentity | None:
-        """The identity kept as `to_json` wrote it; None for anything else (an older row has none)."""
-        if not isinstance(doc, Mapping):
-            return None
-        try:
-            ints = {k: doc[k] for k in ("dev", "ino", "size", "mtime_ns", "ctime_ns", "taken_ns")}
-            sha256 = doc["sha256"]
-        except KeyError:
-            return None
-        if not isinstance(sha256, str) or not all(type(v) is int for v in ints.values()):
-            return None
-        return cls(sha256=sha256, **ints)
-
-
-def _stat_key(st: os.stat_result) -> tuple[int, int, int, int, int]:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 @dataclass(frozen=True)
@@ -592,7 +528,7 @@ def _local_digest(path: Path, *, source: str, max_bytes: int) -> tuple[str, int,
             digest.update(chunk)
         after = os.fstat(f.fileno())
     sha256 = digest.hexdigest()
-    identity = FileIdentity.of(before, sha256, taken_ns) if _stat_key(before) == _stat_key(after) else None
+    identity = FileIdentity.of(before, sha256, taken_ns) if stat_key(before) == stat_key(after) else None
     return sha256, size, identity
 
 
@@ -612,7 +548,7 @@ def file_digest(path: Path) -> Iterator[Callable[[], Digest]]:
     is taken beside the parse (hashlib and file reads release the GIL) instead of before it. Leaving the
     block stops the thread; a digest asked for after an error in the thread raises that error.
 
-    The read waits, while the block runs, until the file's stamps are RACY_MARGIN_NS old: a file
+    The read waits, while the block runs, until the file's stamps are RACY_MARGIN_NS old (file_identity.py): a file
     written just before the run (a feed dropped in place, then a run) then gets an identity the next
     run can trust (`FileIdentity.vouches_for`) and is not read again by it. The block's end (the
     digest asked for) ends the wait: a short parse is never held up by it.
@@ -623,7 +559,7 @@ def file_digest(path: Path) -> Iterator[Callable[[], Digest]]:
         def run() -> Digest | None:
             with path.open("rb") as f:
                 st = os.fstat(f.fileno())
-                wait_ns = max(st.st_mtime_ns, st.st_ctime_ns) + RACY_MARGIN_NS - time.time_ns()
+                wait_ns = max(st.st_mtime_ns, st.st_ctime_ns) + file_identity.RACY_MARGIN_NS - time.time_ns()
                 if wait_ns > 0:
                     hurry.wait(wait_ns / 1e9 + 0.05)
                 digest = hashlib.sha256()
@@ -636,7 +572,7 @@ def file_digest(path: Path) -> Iterator[Callable[[], Digest]]:
                 after = os.fstat(f.fileno())
             sha256 = digest.hexdigest()
             # Changed while it waited, or during the read: a digest of moving bytes vouches for nothing.
-            same = _stat_key(st) == _stat_key(before) == _stat_key(after)
+            same = stat_key(st) == stat_key(before) == stat_key(after)
             return Digest(sha256, FileIdentity.of(before, sha256, taken_ns) if same else None)
 
         future = pool.submit(run)

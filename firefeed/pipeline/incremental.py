@@ -196,7 +196,7 @@ def _full_reason(
     exports = previous.exports
     if sorted(e.get("name", "") for e in exports) != sorted(e.name for e in spec.exports):
         return "the last succeeded run published other exports"
-    moved = state.moved_files(export_storage(ctx.settings), exports)
+    moved = state.moved_files(export_storage(ctx.settings), exports, store=ctx.store, project=spec.project)
     if moved:
         return f"export {moved[0]!r}: its published file is gone or changed"
     for entry in exports:

@@ -19,7 +19,17 @@ from sqlalchemy.exc import IntegrityError
 from firefeed import metrics
 from firefeed.config import get_settings
 from firefeed.db.engine import get_engine, raw_connection, session_factory
-from firefeed.db.models import Company, Export, PipelineRun, PipelineStep, Project, Rule, Source, SpecVersion
+from firefeed.db.models import (
+    Company,
+    Export,
+    PipelineRun,
+    PipelineStep,
+    Project,
+    PublishedFile,
+    Rule,
+    Source,
+    SpecVersion,
+)
 from firefeed.db.sqlfile import load_queries
 from firefeed.errors import NotFoundError, PipelineBusyError, RunCancelledError, SpecChangedError
 from firefeed.runs.contract import RunStatus
@@ -215,6 +225,24 @@ class RunStore:
     def update_source(self, project_id: str, name: str, **values: Any) -> None:
         with self.sessions() as s, s.begin():
             s.execute(update(Source).where(Source.project_id == project_id, Source.name == name).values(**values))
+
+    def published_identities(self, project_id: str) -> dict[str, tuple[str, dict[str, Any]]]:
+        """Each export's kept published-file identity: {export name: (storage key, identity)}."""
+        with self.sessions() as s:
+            rows = s.scalars(select(PublishedFile).where(PublishedFile.project_id == project_id))
+            return {r.export_name: (r.path, dict(r.identity)) for r in rows}
+
+    def keep_published_identity(self, project_id: str, export_name: str, path: str, identity: dict[str, Any]) -> None:
+        with self.sessions() as s, s.begin():
+            stmt = pg_insert(PublishedFile).values(
+                project_id=project_id, export_name=export_name, path=path, identity=identity
+            )
+            s.execute(
+                stmt.on_conflict_do_update(
+                    index_elements=[PublishedFile.project_id, PublishedFile.export_name],
+                    set_={"path": stmt.excluded.path, "identity": stmt.excluded.identity},
+                )
+            )
 
     # -- runs ---------------------------------------------------------------
     def request_run(

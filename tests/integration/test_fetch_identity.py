@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from firefeed.dataplane.file_identity import RACY_MARGIN_NS
 from firefeed.pipeline import fetch as fetch_module
-from firefeed.pipeline.fetch import RACY_MARGIN_NS
 from firefeed.pipeline.steps.fetch import FILE_IDENTITY
 from firefeed.runs.service import RunStore
 from tests.integration.conftest import write_csv

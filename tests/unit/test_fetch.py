@@ -682,7 +682,7 @@ def test_a_files_digest_is_taken_beside_the_block_and_only_inside_it(tmp_path: P
     data = bytes(range(256)) * 40_000  # several read chunks
     path.write_bytes(data)
     with file_digest(path) as digest:
-        assert digest() == hashlib.sha256(data).hexdigest()
+        assert digest().sha256 == hashlib.sha256(data).hexdigest()
     with file_digest(path) as late:
         pass
     with pytest.raises(RuntimeError, match="after its block"):

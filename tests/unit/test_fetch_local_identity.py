@@ -16,9 +16,11 @@ from typing import Any
 import pytest
 
 from firefeed.config import Settings
+from firefeed.dataplane import file_identity
+from firefeed.dataplane.file_identity import RACY_MARGIN_NS, FileIdentity
 from firefeed.errors import FireFeedError
 from firefeed.pipeline import fetch as fetch_module
-from firefeed.pipeline.fetch import RACY_MARGIN_NS, FetchResult, FileIdentity, Validators, fetch_source
+from firefeed.pipeline.fetch import FetchResult, Validators, fetch_source
 
 OLD = b"id,stock\n1,5\n2,7\n"
 NEW = b"id,stock\n1,0\n2,7\n"  # the same size
@@ -292,7 +294,7 @@ def test_whole_second_stamps_never_vouch() -> None:
 def test_a_digest_beside_a_long_parse_waits_out_the_margin_and_its_identity_vouches(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(fetch_module, "RACY_MARGIN_NS", 300_000_000)
+    monkeypatch.setattr(file_identity, "RACY_MARGIN_NS", 300_000_000)
     path = tmp_path / "feed.csv"
     path.write_bytes(OLD)  # written just now: within the margin
     with fetch_module.file_digest(path) as digest:
@@ -305,7 +307,7 @@ def test_a_digest_beside_a_long_parse_waits_out_the_margin_and_its_identity_vouc
 def test_a_digest_asked_for_at_once_does_not_wait_and_its_identity_does_not_vouch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(fetch_module, "RACY_MARGIN_NS", 5_000_000_000)
+    monkeypatch.setattr(file_identity, "RACY_MARGIN_NS", 5_000_000_000)
     path = tmp_path / "feed.csv"
     path.write_bytes(OLD)
     t = time.monotonic()
@@ -317,7 +319,7 @@ def test_a_digest_asked_for_at_once_does_not_wait_and_its_identity_does_not_vouc
 
 
 def test_a_file_edited_while_the_digest_waits_gets_no_identity(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fetch_module, "RACY_MARGIN_NS", 400_000_000)
+    monkeypatch.setattr(file_identity, "RACY_MARGIN_NS", 400_000_000)
     path = tmp_path / "feed.csv"
     path.write_bytes(OLD)
     with fetch_module.file_digest(path) as digest:

@@ -1,0 +1,100 @@
+"""An unchanged run checks that the last succeeded run's files are still in place (SPEC 11 I2) by their stat
+when an earlier check read them and kept their identity (`published_files`, #52): a file is read once
+after it is published, then only stat'ed; any edit, however it hides, is still seen."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from firefeed.dataplane import file_identity, state
+from firefeed.runs.service import RunStore
+from tests.integration.test_incremental import ok, write_project, write_sources
+
+pytestmark = pytest.mark.integration
+
+MARGIN_NS = 200_000_000
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The published files the check reads (their names), with a short racy margin."""
+    monkeypatch.setattr(file_identity, "RACY_MARGIN_NS", MARGIN_NS)
+    seen: list[str] = []
+    digest = state.read_digest
+
+    def counted(f: Any, **kwargs: Any) -> Any:
+        seen.append(Path(f.name).name)
+        return digest(f, **kwargs)
+
+    monkeypatch.setattr(state, "read_digest", counted)
+    return seen
+
+
+def settle() -> None:
+    time.sleep(MARGIN_NS / 1e9 + 0.1)
+
+
+def test_a_published_file_is_read_by_one_check_then_known_by_its_stat(
+    run_env: Path, tmp_path: Path, reads: list[str]
+) -> None:
+    project = f"pid{uuid.uuid4().hex[:8]}"
+    write_sources(tmp_path)
+    spec = write_project(tmp_path, project)
+    first = ok(spec)
+    settle()
+    assert ok(spec)["incremental"]["mode"] == "unchanged"
+    assert sorted(reads) == ["feed.csv", "feed.json"]  # read once: no identity kept yet
+    kept = RunStore().published_identities(project)
+    assert sorted(kept) == ["feed", "json"]
+    assert all(identity["sha256"] == e["sha256"] for e in first["exports"] for _, identity in [kept[e["name"]]])
+
+    reads.clear()
+    third = ok(spec)
+    assert third["incremental"]["mode"] == "unchanged" and third["incremental"]["reused_from"] == first["run_id"]
+    assert reads == []
+    assert RunStore().published_identities(project) == kept
+
+
+def test_an_edit_of_a_published_file_that_keeps_its_size_and_mtime_is_seen(
+    run_env: Path, tmp_path: Path, reads: list[str]
+) -> None:
+    project = f"pid{uuid.uuid4().hex[:8]}"
+    write_sources(tmp_path)
+    spec = write_project(tmp_path, project)
+    ok(spec)
+    settle()
+    ok(spec)
+    reads.clear()
+    assert ok(spec)["incremental"]["mode"] == "unchanged" and reads == []
+
+    published = run_env / "increfresh" / project / "feed.csv"
+    st = published.stat()
+    data = bytearray(published.read_bytes())
+    data[-2] = ord("X") if data[-2] != ord("X") else ord("Y")  # the same size
+    published.write_bytes(bytes(data))
+    os.utime(published, ns=(st.st_atime_ns, st.st_mtime_ns))  # the mtime put back: the ctime moved
+    report = ok(spec)
+    assert report["incremental"]["mode"] == "full"
+    assert report["incremental"]["reason"] == "export 'feed': its published file is gone or changed"
+
+
+def test_an_identity_kept_for_another_path_is_not_trusted(run_env: Path, tmp_path: Path, reads: list[str]) -> None:
+    project = f"pid{uuid.uuid4().hex[:8]}"
+    write_sources(tmp_path)
+    spec = write_project(tmp_path, project)
+    ok(spec)
+    settle()
+    ok(spec)
+    store = RunStore()
+    path, identity = store.published_identities(project)["feed"]
+    store.keep_published_identity(project, "feed", path + ".old", identity)
+    reads.clear()
+    assert ok(spec)["incremental"]["mode"] == "unchanged"
+    assert reads == ["feed.csv"]  # read again, and its identity kept under its own path
+    assert store.published_identities(project)["feed"][0] == path
