@@ -47,6 +47,9 @@ class KeptCopy:
     ino: int
     mtime_ns: int
     ctime_ns: int
+    #: its records are known to be csv's records by their quotes (`record_diff.quotes_agree`): it was the
+    #: new file of a diff that was not refused
+    quotes_checked: bool = False
 
     def to_json(self) -> dict[str, int | str]:
         return asdict(self)
@@ -63,6 +66,7 @@ class KeptCopy:
                 ino=int(doc["ino"]),
                 mtime_ns=int(doc["mtime_ns"]),
                 ctime_ns=int(doc["ctime_ns"]),
+                quotes_checked=bool(doc.get("quotes_checked", False)),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -104,12 +108,14 @@ def start(settings: Settings, company: str, project: str, source: str, feed: Pat
     return tmp
 
 
-def commit(settings: Settings, company: str, project: str, source: str, tmp: Path, sha256: str) -> KeptCopy:
+def commit(
+    settings: Settings, company: str, project: str, source: str, tmp: Path, sha256: str, *, quotes_checked: bool
+) -> KeptCopy:
     """The copy `start` made, renamed in place of the kept one; its identity as the source's row records it."""
     final = path(settings, company, project, source)
     os.replace(tmp, final)
     st = os.stat(final)
-    return KeptCopy(st.st_size, sha256, st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+    return KeptCopy(st.st_size, sha256, st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, quotes_checked)
 
 
 def discard(tmp: Path | None) -> None:

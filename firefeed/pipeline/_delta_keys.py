@@ -86,7 +86,7 @@ def kept_rows(ctx: RunContext, sources: Sequence[StagedSource], previous: KeptRu
     return out
 
 
-def _skips_before(previous: KeptRun) -> dict[str, SourceKeyStats]:
+def skips_before(previous: KeptRun) -> dict[str, SourceKeyStats]:
     """Each source's empty and repeated keys as the last succeeded run's MERGE counted them."""
     out: dict[str, SourceKeyStats] = {}
     for entry in previous.details.get(Step.MERGE, {}).get("sources", []):
@@ -116,7 +116,7 @@ def key_counts(
     sources' (the new rows are made from the items rows, delta.py's `_by_items`; `first_rows` makes the
     others should that be refused). `beside`: changed sources counted on another connection
     (`find_candidates`), taken as clean here."""
-    before = _skips_before(previous)
+    before = skips_before(previous)
     clean: list[bool] = []
     for j, src in enumerate(sources):
         if j in beside:
@@ -168,7 +168,7 @@ def find_candidates(
     still were (a full MERGE does the same beside its write: the count cost the delta 0.8-1.9 s); should
     the count find an empty or repeated key, its first-row table is made and the candidates found again.
     """
-    before = _skips_before(previous)
+    before = skips_before(previous)
     beside = [
         j
         for j in kept
@@ -226,7 +226,7 @@ def changed_keys(
     has no row), for `by_items`. `again`: the candidates are found a second time (`find_candidates`); the
     kept rows' first-row tables (`ff_old_<j>`) are the first time's (a second CREATE failed the run)."""
     assert not with_values or len(kept) == 1
-    before = _skips_before(previous)
+    before = skips_before(previous)
     parts: list[sql.Composable] = []
     params: list[Any] = []
     for j, old in kept.items():

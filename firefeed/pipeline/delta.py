@@ -30,6 +30,7 @@ Whatever is not proven identical to a full run is `full` with a reason.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from psycopg2 import sql
 
 from firefeed.dataplane.kept import keep_in_place, kept_heaps
 from firefeed.dataplane.names import RESULT_PREFIX, rules_tmp_table
-from firefeed.dataplane.state import KeptRun
+from firefeed.dataplane.state import KeptRun, SourceState
 from firefeed.db.engine import raw_connection
 from firefeed.pipeline._delta_keys import (
     CANDIDATES,
@@ -51,6 +52,7 @@ from firefeed.pipeline._delta_keys import (
     find_candidates,
     first_rows,
     kept_rows,
+    skips_before,
     temp_table,
     unsafe_keys,
 )
@@ -61,7 +63,9 @@ from firefeed.pipeline.merge import (
     StagedSource,
     _first_rows,
     _items_select,
+    derived_rows,
     merged_fields,
+    source_key_stats,
 )
 from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import Rule
@@ -120,6 +124,8 @@ def why_not(
     index = {s.name: i for i, s in enumerate(spec.sources)}
     for name in changed:
         i = index.get(name)
+        if i == 0 and patched_primary(parsed) is not None:
+            continue  # only its changed records were staged again, their keys kept (`primary_reason`)
         if i is None or i == 0 or spec.sources[i].mode != "enrich":
             return f"source {name!r} is not an enrich source"
     if chunked:
@@ -136,6 +142,78 @@ def why_not(
     if not ctx.data.schema.table_exists(spec.company, kept_result):
         return "the last run's rules result is not kept"
     return None
+
+
+def patched_primary(parsed: Sequence[contract.SourceResult]) -> str | None:
+    """The run table of the primary's changed records' new rows when this run's PARSE patched its staging
+    (pipeline/stage_patch.py); None when the primary was not modified or was parsed in full."""
+    from firefeed.pipeline.steps.parse import STAGING
+
+    if not parsed or parsed[0].parse.get("not_modified"):
+        return None
+    staging = parsed[0].parse.get(STAGING) or {}
+    if staging.get("staged") != "patched":
+        return None
+    return str(staging["new_rows"])
+
+
+def primary_reason(ctx: RunContext, parsed: Sequence[contract.SourceResult], previous: KeptRun) -> str | None:
+    """Why a change of the primary alone cannot be a delta; None: it can (`why_not` checks the rest).
+
+    Its staging must have been patched from the rows the last succeeded run merged (then only the changed
+    records' items can differ), and that run's MERGE must have skipped none of its rows: every changed
+    record's key (the same before and after, not empty) is then exactly one item, at its `_ff_ord`. An
+    append source is left out (its items come after the primary's, by keys the primary lacks)."""
+    from firefeed.pipeline.steps.parse import STAGING
+
+    spec = ctx.spec
+    staging = parsed[0].parse.get(STAGING) or {}
+    if patched_primary(parsed) is None:
+        return f"the primary was parsed in full ({staging.get('reason', 'not patched')})"
+    merged = previous.state.sources.get(spec.sources[0].name) if previous.state is not None else None
+    if merged is None or SourceState.from_json(staging.get("from") or {}) != merged:
+        return "the primary's staged rows were not the ones the last succeeded run merged"
+    skips = skips_before(previous).get(spec.sources[0].name)
+    if skips is None or skips.empty_key or skips.duplicate_key:
+        return "the last succeeded run skipped rows of the primary (an empty or repeated key)"
+    if any(j > 0 and s.mode == "append" for j, s in enumerate(spec.sources)):
+        return "an append source decides which items there are"
+    return None
+
+
+def _primary_candidates(
+    cur: Any,
+    schema: str,
+    key_field: str,
+    sources: Sequence[StagedSource],
+    previous: KeptRun,
+    result: MergeResult,
+    new_rows: str,
+) -> list[bool]:
+    """For a patched primary: `CANDIDATES`, the changed records' (trimmed) keys, and each source's key counts
+    (the last run's: the primary kept its keys, the others did not change) and whether it is clean; the
+    first-row tables of the unclean ones. `new_rows`: the records' new rows (stage_patch.PATCH_NEW)."""
+    before = skips_before(previous)
+    clean: list[bool] = []
+    for src in sources:
+        stats = before.get(src.name)
+        if stats is None:
+            stats = source_key_stats(cur, schema, key_field, src)
+        result.sources[src.name] = stats
+        clean.append(stats.empty_key == 0 and stats.duplicate_key == 0)
+    assert clean[0], "primary_reason: the primary was clean"
+    patched = dataclasses.replace(sources[0], table=new_rows)
+    params: list[Any] = []
+    keys = derived_rows(schema, key_field, patched, None, params)
+    temp_table(
+        cur,
+        CANDIDATES,
+        sql.SQL("SELECT DISTINCT r.{k} AS key FROM {rows} r").format(k=ident(KEY), rows=keys),
+        params,
+        analyze=True,
+    )
+    first_rows(cur, schema, key_field, sources, clean, [j for j in range(1, len(sources)) if not clean[j]])
+    return clean
 
 
 def _staged(
@@ -159,14 +237,19 @@ def merge_delta(
     schema = company_schema(spec.company)
     service, run_id = ctx.data.schema, ctx.run_id
     result = MergeResult(fields=fields, rows=0)
-    kept = kept_rows(ctx, sources, previous)
+    primary = patched_primary(parsed)
+    kept = None if primary is not None else kept_rows(ctx, sources, previous)
     # The changed items' new rows from their items rows, without the primary's staging (_delta_keys.py
     # says when that is what MERGE gives); else MERGE's own SELECT for the candidate keys.
     refused = None if kept is None else by_items_refusal(spec.key, sources, contrib, kept)
     with raw_connection(ctx.data.engine) as conn, conn.cursor() as cur:
         for setting in _MERGE_SETTINGS:
             cur.execute(setting)
-        if kept is None:
+        if primary is not None:
+            # Only the changed records' items can differ: their new rows stand for the primary's staging.
+            clean = _primary_candidates(cur, schema, spec.key, sources, previous, result, primary)
+            sources = [dataclasses.replace(sources[0], table=primary), *sources[1:]]
+        elif kept is None:
             clean = _first_rows(cur, schema, spec.key, sources, result)
         else:
             rows = [r.parsed.rows for r in parsed]
@@ -198,7 +281,8 @@ def merge_delta(
         else:
             if kept is not None:
                 log.info("delta: the changed items are merged again from every source: %s", refused)
-            _changed_by_merging(cur, schema, spec.key, sources, fields, contrib, clean, items, kept is not None)
+            candidates = kept is not None or primary is not None
+            _changed_by_merging(cur, schema, spec.key, sources, fields, contrib, clean, items, candidates)
         cols = sql.SQL(", ").join(ident(c) for c in columns)
         old_cols = sql.SQL(", ").join(sql.SQL("i.{}").format(ident(c)) for c in columns)
         changed_t = ident(CHANGED)
@@ -237,7 +321,15 @@ def merge_delta(
         rows_in=sum(r.parsed.rows for r in parsed),
         skipped={name: contract.SourceSkips(s.empty_key, s.duplicate_key) for name, s in result.sources.items()},
     )
-    found_by = "merged rows" if kept is None else "staged rows" if refused is not None else "items rows"
+    found_by = (
+        "patched rows"
+        if primary is not None
+        else "merged rows"
+        if kept is None
+        else "staged rows"
+        if refused is not None
+        else "items rows"
+    )
     return merged, DeltaTables(new=new, old=old, keys=keys, changed=changed, found_by=found_by)
 
 

@@ -138,7 +138,13 @@ def _delta_or_full(
 
     index = {s.name: i for i, s in enumerate(ctx.spec.sources)}
     changed = tuple(r.parsed.name for r in parsed if not r.parse.get("not_modified"))
-    if not changed or any(index.get(n, 0) == 0 or ctx.spec.sources[index[n]].mode != "enrich" for n in changed):
+    primary = ctx.spec.sources[0].name
+    if changed == (primary,):
+        # The primary alone: a delta when PARSE patched it (only its changed records, keys kept).
+        why = delta.primary_reason(ctx, parsed, previous)
+        if why is not None:
+            return Decision.full(f"{reason}; not a delta: {why}", previous)
+    elif not changed or any(index.get(n, 0) == 0 or ctx.spec.sources[index[n]].mode != "enrich" for n in changed):
         return Decision.full(reason, previous)
     if _full_reason(ctx, parsed, previous, accept_invalid=accept_invalid, ignore=frozenset(changed)) is not None:
         return Decision.full(reason, previous)
@@ -149,6 +155,13 @@ def _delta_or_full(
     why = delta.why_not(ctx, parsed, changed, fields, kept_result_table(computed_by), chunked=chunked)
     if why is not None:
         return Decision.full(f"{reason}; not a delta: {why}", previous)
+    if changed == (primary,):
+        return Decision(
+            "delta",
+            f"only records of the primary source {primary!r} changed since run {previous.run_id}",
+            previous,
+            changed,
+        )
     names = ", ".join(repr(n) for n in changed)
     return Decision(
         "delta", f"only the enrich source(s) {names} changed since run {previous.run_id}", previous, changed

@@ -52,8 +52,10 @@ log = logging.getLogger(__name__)
 #: run tables (pass numbers apart from the project's passes and the delta's 9_000_001-5) of the changed
 #: records' new and old rows, each with its staged row's `_ff_ord` once patched
 PATCH_NEW, PATCH_OLD = 9_000_006, 9_000_007
-#: at most this share of the rows may change (or have their line numbers moved) for a patch
+#: at most this share of the rows (or `MIN_CHANGED`) may change, or have their line numbers moved, for a
+#: patch: past it the patch's per-record work nears a full parse's
 MAX_CHANGED_SHARE = 0.1
+MIN_CHANGED = 16
 #: the longest header record looked for at the start of the file
 _HEADER_MAX_BYTES = 1 << 20
 _UTF8 = "utf-8"
@@ -135,9 +137,12 @@ def patch_staging(ctx: RunContext, src: SourceSpec, row: Source, table: str, new
     key = ctx.spec.key
     if key not in fields or src.key_template is not None:
         raise Refused("the key is not a field of the file")
-    most = max(1, int(rows * MAX_CHANGED_SHARE))
+    most = max(MIN_CHANGED, int(rows * MAX_CHANGED_SHARE))
     kept = parsed_copy.path(ctx.settings, ctx.spec.company, ctx.spec.project, src.name)
-    diff = diff_records(kept, new_file, max_changed=most)
+    header = _header(new_file)
+    delimiter = _delimiter(src, header)
+    quotes_checked = bool((stats.get(parsed_copy.KEPT_COPY) or {}).get("quotes_checked"))
+    diff = diff_records(kept, new_file, max_changed=most, delimiter=delimiter, old_quotes_checked=quotes_checked)
     if diff.refused is not None:
         raise Refused(f"the file is not the last one with some records changed: {diff.refused}")
     changed = list(diff.changed)
@@ -145,7 +150,6 @@ def patch_staging(ctx: RunContext, src: SourceSpec, row: Source, table: str, new
     if not changed:
         _empty_tables(ctx, fields, new_t, old_t)
         return Patched(0, new_t, old_t)
-    header = _header(new_file)
     _check_bytes(changed)
     work = Path(ctx.work_dir) / "patch"
     work.mkdir(parents=True, exist_ok=True)
@@ -180,9 +184,25 @@ def _header(path: Path) -> bytes:
     raise Refused("the header record has no line end within its first MiB")
 
 
+def _delimiter(src: SourceSpec, header: bytes) -> bytes:
+    """The delimiter a full parse uses (the header's most frequent candidate when `auto`), as one byte."""
+    from firefeed.pipeline.parse.csv_reader import _delimiter_option, detect_delimiter
+
+    try:
+        chosen = _delimiter_option(src.name, src.delimiter, src.resolved_format)
+        text = header.decode(_UTF8)
+    except (ParseError, UnicodeDecodeError):
+        raise Refused("the header or the delimiter cannot be read") from None
+    delimiter = (chosen if chosen is not None else detect_delimiter(text.lstrip("\ufeff"))).encode(_UTF8)
+    if len(delimiter) != 1 or delimiter == b'"':
+        raise Refused("the delimiter is not one byte")
+    return delimiter
+
+
 def _lines(record: bytes) -> int:
-    """The physical lines a record spans, as the csv reader counts them (`\\n`, `\\r\\n` and `\\r` end one)."""
-    return len(record.splitlines())
+    """The physical lines a record (without its line end) spans with its line end, as the csv reader counts
+    them (`\\n`, `\\r\\n` and `\\r` end one; a quoted value may hold any of them)."""
+    return len((record + b"\n").splitlines())
 
 
 def _check_bytes(changed: Sequence[ChangedRecord]) -> None:
@@ -213,10 +233,8 @@ def _stage_records(
 
     with path.open("wb") as f:
         f.write(header)
-        for i, record in enumerate(records):
-            f.write(record)
-            if i < len(records) - 1 and not record.endswith((b"\n", b"\r")):
-                raise Refused("a changed record other than the last has no line end")
+        for record in records:  # a record's bytes are without their line end (record_diff)
+            f.write(record + b"\n")
     try:
         staged = stage_path(ctx, src, path, table)
     except ParseError as err:
@@ -229,7 +247,7 @@ def _stage_records(
     if staged.rows != len(records) or st.malformed or st.nul_removed or st.warnings or st.encoding != _UTF8:
         raise Refused("a changed record is not one clean UTF-8 row")
     # Each record one row, starting where its record does: none was a blank line, none two rows.
-    first = _lines(header) + 1
+    first = len(header.splitlines()) + 1  # the header holds its line end
     expected, at = [], first
     for n in lines:
         expected.append(at)
@@ -243,7 +261,7 @@ def _stage_records(
         )
         found = [int(r[0]) for r in cur.fetchall()]
     if found != expected:
-        raise Refused("a changed record is not one row where it starts")
+        raise Refused(f"a changed record is not one row where it starts (lines {found[:5]}, not {expected[:5]})")
     return staged
 
 

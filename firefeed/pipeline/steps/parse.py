@@ -140,7 +140,8 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
             if digest is not None:
                 beside = digest()
                 sha256, identity = beside.sha256, beside.identity.to_json() if beside.identity else None
-        kept = copy.commit(sha256)
+        # A copy a diff read as the new file (not refused) has csv's records by their quotes.
+        kept = copy.commit(sha256, quotes_checked=staging.get("staged") == "patched")
     st = staged.stats
     if index == 0 and staged.rows == 0:
         what = "the file is empty" if not staged.fields else "the file has a header but no items"
@@ -211,12 +212,14 @@ class _Copy:
             parsed_copy.drop(ctx.settings, ctx.spec.company, ctx.spec.project, src.name)
         return self
 
-    def commit(self, sha256: str | None) -> parsed_copy.KeptCopy | None:
+    def commit(self, sha256: str | None, *, quotes_checked: bool) -> parsed_copy.KeptCopy | None:
         """The copy kept as the file the staging was parsed from (None: none kept)."""
         if self.tmp is None or sha256 is None:
             return None
         ctx, name = self.ctx, self.ctx.spec.sources[self.index].name
-        kept = parsed_copy.commit(ctx.settings, ctx.spec.company, ctx.spec.project, name, self.tmp, sha256)
+        kept = parsed_copy.commit(
+            ctx.settings, ctx.spec.company, ctx.spec.project, name, self.tmp, sha256, quotes_checked=quotes_checked
+        )
         self.tmp = None
         return kept
 
