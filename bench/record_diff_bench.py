@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -52,13 +53,26 @@ def wait_for(path: Path, timeout_s: float) -> None:
     raise SystemExit(f"{path} did not appear (make bench or make bench-incremental writes it)")
 
 
-def timed(runs: int, work: Callable[[], Any]) -> tuple[float, list[float], Any]:
-    times, result = [], None
+@dataclass
+class Timing:
+    """Wall times of the runs, and their CPU times (on a shared machine the steadier; 0 for `cat`'s child)."""
+
+    label: str
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+
+    def median(self) -> float:
+        return statistics.median(self.wall)
+
+
+def timed(label: str, runs: int, work: Callable[[], Any]) -> tuple[Timing, Any]:
+    timing, result = Timing(label), None
     for _ in range(runs):
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         result = work()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), times, result
+        timing.wall.append(time.perf_counter() - t)
+        timing.cpu.append(time.process_time() - cpu)
+    return timing, result
 
 
 def csv_pass(path: Path) -> int:
@@ -90,31 +104,30 @@ def main() -> None:
         def cat() -> None:
             subprocess.run(["cat", str(old), str(new)], stdout=subprocess.DEVNULL, check=True)
 
-        rows: list[tuple[str, float, list[float]]] = []
-        median, times, _ = timed(args.runs, cat)
-        rows.append(("cat of both files > /dev/null", median, times))
+        timings: list[Timing] = [timed("cat of both files > /dev/null", args.runs, cat)[0]]
         if not args.skip_csv:
-            median, times, n = timed(args.runs, lambda: csv_pass(new))
-            rows.append((f"csv.reader over the new file ({n:,} rows)", median, times))
+            timing, n = timed("csv.reader over the new file", args.runs, partial(csv_pass, new))
+            timing.label += f" ({n:,} rows)"
+            timings.append(timing)
         diffs: dict[str, RecordDiff] = {}
         for vouched in (True, False):
             label = "diff_records, old quotes vouched for" if vouched else "diff_records, old quotes checked"
-            median, times, diffs[label] = timed(
-                args.runs, partial(diff_records, old, new, max_changed=args.max_changed, old_quotes_checked=vouched)
-            )
-            rows.append((label, median, times))
+            run = partial(diff_records, old, new, max_changed=args.max_changed, old_quotes_checked=vouched)
+            timing, diffs[label] = timed(label, args.runs, run)
+            timings.append(timing)
         figures["load_after"] = os.getloadavg()
 
-    for label, median, times in rows:
-        print(f"  {label:<45} {median:7.3f} s  (runs: {', '.join(f'{t:.3f}' for t in times)})")
+    for t in timings:
+        runs = ", ".join(f"{w:.3f}" for w in t.wall)
+        print(f"  {t.label:<45} {t.median():7.3f} s  (runs: {runs}; CPU median {statistics.median(t.cpu):.3f} s)")
     for label, diff in diffs.items():
         print(f"  {label}: {len(diff.changed):,} changed records, refused: {diff.refused}")
         assert diff.refused is None and len(diff.changed) == n_changed, "the diff must find exactly the changed titles"
-    fast = rows[-2][1]
+    fast = timings[-2].median()
     print(f"  throughput (vouched): {size / fast / 1e9:.2f} GB/s of both files; target under {TARGET_S} s: ", end="")
     print("met" if fast < TARGET_S else "NOT met")
     print(f"  load average before {figures['load_before']}, after {figures['load_after']} (2 cores)")
-    figures["figures_s"] = {label: {"median": median, "runs": times} for label, median, times in rows}
+    figures["figures_s"] = {t.label: {"median": t.median(), "runs": t.wall, "cpu": t.cpu} for t in timings}
     figures["changed"] = n_changed
     print(f"written to {save_results('record_diff', figures)}")
 
