@@ -19,14 +19,19 @@ from firefeed.dataplane.names import (
     RULES_TMP_PREFIX,
     kept_part_table,
     kept_result_table,
+    rules_tmp_table,
     run_id_of_tmp_table,
 )
 from firefeed.dataplane.views import relations_read
 from firefeed.db.engine import raw_connection
 from firefeed.schema.identifiers import KEY, company_schema, ident
-from firefeed.schema.service import UNUSED_DROP_LOCK_S, SchemaService, relation_kind, view_reads
+from firefeed.schema.service import UNUSED_DROP_LOCK_S, SchemaService, relation_kind, sql_qualified, view_reads
 
 log = logging.getLogger(__name__)
+
+#: the pass number of a delta run's table of the kept result's rows of its changed items (`find_changed_rows`)
+CHANGED_ROWS = 9_000_101
+_ROWS_COMMENT = "rows "
 
 
 def keep_rules_result(schema: SchemaService, company: str, project: str, run_id: str, result: str) -> str | None:
@@ -73,6 +78,33 @@ def _heaps(cur: Any, schema: str, kept: str) -> list[str] | None:
     return [name for name, _ in found]
 
 
+def find_changed_rows(schema: SchemaService, company: str, run_id: str, *, view: str, keys: str) -> int | None:
+    """Where the kept result that a delta run's result `view` reads holds the rows of the run's changed items
+    (their keys in `keys`): their heap and TID, in the run's table `CHANGED_ROWS`, commented with their
+    count. `keep_in_place` then deletes them by TID instead of scanning every heap after the publish, when
+    nothing else runs; this scan runs while the run's EXPORT leaves a core free. Returns the count; None
+    (nothing made) when `view` reads no kept table or view of parts."""
+    where = company_schema(company)
+    with raw_connection(schema.engine) as conn, conn.cursor() as cur:
+        if relation_kind(cur, where, view) != "v":
+            return None
+        kept = [name for name, _ in view_reads(cur, where, view) if name.startswith(RESULT_PREFIX)]
+        heaps = _heaps(cur, where, kept[0]) if len(kept) == 1 else None
+        if heaps is None:
+            return None
+        rows = sql.SQL(" UNION ALL ").join(
+            sql.SQL(
+                "SELECT h.tableoid AS r, h.ctid AS t FROM {heap} h"
+                " WHERE EXISTS (SELECT 1 FROM {keys} c WHERE c.{key} = h.{key})"
+            ).format(heap=ident(where, heap), keys=ident(where, keys), key=ident(KEY))
+            for heap in heaps
+        )
+        table, found = schema.create_rules_tmp_as(company, run_id, CHANGED_ROWS, ["r", "t"], rows, [], conn=conn)
+        # Its count beside its rows: crash recovery empties an UNLOGGED table, not its comment.
+        schema.comment_relation(company, table, f"{_ROWS_COMMENT}{found}", view=False, conn=conn)
+    return found
+
+
 def keep_in_place(
     schema: SchemaService,
     company: str,
@@ -90,6 +122,10 @@ def keep_in_place(
     succeeded run's, which `values` reads. Returns the kept name; None, changing nothing, when `kept`
     is no longer a table or a view of parts.
 
+    The changed items' rows are deleted by the TIDs `find_changed_rows` kept, when it ran and they are
+    all of them (as many deleted as it found, each with a changed key: nothing else writes `kept`
+    meanwhile); else, or for the rest, by a scan of each heap.
+
     Its rows are then no longer in `_ff_ord` order: a later reader that needs the order sorts (the
     export's COPY checks the order before it trusts a scan).
     """
@@ -102,12 +138,14 @@ def keep_in_place(
         heaps = _heaps(cur, where, kept)
         if heaps is None:
             return None
-        for heap in heaps:
-            cur.execute(
-                sql.SQL("DELETE FROM {heap} h WHERE EXISTS (SELECT 1 FROM {keys} c WHERE c.{key} = h.{key})").format(
-                    heap=ident(where, heap), keys=ident(where, keys), key=ident(KEY)
+        changed = sql.SQL("EXISTS (SELECT 1 FROM {keys} c WHERE c.{key} = h.{key})").format(
+            keys=ident(where, keys), key=ident(KEY)
+        )
+        if not _delete_by_tid(cur, where, run_id, heaps, changed):
+            for heap in heaps:
+                cur.execute(
+                    sql.SQL("DELETE FROM {heap} h WHERE {changed}").format(heap=ident(where, heap), changed=changed)
                 )
-            )
         cur.execute(
             sql.SQL("INSERT INTO {heap} ({cols}) SELECT {cols} FROM {ruled}").format(
                 heap=ident(where, heaps[-1]), cols=cols, ruled=ident(where, ruled)
@@ -118,6 +156,32 @@ def keep_in_place(
         # The comment (`project <id>`, which drop_kept_results finds it by) goes with it.
         schema.rename_relation(company, kept, new, view=heaps != [kept], conn=conn)
     return new
+
+
+def _delete_by_tid(cur: Any, where: str, run_id: str, heaps: Sequence[str], changed: sql.Composable) -> bool:
+    """Delete the changed items' rows of `heaps` by the TIDs `find_changed_rows` kept; whether that deleted
+    all of them (False: none kept, or some no longer where they were: the caller scans for the rest)."""
+    found = sql_qualified(where, rules_tmp_table(run_id, CHANGED_ROWS))
+    cur.execute("SELECT obj_description(to_regclass(%s), 'pg_class')", (found,))
+    comment = cur.fetchone()[0]
+    if not isinstance(comment, str) or not comment.startswith(_ROWS_COMMENT):
+        return False
+    table = ident(where, rules_tmp_table(run_id, CHANGED_ROWS))
+    cur.execute(sql.SQL("SELECT count(*) FROM {}").format(table))
+    expected = int(comment[len(_ROWS_COMMENT) :])
+    if int(cur.fetchone()[0]) != expected:  # emptied by crash recovery
+        return False
+    deleted = 0
+    for heap in heaps:
+        cur.execute(
+            sql.SQL(
+                "DELETE FROM {heap} h"
+                " WHERE h.ctid = ANY(ARRAY(SELECT t FROM {table} WHERE r = %s::regclass)) AND {changed}"
+            ).format(heap=ident(where, heap), table=table, changed=changed),
+            (sql_qualified(where, heap),),
+        )
+        deleted += int(cur.rowcount)
+    return deleted == expected
 
 
 def drop_kept_results(schema: SchemaService, company: str, project: str, *, keep: str | None = None) -> list[str]:

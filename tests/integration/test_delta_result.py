@@ -11,10 +11,12 @@ from typing import Any
 import psycopg2
 import pytest
 import yaml
+from psycopg2 import sql
 
-from firefeed.dataplane.names import kept_result_table
+from firefeed.dataplane import kept
+from firefeed.dataplane.names import kept_result_table, rules_tmp_table
 from firefeed.pipeline import rule_passes
-from firefeed.schema.identifiers import KEY, company_schema
+from firefeed.schema.identifiers import KEY, company_schema, ident
 from tests.integration.conftest import cli
 from tests.integration.test_incremental import ok, run
 from tests.integration.test_incremental_export import EXPORTS, same_as_full, sources, three, written
@@ -87,6 +89,40 @@ def test_a_delta_whose_exports_are_all_patched_changes_the_kept_result_in_place(
     assert again["incremental"]["mode"] == "delta", again["incremental"]
     assert written(again["run_id"]) == {"feed": "patched"}
     assert kept_keys(database_url, delta["run_id"]) is None
+    assert sorted(kept_keys(database_url, again["run_id"]) or [], key=int) == [str(i) for i in range(1, 21)]
+    same_as_full(run_env, again, specs)
+    same_values(specs)
+
+
+def test_the_keep_deletes_the_changed_rows_by_the_tids_found_beside_the_export_else_by_a_scan(
+    run_env: Path, tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    by_tid: list[bool] = []
+    real = kept._delete_by_tid
+
+    def spy(cur: Any, where: str, run_id: str, heaps: Any, changed: Any) -> bool:
+        if by_tid:  # the second delta: its rows' table emptied, as crash recovery empties an UNLOGGED table
+            cur.execute(sql.SQL("TRUNCATE {}").format(ident(where, rules_tmp_table(run_id, kept.CHANGED_ROWS))))
+        by_tid.append(real(cur, where, run_id, heaps, changed))
+        return by_tid[-1]
+
+    monkeypatch.setattr(kept, "_delete_by_tid", spy)
+    sources(tmp_path)
+    specs = three(tmp_path, EXPORTS[:1])
+    ok(specs[0])
+    ok(specs[1])
+    sources(tmp_path, {3: "out_of_stock", 7: "preorder"})
+    delta = ok(specs[0])
+    assert written(delta["run_id"]) == {"feed": "patched"}
+    assert by_tid == [True]
+    assert kept_keys(database_url, delta["run_id"]) == [str(i) for i in range(1, 21) if i not in (3, 7)] + ["3", "7"]
+    same_as_full(run_env, delta, specs)
+    same_values(specs)
+
+    sources(tmp_path, {7: "preorder", 12: "out_of_stock"})
+    again = ok(specs[0])
+    assert written(again["run_id"]) == {"feed": "patched"}
+    assert by_tid == [True, False]  # none found: the heaps scanned, as before
     assert sorted(kept_keys(database_url, again["run_id"]) or [], key=int) == [str(i) for i in range(1, 21)]
     same_as_full(run_env, again, specs)
     same_values(specs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from array import array
 from collections.abc import Sequence
 from typing import Any
@@ -16,6 +17,8 @@ from firefeed.pipeline.steps._shared import export_key
 from firefeed.pipeline.steps.rules import channel_report, channel_rules
 from firefeed.storage import export_storage
 from firefeed.storage.keys import partial_key
+
+log = logging.getLogger(__name__)
 
 
 def export_one(
@@ -106,6 +109,21 @@ def _patchable(exp: Any) -> bool:
     return static_reason(exp) is None
 
 
+def _find_changed_rows(ctx: RunContext, table: str) -> None:
+    """`kept.find_changed_rows` for the delta's result `table`; never fails the export (without it the keep
+    scans)."""
+    from firefeed.dataplane.kept import find_changed_rows
+    from firefeed.dataplane.names import rules_tmp_table
+    from firefeed.pipeline.delta import KEYS
+
+    try:
+        find_changed_rows(
+            ctx.data.schema, ctx.spec.company, ctx.run_id, view=table, keys=rules_tmp_table(ctx.run_id, KEYS)
+        )
+    except Exception:
+        log.warning("the kept result's changed rows were not found beside the export; its keep scans", exc_info=True)
+
+
 def _in_delta(ctx: RunContext, table: str) -> bool:
     """Whether `table` is a delta run's rules result (pipeline/delta.py), whose changed items have their keys kept."""
     from firefeed.dataplane.names import rules_tmp_table
@@ -160,6 +178,7 @@ def _patched(ctx: RunContext, index: int, table: str, fields: Sequence[str], row
             rendered.result()
         raise
     side: Beside | None = None
+    found: Beside | None = None
     try:
         # The run table's rows, the diff and the findings on their own connection while the changed items'
         # places are found and the file is written.
@@ -187,18 +206,23 @@ def _patched(ctx: RunContext, index: int, table: str, fields: Sequence[str], row
                 )
         except StorageError as err:
             raise NotPatched("the last file is not in the storage") from err
+        # While the run table is filled: where the kept result holds the changed items' rows, so that keeping
+        # this run's result after the publish deletes them by TID (`dataplane.kept`); once a run.
+        found = Beside(lambda: _find_changed_rows(ctx, table)) if index == 0 else None
         try:
             quality = side.result()
         except psycopg2.Error as err:
             message = (err.pgerror or str(err)).strip()
             raise ExportError(exp.name, f"checking the items failed: {message}") from err
     except BaseException:
-        for job in (rendered, side):
+        for job in (rendered, side, found):
             if job is not None:
                 with contextlib.suppress(BaseException):  # the first error is the one to report
                     job.result()
         drop_run_table(engine, ctx.spec.company, changed.run_table)
         raise
+    if found is not None:
+        found.result()
     if kept is not None:
         # The new file's lengths: the last one's with the changed items' replaced.
         lengths = array("Q", kept.lengths)
