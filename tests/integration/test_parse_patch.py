@@ -251,3 +251,16 @@ def test_no_copy_is_kept_below_the_size_or_when_disabled(
     report = ok(spec)
     assert "FIREFEED_PARSE_KEEP_COPY_MIN_BYTES is 0" in parse_staging(report["run_id"])["reason"]
     assert not kept.exists()
+
+
+def test_a_source_the_spec_no_longer_names_loses_its_kept_copy(patch_env: Path, tmp_path: Path) -> None:
+    (spec,) = start(tmp_path, n=2)[:1]
+    settings = get_settings()
+    old = parsed_copy.path(settings, "increfresh", spec.stem, "main")
+    assert old.read_bytes() == (tmp_path / "main.csv").read_bytes()
+    doc = yaml.safe_load(spec.read_text(encoding="utf-8"))
+    doc["sources"][0]["name"] = "primary"
+    spec.write_text(yaml.safe_dump(doc, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    ok(spec)
+    assert not old.exists()
+    assert parsed_copy.path(settings, "increfresh", spec.stem, "primary").exists()

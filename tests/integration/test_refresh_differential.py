@@ -2,12 +2,14 @@
 
 Random specs (rules from the section-12 differential test's generator: lookups, groups and channel
 rules included, or per-item rules only) and random change sets (edits, additions, removals, a changed
-lookup table, a changed spec, a changed `stock` enrich source, often that alone, or no change at all)
-are applied to two projects with the same history: one refreshed as FireFeed chooses (`unchanged`
-when nothing changed, `delta` when only the stock source did and the rules read one item at a time,
-else full), one with `--full`. Their exports must be byte-identical and their reports equal but for `incremental` and
-timings; the refreshed project's exports must be byte-identical to a fresh project's run of the same
-sources and spec. `make test` tries a few examples, `make stress` (FIREFEED_THOROUGH_PROPERTIES=1) many.
+lookup table, a changed spec, a changed `stock` enrich source, often that alone, records of the primary
+edited in place alone, or no change at all) are applied to two projects with the same history: one
+refreshed as FireFeed chooses (`unchanged` when nothing changed, `delta` when only the stock source
+did, or only records of the primary, patched by PARSE, and the rules read one item at a time, else
+full), one with `--full`. Their exports must be byte-identical and their reports equal but for
+`incremental` and timings; the refreshed project's exports must be byte-identical to a fresh project's
+run of the same sources and spec. `make test` tries a few examples, `make stress`
+(FIREFEED_THOROUGH_PROPERTIES=1) many.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import yaml
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
+from firefeed.config import reset_settings
 from tests.integration.conftest import cli, write_csv
 from tests.integration.test_rules_differential import (
     FIELDS,
@@ -125,6 +128,16 @@ def _written(run_id: str) -> dict[str, str]:
     return dict(detail.get("written") or {})
 
 
+def _staged_as(run_id: str) -> str:
+    """How a run's PARSE staged the primary: `patched`, or `full: why`."""
+    from firefeed.runs.contract import Step
+    from firefeed.runs.service import RunStore
+
+    detail = next(dict(st.detail or {}) for st in RunStore().steps(run_id) if st.step == Step.PARSE)
+    staging = (detail.get("staging") or {}).get("main") or {}
+    return "patched" if staging.get("staged") == "patched" else f"full: {staging.get('reason')}"
+
+
 def _files(exports: Path, project: str) -> dict[str, bytes]:
     folder = exports / COMPANY / project
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()} if folder.exists() else {}
@@ -145,6 +158,9 @@ stock_edits = st.fixed_dictionaries(
     }
 )
 
+#: the primary's records edited in place, no item added or removed (the primary's delta: PARSE patches them)
+primary_edits = st.lists(st.tuples(st.integers(0, 7), st.sampled_from(ITEM_FIELDS[1:]), values), min_size=1, max_size=3)
+
 changes = st.one_of(
     st.none(),  # no change at all: the refresh reuses the last run
     st.fixed_dictionaries(
@@ -159,6 +175,7 @@ changes = st.one_of(
     ),
     st.fixed_dictionaries({"stock_only": stock_edits}),
     st.fixed_dictionaries({"stock_only": stock_edits}),
+    st.fixed_dictionaries({"primary_only": primary_edits}),
 )
 
 
@@ -187,6 +204,11 @@ def _changed(
     if "stock_only" in change:
         return items, rows, _stock_changed(stock, change["stock_only"]), rules
     out = [dict(i) for i in items]
+    if "primary_only" in change:
+        for index, name, value in change["primary_only"]:
+            item = out[index % len(out)]
+            item[name] = value if value != item.get(name, "") else value + "*"  # a change, always
+        return out, rows, stock, rules
     for index, name, value in change["edit"]:
         if out:
             out[index % len(out)][name] = value
@@ -218,6 +240,7 @@ def _changed(
 def test_a_refresh_gives_a_full_runs_files_and_report_and_a_fresh_projects_files(
     run_env: Path,
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     items: list[dict[str, str]],
     rows: list[dict[str, str]],
     stock: list[list[str]],
@@ -225,6 +248,9 @@ def test_a_refresh_gives_a_full_runs_files_and_report_and_a_fresh_projects_files
     channel: list[dict[str, Any]],
     change: dict[str, Any] | None,
 ) -> None:
+    # Every primary keeps its copy (the files are small): a changed primary is patched when it may be.
+    monkeypatch.setenv("FIREFEED_PARSE_KEEP_COPY_MIN_BYTES", "1")
+    reset_settings()
     tag = uuid.uuid4().hex[:8]
     refreshed, full, fresh = f"r{tag}", f"f{tag}", f"n{tag}"
     folder = Folder(tmp_path / tag)
@@ -246,6 +272,13 @@ def test_a_refresh_gives_a_full_runs_files_and_report_and_a_fresh_projects_files
         if part["mode"] == "delta":
             assert part["items_added"] == part["items_removed"] == 0
             assert part["items_changed"] == part["items_recomputed"] <= len(items)
+    if change is not None and "primary_only" in change and code_r == 0:
+        # The primary's records alone changed: a delta, or full saying why not.
+        part = report_r["incremental"]
+        assert part["mode"] == "delta" or "not a delta" in part["reason"], part
+        if part["mode"] == "delta":
+            assert part["items_added"] == part["items_removed"] == 0
+        event(f"primary: {_staged_as(report_r['run_id'])}")
     event(f"refresh: {(report_r.get('incremental') or {}).get('mode')}")  # --hypothesis-show-statistics
     if code_r == 0 and report_r["incremental"]["mode"] == "delta":
         for name, how in _written(report_r["run_id"]).items():

@@ -7,6 +7,7 @@ import logging
 import shutil
 from collections.abc import Iterable
 
+from firefeed.dataplane import parsed_copy
 from firefeed.errors import NotFoundError
 from firefeed.pipeline.context import RunContext
 from firefeed.pipeline.steps._shared import export_key
@@ -19,7 +20,8 @@ log = logging.getLogger(__name__)
 
 def drop_unnamed_tables(ctx: RunContext) -> None:
     """After a run that succeeded: drop the project's staging and lookup tables its spec no longer names
-    (a source or lookup renamed or removed). Never fails the run: the files are published."""
+    (a source or lookup renamed or removed), and those sources' kept copies (dataplane/parsed_copy.py).
+    Never fails the run: the files are published."""
     spec = ctx.spec
     keep = _file_tables(spec.project, {src.name for src in spec.sources}, {lk.name for lk in spec.lookups})
     try:
@@ -38,6 +40,10 @@ def drop_unnamed_tables(ctx: RunContext) -> None:
         )
     except Exception:
         log.exception("could not drop the tables of sources and lookups the spec no longer names")
+    try:
+        parsed_copy.drop_unnamed(ctx.settings, spec.company, spec.project, [src.name for src in spec.sources])
+    except OSError:
+        log.exception("could not remove the kept copies of sources the spec no longer names")
 
 
 def _file_tables(project: str, sources: Iterable[str], lookups: Iterable[str]) -> set[str]:
