@@ -51,6 +51,9 @@ _FIRST_WINDOW = 1 << 12
 _MAX_WINDOW = 1 << 24
 #: below this a differing window's first difference is found in one step instead of halving it again
 _LINEAR = 1024
+#: this many changed records in a row, each the one before it in the other file, are records inserted or
+#: removed (a swapped pair is one): refused then rather than after `max_changed` records
+_SHIFTED = 8
 
 _Data = mmap.mmap | bytes
 
@@ -248,6 +251,7 @@ def _walk(
     old, new, quote = differ.old, differ.new, differ.quote
     old_len, new_len = len(old), len(new)
     synced, shift = 0, 0  # old offset of a record start, and where that record starts in new (synced + shift)
+    shifted = 0  # changed records in a row so far that are the record before them in the other file
     while True:
         size = min(old_len - synced, new_len - synced - shift)
         at = differ.first_difference(synced, size, shift)
@@ -269,6 +273,12 @@ def _walk(
         for side, data, offset in (("old", record.old, start), ("new", record.new, new_start)):
             if (trouble := _csv_trouble(data, quote, delimiter)) is not None:
                 raise _Refused(f"the changed record at {side} offset {offset} holds {trouble}")
+        if changed and start == synced and (record.new == changed[-1].old or record.old == changed[-1].new):
+            shifted += 1
+            if shifted >= _SHIFTED:
+                raise _Refused(f"records were inserted or removed before offset {start}: {shifted} moved by one")
+        else:
+            shifted = 0
         changed.append(record)
         if len(changed) > max_changed:
             raise _Refused(f"more than {max_changed} records changed")
