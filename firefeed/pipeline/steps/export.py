@@ -184,6 +184,9 @@ def _patched(ctx: RunContext, index: int, table: str, fields: Sequence[str], row
         # places are found and the file is written.
         side = Beside(lambda: complete(engine, target, exp, changed))
         places, old_rows = find_places(engine, target, changed)
+        # While the file is written: where the kept result holds the changed items' rows, so that keeping this
+        # run's result after the publish deletes them by TID (`dataplane.kept`); once a run.
+        found = Beside(lambda: _find_changed_rows(ctx, table)) if index == 0 else None
         head, lines = rendered.result()
         if len(lines) != len(places):
             raise NotPatched("a changed item's value holds a newline")
@@ -206,9 +209,6 @@ def _patched(ctx: RunContext, index: int, table: str, fields: Sequence[str], row
                 )
         except StorageError as err:
             raise NotPatched("the last file is not in the storage") from err
-        # While the run table is filled: where the kept result holds the changed items' rows, so that keeping
-        # this run's result after the publish deletes them by TID (`dataplane.kept`); once a run.
-        found = Beside(lambda: _find_changed_rows(ctx, table)) if index == 0 else None
         try:
             quality = side.result()
         except psycopg2.Error as err:
