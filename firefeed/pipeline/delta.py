@@ -25,6 +25,13 @@ order: only some items' values change. Then:
 - EXPORT patches the csv, tsv and jsonl exports (export/patch.py: they read only the changed items' rows)
   and writes the others in full from that result (channel rules, diagnostics and diffs as in a full run).
 
+The primary source changed alone is a delta too when PARSE patched its staging (pipeline/stage_patch.py:
+only records edited in place, each keeping its key, so the same items in the same order) from the rows
+the last succeeded run merged, and that run's MERGE skipped none of the primary's rows (`primary_reason`):
+the candidates are the changed records' keys, their new rows MERGE's own SELECT over the records' new
+rows (the patch's run table: no scan of the primary's staging) and the other sources restricted to those
+keys (`changed_by: patched rows`); RULES and EXPORT as above.
+
 Whatever is not proven identical to a full run is `full` with a reason.
 """
 
@@ -95,7 +102,8 @@ class DeltaTables:
     changed: int
     #: how MERGE found them: by comparing a changed source's kept staged rows with its new ones, their
     #: new rows made from their items rows ("items rows") or merged again ("staged rows"), or every
-    #: item's merged row with the items table ("merged rows")
+    #: item's merged row with the items table ("merged rows"); a patched primary's records merged again from
+    #: their new rows ("patched rows")
     found_by: str = "merged rows"
 
 

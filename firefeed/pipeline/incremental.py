@@ -8,8 +8,9 @@ bytes it recorded. MERGE, RULES and EXPORT are then not recomputed: their counts
 that run's, the diff is what a full run of unchanged inputs gives (every item unchanged), the
 guard's verdicts are taken again for this run, nothing new is published, and the kept tables
 (items, lookups, rules result, published keys) stay the valid ones. Any doubt makes the run `full`
-with a `reason`. `delta` (part 2 of #52, pipeline/delta.py): only `enrich` sources changed and every
-rule reads one item at a time, so only the items they changed are merged and ruled again.
+with a `reason`. `delta` (part 2 of #52, pipeline/delta.py): only `enrich` sources changed, or only
+records of the primary, edited in place and patched by PARSE, and every rule reads one item at a time,
+so only the items they changed are merged and ruled again.
 
 The rule language has no clock (no now(), today or date arithmetic, SPEC 3 and 8) and no export
 format writes a time, so no spec is time-dependent: the same inputs always give the same bytes. A

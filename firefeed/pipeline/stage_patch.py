@@ -110,6 +110,9 @@ def kept_reason(ctx: RunContext, src: SourceSpec, row: Source, table: str) -> st
         return "the last parse warned"
     if stats.get("encoding") != _UTF8:
         return "the last parse did not decode UTF-8"
+    if stats.get("max_value_chars") != ctx.settings.parse_max_value_chars:
+        # A lower cap would make rows of unchanged records malformed in a full parse.
+        return "the longest value a parse takes (FIREFEED_PARSE_MAX_VALUE_CHARS) is not the last parse's"
     kept = parsed_copy.KeptCopy.from_json(stats.get(parsed_copy.KEPT_COPY))
     if kept is None:
         return "no copy of the last parsed file is kept"

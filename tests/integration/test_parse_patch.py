@@ -146,6 +146,10 @@ def test_a_refresh_after_records_of_the_primary_changed_is_a_patched_parse_and_a
     assert again["incremental"]["mode"] == "delta", again["incremental"]
     assert again["incremental"]["items_changed"] == 2
     same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, again)
+    # A full run merging the patched staging (not parsed again): its changed rows moved in the heap.
+    assert files(patch_env, refreshed.stem) != {}
+    ok(refreshed, "--full")
+    assert files(patch_env, refreshed.stem) == files(patch_env, fresh.stem)
 
 
 def _edit_file(tmp: Path, how: str, project: str, engine: Engine) -> None:
@@ -178,6 +182,8 @@ def _edit_file(tmp: Path, how: str, project: str, engine: Engine) -> None:
             kept.unlink()
         elif how == "copy changed":
             kept.write_bytes(kept.read_bytes().replace(b"item 1,", b"item 9,"))
+        elif how == "copy kept":
+            pass
         elif how == "staging emptied":
             with engine.begin() as conn:
                 conn.execute(text(f"TRUNCATE {table}"))
@@ -193,6 +199,7 @@ REFUSALS = {
     "header": "header",
     "not utf-8": "not UTF-8",
     "lines moved": "move the lines of 38 rows",
+    "cap changed": "FIREFEED_PARSE_MAX_VALUE_CHARS",
     "copy deleted": "gone or changed on disk",
     "copy changed": "gone or changed on disk",
     "staging emptied": "staging table is empty",
@@ -201,10 +208,13 @@ REFUSALS = {
 
 @pytest.mark.parametrize("how", sorted(REFUSALS))
 def test_what_a_patch_cannot_prove_the_same_is_parsed_in_full(
-    patch_env: Path, tmp_path: Path, engine: Engine, how: str
+    patch_env: Path, tmp_path: Path, engine: Engine, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
     refreshed, full, fresh = start(tmp_path)
-    _edit_file(tmp_path, how, refreshed.stem, engine)
+    if how == "cap changed":
+        monkeypatch.setenv("FIREFEED_PARSE_MAX_VALUE_CHARS", "100000")
+        reset_settings()
+    _edit_file(tmp_path, "copy kept" if how == "cap changed" else how, refreshed.stem, engine)
     report = ok(refreshed)
     staging = parse_staging(report["run_id"])
     assert staging["staged"] == "full", staging
@@ -213,7 +223,7 @@ def test_what_a_patch_cannot_prove_the_same_is_parsed_in_full(
     assert "not a delta: the primary was parsed in full" in report["incremental"]["reason"]
     same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, report)
     # The full parse kept the new file: the next edit is patched again (a windows-1252 parse is never patched).
-    if how in ("copy deleted", "copy changed", "staging emptied"):
+    if how in ("copy deleted", "copy changed", "staging emptied", "cap changed"):
         rows = edited(main_rows())
         rows[0][1] = "changed again"
         write_main(tmp_path, rows)

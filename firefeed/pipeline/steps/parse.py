@@ -173,6 +173,7 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
             # What a patch of these rows must find the same (stage_patch.kept_reason).
             "nul_removed": outcome.nul_removed,
             "encoding": st.encoding,
+            "max_value_chars": ctx.settings.parse_max_value_chars,
             # The stat taken with the digest (by FETCH, or beside the parse): the next run need not read
             # the file again.
             **({FILE_IDENTITY: identity} if identity is not None else {}),
