@@ -336,13 +336,17 @@ def _apply(
         if moved > most:
             raise Refused(f"the changed records' line counts move the lines of {moved:,} rows")
         # The run tables take the staged rows' ords and lines: the primary's delta merges them as staged.
+        cur.execute(
+            sql.SQL("CREATE TEMP TABLE {s} (i bigint, ord bigint, line integer) ON COMMIT DROP").format(
+                s=ident(_SHIFTS)
+            )
+        )
+        # execute_values sends a statement per page of rows (100 by default): an INSERT, never the CREATE.
         execute_values(
             cur,
-            sql.SQL("CREATE TEMP TABLE {s} ON COMMIT DROP AS SELECT * FROM (VALUES %s) v (i, ord, line)")
-            .format(s=ident(_SHIFTS))
-            .as_string(cur),
+            sql.SQL("INSERT INTO {s} (i, ord, line) VALUES %s").format(s=ident(_SHIFTS)).as_string(cur),
             [(i + 1, ords[i], new_line[i]) for i in range(n)],
-            template="(%s::bigint, %s::bigint, %s::integer)",
+            page_size=10_000,
         )
         for t, moved_line in ((new, True), (old, False)):
             line = sql.SQL(", {line} = v.line").format(line=ident(LINE)) if moved_line else sql.SQL("")

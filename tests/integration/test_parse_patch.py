@@ -274,3 +274,26 @@ def test_a_source_the_spec_no_longer_names_loses_its_kept_copy(patch_env: Path, 
     ok(spec)
     assert not old.exists()
     assert parsed_copy.path(settings, "increfresh", spec.stem, "primary").exists()
+
+
+def test_many_changed_records_are_patched_together(patch_env: Path, tmp_path: Path, engine: Engine) -> None:
+    """More changed records than a statement's page of values (100), within a tenth of the rows."""
+    big = [[str(i), f"item {i}", str(i % 50), f"b{i % 3}"] for i in range(1, 1301)]
+    write_main(tmp_path, big)
+    write_csv(tmp_path / "stock.csv", ["id", "stock"], [[str(i), str(i % 5)] for i in range(1, 1301)])
+    refreshed, full, fresh = projects(tmp_path)
+    ok(refreshed)
+    ok(full)
+    for row in big[::12]:
+        row[1] += " (new)"
+    write_main(tmp_path, big)
+    report = ok(refreshed)
+    assert parse_staging(report["run_id"]) | {"new_rows": "", "old_rows": "", "from": ""} == {
+        "staged": "patched",
+        "changed": 109,
+        "new_rows": "",
+        "old_rows": "",
+        "from": "",
+    }
+    assert report["incremental"]["mode"] == "delta", report["incremental"]
+    same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, report)
