@@ -228,7 +228,8 @@ def diff_records(
     """The records of `new` that differ from `old`'s, when `new` is `old` with only those replaced.
 
     `delimiter` and `old_quotes_checked` (the old file passed `quotes_agree`, or is the new file of an
-    earlier diff that was not refused) serve the check that quote parity is csv's record structure.
+    earlier diff that was not refused) serve the check that quote parity is csv's record structure. A
+    diff that is not refused vouches for its new file so, with changes or without.
     """
     _check_bytes(quote, delimiter)
     changed: list[ChangedRecord] = []
@@ -237,7 +238,8 @@ def diff_records(
         try:
             differ = _Differ(old_data, new_data, view, quote)
             _walk(differ, changed, max_changed=max_changed, skip_header=skip_header, delimiter=delimiter)
-            if changed and not old_quotes_checked and not _quotes_agree(old_data, quote, delimiter):
+            # even with no change: a diff that is not refused vouches for its new file (the next one's old)
+            if not old_quotes_checked and not _quotes_agree(old_data, quote, delimiter):
                 raise _Refused("the old file has a quote inside an unquoted field (csv's records are not the quotes')")
         except _Refused as refused:
             return RecordDiff([], str(refused.args[0]))
