@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,6 +142,7 @@ def patch_staging(ctx: RunContext, src: SourceSpec, row: Source, table: str, new
     if key not in fields or src.key_template is not None:
         raise Refused("the key is not a field of the file")
     most = max(MIN_CHANGED, int(rows * MAX_CHANGED_SHARE))
+    started = time.monotonic()
     kept = parsed_copy.path(ctx.settings, ctx.spec.company, ctx.spec.project, src.name)
     header = _header(new_file)
     delimiter = _delimiter(src, header)
@@ -149,6 +151,7 @@ def patch_staging(ctx: RunContext, src: SourceSpec, row: Source, table: str, new
     if diff.refused is not None:
         raise Refused(f"the file is not the last one with some records changed: {diff.refused}")
     changed = list(diff.changed)
+    diffed = time.monotonic()
     new_t, old_t = rules_tmp_table(ctx.run_id, PATCH_NEW), rules_tmp_table(ctx.run_id, PATCH_OLD)
     if not changed:
         _empty_tables(ctx, fields, new_t, old_t)
@@ -160,7 +163,16 @@ def patch_staging(ctx: RunContext, src: SourceSpec, row: Source, table: str, new
     new_lines = [_lines(c.new) for c in changed]
     _stage_records(ctx, src, work / "new.csv", header, [c.new for c in changed], new_lines, fields, new_t)
     _stage_records(ctx, src, work / "old.csv", header, [c.old for c in changed], old_lines, fields, old_t)
+    parsed = time.monotonic()
     _apply(ctx, table, fields, key, new_t, old_t, old_lines, new_lines, rows, most)
+    log.info(
+        "patched %s: %d records staged again (diff %.2f s, their parse %.2f s, the staged rows replaced %.2f s)",
+        table,
+        len(changed),
+        diffed - started,
+        parsed - diffed,
+        time.monotonic() - parsed,
+    )
     return Patched(len(changed), new_t, old_t)
 
 
@@ -273,6 +285,9 @@ def _transaction(ctx: RunContext) -> Iterator[Any]:
     with raw_connection(ctx.data.engine) as conn, conn.cursor() as cur:
         cur.execute("SET LOCAL work_mem = '256MB'")
         cur.execute("SET LOCAL jit = off")
+        # Never a merge join: without statistics on the fresh staging table the planner sorted all of it on
+        # disk to find 2,000 rows (1.5 s of 200k rows, where hashing the few old rows takes 0.14-0.25 s).
+        cur.execute("SET LOCAL enable_mergejoin = off")
         cur.execute("SET LOCAL max_parallel_workers_per_gather = 0")
         yield cur
 
@@ -307,7 +322,9 @@ def _apply(
         )
         if cur.fetchone()[0]:
             raise Refused("a changed record changes its key or has an empty key")
-        # Where the old rows are: the staged row with the same values (a seq scan hashed on the key).
+        # Where the old rows are: the staged row with the same values (one scan, probing a hash of the few
+        # old rows: analyzed, so the planner hashes them and not the staging table).
+        cur.execute(sql.SQL("ANALYZE {old}").format(old=old))
         same = sql.SQL(" AND ").join(sql.SQL("s.{c} IS NOT DISTINCT FROM o.{c}").format(c=ident(c)) for c in columns)
         cur.execute(
             sql.SQL(
@@ -386,4 +403,3 @@ def _apply(
             )
             if cur.rowcount != moved:
                 raise Refused(f"{cur.rowcount} rows' lines were moved, not {moved}")
-    log.info("patched %s: %d records staged again", table, n)
