@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -207,8 +208,9 @@ class _Copy:
         if self.why_not is None:
             self.why_not = stage_patch.copy_reason(src, minimum, self.feed.stat().st_size)
         if self.why_not is None:
-            settings, spec = ctx.settings, ctx.spec
+            settings, spec, started = ctx.settings, ctx.spec, time.monotonic()
             self.tmp = parsed_copy.start(settings, spec.company, spec.project, src.name, self.feed, ctx.run_id)
+            log.info("source %r: its file copied to be kept in %.2f s", src.name, time.monotonic() - started)
         else:
             parsed_copy.drop(ctx.settings, ctx.spec.company, ctx.spec.project, src.name)
         return self
