@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg2
 import pytest
+import yaml
 
 from firefeed.dataplane.names import rules_tmp_table
 from firefeed.pipeline import delta, delta_rules, rule_passes
@@ -142,5 +143,46 @@ def test_ruled_is_a_copy_in_the_kept_results_column_order_when_the_pass_table_ha
     assert len(copies) == 1
     other, made, columns = copies[0]
     assert made == other != columns
+    same_as_full(run_env, changed, specs)
+    same_values(specs)
+
+
+def with_rules(specs: tuple[Path, Path, Path], rules: list[dict[str, Any]]) -> tuple[Path, Path, Path]:
+    """The three projects with `rules` before their exclusion (`low`)."""
+    for path in specs:
+        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+        path.write_text(yaml.safe_dump({**spec, "rules": [*rules, *spec["rules"]]}, sort_keys=False), encoding="utf-8")
+    return specs
+
+
+def test_the_old_rows_flags_are_read_from_the_kept_results_parts_by_tid(
+    run_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, from_kept: list[tuple[int, int]]
+) -> None:
+    monkeypatch.setattr(delta, "rules_delta", delta_rules.rules_delta)
+    monkeypatch.setattr(rule_passes, "SPLIT_MIN_ROWS", 10)  # the full runs' rules in two halves: a view of parts
+    sources(tmp_path, {5: "preorder", 30: "preorder"}, n=40)
+    specs = with_rules(
+        three(tmp_path, EXPORTS[:1]),
+        [
+            {
+                "name": "soon",
+                "when": {"field": "stock", "op": "eq", "value": "preorder"},
+                "then": [{"append": "title", "value": " (soon)"}],
+            },
+            {
+                "name": "odd",
+                "when": {"field": "title", "op": "ends_with", "value": "1"},
+                "then": [{"set": "price", "value": "1.00 EUR"}],
+            },
+            {"name": "all", "then": [{"trim": "title"}]},
+        ],
+    )
+    ok(specs[0])
+    ok(specs[1])
+    # 5 and 30 (one per part) were preorder: their old rows match `soon`; 21 and 33 change without matching it.
+    sources(tmp_path, {21: "out_of_stock", 33: "preorder"}, n=40)
+    changed = ok(specs[0])
+    assert changed["incremental"]["mode"] == "delta", changed["incremental"]
+    assert from_kept[0] == (4, 4), from_kept
     same_as_full(run_env, changed, specs)
     same_values(specs)
