@@ -186,3 +186,47 @@ def test_the_old_rows_flags_are_read_from_the_kept_results_parts_by_tid(
     assert from_kept[0] == (4, 4), from_kept
     same_as_full(run_env, changed, specs)
     same_values(specs)
+
+
+def test_old_rows_are_ruled_when_the_kept_result_lacks_a_flag_they_need(
+    run_env: Path, tmp_path: Path, database_url: str, from_kept: list[tuple[int, int]]
+) -> None:
+    counted: list[bool] = []
+    real = delta_rules.survivor_counts
+
+    def spy(plans: Any, columns: Any) -> Any:
+        known = real(plans, columns)
+        counted.append(known is not None)
+        return known
+
+    soon = {
+        "name": "soon",
+        "when": {"field": "stock", "op": "eq", "value": "preorder"},
+        "then": [{"append": "title", "value": " (soon)"}],
+    }
+    # After the exclusion, a rule writing the field it reads (so not moved before it, `_plan._hoist`): its pass
+    # writes a new table, without `soon`'s flag.
+    later = {
+        "name": "later",
+        "when": {"field": "title", "op": "contains", "value": "soon"},
+        "then": [{"set": "stock", "value": "soon"}],
+    }
+    sources(tmp_path, {5: "preorder", 9: "gone"})
+    specs = three(tmp_path, EXPORTS[:1])
+    for path in specs:
+        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+        path.write_text(
+            yaml.safe_dump({**spec, "rules": [soon, *spec["rules"], later]}, sort_keys=False), encoding="utf-8"
+        )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(delta, "rules_delta", delta_rules.rules_delta)
+        patch.setattr(delta_rules, "survivor_counts", spy)
+        ok(specs[0])
+        ok(specs[1])
+        sources(tmp_path, {7: "preorder", 9: "in_stock"})  # 5 and 9 back, 7 now matching `soon`
+        changed = ok(specs[0])
+        assert changed["incremental"]["mode"] == "delta", changed["incremental"]
+        assert counted[0] is False and from_kept == []  # every old row ruled, the view's rows counted
+        assert written(changed["run_id"]) == {"feed": "full: a changed item enters or leaves the export"}
+        same_as_full(run_env, changed, specs)
+        same_values(specs)
