@@ -230,3 +230,41 @@ def test_old_rows_are_ruled_when_the_kept_result_lacks_a_flag_they_need(
         assert written(changed["run_id"]) == {"feed": "full: a changed item enters or leaves the export"}
         same_as_full(run_env, changed, specs)
         same_values(specs)
+
+
+def test_many_changed_items_are_ruled_in_two_halves_and_ruled_is_their_view_of_parts(
+    run_env: Path, tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch, from_kept: list[tuple[int, int]]
+) -> None:
+    kinds: list[str] = []
+    real = delta_rules._as_ruled
+
+    def spy(ctx: Any, tables: Any, new_r: Any, columns: Any) -> tuple[str, int]:
+        table, n = real(ctx, tables, new_r, columns)
+        with psycopg2.connect(database_url) as conn, conn.cursor() as cur:
+            cur.execute(
+                "SELECT relkind FROM pg_class WHERE oid = to_regclass(%s)",
+                (f'"{company_schema(ctx.spec.company)}"."{table}"',),
+            )
+            kinds.append(str(cur.fetchone()[0]))
+        return table, n
+
+    monkeypatch.setattr(delta, "rules_delta", delta_rules.rules_delta)
+    monkeypatch.setattr(delta_rules, "_as_ruled", spy)
+    monkeypatch.setattr(delta_rules, "NEW_SPLIT_MIN_ROWS", 10)
+    # 300 changed items' rows fill more than one heap page: two halves.
+    sources(tmp_path, n=400)
+    specs = three(tmp_path, EXPORTS[:1])
+    ok(specs[0])
+    ok(specs[1])
+    sources(tmp_path, {i: ("gone" if i % 50 == 0 else "preorder") for i in range(1, 301)}, n=400)
+    changed = ok(specs[0])
+    assert changed["incremental"]["mode"] == "delta", changed["incremental"]
+    assert kinds[0] == "v" and from_kept[0] == (300, 300), (kinds, from_kept)
+    same_as_full(run_env, changed, specs)
+    same_values(specs)
+
+    sources(tmp_path, {i: "out_of_stock" for i in range(101, 401)}, n=400)
+    again = ok(specs[0])
+    assert again["incremental"]["mode"] == "delta", again["incremental"]
+    same_as_full(run_env, again, specs)
+    same_values(specs)
