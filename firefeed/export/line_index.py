@@ -23,6 +23,7 @@ import struct
 import sys
 import zlib
 from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +60,20 @@ def path(settings: Settings, company: str, project: str, export: str) -> Path:
     """Where export `export` of `project` keeps the index of its last written file."""
     name = published_keys_table(project, export)
     return settings.data_dir / FOLDER / company_schema(company) / check_project_id(project) / f"{name}.lines"
+
+
+def drop_unnamed(settings: Settings, company: str, project: str, exports: Iterable[str]) -> None:
+    """Remove the indexes of the project's exports other than `exports` (renamed or removed ones), and
+    temporaries runs left (a run of the project holds its lock: none is being written now)."""
+    folder = settings.data_dir / FOLDER / company_schema(company) / check_project_id(project)
+    keep = {f"{published_keys_table(project, e)}.lines" for e in exports}
+    try:
+        entries = list(folder.iterdir())
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        if entry.name not in keep:
+            entry.unlink(missing_ok=True)
 
 
 def save(where: Path, index: LineIndex) -> None:

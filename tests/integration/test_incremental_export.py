@@ -231,3 +231,17 @@ def test_a_baseline_older_than_the_live_file_is_never_patched_by(
     assert written(delta["run_id"]) == {"feed": "full: the published keys are not known to be the last file's"}
     ok(specs[1], "--full")
     assert files(run_env, specs[0].stem) == files(run_env, specs[1].stem)
+
+
+def test_an_export_the_spec_no_longer_names_loses_its_line_index(run_env: Path, tmp_path: Path) -> None:
+    sources(tmp_path)
+    spec = project(tmp_path, f"ipl{uuid.uuid4().hex[:8]}", EXPORTS[:1])
+    ok(spec)
+    folder = tmp_path / "var" / line_index.FOLDER
+    (old,) = folder.rglob("*.lines")
+    doc = yaml.safe_load(spec.read_text(encoding="utf-8"))
+    doc["exports"][0]["name"] = "renamed"
+    spec.write_text(yaml.safe_dump(doc, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    ok(spec)
+    (new,) = folder.rglob("*.lines")
+    assert new != old and not old.exists()

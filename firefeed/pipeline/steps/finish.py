@@ -9,6 +9,7 @@ from collections.abc import Iterable
 
 from firefeed.dataplane import parsed_copy
 from firefeed.errors import NotFoundError
+from firefeed.export import line_index
 from firefeed.pipeline.context import RunContext
 from firefeed.pipeline.steps._shared import export_key
 from firefeed.schema.identifiers import lookup_staging_table, lookup_table, previous_staging_table, staging_table
@@ -42,8 +43,9 @@ def drop_unnamed_tables(ctx: RunContext) -> None:
         log.exception("could not drop the tables of sources and lookups the spec no longer names")
     try:
         parsed_copy.drop_unnamed(ctx.settings, spec.company, spec.project, [src.name for src in spec.sources])
+        line_index.drop_unnamed(ctx.settings, spec.company, spec.project, [exp.name for exp in spec.exports])
     except OSError:
-        log.exception("could not remove the kept copies of sources the spec no longer names")
+        log.exception("could not remove the kept copies of sources or line indexes of exports the spec no longer names")
 
 
 def _file_tables(project: str, sources: Iterable[str], lookups: Iterable[str]) -> set[str]:
