@@ -58,6 +58,11 @@ _LINEAR = 1024
 #: removed (a swapped pair is one): refused then rather than after `max_changed` records
 _SHIFTED = 8
 
+#: a diff's budget of quoted line ends walked past in changed records (~1 s): more is refused
+MAX_STEPS = 1_000_000
+#: the changed records' bytes a diff holds at most (old and new): more is refused, memory stays bounded
+MAX_CHANGED_BYTES = 256 << 20
+
 _Data = mmap.mmap | bytes
 
 
@@ -164,6 +169,14 @@ class _Differ:
     def __init__(self, old: _Data, new: _Data, old_view: memoryview, quote: bytes) -> None:
         self.old, self.new, self.old_view, self.quote = old, new, old_view, quote
         self.window = _FIRST_WINDOW
+        self.steps = MAX_STEPS
+
+    def step(self) -> None:
+        """One newline of a changed record's quoted values walked past: a budget, so that a crafted file
+        (records of millions of quoted newlines) costs a bounded time before it is refused."""
+        self.steps -= 1
+        if self.steps < 0:
+            raise _Refused(f"the changed records span more than {MAX_STEPS:,} quoted line ends")
 
     def first_difference(self, start: int, size: int, shift: int) -> int | None:
         """The first old offset in [start, start+size) whose byte differs in new (shifted), or None."""
@@ -196,6 +209,7 @@ class _Differ:
             return synced
         parity = _count(old, quote, synced, newline) & 1
         while parity:  # that newline is inside quotes (a multi-line value): the one before it, then
+            self.step()
             before = old.rfind(b"\n", synced, newline)
             if before < 0:
                 return synced
@@ -210,6 +224,7 @@ class _Differ:
             parity ^= _count(data, quote, at, newline) & 1
             if not parity:
                 return (newline - 1 if newline > start and data[newline - 1] == 13 else newline), newline + 1
+            self.step()
             at = newline + 1
         if (parity ^ _count(data, quote, at, len(data))) & 1:
             raise _Refused("a quote is left open at the end of a file")
@@ -257,6 +272,7 @@ def _walk(
     old_len, new_len = len(old), len(new)
     synced, shift = 0, 0  # old offset of a record start, and where that record starts in new (synced + shift)
     shifted = 0  # changed records in a row so far that are the record before them in the other file
+    held = 0  # the changed records' bytes, old and new
     while True:
         size = min(old_len - synced, new_len - synced - shift)
         at = differ.first_difference(synced, size, shift)
@@ -287,4 +303,7 @@ def _walk(
         changed.append(record)
         if len(changed) > max_changed:
             raise _Refused(f"more than {max_changed} records changed")
+        held += len(record.old) + len(record.new)
+        if held > MAX_CHANGED_BYTES:
+            raise _Refused(f"the changed records hold more than {MAX_CHANGED_BYTES:,} bytes")
         synced, shift = old_next, new_next - old_next

@@ -392,3 +392,29 @@ def test_another_delimiter_and_quote() -> None:
         diff(old, new, delimiter=b";", quote=b";")
     with pytest.raises(ValueError, match="one byte"):
         diff(old, new, delimiter=b"\n")
+
+
+def test_a_changed_record_of_too_many_quoted_line_ends_is_refused_in_bounded_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A crafted file (a value of a million quoted newlines) is refused once the walk's budget is spent,
+    not walked a Python step per newline for as long as it takes."""
+    monkeypatch.setattr(record_diff, "MAX_STEPS", 1_000)
+    tall = '"' + "\n" * 5_000 + '"'
+    old = f"id,text\n1,a\n2,{tall}\n3,c\n".encode()
+    new = f"id,text\n1,a\n2,{tall}x\n3,c\n".encode().replace(b'"x', b'x"')
+    got = diff(old, new)
+    assert got.refused == "the changed records span more than 1,000 quoted line ends" and got.changed == []
+    short = '"' + "\n" * 500 + '"'
+    old = f"id,text\n1,a\n2,{short}\n3,c\n".encode()
+    got = diff(old, old.replace(b"\n3,c", b"\n3,d"))
+    assert got.refused is None and [c.new for c in got.changed] == [b"3,d"]
+
+
+def test_changed_records_holding_too_many_bytes_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(record_diff, "MAX_CHANGED_BYTES", 100)
+    old = b"id,text\n1," + b"a" * 40 + b"\n2," + b"b" * 40 + b"\n"
+    one = diff(old, old.replace(b"a" * 40, b"A" * 40))
+    assert one.refused is None and len(one.changed) == 1
+    both = diff(old, old.replace(b"a" * 40, b"A" * 40).replace(b"b" * 40, b"B" * 40))
+    assert both.refused == "the changed records hold more than 100 bytes" and both.changed == []
