@@ -13,7 +13,11 @@ the staging table holds, so:
   the staging is whole (its parse signature set) and the file's stat is the one recorded (an edit or a
   replacement changes the ctime or the inode, which no user can set back);
 - a parse that keeps no copy removes the one kept before (`drop`), and a source or project the spec no
-  longer names loses its file with its staging table (`drop_unnamed`).
+  longer names loses its file with its staging table (`drop_unnamed`);
+- the copy is only an optimisation for the next run: one that cannot be written is dropped and the file
+  parsed in place; a parse a patch would refuse (`stage_patch.stats_reason`: malformed rows, warnings, not
+  UTF-8) keeps none; a copy of a file that moved since FETCH hashed it is kept under its own digest
+  (`steps/parse._Copy.read_as_hashed`); temporaries of killed runs are removed by the next copy (`start`).
 
 Files live at `<data_dir>/parsed/<company schema>/<project>/<staging table>`: every part is a checked id
 or a name derived from one (`identifiers`), never a path a spec or user wrote.
@@ -96,9 +100,15 @@ def path(settings: Settings, company: str, project: str, source: str) -> Path:
 
 
 def start(settings: Settings, company: str, project: str, source: str, feed: Path, run_id: str) -> Path:
-    """A copy of `feed` under a temporary name beside the kept one (the run's own): what the parse reads."""
+    """A copy of `feed` under a temporary name beside the kept one (the run's own): what the parse reads.
+
+    The source's other temporary copies are removed first: runs killed while copying or parsing left them
+    (full-size files), and the run holds the project's lock, so none is being written now. OSError when the
+    copy cannot be written (a full disk, an unwritable folder): the caller parses the file itself."""
     final = path(settings, company, project, source)
     final.parent.mkdir(parents=True, exist_ok=True)
+    for left in final.parent.glob(f"{_TMP}{final.name}-*"):
+        left.unlink(missing_ok=True)
     tmp = final.with_name(f"{_TMP}{final.name}-{run_id}")
     try:
         _copy(feed, tmp)

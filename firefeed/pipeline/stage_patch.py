@@ -103,17 +103,9 @@ def patchable(src: SourceSpec, row: Source | None) -> str | None:
 def kept_reason(ctx: RunContext, src: SourceSpec, row: Source, table: str) -> str | None:
     """Why the kept copy and the staging table cannot be patched; None: the copy is what the staging holds."""
     stats = row.staged_stats or {}
-    if int(stats.get("malformed", 0)) or stats.get("malformed_lines"):
-        return "the last parse skipped malformed rows"
-    if "nul_removed" not in stats or int(stats["nul_removed"]):
-        return "the last parse removed NUL characters (or did not say)"
-    if stats.get("warnings"):
-        return "the last parse warned"
-    if stats.get("encoding") != _UTF8:
-        return "the last parse did not decode UTF-8"
-    if stats.get("max_value_chars") != ctx.settings.parse_max_value_chars:
-        # A lower cap would make rows of unchanged records malformed in a full parse.
-        return "the longest value a parse takes (FIREFEED_PARSE_MAX_VALUE_CHARS) is not the last parse's"
+    why = stats_reason(stats, ctx.settings.parse_max_value_chars)
+    if why is not None:
+        return why
     kept = parsed_copy.KeptCopy.from_json(stats.get(parsed_copy.KEPT_COPY))
     if kept is None:
         return "no copy of the last parsed file is kept"
@@ -124,6 +116,24 @@ def kept_reason(ctx: RunContext, src: SourceSpec, row: Source, table: str) -> st
     rows = int(stats.get("rows", 0))
     if rows <= 0 or not ctx.data.schema.table_has_rows(ctx.spec.company, table):
         return "the staging table is empty (crash recovery empties it)"
+    return None
+
+
+def stats_reason(stats: dict[str, Any], max_value_chars: int) -> str | None:
+    """Why a staging its parse left with `stats` (its `staged_stats`) is never patched; None: it may be.
+
+    PARSE asks it too before keeping a copy (`parse.parse_one`): a copy this refuses is never used."""
+    if int(stats.get("malformed", 0)) or stats.get("malformed_lines"):
+        return "the last parse skipped malformed rows"
+    if "nul_removed" not in stats or int(stats["nul_removed"]):
+        return "the last parse removed NUL characters (or did not say)"
+    if stats.get("warnings"):
+        return "the last parse warned"
+    if stats.get("encoding") != _UTF8:
+        return "the last parse did not decode UTF-8"
+    if stats.get("max_value_chars") != max_value_chars:
+        # A lower cap would make rows of unchanged records malformed in a full parse.
+        return "the longest value a parse takes (FIREFEED_PARSE_MAX_VALUE_CHARS) is not the last parse's"
     return None
 
 

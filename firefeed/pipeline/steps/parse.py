@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,6 +125,7 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
             warnings=[str(w) for w in stats.get("warnings", [])],
             not_modified=True,
         )
+    from firefeed.pipeline import stage_patch
     from firefeed.pipeline.fetch import file_digest
 
     assert fetched.path is not None
@@ -135,14 +137,22 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
     identity = fetched.identity
     # A local file fetched unread (nothing to compare): its digest, the next run's validator, is taken beside.
     pending = sha256 is None and fetched.key is None
+    full = ctx.control.runs.run(ctx.run_id).full
     with _fetched_file(ctx, fetched) as feed_path, _Copy(ctx, index, feed_path) as copy:
         with file_digest(Path(fetched.path)) if pending else nullcontext(None) as digest:
-            staged, staging = _stage(ctx, index, copy, feed_path, table, before)
+            staged, staging = _stage(ctx, index, copy, feed_path, table, before, full=full)
             if digest is not None:
                 beside = digest()
                 sha256, identity = beside.sha256, beside.identity.to_json() if beside.identity else None
-        # A copy a diff read as the new file (not refused) has csv's records by their quotes.
-        kept = copy.commit(sha256, quotes_checked=staging.get("staged") == "patched")
+        if fetched.key is None:
+            # A local file read in place: the digest recorded must be of the bytes staged (`_Copy.read_as_hashed`).
+            sha256, identity = copy.read_as_hashed(sha256, identity)
+        unkept = stage_patch.stats_reason(_stats(ctx, staged), ctx.settings.parse_max_value_chars)
+        # A copy a diff read as the new file (not refused) has csv's records by their quotes; one a patch
+        # would refuse (malformed rows, warnings, not UTF-8) is never kept.
+        kept = copy.commit(sha256, quotes_checked=staging.get("staged") == "patched", unkept=unkept)
+    if copy.not_kept is not None and copy.tmp_made:
+        staging = {**staging, "not_kept": copy.not_kept}
     st = staged.stats
     if index == 0 and staged.rows == 0:
         what = "the file is empty" if not staged.fields else "the file has a header but no items"
@@ -167,14 +177,7 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
         parse_signature=parse_signature(src),
         staged_fields=outcome.fields,
         staged_stats={
-            "rows": outcome.rows,
-            "malformed": outcome.malformed,
-            "malformed_lines": outcome.malformed_lines,
-            "warnings": outcome.warnings,
-            # What a patch of these rows must find the same (stage_patch.kept_reason).
-            "nul_removed": outcome.nul_removed,
-            "encoding": st.encoding,
-            "max_value_chars": ctx.settings.parse_max_value_chars,
+            **_stats(ctx, staged),
             # The stat taken with the digest (by FETCH, or beside the parse): the next run need not read
             # the file again.
             **({FILE_IDENTITY: identity} if identity is not None else {}),
@@ -184,16 +187,39 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
     return outcome
 
 
+def _stats(ctx: RunContext, staged: StageResult) -> dict[str, Any]:
+    """What a parse found, as its source's `staged_stats` keep it: what a patch of these rows must find the
+    same (stage_patch.kept_reason)."""
+    st = staged.stats
+    return {
+        "rows": staged.rows,
+        "malformed": st.malformed,
+        "malformed_lines": list(st.malformed_lines),
+        "warnings": list(st.warnings),
+        "nul_removed": st.nul_removed,
+        "encoding": st.encoding,
+        "max_value_chars": ctx.settings.parse_max_value_chars,
+    }
+
+
 class _Copy:
     """The copy of a csv primary's file PARSE reads and then keeps (dataplane/parsed_copy.py), or none.
 
     The file is copied first and the copy parsed (not copied beside the parse): the staged rows are then
-    the kept bytes whatever happens to a local source file meanwhile. `path` is what to parse."""
+    the kept bytes whatever happens to a local source file meanwhile. `path` is what to parse. The copy is
+    an optimisation for the next run: one that cannot be written (a full disk) is dropped, and the file
+    itself parsed. The file's stat before and after its copy (or its parse in place, `read_as_hashed`)
+    tells whether FETCH's digest is of the bytes staged."""
 
     def __init__(self, ctx: RunContext, index: int, feed: Path) -> None:
         self.ctx, self.index, self.feed = ctx, index, feed
         self.tmp: Path | None = None
+        self.tmp_made = False
         self.why_not: str | None = None
+        #: why a copy made is not kept (`commit`)
+        self.not_kept: str | None = None
+        self.stat_before: tuple[int, int, int, int, int] | None = None
+        self.stat_after: tuple[int, int, int, int, int] | None = None
 
     @property
     def path(self) -> Path:
@@ -204,25 +230,80 @@ class _Copy:
 
         ctx, src = self.ctx, self.ctx.spec.sources[self.index]
         minimum = ctx.settings.parse_keep_copy_min_bytes
+        self.stat_before = _stat_key(self.feed)
         self.why_not = "only the primary source is patched" if self.index else None
         if self.why_not is None:
             self.why_not = stage_patch.copy_reason(src, minimum, self.feed.stat().st_size)
         if self.why_not is None:
             settings, spec, started = ctx.settings, ctx.spec, time.monotonic()
-            self.tmp = parsed_copy.start(settings, spec.company, spec.project, src.name, self.feed, ctx.run_id)
-            log.info("source %r: its file copied to be kept in %.2f s", src.name, time.monotonic() - started)
-        else:
-            parsed_copy.drop(ctx.settings, ctx.spec.company, ctx.spec.project, src.name)
+            try:
+                self.tmp = parsed_copy.start(settings, spec.company, spec.project, src.name, self.feed, ctx.run_id)
+            except OSError as exc:
+                self.why_not = f"the file could not be copied to be kept ({exc.strerror or type(exc).__name__})"
+                log.warning("source %r: %s; its file is parsed in place", src.name, self.why_not)
+            else:
+                self.tmp_made = True
+                self.stat_after = _stat_key(self.feed)
+                log.info("source %r: its file copied to be kept in %.2f s", src.name, time.monotonic() - started)
+        if self.tmp is None:
+            self._drop_kept()
         return self
 
-    def commit(self, sha256: str | None, *, quotes_checked: bool) -> parsed_copy.KeptCopy | None:
-        """The copy kept as the file the staging was parsed from (None: none kept)."""
-        if self.tmp is None or sha256 is None:
+    def _drop_kept(self) -> None:
+        """The kept copy removed: the staging will not be its bytes (left, it is refused: no row names it)."""
+        ctx = self.ctx
+        with suppress(OSError):
+            parsed_copy.drop(ctx.settings, ctx.spec.company, ctx.spec.project, ctx.spec.sources[self.index].name)
+
+    def read_as_hashed(self, sha256: str | None, identity: dict[str, Any] | None) -> tuple[str | None, Any]:
+        """The digest (and stat identity) to record for the bytes staged from a local file read in place.
+
+        FETCH's digest (or the one taken beside the parse) is of the bytes staged only when the file's stat
+        is its identity's before the copy (or parse) and after it: a file edited between FETCH and the copy
+        would otherwise be recorded as FETCH's bytes, and a writer putting those back would make the next
+        refresh `unchanged`, keeping the edit's rows for good. When the file moved, the copy's own digest is
+        recorded (it is what was parsed), with no identity; without a copy, no digest (the next run parses)."""
+        from firefeed.dataplane.file_identity import FileIdentity, read_digest
+
+        now = _stat_key(self.feed) if self.tmp is None else self.stat_after
+        known = FileIdentity.from_json(identity)
+        held = (
+            sha256 is not None
+            and known is not None
+            and known.sha256 == sha256
+            and self.stat_before == now == (known.dev, known.ino, known.size, known.mtime_ns, known.ctime_ns)
+        )
+        if held:
+            return sha256, identity
+        src = self.ctx.spec.sources[self.index].name
+        if self.tmp is None:
+            log.warning("source %r: its file changed while it was read; no digest is kept for it", src)
+            return None, None
+        log.warning("source %r: its file changed since it was fetched; the digest of its copy is kept", src)
+        with self.tmp.open("rb") as f:
+            copied, _size, _identity = read_digest(f)
+        return copied, None
+
+    def commit(
+        self, sha256: str | None, *, quotes_checked: bool, unkept: str | None = None
+    ) -> parsed_copy.KeptCopy | None:
+        """The copy kept as the file the staging was parsed from (None: none kept, and the one kept before
+        removed). `unkept`: why a patch would refuse this parse's staging (stage_patch.stats_reason)."""
+        if self.tmp is None:
+            return None
+        if sha256 is None or unkept is not None:
+            self.not_kept = unkept or "the file's digest is not known"
+            self._drop_kept()
             return None
         ctx, name = self.ctx, self.ctx.spec.sources[self.index].name
-        kept = parsed_copy.commit(
-            ctx.settings, ctx.spec.company, ctx.spec.project, name, self.tmp, sha256, quotes_checked=quotes_checked
-        )
+        try:
+            kept = parsed_copy.commit(
+                ctx.settings, ctx.spec.company, ctx.spec.project, name, self.tmp, sha256, quotes_checked=quotes_checked
+            )
+        except OSError as exc:
+            self.not_kept = f"the copy could not be kept ({exc.strerror or type(exc).__name__})"
+            self._drop_kept()
+            return None
         self.tmp = None
         return kept
 
@@ -231,15 +312,27 @@ class _Copy:
         self.tmp = None
 
 
+def _stat_key(path: Path) -> tuple[int, int, int, int, int] | None:
+    from firefeed.dataplane.file_identity import stat_key
+
+    try:
+        return stat_key(os.stat(path))
+    except OSError:
+        return None
+
+
 def _stage(
-    ctx: RunContext, index: int, copy: _Copy, feed: Path, table: str, before: Source | None
+    ctx: RunContext, index: int, copy: _Copy, feed: Path, table: str, before: Source | None, *, full: bool
 ) -> tuple[StageResult, dict[str, Any]]:
-    """The source staged by patch when it may be (stage_patch.py), else in full; and how (`staging`)."""
+    """The source staged by patch when it may be (stage_patch.py), else in full; and how (`staging`).
+    `--full` (`full`) parses in full: the way out of any patch's fault."""
     from firefeed.pipeline import stage_patch
     from firefeed.pipeline.parse import ParseStats
 
     src = ctx.spec.sources[index]
     why = copy.why_not
+    if why is None and full:
+        why = "--full asked"
     if why is None:
         why = stage_patch.patchable(src, before)
     if why is None:
