@@ -169,7 +169,8 @@ def check_publish(
 
 
 def promote(schema: SchemaService, spec: ProjectSpec, run_id: str, exports: Sequence[dict[str, Any]]) -> None:
-    """After publish: each export's run table becomes its published one (one transaction for all)."""
+    """After publish: each export's run table becomes its published one (one transaction for all); a delta's,
+    which holds only the changed items' rows, changes the published one in place instead (export/patch.py)."""
     index = {e.name: i for i, e in enumerate(spec.exports)}
     renames = [
         (export_tmp_table(run_id, index[e["name"]]), published_keys_table(spec.project, e["name"]))
@@ -197,4 +198,10 @@ def keep_checked(schema: SchemaService, spec: ProjectSpec, run_id: str, exports:
         for e in exports
         if e.get("diff") is not None
     ]
-    schema.promote_export_keys(spec.company, renames)
+    # A delta's run table holds only the changed items' rows: made whole from its baseline when kept.
+    baselines = {
+        export_tmp_table(run_id, index[e["name"]]): published_keys_table(spec.project, e["name"])
+        for e in exports
+        if e.get("diff") is not None
+    }
+    schema.promote_export_keys(spec.company, renames, baselines=baselines)

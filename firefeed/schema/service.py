@@ -630,6 +630,7 @@ class SchemaService:
         renames: Sequence[tuple[str, str]],
         drop: Sequence[str] = (),
         key_comments: Mapping[str, str] | None = None,
+        baselines: Mapping[str, str] | None = None,
     ) -> None:
         """Make each run table (first) the published one (second), all in one transaction; drop `drop`.
 
@@ -642,6 +643,13 @@ class SchemaService:
         The run table is LOGGED already (`create_export_tmp`), so `SET LOGGED` is a no-op; it stays for
         a run table an older release created UNLOGGED during an upgrade, since crash recovery would
         empty an UNLOGGED baseline and silently disarm the guard for the next run.
+
+        A run table holding only a delta's changed rows (its key column commented `TAKE_OVER` and the tag of the
+        baseline it was made over, export/patch.py) is not renamed: the published table takes its rows in place
+        (`_take_over`), in the same transaction, when it is still that baseline; else it is left as it was (the
+        new file's tag is then not its own, so the next delta writes in full) and the run table dropped. Such a
+        run table kept under another name (a blocked run's checked table, whose findings are read alone) is made
+        whole first from its baseline (`baselines`: run table -> the published table it was made over).
         """
         if not renames and not drop:
             return
@@ -650,12 +658,136 @@ class SchemaService:
             for name in drop:
                 cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(schema, name)))
             for run_table, published in renames:
+                marker = key_comment(cur, schema, run_table)
+                if marker is not None and marker.startswith(TAKE_OVER):
+                    tag, base = marker[len(TAKE_OVER) :], (baselines or {}).get(run_table, published)
+                    if base == published:
+                        if _take_over(cur, schema, run_table, published, tag):
+                            comment = (key_comments or {}).get(published)
+                            if comment is not None:
+                                cur.execute(
+                                    sql.SQL("COMMENT ON COLUMN {}.k IS %s").format(ident(schema, published)),
+                                    (comment,),
+                                )
+                        cur.execute(sql.SQL("DROP TABLE {}").format(ident(schema, run_table)))
+                        continue
+                    if not _fill_whole(cur, schema, run_table, base, tag):
+                        cur.execute(sql.SQL("DROP TABLE {}").format(ident(schema, run_table)))
+                        continue
                 cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(schema, published)))
                 cur.execute(sql.SQL("ALTER TABLE {} SET LOGGED").format(ident(schema, run_table)))
                 cur.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(ident(schema, run_table), ident(published)))
                 comment = (key_comments or {}).get(published)
                 if comment is not None:
                     cur.execute(sql.SQL("COMMENT ON COLUMN {}.k IS %s").format(ident(schema, published)), (comment,))
+
+
+#: the start of a delta run table's key column comment: it holds only the changed items' rows, over the baseline
+#: whose key column tag follows (export/patch.py); `promote_export_keys` changes that baseline in place
+TAKE_OVER = "over "
+
+
+def key_comment(cur: Any, schema: str, table: str) -> str | None:
+    """The comment on `table`'s key column `k` (None: no table, no comment)."""
+    cur.execute(
+        "SELECT col_description(t.c, a.attnum) FROM (SELECT to_regclass(%s) AS c) t"
+        " JOIN pg_attribute a ON a.attrelid = t.c AND a.attname = 'k' AND NOT a.attisdropped",
+        (sql_qualified(schema, table),),
+    )
+    row = cur.fetchone()
+    return row[0] if row is not None else None
+
+
+def _take_over(cur: Any, schema: str, run_table: str, published: str, tag: str) -> bool:
+    """The published table made what the delta's run table stands for, in the caller's transaction: the baseline
+    (tagged `tag`) less the changed items' rows, with those of `run_table`, the previous run's per-row values
+    reset as a full run's copy of an unchanged row resets them (the duplicate bit, the state, the published
+    variant hash); its table comment (the checks' fingerprint and label) the run table's. False, changing
+    nothing, when `published` is no longer that baseline or its rows at the changed items' positions are not
+    theirs (the savepoint undoes a partial change)."""
+    from firefeed.export.diff import UNCHANGED
+    from firefeed.export.quality import DUPLICATE_BIT
+
+    run, pub = ident(schema, run_table), ident(schema, published)
+    cur.execute("SELECT to_regclass(%s) IS NOT NULL", (sql_qualified(schema, published),))
+    if not cur.fetchone()[0]:
+        log.warning("the baseline %s is gone: the delta's run table %s is dropped", published, run_table)
+        return False
+    cur.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(pub))
+    if key_comment(cur, schema, published) != tag:
+        log.warning("the baseline %s is not the one the delta's run table %s was made over", published, run_table)
+        return False
+    cur.execute("SAVEPOINT take_over")
+    cur.execute(sql.SQL("SELECT count(*) FROM {}").format(run))
+    expected = int(cur.fetchone()[0])
+    # By position (a hash of bigints, not of keys), each deleted row checked to be its changed item's.
+    cur.execute(
+        sql.SQL(
+            "WITH gone AS (DELETE FROM {pub} p USING {run} r WHERE p.o = r.o RETURNING p.k AS k, r.k AS rk)"
+            " SELECT count(*), count(*) FILTER (WHERE k <> rk) FROM gone"
+        ).format(pub=pub, run=run)
+    )
+    deleted, wrong = (int(v) for v in cur.fetchone())
+    if deleted != expected or wrong:
+        cur.execute("ROLLBACK TO SAVEPOINT take_over")
+        log.warning("the baseline %s does not hold the delta's changed items where it should: left", published)
+        return False
+    # The previous run's per-row values reset where a row has them, as `unchanged_values` writes them.
+    cur.execute(
+        sql.SQL(
+            "UPDATE {pub} SET f = f & {keep}, d = {same}, w = NULL"
+            " WHERE (f & {dup}) <> 0 OR d <> {same} OR w IS NOT NULL"
+        ).format(pub=pub, keep=sql.Literal(~DUPLICATE_BIT), dup=sql.Literal(DUPLICATE_BIT), same=sql.Literal(UNCHANGED))
+    )
+    columns = sql.SQL(", ").join(ident(c) for c in _columns_of(cur, schema, run_table))
+    cur.execute(sql.SQL("INSERT INTO {pub} ({c}) SELECT {c} FROM {run}").format(pub=pub, c=columns, run=run))
+    cur.execute("SELECT obj_description(to_regclass(%s), 'pg_class')", (sql_qualified(schema, run_table),))
+    cur.execute(sql.SQL("COMMENT ON TABLE {} IS %s").format(pub), (cur.fetchone()[0],))
+    cur.execute("RELEASE SAVEPOINT take_over")
+    return True
+
+
+def _fill_whole(cur: Any, schema: str, run_table: str, baseline: str, tag: str) -> bool:
+    """A delta's run table (only the changed items' rows) made the whole it stands for, in the caller's
+    transaction: the rows of `baseline` (tagged `tag`) at no changed item's position added (`unchanged_values`)
+    and its mark cleared. False, adding nothing, when `baseline` is no longer that baseline."""
+    cur.execute("SELECT to_regclass(%s) IS NOT NULL", (sql_qualified(schema, baseline),))
+    if not cur.fetchone()[0]:
+        return False
+    cur.execute(sql.SQL("LOCK TABLE {} IN SHARE MODE").format(ident(schema, baseline)))
+    if key_comment(cur, schema, baseline) != tag:
+        return False
+    run, names = ident(schema, run_table), _columns_of(cur, schema, run_table)
+    cur.execute(
+        sql.SQL(
+            "INSERT INTO {run} ({cols}) SELECT {values} FROM {old} b"
+            " WHERE NOT EXISTS (SELECT 1 FROM {run} r WHERE r.o = b.o)"
+        ).format(
+            run=run,
+            cols=sql.SQL(", ").join(ident(n) for n in names),
+            values=unchanged_values(names),
+            old=ident(schema, baseline),
+        )
+    )
+    cur.execute(sql.SQL("COMMENT ON COLUMN {}.k IS NULL").format(run))
+    return True
+
+
+def unchanged_values(names: Sequence[str]) -> sql.Composable:
+    """The run table's values (`names`, in order) of an item whose content hash is its published one, `b` its
+    published row, as a full run writes them: its flags less the duplicate bit (the run's own: `diagnose` finds
+    the duplicate ids again over all rows), the unchanged state, no published variant hash (`w`)."""
+    from firefeed.export.diff import UNCHANGED
+    from firefeed.export.quality import DUPLICATE_BIT
+
+    values = {"f": sql.SQL("b.f & {}").format(sql.Literal(~DUPLICATE_BIT)), "d": sql.Literal(UNCHANGED)}
+    values["w"] = sql.SQL("NULL::bigint")
+    return sql.SQL(", ").join(values.get(n, sql.SQL("b.{}").format(ident(n))) for n in names)
+
+
+def _columns_of(cur: Any, schema: str, table: str) -> list[str]:
+    cur.execute(_sql("table_columns"), {"schema": schema, "table": table})
+    return [r[0] for r in cur.fetchall()]
 
 
 def table_pages(cur: Any, schema: str, table: str) -> int:

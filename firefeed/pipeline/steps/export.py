@@ -39,7 +39,7 @@ def export_one(
         written = static_reason(exp)
         if written is None:
             try:
-                return _patched(ctx, index, table, fields, rows) | {"written": "patched"}
+                return {"written": "patched"} | _patched(ctx, index, table, fields, rows)
             except NotPatched as why:
                 written = str(why)
         written = f"full: {written}"

@@ -1,0 +1,138 @@
+"""A patched export's run table (#52) holds only the changed items' rows and stands for the baseline less theirs
+with them; the promote changes the published table in place by it (`SchemaService.promote_export_keys`). The
+published table a delta leaves must be a full run's, row for row; a run that fails after its EXPORT, or whose
+driver dies between the publish and the promote, must leave the last success's baseline valid."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from firefeed.db.engine import get_engine, raw_connection
+from firefeed.runs.service import RunStore
+from firefeed.schema.identifiers import checked_keys_table, company_schema, published_keys_table
+from tests.integration.test_incremental import files, ok, run
+from tests.integration.test_incremental_export import EXPORTS, project, sources, three, written
+from tests.integration.test_publishing import _killed_at, _recover
+
+pytestmark = pytest.mark.integration
+
+#: the plain csv and the google-checked tsv (taken over), without the channel-id export (copied)
+TAKEN = EXPORTS[:2]
+
+
+def table(project_name: str, name: str) -> tuple[list[tuple[Any, ...]], str | None, str | None]:
+    """A run table kept under `name` in the test company: its rows in `o` order, its key tag and the checks'
+    fingerprint of its comment (the label after it names the run)."""
+    where = company_schema("increfresh")
+    with raw_connection(get_engine()) as conn, conn.cursor() as cur:
+        cur.execute(f'SELECT * FROM "{where}"."{name}" ORDER BY o')
+        rows = [tuple(r) for r in cur.fetchall()]
+        cur.execute(
+            "SELECT col_description(c, 1), obj_description(c, 'pg_class') FROM to_regclass(%s) c",
+            (f'"{where}"."{name}"',),
+        )
+        tag, comment = cur.fetchone()
+    return rows, tag, comment.split(" ")[1] if comment else None
+
+
+def published(project_name: str, export: str) -> tuple[list[tuple[Any, ...]], str | None, str | None]:
+    return table(project_name, published_keys_table(project_name, export))
+
+
+def same_tables(refreshed: Path, full: Path, run_env: Path, exports: list[dict[str, Any]]) -> None:
+    """Each export's published table of the refreshed project is the full one's, tagged with its own file."""
+    for export in exports:
+        mine, other = published(refreshed.stem, export["name"]), published(full.stem, export["name"])
+        assert mine[0] == other[0], export["name"]
+        assert mine[2] == other[2], export["name"]
+        data = files(run_env, refreshed.stem)[export["path"]]
+        assert mine[1] == "file " + hashlib.sha256(data).hexdigest(), export["name"]
+
+
+def test_a_delta_and_a_delta_after_it_leave_the_published_tables_of_full_runs(run_env: Path, tmp_path: Path) -> None:
+    sources(tmp_path)
+    specs = three(tmp_path, TAKEN)
+    ok(specs[0])
+    ok(specs[1])
+    for stock in ({3: "out_of_stock", 7: 'bad, "value"'}, {3: "out_of_stock"}):  # a delta, then one on it
+        sources(tmp_path, stock)
+        delta = ok(specs[0])
+        assert delta["incremental"]["mode"] == "delta", delta["incremental"]
+        assert written(delta["run_id"]) == {"feed": "patched", "google": "patched"}
+        ok(specs[1], "--full")
+        same_tables(specs[0], specs[1], run_env, TAKEN)
+
+
+@pytest.mark.stress  # six runs, ~6 s
+def test_a_run_blocked_after_its_export_leaves_the_baseline_and_keeps_whole_findings(
+    run_env: Path, tmp_path: Path
+) -> None:
+    # Complete google items, none invalid allowed: an unknown availability is an error finding.
+    complete = {
+        "description": "title",
+        "link": "https://www.example.com/{id}",
+        "image_link": "https://www.example.com/{id}.jpg",
+    }
+    exports = [TAKEN[0], {**TAKEN[1], "max_invalid": 0, "fields": {**TAKEN[1]["fields"], **complete}}]
+    sources(tmp_path)
+    refreshed, full = (project(tmp_path, f"ixb{n}{uuid.uuid4().hex[:8]}", exports) for n in "rf")
+    ok(refreshed)
+    ok(full)
+    before = {e["name"]: published(refreshed.stem, e["name"]) for e in exports}
+    sources(tmp_path, {7: "bogus"})
+    code, report = run(refreshed)
+    assert code == 1 and report["status"] == "FAILED", report
+    assert report["incremental"]["mode"] == "delta", report["incremental"]  # its EXPORT failed: no `written`
+    assert {e["name"]: published(refreshed.stem, e["name"]) for e in exports} == before
+    # The blocked run's findings table is whole: a blocked full run's.
+    code, blocked = run(full, "--full")
+    assert code == 1, blocked
+    mine = table(refreshed.stem, checked_keys_table(refreshed.stem, "google"))
+    other = table(full.stem, checked_keys_table(full.stem, "google"))
+    assert (len(mine[0]), mine[0], mine[2]) == (20, other[0], other[2])
+    assert mine[1] is None  # no longer marked to be taken over
+
+    # The baseline is still the live file's: the next run (full: the last one failed) diffs against it as the full
+    # project's does, and a delta after it patches.
+    sources(tmp_path, {3: "out_of_stock"})
+    after, other_after = ok(refreshed), ok(full, "--full")
+    assert [e["diff"] for e in after["exports"]] == [e["diff"] for e in other_after["exports"]]
+    assert after["exports"][0]["diff"]["changed"] == 1
+    sources(tmp_path, {3: "out_of_stock", 4: "out_of_stock"})
+    delta = ok(refreshed)
+    assert delta["incremental"]["mode"] == "delta", delta["incremental"]
+    assert written(delta["run_id"]) == {"feed": "patched", "google": "patched"}
+    ok(full, "--full")
+    same_tables(refreshed, full, run_env, exports)
+
+
+@pytest.mark.stress  # a run killed and recovered after its lease, ~7 s
+def test_a_driver_killed_between_the_publish_and_the_promote_is_promoted_by_recovery(
+    run_env: Path, tmp_path: Path
+) -> None:
+    sources(tmp_path)
+    specs = three(tmp_path, TAKEN)
+    ok(specs[0])
+    ok(specs[1])
+    sources(tmp_path, {3: "out_of_stock", 7: 'bad, "value"'})
+    _killed_at(specs[0], tmp_path / "pause", "switched-2")  # both files switched, the baseline not yet changed
+    store = RunStore()
+    killed = store.runs_of_project(specs[0].stem)[0]
+    assert killed.status == "RUNNING"
+    _recover()
+    assert store.run(str(killed.id)).status == "SUCCEEDED"
+    assert written(str(killed.id)) == {"feed": "patched", "google": "patched"}
+    ok(specs[1], "--full")
+    same_tables(specs[0], specs[1], run_env, TAKEN)
+
+    # The next run (full: recovery keeps no rules result) diffs against that baseline as the full project's does.
+    sources(tmp_path)
+    after, other_after = ok(specs[0]), ok(specs[1], "--full")
+    assert [e["diff"] for e in after["exports"]] == [e["diff"] for e in other_after["exports"]]
+    assert after["exports"][0]["diff"]["changed"] == 2
+    same_tables(specs[0], specs[1], run_env, TAKEN)
