@@ -321,7 +321,9 @@ def _taken_over(engine: Any, company: str, changed: Changed, keys_table: str, in
         }
         diagnostics = None
         if changed.plan.ch is not None:
-            # A view of the session's, gone with the transaction's rollback below (nothing else is written here).
+            # A view of the session's, gone with the transaction's rollback below (nothing else is written here);
+            # the changed rows' positions hashed and probed by the baseline's scan, never a sort of it.
+            cur.execute("SET LOCAL enable_mergejoin = off")
             cur.execute(
                 sql.SQL(
                     "CREATE TEMP VIEW {whole} ({cols}) AS SELECT {others} FROM {old} b"

@@ -663,12 +663,11 @@ class SchemaService:
                     tag, base = marker[len(TAKE_OVER) :], (baselines or {}).get(run_table, published)
                     if base == published:
                         if _take_over(cur, schema, run_table, published, tag):
-                            comment = (key_comments or {}).get(published)
-                            if comment is not None:
-                                cur.execute(
-                                    sql.SQL("COMMENT ON COLUMN {}.k IS %s").format(ident(schema, published)),
-                                    (comment,),
-                                )
+                            # The new file's tag, or none (as a renamed run table has): never the last file's.
+                            cur.execute(
+                                sql.SQL("COMMENT ON COLUMN {}.k IS %s").format(ident(schema, published)),
+                                ((key_comments or {}).get(published),),
+                            )
                         cur.execute(sql.SQL("DROP TABLE {}").format(ident(schema, run_table)))
                         continue
                     if not _fill_whole(cur, schema, run_table, base, tag):
@@ -718,6 +717,10 @@ def _take_over(cur: Any, schema: str, run_table: str, published: str, tag: str) 
         log.warning("the baseline %s is not the one the delta's run table %s was made over", published, run_table)
         return False
     cur.execute("SAVEPOINT take_over")
+    # The changed rows hashed and probed by the baseline's scan: without statistics (the run tables are never
+    # analyzed) the planner may sort the whole baseline for a merge join.
+    cur.execute("SET LOCAL enable_mergejoin = off")
+    cur.execute("SET LOCAL enable_nestloop = off")
     cur.execute(sql.SQL("SELECT count(*) FROM {}").format(run))
     expected = int(cur.fetchone()[0])
     # By position (a hash of bigints, not of keys), each deleted row checked to be its changed item's.
