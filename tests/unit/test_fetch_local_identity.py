@@ -330,3 +330,39 @@ def test_a_file_edited_while_the_digest_waits_gets_no_identity(tmp_path: Path, m
         got = digest()
     assert got.sha256 == hashlib.sha256(NEW).hexdigest()
     assert got.identity is None
+
+
+def test_a_file_of_another_size_than_its_kept_identity_is_changed_without_being_read(
+    tmp_path: Path, unread: list[Path]
+) -> None:
+    """Its digest is left to PARSE (taken beside the parse, as a first read's): FETCH does not read it."""
+    (tmp_path / "stock.csv").write_bytes(OLD)
+    previous = kept(tmp_path)
+    unread.clear()
+    (tmp_path / "stock.csv").write_bytes(OLD + b"3,1\n")
+    again = fetch(tmp_path, "stock.csv", previous)
+    assert not again.not_modified and again.path == tmp_path / "stock.csv"
+    assert again.validators.sha256 is None and again.bytes == len(OLD) + 4
+    assert unread == []
+
+
+def test_a_touched_file_of_the_same_size_is_read_and_not_modified(tmp_path: Path, unread: list[Path]) -> None:
+    (tmp_path / "stock.csv").write_bytes(OLD)
+    previous = kept(tmp_path)
+    unread.clear()
+    (tmp_path / "stock.csv").write_bytes(OLD)  # rewritten, the same bytes: a new stamp
+    again = fetch(tmp_path, "stock.csv", previous)
+    assert again.not_modified and unread == [tmp_path / "stock.csv"]
+
+
+def test_a_size_is_compared_only_with_the_identity_of_the_kept_digest(tmp_path: Path, unread: list[Path]) -> None:
+    """An identity kept with another digest than the recorded one says nothing of the file's size."""
+    (tmp_path / "stock.csv").write_bytes(OLD)
+    previous = kept(tmp_path)
+    assert previous.identity is not None
+    other = Validators(sha256=previous.sha256, identity=dataclasses.replace(previous.identity, sha256="1" * 64))
+    (tmp_path / "stock.csv").write_bytes(OLD + b"3,1\n")
+    unread.clear()
+    again = fetch(tmp_path, "stock.csv", other)
+    assert not again.not_modified and again.validators.sha256 is not None
+    assert unread == [tmp_path / "stock.csv"]

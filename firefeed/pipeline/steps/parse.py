@@ -142,7 +142,11 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
         with file_digest(Path(fetched.path)) if pending else nullcontext(None) as digest:
             staged, staging = _stage(ctx, index, copy, feed_path, table, before, full=full)
             if digest is not None:
+                waited = time.monotonic()
                 beside = digest()
+                log.info(
+                    "source %r: its digest taken beside the parse (waited %.2f s)", src.name, time.monotonic() - waited
+                )
                 sha256, identity = beside.sha256, beside.identity.to_json() if beside.identity else None
         if fetched.key is None:
             # A local file read in place: the digest recorded must be of the bytes staged (`_Copy.read_as_hashed`).
