@@ -219,7 +219,13 @@ def complete(engine: Any, target: Target, export: ExportSpec, changed: Changed) 
     p = changed.plan
     # The duplicate ids are flagged by an UPDATE over all the run table's rows (`quality._duplicates`).
     why = "the duplicate ids are flagged over all rows" if p.id_at is not None else None
-    others = Beside(lambda: _copy_unchanged(engine, company, changed, keys_table_of(target))) if why else None
+    keys = keys_table_of(target)
+    if why:
+        others = Beside(lambda: _copy_unchanged(engine, company, changed, keys))
+    else:
+        # Beside the changed rows' INSERT, where the copy ran: the baseline's rows of changed keys counted, when
+        # some changed item is not selected now (it may have left the export).
+        others = Beside(lambda: _changed_in_baseline(engine, company, changed, keys))
     try:
         with raw_connection(engine) as conn, conn.cursor() as cur:
             scan_settings(cur)
@@ -244,12 +250,11 @@ def complete(engine: Any, target: Target, export: ExportSpec, changed: Changed) 
             cur.execute(render(statement, cur))
             inserted = int(cur.rowcount)
     except BaseException:
-        if others is not None:
-            with contextlib.suppress(BaseException):  # the first error is the one to report
-                others.result()
+        with contextlib.suppress(BaseException):  # the first error is the one to report
+            others.result()
         raise
-    if others is None:
-        return _taken_over(engine, company, changed, keys_table_of(target), inserted)
+    if why is None:
+        return _taken_over(engine, company, changed, inserted, others.result())
     copied = others.result()
     rows = inserted + copied
     with raw_connection(engine) as conn, conn.cursor() as cur:
@@ -267,42 +272,47 @@ def complete(engine: Any, target: Target, export: ExportSpec, changed: Changed) 
 _WHOLE = "ff_patch_whole"
 
 
-def _taken_over(engine: Any, company: str, changed: Changed, keys_table: str, inserted: int) -> dict[str, Any]:
+def _changed_in_baseline(engine: Any, company: str, changed: Changed, keys_table: str) -> int | None:
+    """How many of the baseline's rows have a changed key (by their key hash: a hash shared by another key only
+    adds to the count, which must be the selected changed items'); None, scanning nothing, when every changed
+    item is selected now (each of them has exactly one baseline row, which `_taken_over` checks)."""
+    keys = ident(company, keys_table)
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        scan_settings(cur)
+        cur.execute(sql.SQL("SELECT count(*) FROM {}").format(keys))
+        if int(cur.fetchone()[0]) == len(changed.ords):
+            return None
+        cur.execute(
+            sql.SQL(
+                "SELECT count(*) FROM {old} b WHERE b.kh IN (SELECT hashtextextended(c.{key}, 0) FROM {keys} c)"
+            ).format(old=ident(company, changed.baseline.table), keys=keys, key=ident(KEY))
+        )
+        return int(cur.fetchone()[0])
+
+
+def _taken_over(engine: Any, company: str, changed: Changed, inserted: int, in_baseline: int | None) -> dict[str, Any]:
     """The diff and the findings of the baseline less the changed items' rows with the run table's (which holds
     only theirs), and the run table marked to be taken over at the promote; NotPatched unless the baseline's
     rows of changed items are exactly those the run table replaces.
 
-    The proof: each selected changed item has a published row (none added) and is one of `find_places`'
-    positions; when the changed keys are no more than those items, no other baseline row has a changed key
-    (the delta's `RULED` keys are among `KEYS`, and the keys are unique); else a scan counts them."""
+    The proof: each selected changed item (one of `find_places`' positions) has a published row (none added);
+    when the changed keys are no more than those items, no other baseline row has a changed key (the delta's
+    `RULED` keys are among `KEYS`, and the keys are unique); else the baseline's rows of changed keys, counted
+    beside (`in_baseline`), must be exactly as many as they are."""
     run, old = ident(company, changed.run_table), ident(company, changed.baseline.table)
     with raw_connection(engine) as conn, conn.cursor() as cur:
         scan_settings(cur)
         cur.execute(
             sql.SQL(
                 "SELECT count(*) FILTER (WHERE d = {a}), count(*) FILTER (WHERE d = {c}),"
-                " count(*) FILTER (WHERE d = {u}), (SELECT count(*) FROM {keys}), (SELECT count(*) FROM {old})"
-                " FROM {run}"
+                " count(*) FILTER (WHERE d = {u}), (SELECT count(*) FROM {old}) FROM {run}"
             ).format(
-                a=sql.Literal(diff.ADDED),
-                c=sql.Literal(diff.CHANGED),
-                u=sql.Literal(diff.UNCHANGED),
-                keys=ident(company, keys_table),
-                old=old,
-                run=run,
+                a=sql.Literal(diff.ADDED), c=sql.Literal(diff.CHANGED), u=sql.Literal(diff.UNCHANGED), old=old, run=run
             )
         )
-        added, changed_n, unchanged_n, keys, previous = (int(v) for v in cur.fetchone())
-        if added or inserted != len(changed.ords):
+        added, changed_n, unchanged_n, previous = (int(v) for v in cur.fetchone())
+        if added or inserted != len(changed.ords) or (in_baseline is not None and in_baseline != inserted):
             raise NotPatched("a changed item enters or leaves the export")
-        if keys != inserted:
-            cur.execute(
-                sql.SQL(
-                    "SELECT count(*) FROM {old} b WHERE EXISTS (SELECT 1 FROM {keys} c WHERE c.{key} = b.k)"
-                ).format(old=old, keys=ident(company, keys_table), key=ident(KEY))
-            )
-            if int(cur.fetchone()[0]) != inserted:
-                raise NotPatched("a changed item enters or leaves the export")
         rows = previous  # the others (previous less the changed) and the changed
         unchanged = unchanged_n + previous - inserted
         changes = {
