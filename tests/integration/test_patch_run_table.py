@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from firefeed.db.engine import get_engine, raw_connection
 from firefeed.runs.service import RunStore
@@ -135,4 +136,23 @@ def test_a_driver_killed_between_the_publish_and_the_promote_is_promoted_by_reco
     after, other_after = ok(specs[0]), ok(specs[1], "--full")
     assert [e["diff"] for e in after["exports"]] == [e["diff"] for e in other_after["exports"]]
     assert after["exports"][0]["diff"]["changed"] == 2
+    same_tables(specs[0], specs[1], run_env, TAKEN)
+
+
+def test_a_changed_item_excluded_before_and_after_is_looked_for_in_the_baseline_and_patched(
+    run_env: Path, tmp_path: Path
+) -> None:
+    specs = three(tmp_path, TAKEN)
+    for spec in specs:  # `low` excludes any stock starting with "gone"
+        doc = yaml.safe_load(spec.read_text(encoding="utf-8"))
+        doc["rules"][0]["when"] = {"field": "stock", "op": "starts_with", "value": "gone"}
+        spec.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    sources(tmp_path, {4: "gone"})
+    ok(specs[0])
+    ok(specs[1])
+    sources(tmp_path, {4: "gone again", 3: "out_of_stock"})  # item 4 changes, excluded still
+    delta = ok(specs[0])
+    assert delta["incremental"]["mode"] == "delta", delta["incremental"]
+    assert written(delta["run_id"]) == {"feed": "patched", "google": "patched"}
+    ok(specs[1], "--full")
     same_tables(specs[0], specs[1], run_env, TAKEN)
