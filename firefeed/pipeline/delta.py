@@ -15,7 +15,8 @@ order: only some items' values change. Then:
   Their old rows are copied aside, their new rows UPDATEd into the items table, both by TID. Without
   kept rows it can trust, every merged row is computed again and compared (the MERGE detail's
   `changed_by` says which way: `items rows`, `staged rows` or `merged rows`).
-- RULES runs the project's rules on the old rows and on the new rows of those items. Each rule reads
+- RULES (pipeline/delta_rules.py) runs the project's rules on the new rows of those items and counts
+  their old rows from the kept result where it can (else rules them too). Each rule reads
   one item only (groups, aggregates, lookups and lists rule the delta out, `why_not`), so the rules
   report's counts are additive: the last run's, less the old rows', plus the new rows'. The result is
   the last run's kept result with the changed items' rows replaced by the new ones: a copy in `_ff_ord`
@@ -45,7 +46,7 @@ from typing import Any
 
 from psycopg2 import sql
 
-from firefeed.dataplane.kept import keep_in_place, kept_heaps
+from firefeed.dataplane.kept import keep_in_place
 from firefeed.dataplane.names import RESULT_PREFIX, rules_tmp_table
 from firefeed.dataplane.state import KeptRun, SourceState
 from firefeed.db.engine import raw_connection
@@ -387,108 +388,6 @@ def _changed_by_merging(
     )
 
 
-def rules_delta(
-    ctx: RunContext,
-    tables: DeltaTables,
-    item_fields: Sequence[str],
-    kept_result: str,
-    previous: dict[str, Any],
-    rows: tuple[int, int],
-) -> contract.RulesResult:
-    """RULES for the changed items only: their old and new rows ruled, the counts adjusted, the kept result
-    spliced, or viewed when every export will be patched (see the module). `item_fields`: MERGE's fields;
-    `previous`: the last run's RULES detail; `rows`: its (rows_in, rows_out)."""
-    from firefeed.pipeline.rule_passes import run_rules
-
-    spec = ctx.spec
-
-    def ruled(table: str, first_pass: int, path: str) -> contract.RulesResult:
-        return run_rules(
-            ctx.data.engine,
-            ctx.data.schema,
-            company=spec.company,
-            run_id=ctx.run_id,
-            source_table=table,
-            fields=list(item_fields),
-            rules=spec.parsed_rules,
-            cancel_check=ctx.check_cancel,
-            rows=tables.changed,
-            split_min_rows=2**62,  # a few items: one piece
-            first_pass=first_pass,
-            path=path,
-        )
-
-    new_r = ruled(tables.new, 1, "rules")
-    old_r = ruled(tables.old, OLD_FIRST_PASS, "rules")
-    matched_before = {str(name): int(n) for name, n in previous.get("matched", [])}
-    matched = {
-        name: matched_before.get(name, 0) - old_r.matched.get(name, 0) + new_r.matched.get(name, 0)
-        for name in matched_before
-    }
-    excluded = int(previous.get("excluded", 0)) - old_r.excluded + new_r.excluded
-    rows_out = rows[1] - old_r.rows_out + new_r.rows_out
-    schema = company_schema(spec.company)
-    columns = ctx.data.schema.table_columns(spec.company, kept_result)
-    if sorted(columns) != sorted(ctx.data.schema.table_columns(spec.company, new_r.table)):
-        raise RuntimeError("the changed items' rules result has other columns than the kept result")
-    cols = sql.SQL(", ").join(ident(c) for c in columns)
-    with raw_connection(ctx.data.engine) as conn:
-        # Under a name the export finds (its job gets the result's name only), in the kept result's column order.
-        ruled_rows, ruled_n = ctx.data.schema.create_rules_tmp_as(
-            spec.company,
-            ctx.run_id,
-            RULED,
-            columns,
-            sql.SQL("SELECT {cols} FROM {new} ORDER BY {ord}").format(
-                cols=cols, new=ident(schema, new_r.table), ord=ident(ORD)
-            ),
-            [],
-            conn=conn,
-        )
-    unchanged = sql.SQL(
-        "SELECT {cols} FROM {kept} k WHERE NOT EXISTS (SELECT 1 FROM {keys} c WHERE c.{key} = k.{key})"
-    ).format(cols=cols, kept=ident(schema, kept_result), keys=ident(schema, tables.keys), key=ident(KEY))
-    if _patched_only(spec) and kept_heaps(ctx.data.schema, spec.company, kept_result) is not None:
-        # Every export will be patched from `RULED` and `KEYS`, and nothing else reads the result before
-        # it is kept: a view, kept by changing the kept result in place once the run has published
-        # (`keep_viewed`). An export that falls back to full reads the view, sorting it.
-        with raw_connection(ctx.data.engine) as conn, conn.cursor() as cur:
-            cur.execute(
-                sql.SQL(
-                    "SELECT count(*) FROM {kept} k WHERE EXISTS (SELECT 1 FROM {keys} c WHERE c.{key} = k.{key})"
-                ).format(kept=ident(schema, kept_result), keys=ident(schema, tables.keys), key=ident(KEY))
-            )
-            written = rows[1] - int(cur.fetchone()[0]) + ruled_n
-        table = ctx.data.views.pass_view(
-            spec.company,
-            ctx.run_id,
-            SPLICED,
-            columns,
-            unchanged + sql.SQL(" UNION ALL SELECT {cols} FROM {new}").format(cols=cols, new=ident(schema, ruled_rows)),
-            [],
-        )
-    else:
-        spliced = sql.SQL(
-            "SELECT {cols} FROM ({unchanged} UNION ALL SELECT {cols} FROM {new}) u ORDER BY {ord}"
-        ).format(cols=cols, unchanged=unchanged, new=ident(schema, ruled_rows), ord=ident(ORD))
-        with raw_connection(ctx.data.engine) as conn:
-            table, written = ctx.data.schema.create_rules_tmp_as(
-                spec.company, ctx.run_id, SPLICED, columns, spliced, [], conn=conn
-            )
-    if written != rows_out:
-        raise RuntimeError(f"the spliced rules result holds {written} items, the counts say {rows_out}")
-    return contract.RulesResult(
-        table=table,
-        fields=list(previous.get("fields") or new_r.fields),
-        passes=int(previous.get("passes", new_r.passes)),
-        matched=matched,
-        excluded=excluded,
-        rows_in=rows[0],
-        rows_out=rows_out,
-        lookups=list(previous.get("lookups", [])),
-    )
-
-
 def _patched_only(spec: ProjectSpec) -> bool:
     """Whether every export of the spec may be patched (export/patch.py) as far as the spec tells: then
     no export needs the whole result in order unless it falls back at EXPORT."""
@@ -498,8 +397,9 @@ def _patched_only(spec: ProjectSpec) -> bool:
 
 
 def keep_viewed(schema: SchemaService, company: str, run_id: str, table: str) -> str | None:
-    """Keep this delta run's result when `rules_delta` made it a view over the kept result (`keep_in_place`);
-    returns the kept name, or None when `table` is no such view (a full run's result, a spliced table)."""
+    """Keep this delta run's result when `delta_rules.rules_delta` made it a view over the kept result
+    (`keep_in_place`); returns the kept name, or None when `table` is no such view (a full run's result,
+    a spliced table)."""
     if table != rules_tmp_table(run_id, SPLICED):
         return None
     where = company_schema(company)

@@ -31,7 +31,7 @@ from firefeed.config import Settings, get_settings
 from firefeed.db.engine import get_engine
 from firefeed.errors import FireFeedError, PublishBlockedError, RunCancelledError
 from firefeed.logging import run_context
-from firefeed.pipeline import delta, incremental, publishing, rule_passes, steps
+from firefeed.pipeline import delta, delta_rules, incremental, publishing, rule_passes, steps
 from firefeed.pipeline.context import RunContext, load_context
 from firefeed.pipeline.heartbeat import Heartbeat
 from firefeed.pipeline.jobs import describe_error
@@ -253,7 +253,7 @@ class _Driver:
 
         previous, computed_by = decision.previous, decision.computed_by
         assert previous is not None and computed_by is not None
-        result = delta.rules_delta(
+        result = delta_rules.rules_delta(
             self.ctx,
             tables,
             merged.fields,

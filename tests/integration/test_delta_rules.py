@@ -50,7 +50,6 @@ def renamed(monkeypatch: pytest.MonkeyPatch, database_url: str) -> list[bool]:
             seen.append(cur.fetchone()[0] is None)  # the pass table is gone: renamed
         return table, n
 
-    monkeypatch.setattr(delta, "rules_delta", delta_rules.rules_delta)
     monkeypatch.setattr(delta_rules, "_as_ruled", spy)
     return seen
 
@@ -131,7 +130,6 @@ def test_ruled_is_a_copy_in_the_kept_results_column_order_when_the_pass_table_ha
         assert ords == sorted(ords) and len(ords) == n and kept_pass
         return table, n
 
-    monkeypatch.setattr(delta, "rules_delta", delta_rules.rules_delta)
     monkeypatch.setattr(delta_rules, "_as_ruled", reordered)
     sources(tmp_path)
     specs = three(tmp_path, EXPORTS[:1])
@@ -158,7 +156,6 @@ def with_rules(specs: tuple[Path, Path, Path], rules: list[dict[str, Any]]) -> t
 def test_the_old_rows_flags_are_read_from_the_kept_results_parts_by_tid(
     run_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, from_kept: list[tuple[int, int]]
 ) -> None:
-    monkeypatch.setattr(delta, "rules_delta", delta_rules.rules_delta)
     monkeypatch.setattr(rule_passes, "SPLIT_MIN_ROWS", 10)  # the full runs' rules in two halves: a view of parts
     sources(tmp_path, {5: "preorder", 30: "preorder"}, n=40)
     specs = with_rules(
@@ -219,7 +216,6 @@ def test_old_rows_are_ruled_when_the_kept_result_lacks_a_flag_they_need(
             yaml.safe_dump({**spec, "rules": [soon, *spec["rules"], later]}, sort_keys=False), encoding="utf-8"
         )
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(delta, "rules_delta", delta_rules.rules_delta)
         patch.setattr(delta_rules, "survivor_counts", spy)
         ok(specs[0])
         ok(specs[1])
