@@ -25,7 +25,14 @@ from firefeed.dataplane.names import (
 from firefeed.dataplane.views import relations_read
 from firefeed.db.engine import raw_connection
 from firefeed.schema.identifiers import KEY, company_schema, ident
-from firefeed.schema.service import UNUSED_DROP_LOCK_S, SchemaService, relation_kind, sql_qualified, view_reads
+from firefeed.schema.service import (
+    UNUSED_DROP_LOCK_S,
+    SchemaService,
+    relation_kind,
+    sql_qualified,
+    table_comment_in,
+    view_reads,
+)
 
 log = logging.getLogger(__name__)
 
@@ -161,9 +168,7 @@ def keep_in_place(
 def _delete_by_tid(cur: Any, where: str, run_id: str, heaps: Sequence[str], changed: sql.Composable) -> bool:
     """Delete the changed items' rows of `heaps` by the TIDs `find_changed_rows` kept; whether that deleted
     all of them (False: none kept, or some no longer where they were: the caller scans for the rest)."""
-    found = sql_qualified(where, rules_tmp_table(run_id, CHANGED_ROWS))
-    cur.execute("SELECT obj_description(to_regclass(%s), 'pg_class')", (found,))
-    comment = cur.fetchone()[0]
+    comment = table_comment_in(cur, where, rules_tmp_table(run_id, CHANGED_ROWS))
     if not isinstance(comment, str) or not comment.startswith(_ROWS_COMMENT):
         return False
     table = ident(where, rules_tmp_table(run_id, CHANGED_ROWS))

@@ -104,6 +104,11 @@ SELECT c.relname, c.relkind::text
 -- A table's comment (NULL when it has none or there is no table); `qualified` as above
 SELECT obj_description(to_regclass(%(qualified)s), 'pg_class');
 
+-- key_comment --
+-- The comment on a table's key column `k` (no row: no table); `qualified` as above
+SELECT col_description(t.c, a.attnum) FROM (SELECT to_regclass(%(qualified)s) AS c) t
+  JOIN pg_attribute a ON a.attrelid = t.c AND a.attname = 'k' AND NOT a.attisdropped;
+
 -- table_pages --
 -- How many heap pages a table has (runs of pages are read by TID range scans); `qualified` as above
 SELECT pg_relation_size(%(qualified)s::regclass) / current_setting('block_size')::int;

@@ -687,13 +687,16 @@ class SchemaService:
 TAKE_OVER = "over "
 
 
+def table_comment_in(cur: Any, schema: str, table: str) -> str | None:
+    """The comment of `table` read on the caller's cursor (its transaction); None: no table, no comment."""
+    cur.execute(_sql("table_comment"), {"qualified": sql_qualified(schema, table)})
+    row = cur.fetchone()
+    return row[0] if row is not None else None
+
+
 def key_comment(cur: Any, schema: str, table: str) -> str | None:
     """The comment on `table`'s key column `k` (None: no table, no comment)."""
-    cur.execute(
-        "SELECT col_description(t.c, a.attnum) FROM (SELECT to_regclass(%s) AS c) t"
-        " JOIN pg_attribute a ON a.attrelid = t.c AND a.attname = 'k' AND NOT a.attisdropped",
-        (sql_qualified(schema, table),),
-    )
+    cur.execute(_sql("key_comment"), {"qualified": sql_qualified(schema, table)})
     row = cur.fetchone()
     return row[0] if row is not None else None
 
@@ -709,7 +712,7 @@ def _take_over(cur: Any, schema: str, run_table: str, published: str, tag: str) 
     from firefeed.export.quality import DUPLICATE_BIT
 
     run, pub = ident(schema, run_table), ident(schema, published)
-    cur.execute("SELECT to_regclass(%s) IS NOT NULL", (sql_qualified(schema, published),))
+    cur.execute(_sql("table_exists"), {"qualified": sql_qualified(schema, published)})
     if not cur.fetchone()[0]:
         log.warning("the baseline %s is gone: the delta's run table %s is dropped", published, run_table)
         return False
@@ -746,8 +749,7 @@ def _take_over(cur: Any, schema: str, run_table: str, published: str, tag: str) 
     )
     columns = sql.SQL(", ").join(ident(c) for c in _columns_of(cur, schema, run_table))
     cur.execute(sql.SQL("INSERT INTO {pub} ({c}) SELECT {c} FROM {run}").format(pub=pub, c=columns, run=run))
-    cur.execute("SELECT obj_description(to_regclass(%s), 'pg_class')", (sql_qualified(schema, run_table),))
-    cur.execute(sql.SQL("COMMENT ON TABLE {} IS %s").format(pub), (cur.fetchone()[0],))
+    cur.execute(sql.SQL("COMMENT ON TABLE {} IS %s").format(pub), (table_comment_in(cur, schema, run_table),))
     cur.execute("RELEASE SAVEPOINT take_over")
     # On the run's serial path after the publish (EXPORT's recorded time ends before it): logged to be measured.
     log.info(
@@ -764,7 +766,7 @@ def _fill_whole(cur: Any, schema: str, run_table: str, baseline: str, tag: str) 
     """A delta's run table (only the changed items' rows) made the whole it stands for, in the caller's
     transaction: the rows of `baseline` (tagged `tag`) at no changed item's position added (`unchanged_values`)
     and its mark cleared. False, adding nothing, when `baseline` is no longer that baseline."""
-    cur.execute("SELECT to_regclass(%s) IS NOT NULL", (sql_qualified(schema, baseline),))
+    cur.execute(_sql("table_exists"), {"qualified": sql_qualified(schema, baseline)})
     if not cur.fetchone()[0]:
         return False
     cur.execute(sql.SQL("LOCK TABLE {} IN SHARE MODE").format(ident(schema, baseline)))
