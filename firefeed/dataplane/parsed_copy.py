@@ -161,8 +161,12 @@ def drop(settings: Settings, company: str, project: str, source: str) -> None:
 def drop_unnamed(settings: Settings, company: str, project: str, sources: Iterable[str]) -> None:
     """Remove the kept copies of the project's sources other than `sources` (renamed or removed ones), and
     temporary copies runs left (a run of the project holds its lock: none is being written now)."""
-    folder = project_folder(settings, company, project)
-    keep = {staging_table(project, s) for s in sources}
+    remove_others(project_folder(settings, company, project), {staging_table(project, s) for s in sources})
+
+
+def remove_others(folder: Path, keep: set[str]) -> None:
+    """Remove the files of `folder` not named in `keep` (a project's kept files of what its spec no longer
+    names: source copies here, export line indexes in export/line_index.py); no folder, nothing to do."""
     try:
         entries = list(folder.iterdir())
     except FileNotFoundError:

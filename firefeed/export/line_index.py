@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from firefeed.config import Settings
+from firefeed.dataplane.parsed_copy import remove_others
 from firefeed.schema.identifiers import check_project_id, company_schema, published_keys_table
 
 log = logging.getLogger(__name__)
@@ -66,14 +67,7 @@ def drop_unnamed(settings: Settings, company: str, project: str, exports: Iterab
     """Remove the indexes of the project's exports other than `exports` (renamed or removed ones), and
     temporaries runs left (a run of the project holds its lock: none is being written now)."""
     folder = settings.data_dir / FOLDER / company_schema(company) / check_project_id(project)
-    keep = {f"{published_keys_table(project, e)}.lines" for e in exports}
-    try:
-        entries = list(folder.iterdir())
-    except FileNotFoundError:
-        return
-    for entry in entries:
-        if entry.name not in keep:
-            entry.unlink(missing_ok=True)
+    remove_others(folder, {f"{published_keys_table(project, e)}.lines" for e in exports})
 
 
 def save(where: Path, index: LineIndex) -> None:
