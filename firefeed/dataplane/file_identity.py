@@ -43,6 +43,11 @@ class FileIdentity:
     def of(cls, st: os.stat_result, sha256: str, taken_ns: int) -> FileIdentity:
         return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, sha256, taken_ns)
 
+    @property
+    def stat_key(self) -> tuple[int, int, int, int, int]:
+        """The stat this identity was taken at, as `stat_key` gives a file's."""
+        return (self.dev, self.ino, self.size, self.mtime_ns, self.ctime_ns)
+
     def vouches_for(self, st: os.stat_result, sha256: str | None) -> bool:
         """Whether `st` is this file, unchanged since its digest `sha256` was taken.
 
@@ -54,7 +59,7 @@ class FileIdentity:
         return (
             sha256 is not None
             and sha256 == self.sha256
-            and stat_key(st) == (self.dev, self.ino, self.size, self.mtime_ns, self.ctime_ns)
+            and stat_key(st) == self.stat_key
             and max(self.mtime_ns, self.ctime_ns) < self.taken_ns - RACY_MARGIN_NS
             and not (self.mtime_ns % 1_000_000_000 == 0 and self.ctime_ns % 1_000_000_000 == 0)
         )

@@ -130,7 +130,7 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
 
     assert fetched.path is not None
     before = ctx.control.runs.source_rows(ctx.spec.project).get(src.name)
-    _keep_previous_rows(ctx, index)
+    _keep_previous_rows(ctx, index, before)
     # Staging is about to change: forget the old validators until this parse succeeds.
     ctx.control.runs.update_source(ctx.spec.project, src.name, parse_signature=None)
     sha256 = fetched.validators.get("sha256")
@@ -275,7 +275,7 @@ class _Copy:
             sha256 is not None
             and known is not None
             and known.sha256 == sha256
-            and self.stat_before == now == (known.dev, known.ino, known.size, known.mtime_ns, known.ctime_ns)
+            and self.stat_before == now == known.stat_key
         )
         if held:
             return sha256, identity
@@ -362,14 +362,14 @@ def _stage(
     return stage_path(ctx, src, copy.path, table), {"staged": "full", "reason": why}
 
 
-def _keep_previous_rows(ctx: RunContext, index: int) -> None:
+def _keep_previous_rows(ctx: RunContext, index: int, row: Source | None) -> None:
     """Before an enrich source is staged again, its rows as they stood are kept for a delta to compare
-    (dataplane/staged.py); another source keeps none (no delta reads it)."""
+    (dataplane/staged.py), described by `row` (its `sources` row as it stands); another source keeps none
+    (no delta reads it)."""
     from firefeed.dataplane import staged
 
     src, spec, schema = ctx.spec.sources[index], ctx.spec, ctx.data.schema
     if index > 0 and src.mode == "enrich":
-        row = ctx.control.runs.source_rows(spec.project).get(src.name)
         staged.keep_previous(schema, spec.company, spec.project, src.name, row)
     else:
         staged.drop_previous(schema, spec.company, spec.project, src.name)
