@@ -85,14 +85,28 @@ def _heaps(cur: Any, schema: str, kept: str) -> list[str] | None:
     return [name for name, _ in found]
 
 
+def note_changed_rows(schema: SchemaService, company: str, run_id: str, rows: int, *, conn: Any) -> None:
+    """Mark the run's table `CHANGED_ROWS` (made by its caller with the columns `r`, the heap, and `t`, the
+    TID, of the kept result's rows of the changed items: all of them) as holding `rows` rows, in `conn`'s
+    transaction: the delta's RULES finds those rows for its counts (pipeline/delta_rules.py), and noting them
+    spares `find_changed_rows` a second scan of the kept result."""
+    schema.comment_relation(
+        company, rules_tmp_table(run_id, CHANGED_ROWS), f"{_ROWS_COMMENT}{rows}", view=False, conn=conn
+    )
+
+
 def find_changed_rows(schema: SchemaService, company: str, run_id: str, *, view: str, keys: str) -> int | None:
     """Where the kept result that a delta run's result `view` reads holds the rows of the run's changed items
     (their keys in `keys`): their heap and TID, in the run's table `CHANGED_ROWS`, commented with their
     count. `keep_in_place` then deletes them by TID instead of scanning every heap after the publish, when
     nothing else runs; this scan runs while the run's EXPORT leaves a core free. Returns the count; None
-    (nothing made) when `view` reads no kept table or view of parts."""
+    (nothing made) when `view` reads no kept table or view of parts. A table the run's RULES already noted
+    (`note_changed_rows`) is taken as it is, with no scan."""
     where = company_schema(company)
     with raw_connection(schema.engine) as conn, conn.cursor() as cur:
+        noted = _noted_rows(cur, where, run_id)
+        if noted is not None:
+            return noted
         if relation_kind(cur, where, view) != "v":
             return None
         kept = [name for name, _ in view_reads(cur, where, view) if name.startswith(RESULT_PREFIX)]
@@ -165,15 +179,22 @@ def keep_in_place(
     return new
 
 
+def _noted_rows(cur: Any, where: str, run_id: str) -> int | None:
+    """How many rows the run's `CHANGED_ROWS` table holds, by its comment; None when it has none."""
+    comment = table_comment_in(cur, where, rules_tmp_table(run_id, CHANGED_ROWS))
+    if not isinstance(comment, str) or not comment.startswith(_ROWS_COMMENT):
+        return None
+    return int(comment[len(_ROWS_COMMENT) :])
+
+
 def _delete_by_tid(cur: Any, where: str, run_id: str, heaps: Sequence[str], changed: sql.Composable) -> bool:
     """Delete the changed items' rows of `heaps` by the TIDs `find_changed_rows` kept; whether that deleted
     all of them (False: none kept, or some no longer where they were: the caller scans for the rest)."""
-    comment = table_comment_in(cur, where, rules_tmp_table(run_id, CHANGED_ROWS))
-    if not isinstance(comment, str) or not comment.startswith(_ROWS_COMMENT):
+    expected = _noted_rows(cur, where, run_id)
+    if expected is None:
         return False
     table = ident(where, rules_tmp_table(run_id, CHANGED_ROWS))
     cur.execute(sql.SQL("SELECT count(*) FROM {}").format(table))
-    expected = int(comment[len(_ROWS_COMMENT) :])
     if int(cur.fetchone()[0]) != expected:  # emptied by crash recovery
         return False
     deleted = 0

@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 
 from psycopg2 import sql
 
-from firefeed.dataplane.kept import kept_heaps
+from firefeed.dataplane.kept import CHANGED_ROWS, kept_heaps, note_changed_rows
 from firefeed.dataplane.names import rules_tmp_table, run_id_of_tmp_table
 from firefeed.db.engine import raw_connection
 from firefeed.pipeline import rule_passes
@@ -57,8 +57,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: pass numbers of this module's tables (beside delta.py's 9_000_001-9_000_005): the kept result's rows of
-#: the changed items (their keys and flags), the changed items' old rows the kept result lacks
-FOUND, OLD_EXCLUDED = 9_000_006, 9_000_007
+#: the changed items (their keys, heaps and TIDs: the keep's table of them, `kept.CHANGED_ROWS`, which it
+#: deletes them by after the publish), the changed items' old rows the kept result lacks
+FOUND, OLD_EXCLUDED = CHANGED_ROWS, 9_000_007
 #: the first pass table number of the rules over those old rows
 EXCLUDED_FIRST_PASS = 6_000_001
 
@@ -257,6 +258,7 @@ def _old_from_kept(
             [],
             conn=conn,
         )
+        note_changed_rows(service, spec.company, ctx.run_id, in_kept, conn=conn)
         flagged = dict.fromkeys(flags, 0)
         with conn.cursor() as cur:
             for heap in heaps if flags else []:

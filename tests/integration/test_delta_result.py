@@ -128,6 +128,44 @@ def test_the_keep_deletes_the_changed_rows_by_the_tids_found_beside_the_export_e
     same_values(specs)
 
 
+def test_the_rows_the_rules_found_are_the_keeps_the_kept_result_is_not_scanned_again(
+    run_env: Path, tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The delta's RULES finds the kept result's rows of the changed items for its counts; the EXPORT takes
+    that table for the keep instead of scanning the kept result a second time."""
+    made: list[int] = []
+    real = kept.SchemaService.create_rules_tmp_as
+
+    def spy(self: Any, company: str, run_id: str, pass_no: int, *args: Any, **kwargs: Any) -> tuple[str, int]:
+        made.append(pass_no)
+        return real(self, company, run_id, pass_no, *args, **kwargs)
+
+    noted: list[tuple[int | None, int]] = []
+    real_find = kept.find_changed_rows
+
+    def find(*args: Any, **kwargs: Any) -> int | None:
+        before = len(made)
+        found = real_find(*args, **kwargs)
+        noted.append((found, len(made) - before))
+        return found
+
+    monkeypatch.setattr(kept.SchemaService, "create_rules_tmp_as", spy)
+    monkeypatch.setattr(kept, "find_changed_rows", find)
+    sources(tmp_path)
+    specs = three(tmp_path, EXPORTS[:1])
+    ok(specs[0])
+    ok(specs[1])
+    sources(tmp_path, {3: "out_of_stock", 7: "preorder"})
+    made.clear()
+    delta = ok(specs[0])
+    assert written(delta["run_id"]) == {"feed": "patched"}
+    assert made.count(kept.CHANGED_ROWS) == 1  # made once, by the RULES: the EXPORT's look made none
+    assert noted == [(2, 0)]
+    assert kept_keys(database_url, delta["run_id"]) is not None
+    same_as_full(run_env, delta, specs)
+    same_values(specs)
+
+
 def test_a_kept_result_in_parts_is_changed_in_place_part_by_part(
     run_env: Path, tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
