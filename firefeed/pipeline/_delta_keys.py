@@ -3,8 +3,12 @@
 The items table holds the last succeeded run's merged rows, merged from the staged rows each source
 had then. A changed enrich source's rows as they were are kept by PARSE (dataplane/staged.py); when
 they are the ones that run merged, only the keys whose rows differ between the kept and the new
-rows, or that one of them lacks, can have changed (pipeline/delta.py merges just those). Temporary
-tables of the MERGE transaction carry what the steps pass on.
+rows, or that one of them lacks, can have changed (pipeline/delta.py merges just those). When PARSE
+patched the source from those rows (pipeline/stage_patch.py), its changed records' new and old rows
+are all that differ (`PatchedRows`): each keeps its key, so no key is gained or lost, the source's
+key counts are the last run's, and the candidates are read from the two small tables, not from a
+FULL JOIN of the whole kept and new staging. Temporary tables of the MERGE transaction carry what
+the steps pass on.
 """
 
 from __future__ import annotations
@@ -12,9 +16,9 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeAlias
 
 from psycopg2 import sql
 from sqlalchemy import Engine
@@ -35,8 +39,9 @@ from firefeed.pipeline.merge import (
     first_row_table,
     source_key_stats,
 )
+from firefeed.runs import contract
 from firefeed.runs.contract import Step
-from firefeed.schema.identifiers import KEY, column_for_field, ident
+from firefeed.schema.identifiers import KEY, ORD, column_for_field, ident
 
 log = logging.getLogger(__name__)
 
@@ -66,24 +71,64 @@ def temp_table(cur: Any, name: str, select: sql.Composable, params: Sequence[Any
         cur.execute(sql.SQL("ANALYZE {t}").format(t=ident(name)))
 
 
-def kept_rows(ctx: RunContext, sources: Sequence[StagedSource], previous: KeptRun) -> dict[int, KeptStaging] | None:
-    """Per changed source (by index), the staged rows the last succeeded run merged, kept by its PARSE
-    (dataplane/staged.py); None when one's are not kept (then the changed items are found by merging
-    every item again)."""
+@dataclasses.dataclass(frozen=True)
+class PatchedRows:
+    """A changed enrich source PARSE patched from the rows the last succeeded run merged: its changed
+    records' old rows (`table`, as `KeptStaging.table` is the kept rows') and new rows (`new`), run tables
+    of stage_patch.py with the staged rows' `_ff_ord`; `fields`, the staged fields (the header did not
+    change). Every other record is the same bytes, so the same staged row."""
+
+    table: str
+    new: str
+    fields: list[str]
+
+
+#: what a changed source is compared with: its kept previous staging, or its patch's old rows
+Kept: TypeAlias = KeptStaging | PatchedRows
+
+
+def kept_rows(
+    ctx: RunContext, sources: Sequence[StagedSource], previous: KeptRun, parsed: Sequence[contract.SourceResult]
+) -> tuple[dict[int, Kept] | None, str | None]:
+    """Per changed source (by index), what its new rows are compared with: its patch's rows when PARSE patched
+    it from the staged rows the last succeeded run merged, else those rows kept by its PARSE
+    (dataplane/staged.py). (None, why) when one has neither (then the changed items are found by merging
+    every item again); `why` says so when a patch could not be used (None when nothing was patched)."""
     spec, merged = ctx.spec, previous.state
     if merged is None:
-        return None
+        return None, None
     now = state.source_states(ctx.store, spec.project, [s.name for s in sources])
-    out: dict[int, KeptStaging] = {}
+    out: dict[int, Kept] = {}
+    unusable: str | None = None
     for j, src in enumerate(sources):
         if now.get(src.name) == merged.sources.get(src.name):
             continue  # not changed since that run
+        patch = _patch_of(parsed[j])
+        if patch is not None:
+            old_rows, new_rows, patched_from = patch
+            if patched_from == merged.sources.get(src.name):
+                out[j] = PatchedRows(old_rows, new_rows, list(src.fields))
+                continue
+            # A run that failed after patching it: the patch is from rows the items table never merged.
+            unusable = f"source {src.name!r} was patched from staged rows the last succeeded run did not merge"
         kept = staged.previous_rows(ctx.data.schema, spec.company, spec.project, src.name, merged.sources.get(src.name))
         if kept is None:
             log.info("delta: the rows %r was merged from are not kept; every item is merged again", src.name)
-            return None
+            return None, unusable
         out[j] = kept
-    return out
+    return out, None
+
+
+def _patch_of(parsed: contract.SourceResult) -> tuple[str, str, state.SourceState] | None:
+    """(old rows, new rows, the state patched from) when this run's PARSE patched the source's staging."""
+    from firefeed.pipeline.steps.parse import STAGING
+
+    if parsed.parse.get("not_modified"):
+        return None
+    staging = parsed.parse.get(STAGING) or {}
+    if staging.get("staged") != "patched":
+        return None
+    return str(staging["old_rows"]), str(staging["new_rows"]), state.SourceState.from_json(staging.get("from") or {})
 
 
 def skips_before(previous: KeptRun) -> dict[str, SourceKeyStats]:
@@ -102,7 +147,7 @@ def key_counts(
     schema: str,
     key_field: str,
     sources: Sequence[StagedSource],
-    kept: dict[int, KeptStaging],
+    kept: Mapping[int, Kept],
     previous: KeptRun,
     result: MergeResult,
     *,
@@ -115,7 +160,8 @@ def key_counts(
     source's, and with append sources the primary's and theirs. `changed_only`: only the changed
     sources' (the new rows are made from the items rows, delta.py's `_by_items`; `first_rows` makes the
     others should that be refused). `beside`: changed sources counted on another connection
-    (`find_candidates`), taken as clean here."""
+    (`find_candidates`), taken as clean here. A patched source's are the last run's too: each changed
+    record kept its key, not empty (stage_patch.py), so its keys are the ones that run counted."""
     before = skips_before(previous)
     clean: list[bool] = []
     for j, src in enumerate(sources):
@@ -123,7 +169,7 @@ def key_counts(
             clean.append(True)
             continue
         stats = before.get(src.name)
-        if j in kept or stats is None:
+        if (j in kept and not isinstance(kept[j], PatchedRows)) or stats is None:
             stats = source_key_stats(cur, schema, key_field, src)
         result.sources[src.name] = stats
         clean.append(stats.empty_key == 0 and stats.duplicate_key == 0)
@@ -154,7 +200,7 @@ def find_candidates(
     key_field: str,
     sources: Sequence[StagedSource],
     contrib: Sequence[Sequence[str]],
-    kept: dict[int, KeptStaging],
+    kept: Mapping[int, Kept],
     previous: KeptRun,
     result: MergeResult,
     rows: Sequence[int],
@@ -171,8 +217,9 @@ def find_candidates(
     before = skips_before(previous)
     beside = [
         j
-        for j in kept
-        if (st := before.get(sources[j].name)) is not None
+        for j, old in kept.items()
+        if not isinstance(old, PatchedRows)  # its keys are the last run's (`key_counts`)
+        and (st := before.get(sources[j].name)) is not None
         and st.empty_key == 0
         and st.duplicate_key == 0
         and not side_work_first(rows[j])
@@ -212,7 +259,7 @@ def changed_keys(
     sources: Sequence[StagedSource],
     contrib: Sequence[Sequence[str]],
     clean: Sequence[bool],
-    kept: dict[int, KeptStaging],
+    kept: Mapping[int, Kept],
     previous: KeptRun,
     *,
     with_values: bool = False,
@@ -224,7 +271,14 @@ def changed_keys(
     new rows contribute the same fields): beside each key, the new and the old first row's value of
     each contributed field, in `contrib` order (`new_value(i)`, `old_value(i)`; NULL where that side
     has no row), for `by_items`. `again`: the candidates are found a second time (`find_candidates`); the
-    kept rows' first-row tables (`ff_old_<j>`) are the first time's (a second CREATE failed the run)."""
+    kept rows' first-row tables (`ff_old_<j>`) are the first time's (a second CREATE failed the run).
+
+    A patched source (`PatchedRows`) is compared record for record: its changed records' new and old rows,
+    joined on their `_ff_ord`, are all the rows that differ, each keeping its key. When the last run found
+    its keys clean, each is its key's first and only row, so the keys whose rows differ in what it
+    contributes are the candidates, with their values; else (`by_items_refusal` refuses the values) the
+    keys of every record that differs (its key's first row may be another, unchanged: merged again, it
+    stays as it was)."""
     assert not with_values or len(kept) == 1
     before = skips_before(previous)
     parts: list[sql.Composable] = []
@@ -235,8 +289,9 @@ def changed_keys(
         old_contrib = contributed(key_field, old_src)
         compared = list(dict.fromkeys([*contrib[j], *old_contrib]))
         skips = before.get(src.name)
+        was_clean = skips is not None and not skips.empty_key and not skips.duplicate_key
         old_win = None
-        if skips is None or skips.empty_key or skips.duplicate_key:
+        if not was_clean and not isinstance(old, PatchedRows):
             old_win = f"ff_old_{j}"
             if not again:
                 first_row_table(cur, schema, key_field, old_src, old_win)
@@ -261,6 +316,24 @@ def changed_keys(
                 )
                 for i, f in enumerate(contrib[j])
             )
+        if isinstance(old, PatchedRows):
+            # Every record's own row (`win` None), its key trimmed; two records of one key when it was not clean.
+            new_rows = derived_rows(schema, key_field, dataclasses.replace(src, table=old.new), None, params)
+            parts.append(
+                sql.SQL(
+                    "SELECT {distinct}n.{k} AS key{carried} FROM {new} n JOIN {old} o ON o.{ord} = n.{ord} "
+                    "WHERE {differs}"
+                ).format(
+                    distinct=sql.SQL("" if was_clean else "DISTINCT "),
+                    k=ident(KEY),
+                    carried=carried,
+                    new=new_rows,
+                    old=ident(schema, old.table),
+                    ord=ident(ORD),
+                    differs=differs,
+                )
+            )
+            continue
         new_rows = derived_rows(schema, key_field, src, new_win, params)
         old_rows = derived_rows(schema, key_field, old_src, old_win, params)
         parts.append(
@@ -295,10 +368,12 @@ def by_items_refusal(
     key_field: str,
     sources: Sequence[StagedSource],
     contrib: Sequence[Sequence[str]],
-    kept: dict[int, KeptStaging],
+    kept: Mapping[int, Kept],
+    previous: KeptRun,
 ) -> str | None:
     """Why the changed items' new rows cannot be made from their items rows (see above); None: they can,
-    but for `unsafe_keys`."""
+    but for `unsafe_keys`. A patched source's candidates carry their records' values, which are their
+    keys' first rows only when the last run found its keys clean (`changed_keys`)."""
     if len(kept) != 1:
         return "more than one source changed"
     if any(j > 0 and s.mode == "append" for j, s in enumerate(sources)):
@@ -307,6 +382,9 @@ def by_items_refusal(
         return "a source has list fields"
     ((j, old),) = kept.items()
     src = sources[j]
+    skips = skips_before(previous).get(src.name)
+    if isinstance(old, PatchedRows) and (skips is None or skips.empty_key or skips.duplicate_key):
+        return f"the last succeeded run found an empty or repeated key in {src.name!r}"
     if contributed(key_field, dataclasses.replace(src, table=old.table, fields=old.fields)) != list(contrib[j]):
         return f"source {src.name!r} contributes other fields than its kept rows"
     later = {f for mine in contrib[j + 1 :] for f in mine}

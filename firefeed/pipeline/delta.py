@@ -6,7 +6,9 @@ their fields. Enrich sources add no item and move none, so the items are the sam
 order: only some items' values change. Then:
 
 - MERGE finds the candidates: the keys whose rows differ between a changed source's rows as the last
-  run merged them (kept by PARSE, dataplane/staged.py) and its new ones (pipeline/_delta_keys.py).
+  run merged them (kept by PARSE, dataplane/staged.py) and its new ones (pipeline/_delta_keys.py); when
+  PARSE patched the source from those rows (pipeline/stage_patch.py), the keys whose changed records'
+  new and old rows differ (no previous staging kept, no FULL JOIN of the whole source).
   Their new rows are their items rows with the changed source's fields replaced when that is what
   MERGE gives (one changed source, the last to contribute its fields, no value another source also
   gives going empty: `_delta_keys.by_items_refusal`, `unsafe_keys`), else their merged rows again
@@ -40,7 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +57,8 @@ from firefeed.pipeline._delta_keys import (
     CHANGED,
     MERGED,
     TID,
+    Kept,
+    PatchedRows,
     by_items_refusal,
     changed_by_items,
     find_candidates,
@@ -104,7 +108,10 @@ class DeltaTables:
     #: how MERGE found them: by comparing a changed source's kept staged rows with its new ones, their
     #: new rows made from their items rows ("items rows") or merged again ("staged rows"), or every
     #: item's merged row with the items table ("merged rows"); a patched primary's records merged again from
-    #: their new rows ("patched rows")
+    #: their new rows ("patched rows"); a patched enrich source's candidates read from its patch's new and
+    #: old rows, their new rows made from their items rows ("patched items rows") or merged again
+    #: ("patched staged rows: <why not from the items rows>"); "merged rows: <why>" when a patch could not
+    #: be used
     found_by: str = "merged rows"
 
 
@@ -247,10 +254,10 @@ def merge_delta(
     service, run_id = ctx.data.schema, ctx.run_id
     result = MergeResult(fields=fields, rows=0)
     primary = patched_primary(parsed)
-    kept = None if primary is not None else kept_rows(ctx, sources, previous)
+    kept, unusable = (None, None) if primary is not None else kept_rows(ctx, sources, previous, parsed)
     # The changed items' new rows from their items rows, without the primary's staging (_delta_keys.py
     # says when that is what MERGE gives); else MERGE's own SELECT for the candidate keys.
-    refused = None if kept is None else by_items_refusal(spec.key, sources, contrib, kept)
+    refused = None if kept is None else by_items_refusal(spec.key, sources, contrib, kept, previous)
     with raw_connection(ctx.data.engine) as conn, conn.cursor() as cur:
         for setting in _MERGE_SETTINGS:
             cur.execute(setting)
@@ -330,16 +337,21 @@ def merge_delta(
         rows_in=sum(r.parsed.rows for r in parsed),
         skipped={name: contract.SourceSkips(s.empty_key, s.duplicate_key) for name, s in result.sources.items()},
     )
-    found_by = (
-        "patched rows"
-        if primary is not None
-        else "merged rows"
-        if kept is None
-        else "staged rows"
-        if refused is not None
-        else "items rows"
+    return merged, DeltaTables(
+        new=new, old=old, keys=keys, changed=changed, found_by=_found_by(primary, kept, refused, unusable)
     )
-    return merged, DeltaTables(new=new, old=old, keys=keys, changed=changed, found_by=found_by)
+
+
+def _found_by(primary: str | None, kept: Mapping[int, Kept] | None, refused: str | None, unusable: str | None) -> str:
+    """How MERGE found the changed items (the MERGE detail's `changed_by`, `DeltaTables.found_by`); a patch
+    of an enrich source that was not used, or whose values were not, says why."""
+    if primary is not None:
+        return "patched rows"
+    if kept is None:
+        return "merged rows" if unusable is None else f"merged rows: {unusable}"
+    if not any(isinstance(k, PatchedRows) for k in kept.values()):
+        return "staged rows" if refused is not None else "items rows"
+    return "patched items rows" if refused is None else f"patched staged rows: {refused}"
 
 
 def _changed_by_merging(

@@ -9,7 +9,9 @@ parse, into two run tables; their rows then replace the staged ones in place, fo
 values (the whole row, so a repeated key cannot mislead), keeping each row's `_ff_ord`; `_ff_line`
 follows a record whose line count changed. The staging table then holds what a full parse would
 have staged (its rows' values, ords and lines: only the rows' places in the heap differ), and the
-new rows' table, with their real ords, is what the primary's delta merges (pipeline/delta.py).
+new and old rows' tables, with their real ords, are what the delta merges (pipeline/delta.py): for the
+primary, MERGE's SELECT over the records' new rows; for an enrich source, the candidate keys (and their
+new and kept values) read from the two tables, with no previous staging kept to compare.
 
 Anything that could make a full parse stage otherwise refuses the patch, with the reason the PARSE
 detail shows, and the source is parsed in full: the last parse skipped malformed rows, removed NULs
@@ -51,11 +53,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: run tables (pass numbers apart from the project's passes and the delta's 9_000_001-5) of the changed
-#: records' new and old rows, each with its staged row's `_ff_ord` once patched
+#: records' new and old rows, each with its staged row's `_ff_ord` once patched; source i's are these plus
+#: `_PATCH_STRIDE * i` (sources may be parsed at once, each patching its own)
 PATCH_NEW, PATCH_OLD = 9_000_006, 9_000_007
+_PATCH_STRIDE = 10
 #: at most this share of the rows (or `MIN_CHANGED`) may change, or have their line numbers moved, for a
-#: patch: past it the patch's per-record work nears a full parse's
-MAX_CHANGED_SHARE = 0.1
+#: patch: past it the patch's per-record work costs more than the full parse and what a patch saves after
+#: it. Measured on the bench's stock refresh (804,806 short rows, 80,481 = 10.0006% changed: over the 0.1
+#: this was): the patch 1.5 s (diff 0.55, the changed records' old and new rows parsed 0.38, the staged
+#: rows replaced 0.6) against a full parse's 1.7-1.9 s, and the delta's MERGE then reads the patch's rows
+#: instead of a FULL JOIN of the whole kept and new staging (~1.4 s), so PARSE + MERGE went 5.2-5.6 s ->
+#: 3.2-3.5 s. Both grow with the changed records, so the break-even is near a fifth of the rows; 0.15
+#: keeps a margin (a primary's full parse, 10-25 s of wide rows, is further off).
+MAX_CHANGED_SHARE = 0.15
 MIN_CHANGED = 16
 #: the longest header record looked for at the start of the file
 _HEADER_MAX_BYTES = 1 << 20
@@ -137,9 +147,16 @@ def stats_reason(stats: dict[str, Any], max_value_chars: int) -> str | None:
     return None
 
 
-def patch_staging(ctx: RunContext, src: SourceSpec, row: Source, table: str, new_file: Path) -> Patched:
-    """Patch `table` (the source's staging) to what a full parse of `new_file` stages; Refused when it cannot
-    prove that (nothing is changed then). `row`: the source's `sources` row as the staging's parse left it."""
+def patch_tables(run_id: str, index: int) -> tuple[str, str]:
+    """The run tables of source `index`'s changed records' new and old rows."""
+    step = _PATCH_STRIDE * index
+    return rules_tmp_table(run_id, PATCH_NEW + step), rules_tmp_table(run_id, PATCH_OLD + step)
+
+
+def patch_staging(ctx: RunContext, src: SourceSpec, row: Source, table: str, new_file: Path, index: int = 0) -> Patched:
+    """Patch `table` (the staging of source `index`) to what a full parse of `new_file` stages; Refused when
+    it cannot prove that (nothing is changed then). `row`: the source's `sources` row as the staging's parse
+    left it."""
     from firefeed.pipeline.record_diff import diff_records
 
     reason = kept_reason(ctx, src, row, table)
@@ -162,12 +179,12 @@ def patch_staging(ctx: RunContext, src: SourceSpec, row: Source, table: str, new
         raise Refused(f"the file is not the last one with some records changed: {diff.refused}")
     changed = list(diff.changed)
     diffed = time.monotonic()
-    new_t, old_t = rules_tmp_table(ctx.run_id, PATCH_NEW), rules_tmp_table(ctx.run_id, PATCH_OLD)
+    new_t, old_t = patch_tables(ctx.run_id, index)
     if not changed:
         _empty_tables(ctx, fields, new_t, old_t)
         return Patched(0, new_t, old_t)
     _check_bytes(changed)
-    work = Path(ctx.work_dir) / "patch"
+    work = Path(ctx.work_dir) / f"patch_{index}"
     work.mkdir(parents=True, exist_ok=True)
     old_lines = [_lines(c.old) for c in changed]
     new_lines = [_lines(c.new) for c in changed]
@@ -362,19 +379,28 @@ def _apply(
         moved = sum(hi - lo - 1 for lo, hi, _ in shifts)
         if moved > most:
             raise Refused(f"the changed records' line counts move the lines of {moved:,} rows")
-        # The run tables take the staged rows' ords and lines: the primary's delta merges them as staged.
+        # The run tables take the staged rows' ords and lines: the delta merges them as staged.
         cur.execute(
             sql.SQL("CREATE TEMP TABLE {s} (i bigint, ord bigint, line integer) ON COMMIT DROP").format(
                 s=ident(_SHIFTS)
             )
         )
-        # execute_values sends a statement per page of rows (100 by default): an INSERT, never the CREATE.
-        execute_values(
-            cur,
-            sql.SQL("INSERT INTO {s} (i, ord, line) VALUES %s").format(s=ident(_SHIFTS)).as_string(cur),
-            [(i + 1, ords[i], new_line[i]) for i in range(n)],
-            page_size=10_000,
-        )
+        if not shifts:
+            # No record changed its line count: each keeps its staged row's line, found in the table of where
+            # the old rows are (sending 80k rows' values from here cost 0.35 s of the stock refresh's patch).
+            cur.execute(
+                sql.SQL("INSERT INTO {s} (i, ord, line) SELECT i, ord, line FROM {at}").format(
+                    s=ident(_SHIFTS), at=ident(_AT)
+                )
+            )
+        else:
+            # execute_values sends a statement per page of rows (100 by default): an INSERT, never the CREATE.
+            execute_values(
+                cur,
+                sql.SQL("INSERT INTO {s} (i, ord, line) VALUES %s").format(s=ident(_SHIFTS)).as_string(cur),
+                [(i + 1, ords[i], new_line[i]) for i in range(n)],
+                page_size=10_000,
+            )
         for t, moved_line in ((new, True), (old, False)):
             line = sql.SQL(", {line} = v.line").format(line=ident(LINE)) if moved_line else sql.SQL("")
             cur.execute(

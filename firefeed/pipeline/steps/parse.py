@@ -106,9 +106,11 @@ def stage_path(ctx: RunContext, src: FeedSpec, path: Path, table: str) -> StageR
 def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcome:
     """PARSE one source into its staging table, or reuse the staged rows of an unchanged source.
 
-    A changed csv primary with a kept copy of the file its staging was parsed from is patched (only its
-    changed records staged again, pipeline/stage_patch.py) when that is provably what a full parse
-    stages; its outcome says how (`staging`)."""
+    A changed csv primary or enrich source with a kept copy of the file its staging was parsed from is
+    patched (only its changed records staged again, pipeline/stage_patch.py) when that is provably what a
+    full parse stages; its outcome says how (`staging`). An enrich source parsed in full keeps its staged
+    rows as they stood for the delta to compare (dataplane/staged.py); a patched one needs not: the
+    patch's old rows are what changed."""
     src = ctx.spec.sources[index]
     table = staging_table(ctx.spec.project, src.name)
     if fetched.not_modified:
@@ -130,7 +132,8 @@ def parse_one(ctx: RunContext, index: int, fetched: FetchOutcome) -> ParseOutcom
 
     assert fetched.path is not None
     before = ctx.control.runs.source_rows(ctx.spec.project).get(src.name)
-    _keep_previous_rows(ctx, index, before)
+    if not _is_enrich(ctx, index):
+        _drop_previous_rows(ctx, index)  # no delta reads them
     # Staging is about to change: forget the old validators until this parse succeeds.
     ctx.control.runs.update_source(ctx.spec.project, src.name, parse_signature=None)
     sha256 = fetched.validators.get("sha256")
@@ -235,7 +238,7 @@ class _Copy:
         ctx, src = self.ctx, self.ctx.spec.sources[self.index]
         minimum = ctx.settings.parse_keep_copy_min_bytes
         self.stat_before = _stat_key(self.feed)
-        self.why_not = "only the primary source is patched" if self.index else None
+        self.why_not = "an append source is not patched" if self.index and not _is_enrich(ctx, self.index) else None
         if self.why_not is None:
             self.why_not = stage_patch.copy_reason(src, minimum, self.feed.stat().st_size)
         if self.why_not is None:
@@ -342,10 +345,13 @@ def _stage(
     if why is None:
         assert before is not None
         try:
-            patched = stage_patch.patch_staging(ctx, src, before, table, copy.path)
+            patched = stage_patch.patch_staging(ctx, src, before, table, copy.path, index)
         except stage_patch.Refused as refused:
             why = str(refused)
         else:
+            if _is_enrich(ctx, index):
+                # The delta reads the patch's old rows: rows kept from an earlier full parse are stale now.
+                _drop_previous_rows(ctx, index)
             stats = before.staged_stats or {}
             kept = ParseStats(rows=int(stats["rows"]), encoding=str(stats["encoding"]))
             staged = StageResult(fields=list(before.staged_fields or []), rows=kept.rows, stats=kept)
@@ -359,17 +365,30 @@ def _stage(
                 "old_rows": patched.old_rows,
             }
         log.info("source %r is parsed in full: %s", src.name, why)
+    if _is_enrich(ctx, index):
+        # Only now (a patch refused leaves the staging as it was): a patched source keeps no previous rows.
+        _keep_previous_rows(ctx, index, before)
     return stage_path(ctx, src, copy.path, table), {"staged": "full", "reason": why}
 
 
+def _is_enrich(ctx: RunContext, index: int) -> bool:
+    """Whether source `index` is an enrich source: its changes may be a delta (pipeline/delta.py)."""
+    return index > 0 and ctx.spec.sources[index].mode == "enrich"
+
+
 def _keep_previous_rows(ctx: RunContext, index: int, row: Source | None) -> None:
-    """Before an enrich source is staged again, its rows as they stood are kept for a delta to compare
-    (dataplane/staged.py), described by `row` (its `sources` row as it stands); another source keeps none
-    (no delta reads it)."""
+    """Before an enrich source is parsed again in full, its rows as they stood are kept for a delta to
+    compare (dataplane/staged.py), described by `row` (its `sources` row as it stands)."""
     from firefeed.dataplane import staged
 
-    src, spec, schema = ctx.spec.sources[index], ctx.spec, ctx.data.schema
-    if index > 0 and src.mode == "enrich":
-        staged.keep_previous(schema, spec.company, spec.project, src.name, row)
-    else:
-        staged.drop_previous(schema, spec.company, spec.project, src.name)
+    src, spec = ctx.spec.sources[index], ctx.spec
+    staged.keep_previous(ctx.data.schema, spec.company, spec.project, src.name, row)
+
+
+def _drop_previous_rows(ctx: RunContext, index: int) -> None:
+    """The previous rows kept of source `index` dropped: another source than an enrich one (no delta reads
+    them), or an enrich source patched (the delta reads the patch's old rows)."""
+    from firefeed.dataplane import staged
+
+    src, spec = ctx.spec.sources[index], ctx.spec
+    staged.drop_previous(ctx.data.schema, spec.company, spec.project, src.name)

@@ -1,0 +1,250 @@
+"""PARSE by patch for an enrich source, and the delta's MERGE from the patch (#52, the stock refresh): a refresh
+after some records of the stock csv changed stages only those records again (pipeline/stage_patch.py), keeps
+no previous staging of it, and finds the changed items from the patch's new and old rows (`changed_by:
+patched items rows`), giving the files and report of a `--full` run and of a fresh project. What the patch
+cannot prove (a changed key: the source parsed in full, its previous rows kept) or the values cannot (a
+repeated key, a value an earlier source gives going empty, a run that failed after the patch) falls back,
+saying why."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from sqlalchemy import Engine, text
+
+from firefeed.config import reset_settings
+from firefeed.runs.contract import Step
+from firefeed.runs.service import RunStore
+from firefeed.schema.identifiers import company_schema, previous_staging_table, staging_table
+from tests.integration.conftest import write_csv
+from tests.integration.test_incremental import files, merge_detail, named, ok, run
+from tests.integration.test_parse_patch import FIELDS, RULES, main_rows, write_main
+
+pytestmark = pytest.mark.integration
+
+COMPANY = "increfresh"
+
+
+@pytest.fixture
+def patch_env(run_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Every csv source keeps its copy (the test files are small)."""
+    monkeypatch.setenv("FIREFEED_PARSE_KEEP_COPY_MIN_BYTES", "1")
+    reset_settings()
+    yield run_env
+    reset_settings()
+
+
+def write_stock(tmp: Path, rows: list[str], header: str = "id,stock") -> None:
+    """Rows as raw csv lines: a record may change its bytes (quotes) and not its values."""
+    (tmp / "stock.csv").write_bytes(("\n".join([header, *rows]) + "\n").encode("utf-8"))
+
+
+def stock_rows() -> list[str]:
+    return [f"{i},{i % 5}" for i in range(1, 41)]
+
+
+def projects(tmp: Path, n: int = 3, extra: bool = False) -> list[Path]:
+    specs = []
+    sources: list[dict[str, Any]] = [
+        {"name": "main", "url": "main.csv"},
+        {"name": "stock", "url": "stock.csv", "mode": "enrich"},
+    ]
+    if extra:
+        sources.append({"name": "extra", "url": "extra.csv", "mode": "enrich"})
+    for _ in range(n):
+        project = f"pe{uuid.uuid4().hex[:8]}"
+        spec = {
+            "company": COMPANY,
+            "project": project,
+            "key": "id",
+            "sources": sources,
+            "rules": RULES,
+            "exports": [
+                {"name": "feed", "path": "feed.csv", "format": "csv", "fields": FIELDS},
+                {"name": "lines", "path": "feed.jsonl", "format": "jsonl", "fields": FIELDS},
+            ],
+        }
+        path = tmp / f"{project}.yaml"
+        path.write_text(yaml.safe_dump(spec, allow_unicode=True, sort_keys=False), encoding="utf-8")
+        specs.append(path)
+    return specs
+
+
+def start(tmp: Path, stock: list[str], header: str = "id,stock", extra: bool = False) -> list[Path]:
+    """Three projects on the same files, the first two run (refreshed, its `--full` twin; the third is fresh)."""
+    write_main(tmp, main_rows())
+    write_stock(tmp, stock, header)
+    if extra:
+        write_csv(tmp / "extra.csv", ["id", "label"], [[str(i), f"l{i}"] for i in range(1, 41, 7)])
+    specs = projects(tmp, extra=extra)
+    for spec in specs[:-1]:
+        ok(spec)
+    return specs
+
+
+def staging_of(run_id: str, source: str = "stock") -> dict[str, Any]:
+    detail = next(dict(st.detail or {}) for st in RunStore().steps(run_id) if st.step == Step.PARSE)
+    return dict(detail.get("staging", {}).get(source, {}))
+
+
+def staged(engine: Engine, project: str, source: str) -> list[tuple[Any, ...]]:
+    table = f'"{company_schema(COMPANY)}"."{staging_table(project, source)}"'
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(text(f"SELECT * FROM {table} ORDER BY _ff_ord"))]
+
+
+def keeps_previous(engine: Engine, project: str) -> bool:
+    with engine.connect() as conn:
+        found = conn.execute(
+            text("SELECT to_regclass(:t)"),
+            {"t": f'"{company_schema(COMPANY)}"."{previous_staging_table(project, "stock")}"'},
+        ).scalar()
+    return found is not None
+
+
+def same_as_full_and_fresh(
+    engine: Engine, exports: Path, refreshed: Path, full: Path, fresh: Path, report: dict[str, Any]
+) -> None:
+    assert named(report, refreshed.stem) == named(ok(full, "--full"), full.stem)
+    assert files(exports, refreshed.stem) == files(exports, full.stem)
+    ok(fresh)
+    assert files(exports, refreshed.stem) == files(exports, fresh.stem)
+    # The patched staging holds what a full parse stages: values, ords and line numbers.
+    assert staged(engine, refreshed.stem, "stock") == staged(engine, fresh.stem, "stock")
+
+
+def test_a_refresh_after_records_of_the_stock_source_changed_is_patched_and_merged_from_the_patch(
+    patch_env: Path, tmp_path: Path, engine: Engine
+) -> None:
+    refreshed, full, fresh = start(tmp_path, stock_rows())
+    rows = stock_rows()
+    rows[2] = "3,0"  # item 3: excluded now (rule `low`)
+    rows[6] = "7,4"  # item 7: labelled (rule `high`)
+    rows[11] = "12,"  # item 12: its stock empty (rule `none`)
+    rows[7] = '"8",3'  # item 8: the record's bytes changed, not its values
+    rows[39] = "40,1"  # item 40, the file's last record
+    write_stock(tmp_path, rows)
+    report = ok(refreshed)
+    staging = staging_of(report["run_id"])
+    assert staging["staged"] == "patched" and staging["changed"] == 5, staging
+    assert report["incremental"]["mode"] == "delta", report["incremental"]
+    assert merge_detail(report["run_id"])["changed_by"] == "patched items rows"
+    assert report["incremental"]["items_changed"] == 4, report["incremental"]
+    assert not keeps_previous(engine, refreshed.stem)  # the patch's old rows stand for them
+    same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, report)
+
+    # A patch on a patch, then an unchanged run.
+    rows[2], rows[20] = "3,3", "21,0"
+    write_stock(tmp_path, rows)
+    again = ok(refreshed)
+    assert staging_of(again["run_id"])["staged"] == "patched"
+    assert merge_detail(again["run_id"])["changed_by"] == "patched items rows"
+    assert again["incremental"]["items_changed"] == 2, again["incremental"]
+    same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, again)
+    assert ok(refreshed)["incremental"]["mode"] == "unchanged"
+
+
+def test_a_changed_key_parses_the_stock_source_in_full_and_compares_its_kept_rows(
+    patch_env: Path, tmp_path: Path, engine: Engine
+) -> None:
+    refreshed, full, fresh = start(tmp_path, stock_rows())
+    rows = stock_rows()
+    rows[3] = "4b,1"  # item 4 loses its stock row
+    rows[5] = "6,0"
+    write_stock(tmp_path, rows)
+    report = ok(refreshed)
+    staging = staging_of(report["run_id"])
+    assert staging["staged"] == "full" and "changes its key" in staging["reason"], staging
+    assert report["incremental"]["mode"] == "delta", report["incremental"]
+    assert merge_detail(report["run_id"])["changed_by"] == "items rows"  # from the kept previous rows
+    assert keeps_previous(engine, refreshed.stem)
+    assert report["incremental"]["items_changed"] == 2, report["incremental"]
+    same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, report)
+    # The full parse kept the new file: the next edit is patched, the kept rows dropped.
+    rows[5] = "6,2"
+    write_stock(tmp_path, rows)
+    again = ok(refreshed)
+    assert staging_of(again["run_id"])["staged"] == "patched"
+    assert merge_detail(again["run_id"])["changed_by"] == "patched items rows"
+    assert not keeps_previous(engine, refreshed.stem)
+    same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, again)
+
+
+def test_a_repeated_key_in_the_stock_source_merges_the_patched_keys_again(
+    patch_env: Path, tmp_path: Path, engine: Engine
+) -> None:
+    """Item 7 has two stock rows (the first wins) and one row has an empty key (a changed one would refuse the
+    patch): a changed record may not be its key's first row, so the changed keys are merged again."""
+    stock = [*stock_rows(), "7,3", " ,2"]
+    refreshed, full, fresh = start(tmp_path, stock)
+    rows = list(stock)
+    rows[6] = "7,4"  # item 7's first row: the item changes
+    rows[40] = "7,0"  # its second: nothing changes
+    rows[9] = "10,1"
+    write_stock(tmp_path, rows)
+    report = ok(refreshed)
+    assert staging_of(report["run_id"])["staged"] == "patched"
+    assert report["incremental"]["mode"] == "delta", report["incremental"]
+    assert merge_detail(report["run_id"])["changed_by"] == (
+        "patched staged rows: the last succeeded run found an empty or repeated key in 'stock'"
+    )
+    assert report["incremental"]["items_changed"] == 2, report["incremental"]
+    same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, report)
+
+
+def test_a_price_the_primary_also_gives_going_empty_merges_the_patched_keys_again(
+    patch_env: Path, tmp_path: Path, engine: Engine
+) -> None:
+    """The stock source also gives the price (it wins when not empty): one emptied needs the primary's."""
+    stock = [f"{i},{i % 5},{'' if i % 4 == 0 else 100 + i}" for i in range(1, 41)]
+    refreshed, full, fresh = start(tmp_path, stock, "id,stock,price")
+    rows = list(stock)
+    rows[0] = "1,1,"  # the primary's price (1: cheap) again
+    rows[3] = "4,4,5"  # a price where the primary's stood
+    write_stock(tmp_path, rows, "id,stock,price")
+    report = ok(refreshed)
+    assert staging_of(report["run_id"])["staged"] == "patched"
+    assert merge_detail(report["run_id"])["changed_by"] == (
+        "patched staged rows: a value an earlier source also gives went empty"
+    )
+    assert report["incremental"]["items_changed"] == 2, report["incremental"]
+    same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, report)
+    # A price filled again: from the patch's values.
+    rows[0] = "1,1,7"
+    write_stock(tmp_path, rows, "id,stock,price")
+    again = ok(refreshed)
+    assert merge_detail(again["run_id"])["changed_by"] == "patched items rows"
+    same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, again)
+
+
+def test_a_patch_from_rows_the_last_success_did_not_merge_merges_every_item_again(
+    patch_env: Path, tmp_path: Path, engine: Engine
+) -> None:
+    """A run patched the stock source and then failed (another source's parse): the next patch is from rows
+    no succeeded run merged, and no previous rows were kept, so every item is merged again."""
+    refreshed, full, fresh = start(tmp_path, stock_rows(), extra=True)
+    extra = (tmp_path / "extra.csv").read_bytes()
+    rows = stock_rows()
+    rows[2] = "3,0"
+    write_stock(tmp_path, rows)
+    # More fields than Postgres allows columns: the parse of `extra` fails, and the run with it.
+    write_csv(tmp_path / "extra.csv", ["id", *[f"f{i}" for i in range(1700)]], [["1", *["x"] * 1700]])
+    for spec in (refreshed, full):  # the twin too: its report then parses `extra` again as well
+        code, failed = run(spec)
+        assert code != 0 and failed["status"] == "FAILED", failed
+    (tmp_path / "extra.csv").write_bytes(extra)
+    rows[6] = "7,4"
+    write_stock(tmp_path, rows)
+    report = ok(refreshed)
+    assert staging_of(report["run_id"])["staged"] == "patched"
+    assert report["incremental"]["mode"] == "delta", report["incremental"]
+    assert merge_detail(report["run_id"])["changed_by"] == (
+        "merged rows: source 'stock' was patched from staged rows the last succeeded run did not merge"
+    )
+    assert report["incremental"]["items_changed"] == 2, report["incremental"]
+    same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, report)
