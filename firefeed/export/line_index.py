@@ -7,6 +7,11 @@ changed lines between them. COPY hands the writer one item per write (a value qu
 lines is still one write), so the full export records the lengths for an append per item
 (`_atomic.AtomicOutput.record`), and the patch derives the next file's from the last one's.
 
+A delta run also needs the changed items' places among the file's items. The first patch reads every
+item's position (`_ff_ord`) from the published keys once and keeps them here too (`ords`); a delta
+moves no item, so the next patch finds each changed item's place by a binary search of them instead
+of a scan of the published keys, and can write the file while the changed lines are still rendered.
+
 Kept on the machine that wrote the file, in <data_dir>/export-lines/<company schema>/<project>/, one
 file per export (named as its published keys table: no user text in the path), replaced by each run
 that writes the export. It describes a file by its sha256 and size, so it is a function of the file's
@@ -36,9 +41,12 @@ log = logging.getLogger(__name__)
 FOLDER = "export-lines"
 #: the formats whose COPY rows reach the file unframed, one item per write, after a head and before no tail
 FORMATS = ("csv", "tsv")
-_MAGIC = b"FFLINES1"
-#: magic, the file's sha256 (32 bytes), its size, its head's length, the items, the crc32 of the lengths
-_HEADER = struct.Struct("<8s32sQQQI")
+_MAGIC = b"FFLINES2"
+#: magic, the file's sha256 (32 bytes), its size, its head's length, the items, the positions kept (0 or the
+#: items), the crc32 of the lengths and positions (each little-endian, 8 bytes an item)
+_HEADER = struct.Struct("<8s32sQQQQI")
+#: the first format (lengths only), still read: magic, sha256, size, head, items, crc32 of the lengths
+_MAGIC_1, _HEADER_1 = b"FFLINES1", struct.Struct("<8s32sQQQI")
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,8 @@ class LineIndex:
     head: int
     #: one unsigned 64-bit length an item, in the file's order
     lengths: array[int]
+    #: each item's position (`_ff_ord`), ascending, as the published keys hold them; None when not kept
+    ords: array[int] | None = None
 
 
 def recorder() -> array[int]:
@@ -73,13 +83,21 @@ def drop_unnamed(settings: Settings, company: str, project: str, exports: Iterab
 def save(where: Path, index: LineIndex) -> None:
     """Write `index` to `where` (a temporary renamed over it). Never raises: without it the next patch cuts
     the file instead (logged)."""
-    lengths = index.lengths
+    lengths, ords = index.lengths, index.ords
     if lengths.itemsize != 8 or index.head + sum(lengths) != index.size:
         log.warning("export line index not kept: its lengths do not add up to the file's size")
         return
-    payload = _little_endian(lengths)
+    if ords is not None and (ords.itemsize != 8 or len(ords) != len(lengths)):
+        ords = None
+    payload = _little_endian(lengths) + (_little_endian(ords) if ords is not None else b"")
     header = _HEADER.pack(
-        _MAGIC, bytes.fromhex(index.sha256), index.size, index.head, len(lengths), zlib.crc32(payload)
+        _MAGIC,
+        bytes.fromhex(index.sha256),
+        index.size,
+        index.head,
+        len(lengths),
+        len(ords) if ords is not None else 0,
+        zlib.crc32(payload),
     )
     tmp = where.with_name(f".{where.name}.{os.getpid()}.tmp")
     try:
@@ -99,27 +117,40 @@ def load(where: Path, sha256: str, size: int) -> LineIndex | None:
         data = where.read_bytes()
     except OSError:
         return None
-    if len(data) < _HEADER.size:
+    if data[:8] == _MAGIC_1 and len(data) >= _HEADER_1.size:
+        magic, digest, kept_size, head, items, crc = _HEADER_1.unpack_from(data)
+        magic, positions, payload = _MAGIC, 0, memoryview(data)[_HEADER_1.size :]
+    elif len(data) >= _HEADER.size:
+        magic, digest, kept_size, head, items, positions, crc = _HEADER.unpack_from(data)
+        payload = memoryview(data)[_HEADER.size :]
+    else:
         return None
-    magic, digest, kept_size, head, items, crc = _HEADER.unpack_from(data)
-    payload = memoryview(data)[_HEADER.size :]
-    if magic != _MAGIC or digest.hex() != sha256 or kept_size != size or len(payload) != items * 8:
+    if magic != _MAGIC or digest.hex() != sha256 or kept_size != size or positions not in (0, items):
+        return None
+    if len(payload) != (items + positions) * 8:
         return None
     if zlib.crc32(payload) != crc:
         log.warning("export line index %s is damaged: not used", where.name)
         return None
-    lengths = array("Q")
-    lengths.frombytes(payload)
-    if sys.byteorder != "little":
-        lengths.byteswap()
+    lengths = _native("Q", payload[: items * 8])
     if head + sum(lengths) != size:
         return None
-    return LineIndex(sha256=sha256, size=size, head=head, lengths=lengths)
+    # The crc proves them what `save` wrote: positions read in order (`patch.baseline_ords`), or carried on.
+    ords = _native("q", payload[items * 8 :]) if positions else None
+    return LineIndex(sha256=sha256, size=size, head=head, lengths=lengths, ords=ords)
 
 
-def _little_endian(lengths: array[int]) -> bytes:
+def _native(typecode: str, data: memoryview) -> array[int]:
+    values = array(typecode)
+    values.frombytes(data)
+    if sys.byteorder != "little":
+        values.byteswap()
+    return values
+
+
+def _little_endian(values: array[int]) -> bytes:
     if sys.byteorder == "little":
-        return lengths.tobytes()
-    swapped = array("Q", lengths)
+        return values.tobytes()
+    swapped = array(values.typecode, values)
     swapped.byteswap()
     return swapped.tobytes()

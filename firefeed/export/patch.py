@@ -22,6 +22,7 @@ by the same statement (`quality._insert`) restricted to them, the others the bas
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import contextvars
 import hashlib
@@ -29,7 +30,8 @@ import mmap
 import os
 import queue
 import threading
-from collections.abc import Callable, Generator, Sequence
+from array import array
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -400,9 +402,8 @@ class _Lines:
         return len(data)
 
 
-def new_lines(engine: Any, target: Target, export: ExportSpec, title: str | None) -> tuple[bytes, list[bytes]]:
-    """The export's head and the changed items' lines (with their line end), rendered as the full export
-    renders them, in `_ff_ord` order; NotPatched when they are more lines than items (a value holds a newline)."""
+def _changed_copy(target: Target, export: ExportSpec, title: str | None) -> tuple[Any, Piece]:
+    """The export's rendering and the SELECT of the changed items' rows it renders, in `_ff_ord` order."""
     ruled = replace(target, table=ruled_table_of(target))
     p = plan(ruled, export)
     rendering = _rendering(export, p.columns, title)
@@ -413,25 +414,112 @@ def new_lines(engine: Any, target: Target, export: ExportSpec, title: str | None
         + p.where
         + Piece(sql.SQL(" ORDER BY {}").format(ident(ORD)))
     )
-    sink = _Lines()
-    stream = rendering.framing(sink)
+    return rendering, select
+
+
+def _copy_out(engine: Any, export: ExportSpec, rendering: Any, select: Piece, sink: Any) -> int:
+    """COPY the rows of `select` as `rendering` renders them into `sink`; how many."""
     try:
         with raw_connection(engine) as conn:
             _ready(conn)
             with conn.cursor() as cur:
                 _begin_read(cur)
                 query = sql_text("COPY (") + select + sql_text(f") TO STDOUT WITH ({rendering.options})")
-                cur.copy_expert(render(query, cur), stream)
-                items = int(cur.rowcount)
+                cur.copy_expert(render(query, cur), sink)
+                return int(cur.rowcount)
     except psycopg2.Error as exc:
         message = (exc.pgerror or str(exc)).strip()
         raise ExportError(export.name, f"reading the items failed: {message}") from exc
+
+
+def new_lines(engine: Any, target: Target, export: ExportSpec, title: str | None) -> tuple[bytes, list[bytes]]:
+    """The export's head and the changed items' lines (with their line end), rendered as the full export
+    renders them, in `_ff_ord` order; NotPatched when they are more lines than items (a value holds a newline)."""
+    rendering, select = _changed_copy(target, export, title)
+    sink = _Lines()
+    stream = rendering.framing(sink)
+    items = _copy_out(engine, export, rendering, select, stream)
     stream.finish()
     data = b"".join(sink.parts)
     lines = data.split(b"\n")
     if lines[-1] != b"" or len(lines) - 1 != items:
         raise NotPatched("a changed item's value holds a newline")
     return rendering.head, [line + b"\n" for line in lines[:-1]]
+
+
+_DONE = b""
+
+
+class ChangedLines:
+    """The changed items' lines as a COPY on a thread of its own renders them, in `_ff_ord` order, handed on
+    while they come: `patch_file` writes the file meanwhile, where `new_lines` made it wait for the last.
+
+    For the formats whose COPY writes reach the file unframed, one item a write (csv, tsv:
+    `line_index.FORMATS`): each write must be one line, with its line end (NotPatched when a value holds a
+    newline). Iterate once; `lengths` are then the lines' lengths. `result()` waits for the COPY (its error
+    re-raised): call it on every path, as for a `Beside`."""
+
+    def __init__(self, engine: Any, target: Target, export: ExportSpec, title: str | None) -> None:
+        from firefeed.export import line_index
+
+        if export.format not in line_index.FORMATS:
+            raise NotPatched(f"{export.format} lines are not one COPY write an item")
+        rendering, select = _changed_copy(target, export, title)
+        self.head: bytes = rendering.head
+        self.lengths = array("Q")
+        self._queue: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+        self._copy = Beside(lambda: self._run(engine, export, rendering, select))
+
+    def _run(self, engine: Any, export: ExportSpec, rendering: Any, select: Piece) -> int:
+        try:
+            return _copy_out(engine, export, rendering, select, self)
+        finally:
+            self._queue.put(_DONE)
+
+    def write(self, data: bytes, /) -> int:
+        if data:
+            self._queue.put(bytes(data))
+        return len(data)
+
+    def __iter__(self) -> Iterator[bytes]:
+        while (line := self._queue.get()) != _DONE:
+            if line.find(b"\n") != len(line) - 1:
+                raise NotPatched("a changed item's value holds a newline")
+            self.lengths.append(len(line))
+            yield line
+        self._copy.result()  # the COPY's error, when it failed
+
+    def result(self) -> int:
+        return int(self._copy.result())
+
+
+def baseline_ords(engine: Any, target: Target, changed: Changed) -> array[int]:
+    """Every item's position in the last file (`o` of its published keys), ascending: the line index keeps
+    them for the next patch (a delta moves no item), which then finds the changed items' places by them."""
+    company = company_schema(target.company)
+    sink = _Lines()
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        scan_settings(cur)
+        cur.copy_expert(
+            sql.SQL("COPY (SELECT o FROM {} ORDER BY o) TO STDOUT")
+            .format(ident(company, changed.baseline.table))
+            .as_string(cur),
+            sink,
+        )
+    return array("q", map(int, b"".join(sink.parts).split()))
+
+
+def places_of(ords: Sequence[int], changed: Sequence[int]) -> list[int]:
+    """The places of the items at positions `changed` (ascending) among a file's items at positions `ords`
+    (ascending); NotPatched when one is not among them (a changed item entered the export: one that left it
+    is `complete`'s count)."""
+    places, at = [], 0
+    for o in changed:
+        at = bisect.bisect_left(ords, o, at)
+        if at == len(ords) or ords[at] != o:
+            raise NotPatched("a changed item enters or leaves the export")
+        places.append(at)
+    return places
 
 
 def patch_file(
@@ -442,7 +530,7 @@ def patch_file(
     head: bytes,
     rows: int,
     places: Sequence[int],
-    lines: Sequence[bytes],
+    lines: Iterable[bytes],
     bounds: WriteBounds | None,
     index: LineIndex | None = None,
 ) -> tuple[int, int, str]:
@@ -468,7 +556,7 @@ def patch_file(
                 if index is not None:
                     chunks = _spans(buf, head, rows, places, lines, index)
                 else:
-                    chunks = _chunks(buf, head, rows, places, lines)
+                    chunks = _chunks(buf, head, rows, places, list(lines))
                 try:
                     for chunk in chunks:
                         out.write(chunk)
@@ -486,7 +574,7 @@ def patch_file(
 
 
 def _spans(
-    buf: Any, head: bytes, rows: int, places: Sequence[int], lines: Sequence[bytes], index: LineIndex
+    buf: Any, head: bytes, rows: int, places: Sequence[int], lines: Iterable[bytes], index: LineIndex
 ) -> Generator[bytes, None, None]:
     """The new file's bytes in blocks of about `_BLOCK`: `buf` (the last file, of `index`'s items) with the items
     at `places` replaced, each found by the lengths of the items before it. NotPatched unless the index is
@@ -499,32 +587,41 @@ def _spans(
     pending: list[Any] = [head]
     filled = len(head)
     with memoryview(buf) as view:
-        pos, item = len(head), 0  # the first byte and the item not yet handed on
-        for place, line in zip(places, lines, strict=True):
-            start = pos + sum(lengths[item:place])
-            end = start + lengths[place]
-            if (start and buf[start - 1] != _LF) or buf[end - 1] != _LF:
+        try:
+            pos, item = len(head), 0  # the first byte and the item not yet handed on
+            them = iter(lines)
+            for place in places:
+                line = next(them, None)
+                if line is None:
+                    raise NotPatched("fewer changed lines than changed items")
+                start = pos + sum(lengths[item:place])
+                end = start + lengths[place]
+                if (start and buf[start - 1] != _LF) or buf[end - 1] != _LF:
+                    raise NotPatched("the kept line lengths do not fit the last file")
+                while start - pos > _BLOCK - filled:  # a long unchanged span: cut in blocks
+                    cut = pos + max(_BLOCK - filled, 1)
+                    pending.append(view[pos:cut])
+                    yield b"".join(pending)
+                    pending, filled, pos = [], 0, cut
+                pending += (view[pos:start], line)
+                filled += start - pos + len(line)
+                pos, item = end, place + 1
+                if filled >= _BLOCK:
+                    yield b"".join(pending)
+                    pending, filled = [], 0
+            if next(them, None) is not None:
+                raise NotPatched("more changed lines than changed items")
+            if pos + sum(lengths[item:]) != len(buf):
                 raise NotPatched("the kept line lengths do not fit the last file")
-            while start - pos > _BLOCK - filled:  # a long unchanged span: cut in blocks
-                cut = pos + max(_BLOCK - filled, 1)
+            while pos < len(buf):
+                cut = min(len(buf), pos + max(_BLOCK - filled, 1))
                 pending.append(view[pos:cut])
                 yield b"".join(pending)
                 pending, filled, pos = [], 0, cut
-            pending += (view[pos:start], line)
-            filled += start - pos + len(line)
-            pos, item = end, place + 1
-            if filled >= _BLOCK:
+            if pending:
                 yield b"".join(pending)
-                pending, filled = [], 0
-        if pos + sum(lengths[item:]) != len(buf):
-            raise NotPatched("the kept line lengths do not fit the last file")
-        while pos < len(buf):
-            cut = min(len(buf), pos + max(_BLOCK - filled, 1))
-            pending.append(view[pos:cut])
-            yield b"".join(pending)
-            pending, filled, pos = [], 0, cut
-        if pending:
-            yield b"".join(pending)
+        finally:
+            pending.clear()  # its views of `view` go before `view` is released, whatever ended the walk
 
 
 def _chunks(

@@ -124,6 +124,42 @@ def test_a_stock_change_patches_each_line_export_with_the_files_and_report_of_a_
     same_as_full(run_env, again, specs)
 
 
+def test_the_first_patch_keeps_the_items_positions_and_the_next_finds_its_places_by_them(
+    run_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from firefeed.export import patch
+
+    calls: list[str] = []
+    for name in ("baseline_ords", "find_places"):
+        real = getattr(patch, name)
+
+        def spy(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+            calls.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(patch, name, spy)
+    sources(tmp_path)
+    specs = three(tmp_path, EXPORTS[:1])
+    ok(specs[0])
+    ok(specs[1])
+    (index,) = (p for p in (tmp_path / "var" / line_index.FOLDER).rglob("*.lines") if p.parent.name == specs[0].stem)
+    sources(tmp_path, {3: "out_of_stock", 7: "preorder"})
+    calls.clear()
+    delta = ok(specs[0])
+    assert written(delta["run_id"]) == {"feed": "patched"}
+    assert calls == ["baseline_ords"]  # the full run kept no positions: read once from the published keys
+    same_as_full(run_env, delta, specs)
+    kept = line_index.load(index, delta["exports"][0]["sha256"], delta["exports"][0]["bytes"])
+    assert kept is not None and kept.ords is not None and len(kept.ords) == delta["exports"][0]["rows"]
+
+    sources(tmp_path, {7: "out_of_stock", 12: "preorder"})
+    calls.clear()
+    again = ok(specs[0])
+    assert written(again["run_id"]) == {"feed": "patched"}
+    assert calls == []  # the places found by the kept positions: no scan of the published keys
+    same_as_full(run_env, again, specs)
+
+
 def test_a_changed_item_that_leaves_the_export_or_holds_a_newline_writes_it_in_full(
     run_env: Path, tmp_path: Path
 ) -> None:

@@ -131,11 +131,60 @@ def test_the_kept_lengths_are_found_only_for_their_own_file_and_whole(tmp_path: 
     data[-1] ^= 1  # a damaged length
     where.write_bytes(bytes(data))
     assert line_index.load(where, index.sha256, len(old)) is None
-    where.write_bytes(b"FFLINES1")  # cut short
+    where.write_bytes(b"FFLINES2")  # cut short
     assert line_index.load(where, index.sha256, len(old)) is None
     # Lengths that do not add up to the file are not kept at all.
     line_index.save(where, indexed(old, [4, 4]))
-    assert where.read_bytes() == b"FFLINES1"
+    assert where.read_bytes() == b"FFLINES2"
+
+
+def test_the_items_positions_are_kept_with_the_lengths_when_known(tmp_path: Path) -> None:
+    old = HEAD + b"1,a\n2,bb\n3,c\n"
+    where = tmp_path / "feed.lines"
+    index = LineIndex(
+        hashlib.sha256(old).hexdigest(), len(old), len(HEAD), array("Q", [4, 5, 4]), array("q", [2, 5, 9])
+    )
+    line_index.save(where, index)
+    assert line_index.load(where, index.sha256, len(old)) == index
+    # Positions that are not one an item are dropped; the lengths are kept.
+    line_index.save(where, LineIndex(index.sha256, len(old), len(HEAD), index.lengths, array("q", [2, 5])))
+    loaded = line_index.load(where, index.sha256, len(old))
+    assert loaded is not None and loaded.ords is None and list(loaded.lengths) == [4, 5, 4]
+    # An index of the first format (lengths only) is still read, without positions.
+    data = where.read_bytes()
+    first = b"FFLINES1" + data[8:64] + data[72:]  # no count of positions
+    where.write_bytes(first)
+    assert line_index.load(where, index.sha256, len(old)) == LineIndex(index.sha256, len(old), len(HEAD), index.lengths)
+    where.write_bytes(first[:-1])
+    assert line_index.load(where, index.sha256, len(old)) is None
+
+
+def test_the_changed_items_places_are_found_among_the_positions_or_refused() -> None:
+    ords = array("q", [2, 5, 9, 14, 20])
+    assert patch.places_of(ords, [2, 9, 20]) == [0, 2, 4]
+    assert patch.places_of(ords, []) == []
+    with pytest.raises(NotPatched, match="enters or leaves"):
+        patch.places_of(ords, [5, 10])  # 10 is no item of the last file: it entered the export
+
+
+@pytest.mark.parametrize(
+    ("lines", "why"),
+    [
+        ([b"2,x\n"], "fewer changed lines than changed items"),
+        ([b"1,x\n", b"2,x\n", b"3,x\n"], "more changed lines than changed items"),
+    ],
+)
+def test_changed_lines_that_are_not_one_a_changed_item_are_refused(
+    tmp_path: Path, lines: list[bytes], why: str
+) -> None:
+    old = HEAD + b"1,a\n2,b\n3,c\n"
+    src, dest = tmp_path / "old.csv", tmp_path / "new.csv"
+    src.write_bytes(old)
+    index = indexed(old, [4, 4, 4])
+    with pytest.raises(NotPatched, match=why):
+        patch_file(
+            src, dest, export=EXPORT, head=HEAD, rows=3, places=[0, 2], lines=iter(lines), bounds=None, index=index
+        )
 
 
 def test_the_output_records_the_length_of_each_write_while_asked(tmp_path: Path) -> None:

@@ -151,13 +151,16 @@ def _patched(ctx: RunContext, index: int, table: str, fields: Sequence[str], row
     from firefeed.export.guard import export_definition
     from firefeed.export.patch import (
         Beside,
+        ChangedLines,
         NotPatched,
+        baseline_ords,
         changed_rows,
         complete,
         drop_run_table,
         find_places,
         new_lines,
         patch_file,
+        places_of,
     )
     from firefeed.export.quality import Target
 
@@ -168,9 +171,18 @@ def _patched(ctx: RunContext, index: int, table: str, fields: Sequence[str], row
     target = Target(
         ctx.spec.company, ctx.spec.project, ctx.run_id, index, table, list(fields), ctx.spec.key, exp.list_fields
     )
+    title = ctx.spec.name or ctx.spec.project
     last_file = _last_sha256(ctx, exp.name)
-    # The changed items' new lines are rendered on a connection of their own while the run table is made.
-    rendered = Beside(lambda: new_lines(engine, target, exp, ctx.spec.name or ctx.spec.project))
+    kept_at = line_index.path(ctx.settings, ctx.spec.company, ctx.spec.project, exp.name)
+    last_size = storage.size(key)
+    # The last file's item lengths, when this machine kept them for it (else its lines are cut): then the
+    # changed lines are written while their COPY renders them, else they are rendered first.
+    kept = line_index.load(kept_at, last_file, last_size) if last_file and last_size is not None else None
+    rendered: Beside | ChangedLines
+    if kept is not None:
+        rendered = ChangedLines(engine, target, exp, title)
+    else:
+        rendered = Beside(lambda: new_lines(engine, target, exp, title))
     try:
         changed = changed_rows(engine, ctx.data.schema, target, exp, last_file)
     except BaseException:
@@ -183,19 +195,27 @@ def _patched(ctx: RunContext, index: int, table: str, fields: Sequence[str], row
         # The run table's rows, the diff and the findings on their own connection while the changed items'
         # places are found and the file is written.
         side = Beside(lambda: complete(engine, target, exp, changed))
-        places, old_rows = find_places(engine, target, changed)
+        ords = None
+        if kept is not None:
+            # Every item's position: kept with the lengths by an earlier patch, else read once (and kept).
+            ords = kept.ords if kept.ords is not None else baseline_ords(engine, target, changed)
+            places, old_rows = places_of(ords, changed.ords), len(ords)
+        else:
+            places, old_rows = find_places(engine, target, changed)
         # While the file is written: where the kept result holds the changed items' rows, so that keeping this
         # run's result after the publish deletes them by TID (`dataplane.kept`); once a run.
         found = Beside(lambda: _find_changed_rows(ctx, table)) if index == 0 else None
-        head, lines = rendered.result()
-        if len(lines) != len(places):
-            raise NotPatched("a changed item's value holds a newline")
-        bounds = export_bounds(ctx.settings, rows, storage.size(key))
-        kept_at = line_index.path(ctx.settings, ctx.spec.company, ctx.spec.project, exp.name)
+        lines: Sequence[bytes] | ChangedLines
+        if isinstance(rendered, ChangedLines):
+            head, lines = rendered.head, rendered
+        else:
+            head, listed = rendered.result()
+            if len(listed) != len(places):
+                raise NotPatched("a changed item's value holds a newline")
+            lines = listed
+        bounds = export_bounds(ctx.settings, rows, last_size)
         try:
             with storage.reading(key) as old, storage.writing(partial_key(key, ctx.run_id)) as local:
-                # The last file's item lengths, when this machine kept them for it (else its lines are cut).
-                kept = line_index.load(kept_at, last_file, old.stat().st_size) if last_file is not None else None
                 written, size, sha256 = patch_file(
                     old,
                     local,
@@ -209,6 +229,7 @@ def _patched(ctx: RunContext, index: int, table: str, fields: Sequence[str], row
                 )
         except StorageError as err:
             raise NotPatched("the last file is not in the storage") from err
+        rendered.result()
         try:
             quality = side.result()
         except psycopg2.Error as err:
@@ -223,12 +244,12 @@ def _patched(ctx: RunContext, index: int, table: str, fields: Sequence[str], row
         raise
     if found is not None:
         found.result()
-    if kept is not None:
-        # The new file's lengths: the last one's with the changed items' replaced.
+    if kept is not None and isinstance(rendered, ChangedLines):
+        # The new file's lengths: the last one's with the changed items' replaced; its items where they were.
         lengths = array("Q", kept.lengths)
-        for place, line in zip(places, lines, strict=True):
-            lengths[place] = len(line)
-        line_index.save(kept_at, line_index.LineIndex(sha256, size, len(head), lengths))
+        for place, length in zip(places, rendered.lengths, strict=True):
+            lengths[place] = length
+        line_index.save(kept_at, line_index.LineIndex(sha256, size, len(head), lengths, ords))
     return {
         "name": exp.name,
         "path": key,
