@@ -18,9 +18,11 @@ freed, clean up, and write the RunReport.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -414,8 +416,12 @@ class _Driver:
         done = _Done(rules.rows_out, sum(e.rows for e in exports), detail)
         # Recorded with the step's success, then switched: from here the run publishes, whatever dies when.
         publishing.publish(ctx, entries, rows_in=done.rows_in, rows_out=done.rows_out, detail=detail)
-        self.promote(entries)
-        self.keep_result(rules)
+        # The diff baselines and the kept rules result are tables apart: kept side by side, on a connection each
+        # (a delta's take-over and in-place keep: ~0.45 s and ~0.2 s of 1M items, one after the other before).
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="promote") as pool:
+            promoted = pool.submit(contextvars.copy_context().run, self.promote, entries)
+            self.keep_result(rules)
+            promoted.result()
         steps.drop_unnamed_tables(ctx)
         self.deliver(entries, detail)
         self.sync(entries, rules.fields, detail)
