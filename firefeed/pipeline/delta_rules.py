@@ -56,10 +56,11 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: pass numbers of this module's tables (beside delta.py's 9_000_001-9_000_005): the kept result's rows of
-#: the changed items (their keys, heaps and TIDs: the keep's table of them, `kept.CHANGED_ROWS`, which it
-#: deletes them by after the publish), the changed items' old rows the kept result lacks
-FOUND, OLD_EXCLUDED = CHANGED_ROWS, 9_000_007
+#: pass numbers of this module's tables (apart from delta.py's 9_000_001-9_000_005 and the PARSE patch's
+#: 9_000_006 + 10 i, 9_000_007 + 10 i): the kept result's rows of the changed items (their keys, heaps and
+#: TIDs: the keep's table of them, `kept.CHANGED_ROWS`, which it deletes them by after the publish), the
+#: changed items' old rows the kept result lacks
+FOUND, OLD_EXCLUDED = CHANGED_ROWS, CHANGED_ROWS + 1
 #: the first pass table number of the rules over those old rows
 EXCLUDED_FIRST_PASS = 6_000_001
 
