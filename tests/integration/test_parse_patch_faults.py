@@ -134,7 +134,8 @@ def test_a_copy_that_cannot_be_written_is_dropped_and_the_file_parsed_in_place(
     staging = parse_staging(report["run_id"])
     assert staging["staged"] == "full" and "could not be copied" in staging["reason"], staging
     assert "No space left on device" in staging["reason"], staging
-    assert not kept.exists() and list(kept.parent.iterdir()) == []
+    stock = parsed_copy.path(get_settings(), "increfresh", refreshed.stem, "stock")  # an enrich source's copy
+    assert not kept.exists() and list(kept.parent.iterdir()) == [stock]
     ok(fresh)
     assert files(patch_env, refreshed.stem) == files(patch_env, fresh.stem)
     # The next run copies again and keeps it; the one after patches.
@@ -171,7 +172,8 @@ def test_a_parse_a_patch_would_refuse_keeps_no_copy(patch_env: Path, tmp_path: P
         csv.writer(f).writerow(["99", "too", "many", "cells", "here"])
     report = ok(refreshed)
     assert "malformed" in parse_staging(report["run_id"])["not_kept"], parse_staging(report["run_id"])
-    assert not kept.exists() and list(kept.parent.iterdir()) == []
+    stock = parsed_copy.path(get_settings(), "increfresh", refreshed.stem, "stock")  # an enrich source's copy
+    assert not kept.exists() and list(kept.parent.iterdir()) == [stock]
 
 
 def test_a_copy_drops_the_temporaries_killed_runs_left(tmp_path: Path) -> None:

@@ -5,11 +5,11 @@ rules included, or per-item rules only) and random change sets (edits, additions
 lookup table, a changed spec, a changed `stock` enrich source, often that alone, records of the primary
 edited in place alone, or no change at all) are applied to two projects with the same history: one
 refreshed as FireFeed chooses (`unchanged` when nothing changed, `delta` when only the stock source
-did, or only records of the primary, patched by PARSE, and the rules read one item at a time, else
-full), one with `--full`. Their exports must be byte-identical and their reports equal but for
-`incremental` and timings; the refreshed project's exports must be byte-identical to a fresh project's
-run of the same sources and spec. `make test` tries a few examples, `make stress`
-(FIREFEED_THOROUGH_PROPERTIES=1) many.
+did (its records edited in place are patched by PARSE and merged from the patch), or only records of
+the primary, patched by PARSE, and the rules read one item at a time, else full), one with `--full`.
+Their exports must be byte-identical and their reports equal but for `incremental` and timings; the
+refreshed project's exports must be byte-identical to a fresh project's run of the same sources and spec.
+`make test` tries a few examples, `make stress` (FIREFEED_THOROUGH_PROPERTIES=1) many.
 """
 
 from __future__ import annotations
@@ -128,14 +128,23 @@ def _written(run_id: str) -> dict[str, str]:
     return dict(detail.get("written") or {})
 
 
-def _staged_as(run_id: str) -> str:
-    """How a run's PARSE staged the primary: `patched`, or `full: why`."""
+def _staged_as(run_id: str, source: str = "main") -> str:
+    """How a run's PARSE staged a source: `patched`, or `full: why`."""
     from firefeed.runs.contract import Step
     from firefeed.runs.service import RunStore
 
     detail = next(dict(st.detail or {}) for st in RunStore().steps(run_id) if st.step == Step.PARSE)
-    staging = (detail.get("staging") or {}).get("main") or {}
+    staging = (detail.get("staging") or {}).get(source) or {}
     return "patched" if staging.get("staged") == "patched" else f"full: {staging.get('reason')}"
+
+
+def _changed_by(run_id: str) -> str:
+    """How a delta's MERGE found the changed items (its detail's `changed_by`)."""
+    from firefeed.runs.contract import Step
+    from firefeed.runs.service import RunStore
+
+    detail = next(dict(st.detail or {}) for st in RunStore().steps(run_id) if st.step == Step.MERGE)
+    return str(detail.get("changed_by"))
 
 
 def _files(exports: Path, project: str) -> dict[str, bytes]:
@@ -272,6 +281,8 @@ def test_a_refresh_gives_a_full_runs_files_and_report_and_a_fresh_projects_files
         if part["mode"] == "delta":
             assert part["items_added"] == part["items_removed"] == 0
             assert part["items_changed"] == part["items_recomputed"] <= len(items)
+            # Edits in place are patched (the merge then reads the patch), added or removed rows parsed in full.
+            event(f"stock: {_staged_as(report_r['run_id'], 'stock')[:40]}; {_changed_by(report_r['run_id'])[:60]}")
     if change is not None and "primary_only" in change and code_r == 0:
         # The primary's records alone changed: a delta, or full saying why not.
         part = report_r["incremental"]
