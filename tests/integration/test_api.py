@@ -28,8 +28,9 @@ ROUTES = [
     ("POST", "/api/projects/p/pipeline/run"),
     ("POST", "/api/projects/p/pipeline/run-now"),
     ("GET", "/api/projects/p/pipeline/runs"),
-    ("GET", f"/api/runs/{uuid.uuid4()}"),
-    ("POST", f"/api/runs/{uuid.uuid4()}/cancel"),
+    # A run no one made; fixed, so every pytest-xdist worker collects the same test ids.
+    ("GET", "/api/runs/0b6f9a52-3c1d-4e8f-9a7b-2d4c6e8f0a1b"),
+    ("POST", "/api/runs/0b6f9a52-3c1d-4e8f-9a7b-2d4c6e8f0a1b/cancel"),
     ("GET", "/api/tokens"),
     ("POST", "/api/tokens"),
     ("DELETE", "/api/tokens/1"),
