@@ -248,3 +248,22 @@ def test_a_patch_from_rows_the_last_success_did_not_merge_merges_every_item_agai
     )
     assert report["incremental"]["items_changed"] == 2, report["incremental"]
     same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, report)
+
+
+def test_two_changed_sources_one_patched_one_parsed_in_full_merge_their_candidates_again(
+    patch_env: Path, tmp_path: Path, engine: Engine
+) -> None:
+    """The stock source patched (its candidates from the patch), `extra` gaining a row (parsed in full, its
+    candidates from its kept rows): one UNION of candidates, merged again from every source."""
+    refreshed, full, fresh = start(tmp_path, stock_rows(), extra=True)
+    rows = stock_rows()
+    rows[2] = "3,0"
+    write_stock(tmp_path, rows)
+    write_csv(tmp_path / "extra.csv", ["id", "label"], [[str(i), f"l{i}"] for i in [*range(1, 41, 7), 2]])
+    report = ok(refreshed)
+    assert staging_of(report["run_id"])["staged"] == "patched"
+    assert staging_of(report["run_id"], "extra")["staged"] == "full"
+    assert report["incremental"]["mode"] == "delta", report["incremental"]
+    assert merge_detail(report["run_id"])["changed_by"] == "patched staged rows: more than one source changed"
+    assert report["incremental"]["items_changed"] == 2, report["incremental"]
+    same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, report)
