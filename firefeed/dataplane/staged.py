@@ -1,8 +1,10 @@
 """An enrich source's previous staged rows, kept between runs for the delta to compare (#52).
 
-When PARSE stages an enrich source again, the table of its rows as they stood is renamed
+When PARSE stages an enrich source again in full, the table of its rows as they stood is renamed
 (`identifiers.previous_staging_table`) instead of dropped: free, where comparing the new rows with
-the merged items costs a full MERGE and more. The renamed table is commented with what it holds:
+the merged items costs a full MERGE and more. A source PARSE patches (pipeline/stage_patch.py) keeps
+none: its staging is changed in place, and the patch's old rows are what the delta compares; a kept
+table an earlier full parse left is dropped then. The renamed table is commented with what it holds:
 the source as it was staged (its validators and parse signature, `SourceState`), its fields and
 rows. A delta (pipeline/delta.py) compares it with the new rows only when that state is the one the
 last succeeded run merged (its MERGE `state`): the items table is then those rows merged, and the
