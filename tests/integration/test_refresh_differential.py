@@ -166,6 +166,15 @@ stock_edits = st.fixed_dictionaries(
         "remove": st.lists(st.integers(0, 7), max_size=1),
     }
 )
+#: the stock source's rows edited in place alone (none added or removed): PARSE patches it, the delta's MERGE
+#: reads the patch (repeated keys make it merge the patched keys again)
+stock_in_place = st.fixed_dictionaries(
+    {
+        "edit": st.lists(st.tuples(st.integers(0, 7), st.integers(1, 2), values), min_size=1, max_size=3),
+        "add": st.just([]),
+        "remove": st.just([]),
+    }
+)
 
 #: the primary's records edited in place, no item added or removed (the primary's delta: PARSE patches them)
 primary_edits = st.lists(st.tuples(st.integers(0, 7), st.sampled_from(ITEM_FIELDS[1:]), values), min_size=1, max_size=3)
@@ -183,7 +192,7 @@ changes = st.one_of(
         }
     ),
     st.fixed_dictionaries({"stock_only": stock_edits}),
-    st.fixed_dictionaries({"stock_only": stock_edits}),
+    st.fixed_dictionaries({"stock_only": stock_in_place}),
     st.fixed_dictionaries({"primary_only": primary_edits}),
 )
 
