@@ -31,8 +31,12 @@ system-deps:
 bytecode: $(STAMP)
 	$(BIN)/python -m compileall -q -j 0 firefeed tests celeryconfig.py >/dev/null
 
+# On 2 pytest-xdist workers, each test file whole on one (its module fixtures start workers and servers
+# once); each worker is a session of its own: its database, its Redis, its share of ports (tests/services.py,
+# tests/ports.py). TEST_WORKERS=0 runs it serially.
+TEST_WORKERS ?= 2
 test: $(STAMP) bytecode system-deps
-	$(BIN)/pytest -m "not stress" --durations=30 tests
+	$(BIN)/pytest -m "not stress" --durations=30 -n $(TEST_WORKERS) --dist loadfile tests
 
 # Issue #48 acceptance: a fresh clone of HEAD, nothing beside it, runs `make test` in a network namespace (root).
 test-check:

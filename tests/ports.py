@@ -9,6 +9,7 @@ that way, so these are chosen there, and never twice in one test session.
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 from pathlib import Path
@@ -25,12 +26,27 @@ def _ephemeral_low() -> int:
         return 32768
 
 
+def _worker_slice(low: int, top: int) -> tuple[int, int]:
+    """Under pytest-xdist, this worker's own share of [low, top): sessions running side by side never pick
+    the same port between one's check and its child's bind (each remembers only what it handed out)."""
+    try:
+        index = int(os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw"))
+        count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", ""))
+    except ValueError:
+        return low, top
+    if count < 2 or not 0 <= index < count:
+        return low, top
+    width = (top - low) // count
+    return low + index * width, low + (index + 1) * width
+
+
 def free_ports(n: int = 1) -> int:
-    """The first of `n` consecutive free ports on 127.0.0.1, below the ephemeral range."""
+    """The first of `n` consecutive free ports on 127.0.0.1, below the ephemeral range (this xdist worker's share)."""
     top = _ephemeral_low() - n
     low = _LOWEST if top > _LOWEST + 1000 else 1024
     if top <= low:
         raise RuntimeError(f"no ports below the ephemeral range (it starts at {top + n}) to choose from")
+    low, top = _worker_slice(low, top)
     for _ in range(200):
         base = _random.randrange(low, top)
         ports = set(range(base, base + n))

@@ -36,23 +36,44 @@ NO_REDIS = "redis://127.0.0.1:1"
 REDIS_SERVER = os.environ.get("FIREFEED_TEST_REDIS_SERVER", shutil.which("redis-server") or "")
 
 
+#: beside the FIREFEED_TEST_REDIS_URL of a Redis a test session started: that session's xdist worker ("" if none)
+REDIS_WORKER_ENV = "FIREFEED_TEST_REDIS_WORKER"
+
+
+def _xdist_worker() -> str:
+    """This session's pytest-xdist worker id (gw0, gw1, ...), "" when it runs serially or is xdist's controller."""
+    return os.environ.get("PYTEST_XDIST_WORKER", "")
+
+
+def _named_redis() -> str | None:
+    """FIREFEED_TEST_REDIS_URL when it is this session's to use: set by hand, or by this session or its parent
+    on the same xdist worker. Not the one xdist's controller started: workers that shared it would share
+    the numbered databases each test file empties for its own Celery workers, so each worker starts its own."""
+    url = os.environ.get("FIREFEED_TEST_REDIS_URL")
+    started_for = os.environ.get(REDIS_WORKER_ENV)
+    if url and (started_for is None or started_for == _xdist_worker()):
+        return url
+    return None
+
+
 def _session_redis_url() -> str:
     """FIREFEED_TEST_REDIS_URL when set; else a Redis of this session's own (database 13), else NO_REDIS.
 
     The URL of the one it starts goes into FIREFEED_TEST_REDIS_URL, so processes the tests start
     (and a pytest inside this one) use this server rather than start theirs.
     """
-    explicit = os.environ.get("FIREFEED_TEST_REDIS_URL")
+    explicit = _named_redis()
     if explicit:
         return explicit
     if not REDIS_SERVER:
         return NO_REDIS + "/13"
     url = start_session_redis(REDIS_SERVER).url + "/13"
     os.environ["FIREFEED_TEST_REDIS_URL"] = url
+    os.environ[REDIS_WORKER_ENV] = _xdist_worker()
     return url
 
 
-_NAMED_REDIS = os.environ.get("FIREFEED_TEST_REDIS_URL")
+_NAMED_REDIS = _named_redis()
 REDIS_URL = _session_redis_url()
 MEMORY_BROKER = "memory://"
 TEST_BROKER = os.environ.get("FIREFEED_TEST_BROKER", "").strip()
