@@ -131,8 +131,6 @@ def why_not(
     changed: Sequence[str],
     fields_before: Sequence[str],
     kept_result: str,
-    *,
-    chunked: bool,
 ) -> str | None:
     """Why a run whose only changed sources are `changed` cannot be a delta; None when it can.
     `fields_before`: the last run's MERGE fields; `kept_result`: the rules result it kept."""
@@ -144,8 +142,6 @@ def why_not(
             continue  # only its changed records were staged again, their keys kept (`primary_reason`)
         if i is None or i == 0 or spec.sources[i].mode != "enrich":
             return f"source {name!r} is not an enrich source"
-    if chunked:
-        return "RULES runs as chunk jobs (a delta is taken in one process only)"
     if spec.list_fields.fields:
         return "the spec has list fields"
     for rule in spec.parsed_rules:

@@ -83,11 +83,18 @@ def rules_delta(
     kept_result: str,
     previous: dict[str, Any],
     rows: tuple[int, int],
+    *,
+    run_chunks: rule_passes.RunChunks | None = None,
 ) -> contract.RulesResult:
     """RULES for the changed items only (see pipeline/delta.py): their new rows ruled and made `RULED`,
     their old rows' counts taken from the kept result or ruled (then the kept rows of their keys counted),
     at once; then the counts adjusted and the result viewed or spliced as `delta.rules_delta` does.
-    `item_fields`: MERGE's fields; `previous`: the last run's RULES detail; `rows`: its (rows_in, rows_out)."""
+    `item_fields`: MERGE's fields; `previous`: the last run's RULES detail; `rows`: its (rows_in, rows_out).
+
+    `run_chunks` (a fleet's driver, whose RULES fans out): the new rows, when more than a chunk, are ruled
+    as `rules_chunk` jobs over them alone, as a full run's items are (`ChunkJobPasses`): the chunk jobs of a
+    delta cover only the changed items. The rest stays in the driver: SQL over the changed items (their old
+    rows the kept result lacks: those the last run excluded) or a scan of the kept result, as in a batch run."""
     spec, service = ctx.spec, ctx.data.schema
     schema = company_schema(spec.company)
     columns = service.table_columns(spec.company, kept_result)
@@ -113,8 +120,34 @@ def rules_delta(
             path="rules",
         )
 
+    def fanned_out(table: str) -> contract.RulesResult:
+        assert run_chunks is not None
+        runner = rule_passes.ChunkJobPasses(
+            ctx.data.engine,
+            service,
+            company=spec.company,
+            run_id=ctx.run_id,
+            fields=list(item_fields),
+            chunk_rows=ctx.settings.chunk_rows,
+            run_chunks=run_chunks,
+            max_slices=ctx.settings.rules_max_slices,
+        )
+        return rule_passes.apply_passes(
+            runner,
+            service,
+            company=spec.company,
+            source_table=table,
+            fields=list(item_fields),
+            rules=spec.parsed_rules,
+            rows=tables.changed,
+            check_cancel=ctx.check_cancel,
+        )
+
     def new_rows() -> tuple[contract.RulesResult, str, int]:
-        new_r = _timed(seconds, "new rows ruled", lambda: ruled(tables.new, 1))
+        if run_chunks is not None and tables.changed > ctx.settings.chunk_rows:
+            new_r = _timed(seconds, "new rows ruled as chunk jobs", lambda: fanned_out(tables.new))
+        else:
+            new_r = _timed(seconds, "new rows ruled", lambda: ruled(tables.new, 1))
         if sorted(columns) != sorted(service.table_columns(spec.company, new_r.table)):
             raise RuntimeError("the changed items' rules result has other columns than the kept result")
         ruled_rows, ruled_n = _timed(seconds, "RULED", lambda: _as_ruled(ctx, tables, new_r, columns))

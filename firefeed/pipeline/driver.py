@@ -213,7 +213,6 @@ class _Driver:
             parsed,
             full=run.full,
             accept_invalid=run.accept_invalid,
-            fans_out=self.dispatcher.fans_out_rules,
         )
         log.info("refresh: %s (%s)", decision.mode, decision.reason)
         metrics.run_mode(decision.mode)
@@ -262,6 +261,8 @@ class _Driver:
             kept_result_table(computed_by),
             previous.details.get(Step.RULES, {}),
             previous.rows[Step.RULES],
+            # Fanned out, the changed items' new rows are ruled as chunk jobs when they are more than a chunk.
+            run_chunks=self.run_chunks if self.dispatcher.fans_out_rules else None,
         )
         detail = result.report()
         warnings = spec_warnings(self.ctx.spec, merged.fields, result.fields)

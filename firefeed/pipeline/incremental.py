@@ -106,11 +106,9 @@ def decide(
     *,
     full: bool,
     accept_invalid: bool,
-    fans_out: bool = False,
 ) -> Decision:
     """After PARSE: `unchanged` when the last succeeded run's work is still this run's (see the module);
-    `delta` when only enrich sources changed and pipeline/delta.py can recompute just their items.
-    `fans_out`: RULES runs as chunk jobs when the items are more than a chunk (no delta then)."""
+    `delta` when only enrich sources changed and pipeline/delta.py can recompute just their items."""
     if full:
         return Decision.full("--full asked")
     spec = ctx.spec
@@ -119,7 +117,7 @@ def decide(
         return Decision.full("first run (no succeeded run to reuse)")
     reason = _full_reason(ctx, parsed, previous, accept_invalid=accept_invalid)
     if reason is not None:
-        return _delta_or_full(ctx, parsed, previous, reason, accept_invalid=accept_invalid, fans_out=fans_out)
+        return _delta_or_full(ctx, parsed, previous, reason, accept_invalid=accept_invalid)
     return Decision("unchanged", f"no source, lookup table or the spec changed since run {previous.run_id}", previous)
 
 
@@ -130,7 +128,6 @@ def _delta_or_full(
     reason: str,
     *,
     accept_invalid: bool,
-    fans_out: bool,
 ) -> Decision:
     """A delta when the sources that changed are all that changed and pipeline/delta.py can take them;
     else full with `reason` (and why not a delta, when only enrich sources changed)."""
@@ -151,9 +148,8 @@ def _delta_or_full(
         return Decision.full(reason, previous)
     computed_by = Decision("delta", reason, previous).computed_by
     assert computed_by is not None
-    chunked = fans_out and previous.rows.get(Step.MERGE, (0, 0))[1] > ctx.settings.chunk_rows
     fields = list(previous.details.get(Step.MERGE, {}).get("fields") or [])
-    why = delta.why_not(ctx, parsed, changed, fields, kept_result_table(computed_by), chunked=chunked)
+    why = delta.why_not(ctx, parsed, changed, fields, kept_result_table(computed_by))
     if why is not None:
         return Decision.full(f"{reason}; not a delta: {why}", previous)
     if changed == (primary,):
