@@ -158,6 +158,21 @@ def worker_pool_process() -> None:
     dispose_engines()
 
 
+#: Every statement FireFeed sends is planned without JIT: its big scans (passes, exports, merges) measured
+#: faster without it and set it off one by one; the others (a delta's take-over, its key lookups) were
+#: left compiling with inlining and optimization, ~0.1-0.3 s each, planned costs inflated by run tables
+#: without statistics. A URL's own `options` come after, so an operator can still turn it on.
+_SESSION_OPTIONS = "-c jit=off"
+
+
+def _options(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    own = make_url(url).query.get("options")
+    given = " ".join(own) if isinstance(own, tuple) else (own or "")
+    return f"{_SESSION_OPTIONS} {given}".strip()
+
+
 def get_engine(url: str | None = None) -> Engine:
     """The process's engine for `url` (default: the configured database)."""
     url = normalize_database_url(url) if url else get_settings().sqlalchemy_url
@@ -173,7 +188,7 @@ def get_engine(url: str | None = None) -> Engine:
                 # Connections are taken per step: a step that found a dead one retries once, not never.
                 pool_recycle=1800,
                 # Used only when neither PGAPPNAME nor the URL names the connections.
-                connect_args={"fallback_application_name": "firefeed"},
+                connect_args={"fallback_application_name": "firefeed", "options": _options(url)},
             )
             event.listen(engine, "connect", _on_connect)
             event.listen(engine, "checkout", _on_checkout)
