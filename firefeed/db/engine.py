@@ -11,6 +11,7 @@ connected with (PGAPPNAME, the URL's, else `firefeed`) and the process's timeout
 from __future__ import annotations
 
 import contextvars
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -161,7 +162,8 @@ def worker_pool_process() -> None:
 #: Every statement FireFeed sends is planned without JIT: its big scans (passes, exports, merges) measured
 #: faster without it and set it off one by one; the others (a delta's take-over, its key lookups) were
 #: left compiling with inlining and optimization, ~0.1-0.3 s each, planned costs inflated by run tables
-#: without statistics. A URL's own `options` come after, so an operator can still turn it on.
+#: without statistics. PGOPTIONS (which an `options` parameter replaces) and a URL's own `options` come
+#: after, so an operator's settings still apply, and can turn it on again.
 _SESSION_OPTIONS = "-c jit=off"
 
 
@@ -170,7 +172,7 @@ def _options(url: str) -> str:
 
     own = make_url(url).query.get("options")
     given = " ".join(own) if isinstance(own, tuple) else (own or "")
-    return f"{_SESSION_OPTIONS} {given}".strip()
+    return " ".join(o for o in (_SESSION_OPTIONS, os.environ.get("PGOPTIONS", ""), given) if o)
 
 
 def get_engine(url: str | None = None) -> Engine:

@@ -38,15 +38,21 @@ def test_a_connection_killed_in_the_pool_is_replaced_not_handed_out(database_url
         engine.dispose()
 
 
-def test_the_engines_connections_plan_without_jit_unless_the_url_asks(database_url: str) -> None:
+def test_the_engines_connections_plan_without_jit_unless_the_url_asks(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """JIT compiled the delta's statements on run tables without statistics (~0.1-0.3 s each): off for every
-    statement FireFeed sends, while a URL's own `options` still win."""
+    statement FireFeed sends, while PGOPTIONS (which an `options` parameter replaces) and a URL's own
+    `options` still apply."""
     sep = "&" if "?" in database_url else "?"
+    monkeypatch.setenv("PGOPTIONS", "-c work_mem=7MB")
     for suffix, expected in (("", "off"), ("options=-c%20jit%3Don", "on")):
         engine = get_engine(f"{database_url}{sep}application_name=jit-{uuid.uuid4().hex[:6]}&{suffix}".rstrip("&"))
         try:
             with raw_connection(engine) as conn, conn.cursor() as cur:
                 cur.execute("SHOW jit")
                 assert cur.fetchone()[0] == expected
+                cur.execute("SHOW work_mem")
+                assert cur.fetchone()[0] == "7MB"
         finally:
             engine.dispose()
