@@ -62,6 +62,15 @@ def run_env(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     reset_settings()
 
 
+@pytest.fixture()
+def patch_env(run_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """`run_env` where every csv source keeps its copy for PARSE by patch (the test files are small)."""
+    monkeypatch.setenv("FIREFEED_PARSE_KEEP_COPY_MIN_BYTES", "1")
+    reset_settings()
+    yield run_env
+    reset_settings()
+
+
 def write_csv(path: Path, header: list[str], rows: list[list[str]], delimiter: str = ",") -> None:
     with path.open("w", newline="", encoding="utf-8") as f:
         w = csv.writer(f, delimiter=delimiter)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import csv
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,15 +35,6 @@ RULES = [
 FIELDS = {"id": "{id}", "title": "{title}", "price": "{price}", "stock": "{stock}", "label": "{label}"}
 
 
-@pytest.fixture
-def patch_env(run_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Every csv primary keeps its copy (the test files are small)."""
-    monkeypatch.setenv("FIREFEED_PARSE_KEEP_COPY_MIN_BYTES", "1")
-    reset_settings()
-    yield run_env
-    reset_settings()
-
-
 def main_rows() -> list[list[str]]:
     rows = [[str(i), f"item {i}", str(i), f"b{i % 3}"] for i in range(1, 41)]
     rows[4][1] = 'a "quoted", two-line\ntitle'  # item 5
@@ -56,7 +46,17 @@ def write_main(tmp: Path, rows: list[list[str]], header: list[str] = HEADER) -> 
     write_csv(tmp / "main.csv", header, rows)
 
 
-def projects(tmp: Path, n: int = 3, exports: list[dict[str, Any]] | None = None) -> list[Path]:
+#: the primary and the stock enriching it
+SOURCES: list[dict[str, Any]] = [
+    {"name": "main", "url": "main.csv"},
+    {"name": "stock", "url": "stock.csv", "mode": "enrich"},
+]
+
+
+def projects(
+    tmp: Path, n: int = 3, exports: list[dict[str, Any]] | None = None, sources: list[dict[str, Any]] = SOURCES
+) -> list[Path]:
+    """`n` projects of the same spec over the files in `tmp` (the refreshed one, its `--full` twin, a fresh one)."""
     specs = []
     for _ in range(n):
         project = f"pp{uuid.uuid4().hex[:8]}"
@@ -64,7 +64,7 @@ def projects(tmp: Path, n: int = 3, exports: list[dict[str, Any]] | None = None)
             "company": "increfresh",
             "project": project,
             "key": "id",
-            "sources": [{"name": "main", "url": "main.csv"}, {"name": "stock", "url": "stock.csv", "mode": "enrich"}],
+            "sources": sources,
             "rules": RULES,
             "exports": exports
             or [

@@ -8,35 +8,23 @@ saying why."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from sqlalchemy import Engine, text
 
-from firefeed.config import reset_settings
 from firefeed.runs.contract import Step
 from firefeed.runs.service import RunStore
 from firefeed.schema.identifiers import company_schema, previous_staging_table, staging_table
 from tests.integration.conftest import write_csv
 from tests.integration.test_incremental import files, merge_detail, named, ok, run
-from tests.integration.test_parse_patch import FIELDS, RULES, main_rows, write_main
+from tests.integration.test_parse_patch import SOURCES, main_rows, write_main
+from tests.integration.test_parse_patch import projects as patch_projects
 
 pytestmark = pytest.mark.integration
 
 COMPANY = "increfresh"
-
-
-@pytest.fixture
-def patch_env(run_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Every csv source keeps its copy (the test files are small)."""
-    monkeypatch.setenv("FIREFEED_PARSE_KEEP_COPY_MIN_BYTES", "1")
-    reset_settings()
-    yield run_env
-    reset_settings()
 
 
 def write_stock(tmp: Path, rows: list[str], header: str = "id,stock") -> None:
@@ -49,30 +37,8 @@ def stock_rows() -> list[str]:
 
 
 def projects(tmp: Path, n: int = 3, extra: bool = False) -> list[Path]:
-    specs = []
-    sources: list[dict[str, Any]] = [
-        {"name": "main", "url": "main.csv"},
-        {"name": "stock", "url": "stock.csv", "mode": "enrich"},
-    ]
-    if extra:
-        sources.append({"name": "extra", "url": "extra.csv", "mode": "enrich"})
-    for _ in range(n):
-        project = f"pe{uuid.uuid4().hex[:8]}"
-        spec = {
-            "company": COMPANY,
-            "project": project,
-            "key": "id",
-            "sources": sources,
-            "rules": RULES,
-            "exports": [
-                {"name": "feed", "path": "feed.csv", "format": "csv", "fields": FIELDS},
-                {"name": "lines", "path": "feed.jsonl", "format": "jsonl", "fields": FIELDS},
-            ],
-        }
-        path = tmp / f"{project}.yaml"
-        path.write_text(yaml.safe_dump(spec, allow_unicode=True, sort_keys=False), encoding="utf-8")
-        specs.append(path)
-    return specs
+    more = [{"name": "extra", "url": "extra.csv", "mode": "enrich"}] if extra else []
+    return patch_projects(tmp, n, sources=[*SOURCES, *more])
 
 
 def start(tmp: Path, stock: list[str], header: str = "id,stock", extra: bool = False) -> list[Path]:

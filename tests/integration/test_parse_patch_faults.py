@@ -8,13 +8,12 @@ from __future__ import annotations
 import csv
 import errno
 import hashlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine
 
-from firefeed.config import get_settings, reset_settings
+from firefeed.config import get_settings
 from firefeed.dataplane import parsed_copy
 from firefeed.pipeline.steps import parse as parse_step
 from firefeed.runs.service import RunStore
@@ -22,15 +21,6 @@ from tests.integration.test_incremental import files, ok, run
 from tests.integration.test_parse_patch import edited, main_rows, parse_staging, start, write_main
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def patch_env(run_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Every csv primary keeps its copy (the test files are small)."""
-    monkeypatch.setenv("FIREFEED_PARSE_KEEP_COPY_MIN_BYTES", "1")
-    reset_settings()
-    yield run_env
-    reset_settings()
 
 
 def _versions() -> tuple[list[list[str]], list[list[str]]]:
