@@ -79,18 +79,34 @@ def diff(old: bytes, new: bytes, *, max_changed: int = 100, **options: object) -
         return diff_records(a, b, max_changed=max_changed, **options)  # type: ignore[arg-type]
 
 
+KNOBS = ("_CHUNK", "_FIRST_WINDOW", "_LINEAR", "_BLOCK", "_DENSE", "_MIN_BLOCK")
+#: _DENSE so: changed records never compared as lines (the walk a record at a time), or always after the first
+NEVER, ALWAYS = -1, 1 << 40
+
+
 @contextmanager
-def sizes(chunk: int, first_window: int, linear: int) -> Iterator[None]:
-    """Tiny chunks and windows, so that short files go through every path a 700 MB one takes."""
-    saved = record_diff._CHUNK, record_diff._FIRST_WINDOW, record_diff._LINEAR
-    record_diff._CHUNK, record_diff._FIRST_WINDOW, record_diff._LINEAR = chunk, first_window, linear
+def sizes(chunk: int, first_window: int, linear: int, block: int = 1 << 18, dense: int = 1 << 10) -> Iterator[None]:
+    """Tiny chunks, windows and blocks, so that short files go through every path a 700 MB one takes."""
+    saved = [getattr(record_diff, name) for name in KNOBS]
+    for name, value in zip(KNOBS, (chunk, first_window, linear, block, dense, min(block, 16)), strict=True):
+        setattr(record_diff, name, value)
     try:
         yield
     finally:
-        record_diff._CHUNK, record_diff._FIRST_WINDOW, record_diff._LINEAR = saved
+        for name, value in zip(KNOBS, saved, strict=True):
+            setattr(record_diff, name, value)
 
 
-SIZES = st.sampled_from([(1 << 24, 1 << 12, 64), (1, 1, 1), (3, 2, 1), (7, 5, 3), (16, 1, 2)])
+SIZES = st.sampled_from(
+    [
+        (1 << 24, 1 << 12, 64),
+        (1, 1, 1, 1 << 18, NEVER),
+        (3, 2, 1, 1, ALWAYS),
+        (7, 5, 3, 8, ALWAYS),
+        (16, 1, 2, 32, 16),
+        (1 << 24, 1 << 12, 64, 16, ALWAYS),
+    ]
+)
 
 VALUES = st.text(alphabet=st.sampled_from(list("ab ,\"\n\r'é€🔥x;")), max_size=8)
 ROW = st.lists(VALUES, min_size=1, max_size=4)
@@ -418,3 +434,215 @@ def test_changed_records_holding_too_many_bytes_are_refused(monkeypatch: pytest.
     assert one.refused is None and len(one.changed) == 1
     both = diff(old, old.replace(b"a" * 40, b"A" * 40).replace(b"b" * 40, b"B" * 40))
     assert both.refused == "the changed records hold more than 100 bytes" and both.changed == []
+
+
+# Dense changes: the records from a changed one compared line for line, a block at a time, must give what
+# the walk a record at a time gives (NEVER), changes and refusals alike, word for word.
+
+
+def walked(old: bytes, new: bytes, *, max_changed: int, **options: object) -> RecordDiff:
+    """The diff a record at a time (no lines compared), the result the line comparison must equal."""
+    with sizes(1 << 24, 1 << 12, 64, dense=NEVER):
+        return diff(old, new, max_changed=max_changed, **options)
+
+
+def lined(old: bytes, new: bytes, *, max_changed: int, block: int, **options: object) -> RecordDiff:
+    with sizes(1 << 24, 1 << 12, 64, block=block, dense=ALWAYS):
+        return diff(old, new, max_changed=max_changed, **options)
+
+
+LINE = st.text(alphabet=st.sampled_from(list('aaab,,x"\r')), max_size=7)
+
+
+@st.composite
+def densely_edited(draw: st.DrawFn) -> tuple[bytes, bytes]:
+    """Raw lines (stray quotes, odd counts, carriage returns: any parity structure) and many edits of them."""
+    quotes = draw(st.booleans())
+    lines = [line if quotes else line.replace('"', "") for line in draw(st.lists(LINE, min_size=1, max_size=40))]
+    ends = draw(st.lists(st.sampled_from(["\n", "\n", "\r\n"]), min_size=len(lines), max_size=len(lines)))
+    final = draw(st.booleans())
+
+    def text() -> bytes:
+        body = "".join(line + end for line, end in zip(lines, ends, strict=True))
+        return (body if final else body[: -len(ends[-1])]).encode()
+
+    old = text()
+    for _ in range(draw(st.integers(0, 20))):
+        at = draw(st.integers(0, len(lines) - 1))
+        kind = draw(st.sampled_from(["line", "line", "line", "line", "end", "insert", "remove", "final"]))
+        if kind == "line":
+            line = draw(LINE)
+            lines[at] = line if quotes or draw(st.integers(0, 9)) == 0 else line.replace('"', "")
+        elif kind == "end":
+            ends[at] = "\r\n" if ends[at] == "\n" else "\n"
+        elif kind == "insert":
+            lines.insert(at, draw(LINE).replace('"', ""))
+            ends.insert(at, "\n")
+        elif kind == "remove" and len(lines) > 1:
+            del lines[at], ends[at]
+        elif kind == "final":
+            final = not final
+    return old, text()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    densely_edited(),
+    st.integers(0, 30),
+    st.booleans(),
+    st.sampled_from([1, 2, 5, 8, 13, 32, 1 << 18]),
+    st.sampled_from([0, 1, 16, 64, ALWAYS]),
+    st.sampled_from([1 << 20, 40, 9]),
+    st.sampled_from([1_000_000, 3, 1, 0]),
+)
+def test_lines_compared_in_blocks_give_exactly_what_the_walk_a_record_at_a_time_gives(
+    pair: tuple[bytes, bytes], max_changed: int, skip_header: bool, block: int, dense: int, max_bytes: int, steps: int
+) -> None:
+    old, new = pair
+    saved = record_diff.MAX_CHANGED_BYTES, record_diff.MAX_STEPS
+    record_diff.MAX_CHANGED_BYTES, record_diff.MAX_STEPS = max_bytes, steps
+    try:
+        want = walked(old, new, max_changed=max_changed, skip_header=skip_header)
+        with sizes(1 << 24, 1 << 12, 64, block=block, dense=dense):
+            got = diff(old, new, max_changed=max_changed, skip_header=skip_header)
+    finally:
+        record_diff.MAX_CHANGED_BYTES, record_diff.MAX_STEPS = saved
+    assert got == want
+
+
+def stock(n: int, flipped: int = 0, *, every: int = 3, crlf_every: int = 0) -> bytes:
+    """A stock-like file (no quotes): every `every`-th row's availability flipped `flipped` times."""
+    states = ["in_stock", "out_of_stock", "preorder"]
+    out = [b"id,availability,quantity,price\n"]
+    for i in range(n):
+        state = states[(i + (flipped if i % every == 0 else 0)) % 3]
+        end = "\r\n" if crlf_every and i % crlf_every == 0 else "\n"
+        out.append(f"FF{i:06d},{state},{i % 400},{i % 90}.99 EUR{end}".encode())
+    return b"".join(out)
+
+
+def counted_record_ends(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The calls of the walk a record at a time (record_end) from here on, counted in the list's length."""
+    calls: list[int] = []
+    record_end = record_diff._Differ.record_end
+
+    def counting(self: record_diff._Differ, data: bytes, start: int) -> tuple[int, int]:
+        calls.append(start)
+        return record_end(self, data, start)
+
+    monkeypatch.setattr(record_diff._Differ, "record_end", counting)
+    return calls
+
+
+@pytest.mark.parametrize("crlf_every", [0, 7])
+def test_dense_changes_of_a_quote_free_file_are_compared_as_lines(
+    monkeypatch: pytest.MonkeyPatch, crlf_every: int
+) -> None:
+    """A stock refresh: a third of the rows changed, values changing length (in_stock -> out_of_stock)."""
+    old, new = stock(3_000, crlf_every=crlf_every), stock(3_000, 1, crlf_every=crlf_every)
+    want = expected(old, new, max_changed=10_000)
+    assert want is not None and len(want) == 1_000
+    assert walked(old, new, max_changed=10_000) == RecordDiff(want, None)
+    calls = counted_record_ends(monkeypatch)
+    for block in (64, 1_000, 1 << 18):
+        assert lined(old, new, max_changed=10_000, block=block) == RecordDiff(want, None)
+    with sizes(1 << 24, 1 << 12, 64):  # the module's own sizes
+        assert diff(old, new, max_changed=10_000) == RecordDiff(want, None)
+    assert len(calls) < 100, "the changed records were walked one at a time"
+
+
+def test_a_block_boundary_anywhere_in_or_next_to_a_changed_record() -> None:
+    old, new = stock(40, crlf_every=5), stock(40, 2, every=2, crlf_every=5)
+    want = walked(old, new, max_changed=100)
+    assert want.refused is None and len(want.changed) == 20
+    for block in range(1, len(old) + 2):
+        assert lined(old, new, max_changed=100, block=block) == want, block
+
+
+def test_a_terminator_alone_changing_among_dense_changes() -> None:
+    old = stock(50)
+    new = old.replace(b"EUR\n", b"EUR\r\n", 30).replace(b"FF000020,", b"FF000020,x")
+    got = lined(old, new, max_changed=100, block=256)
+    assert got == walked(old, new, max_changed=100) and got.refused is None and len(got.changed) == 30
+    assert got.changed[0].old == got.changed[0].new  # the bytes are the same, their terminator is not
+
+
+def test_a_quote_in_one_of_the_two_blocks_only() -> None:
+    """Quoted values in the new file only: a line of an even quote count is a record, a line of an odd
+    one ends the lines compared (a quoted newline: the walk takes that record)."""
+    old = stock(60)
+    rows = old.split(b"\n")
+    rows[5] = rows[5].rsplit(b",", 1)[0] + b',"5.99, net"'  # even: one line, one record
+    rows[8] = rows[8].rsplit(b",", 1)[0] + b',"8.99\nnet"'  # odd lines: two lines, one record
+    clean = b"\n".join(rows)
+    rows[9] = rows[9].replace(b"EUR", b'EUR""')  # a quote csv reads as a literal: refused as before
+    for new in (clean, b"\n".join(rows)):
+        for a, b in ((old, new), (new, old)):
+            want = walked(a, b, max_changed=100, old_quotes_checked=True)
+            for block in (1, 16, 64, 100, 1 << 18):
+                assert lined(a, b, max_changed=100, block=block, old_quotes_checked=True) == want
+    want = walked(old, clean, max_changed=100)
+    assert want.refused is None and [len(r.new.split(b"\n")) for r in want.changed] == [1, 2]
+    assert "literal" in (walked(old, b"\n".join(rows), max_changed=100).refused or "")
+
+
+@pytest.mark.parametrize("at", [3, 20, 39, 40])
+def test_records_inserted_or_removed_among_dense_changes_are_refused_as_before(at: int) -> None:
+    """The line counts of the two files differ: the same refusal, with the same offsets, as the walk's."""
+    old, new = stock(40), stock(40, 1, every=2)
+    rows = new.split(b"\n")  # the header, 40 rows, and the empty piece after the final newline
+    inserted = b"\n".join([*rows[: at + 1], b"FF999999,in_stock,1,1.99 EUR", *rows[at + 1 :]])
+    removed = b"\n".join(rows[:at] + rows[at + 1 :])  # row `at` (at 40: the last one)
+    for b in (inserted, removed):
+        for first, second in ((old, b), (b, old)):
+            want = walked(first, second, max_changed=100)
+            assert want.refused is not None
+            for block in (1, 64, 300, 1 << 18):
+                assert lined(first, second, max_changed=100, block=block) == want
+
+
+def test_refusals_of_dense_changes_name_the_same_record() -> None:
+    old, rows = stock(100), stock(100, 1).split(b"\n")
+    blank = b"\n".join([*rows[:51], b"", *rows[52:]])
+    carriage = b"\n".join([*rows[:52], rows[52].replace(b",", b"\r,", 1), *rows[53:]])
+    for new, why in ((stock(100, 1), "more than 20"), (blank, "blank"), (carriage, "carriage return")):
+        want = walked(old, new, max_changed=20 if why.startswith("more") else 100)
+        assert why in (want.refused or "")
+        assert lined(old, new, max_changed=20 if why.startswith("more") else 100, block=512) == want
+
+
+def test_records_of_quoted_newlines_among_dense_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A feed-like file: every 7th record has a quoted newline (a line of an odd quote count cuts the lines
+    compared short, the walk takes that record, the next block is sized by what was used), every 3rd record
+    changed, some changed records being ones of quoted newlines, all under a budget of steps that ends the
+    diff in the middle for a tight one."""
+
+    def item(i: int, tail: str = "") -> bytes:
+        line = io.StringIO(newline="")
+        text = f"Item {i}, a description" + ("\nof two lines" if i % 7 == 0 else "") + tail
+        csv.writer(line, lineterminator="\n").writerow([f"FF{i:06d}", f"Title {i}", text, f"{i % 90}.99 EUR"])
+        return line.getvalue().encode()
+
+    old = HEADER + b"".join(item(i) for i in range(2_000))
+    new = HEADER + b"".join(item(i, " (new)" if i % 3 == 0 else "") for i in range(2_000))
+    want = expected(old, new, max_changed=1_000)
+    assert want is not None and len(want) == 667
+    for block in (100, 5_000, 1 << 18):
+        assert lined(old, new, max_changed=1_000, block=block) == RecordDiff(want, None)
+    for budget in (10, 50):
+        monkeypatch.setattr(record_diff, "MAX_STEPS", budget)
+        got = walked(old, new, max_changed=1_000)
+        assert got.refused == f"the changed records span more than {budget:,} quoted line ends"
+        assert lined(old, new, max_changed=1_000, block=5_000) == got
+
+
+def test_quotes_agree_looks_only_from_each_quote_on() -> None:
+    """Quote-free stretches longer than a chunk are skipped: a quote after one is still checked."""
+    stretch = b"a,b\n" * 1_000
+    with sizes(16, 1, 1):
+        assert quotes_agree_bytes(stretch)
+        assert quotes_agree_bytes(stretch + b'"y,z"\n' + stretch + b'1,"x""y"\n' + stretch)
+        assert not quotes_agree_bytes(stretch + b'x"y\n' + stretch)
+        assert not quotes_agree_bytes(stretch + b'"y,z"\n' + stretch + b'1,"x"y"z"\n')
+        assert not quotes_agree_bytes(b'"open\n' + stretch + b'x"y\n' + stretch + b'a"b\n')
+        assert quotes_agree_bytes(b'"open\n' + stretch + b'x"y\n' + stretch)
