@@ -163,7 +163,7 @@ def test_a_worker_killed_in_a_step_ends_the_run_in_time_and_loses_nothing(
         project.run_ok(stress_tally)
         if step == "FETCH":
             server.mode, server.slow_s = "slow", 4.0
-        run_id = start_run(project.name, "api")
+        run_id = start_run(project.name, "api", full=True)  # the same inputs: else `unchanged`
         if step != "PARSE":  # PARSE's step row starts when every download is done; its job is what we wait for
             wait_step(run_id, step)
         _wait_job(run_id, wait_for)
@@ -201,7 +201,7 @@ def test_step_messages_the_broker_lost_are_sent_again_and_the_run_succeeds(
         project = Project(tmp_path, "lost_messages", server, export_dir)
         project.run_ok(stress_tally)
         stop_worker(live_fleet.workers["rules"])  # the rules jobs now wait in the broker
-        run_id = start_run(project.name, "api")
+        run_id = start_run(project.name, "api", full=True)  # the same inputs: else `unchanged`
         wait_step(run_id, "RULES")
         deadline = time.monotonic() + 30
         while not broker.llen("rules") and time.monotonic() < deadline:
@@ -246,7 +246,7 @@ def test_redis_restarted_mid_run_the_run_ends_and_the_fleet_recovers(
     with feed_server() as server:
         project = Project(tmp_path, "redis_restart", server, export_dir)
         project.run_ok(stress_tally)
-        run_id = start_run(project.name, "api")
+        run_id = start_run(project.name, "api", full=True)  # the same inputs: else `unchanged`
         wait_step(run_id, "RULES")
         _wait_job(run_id, "rules_chunk")
         try:
@@ -300,7 +300,7 @@ def test_postgres_connections_killed_mid_run_the_run_ends_and_the_project_runs_a
     with feed_server() as server:
         project = Project(tmp_path, f"pg_kill_{step.lower()}", server, export_dir)
         project.run_ok(stress_tally)
-        run_id = start_run(project.name, "api")
+        run_id = start_run(project.name, "api", full=True)  # the same inputs: else `unchanged`
         wait_step(run_id, step)
         killed = 0
         for _ in range(3):
