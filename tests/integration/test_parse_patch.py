@@ -94,21 +94,28 @@ def parse_staging(run_id: str) -> dict[str, Any]:
     return dict(detail.get("staging", {}).get("main", {}))
 
 
-def staged(engine: Engine, project: str) -> list[tuple[Any, ...]]:
-    table = f'"{company_schema("increfresh")}"."{staging_table(project, "main")}"'
+def staged(engine: Engine, project: str, source: str = "main") -> list[tuple[Any, ...]]:
+    table = f'"{company_schema("increfresh")}"."{staging_table(project, source)}"'
     with engine.connect() as conn:
         return [tuple(r) for r in conn.execute(text(f"SELECT * FROM {table} ORDER BY _ff_ord"))]
 
 
 def same_as_full_and_fresh(
-    engine: Engine, exports: Path, refreshed: Path, full: Path, fresh: Path, report: dict[str, Any]
+    engine: Engine,
+    exports: Path,
+    refreshed: Path,
+    full: Path,
+    fresh: Path,
+    report: dict[str, Any],
+    source: str = "main",
 ) -> None:
+    """The refreshed project's report and files are its `--full` twin's and a fresh project's, and the patched
+    source's staging table holds what a full parse stages: values, ords and line numbers."""
     assert named(report, refreshed.stem) == named(ok(full, "--full"), full.stem)
     assert files(exports, refreshed.stem) == files(exports, full.stem)
     ok(fresh)
     assert files(exports, refreshed.stem) == files(exports, fresh.stem)
-    # The patched staging table holds what a full parse stages: values, ords and line numbers.
-    assert staged(engine, refreshed.stem) == staged(engine, fresh.stem)
+    assert staged(engine, refreshed.stem, source) == staged(engine, fresh.stem, source)
 
 
 def edited(rows: list[list[str]]) -> list[list[str]]:

@@ -16,11 +16,12 @@ from sqlalchemy import Engine, text
 
 from firefeed.runs.contract import Step
 from firefeed.runs.service import RunStore
-from firefeed.schema.identifiers import company_schema, previous_staging_table, staging_table
+from firefeed.schema.identifiers import company_schema, previous_staging_table
 from tests.integration.conftest import write_csv
-from tests.integration.test_incremental import files, merge_detail, named, ok, run
+from tests.integration.test_incremental import merge_detail, ok, run
 from tests.integration.test_parse_patch import SOURCES, main_rows, write_main
 from tests.integration.test_parse_patch import projects as patch_projects
+from tests.integration.test_parse_patch import same_as_full_and_fresh as patch_same_as_full_and_fresh
 
 pytestmark = pytest.mark.integration
 
@@ -58,12 +59,6 @@ def staging_of(run_id: str, source: str = "stock") -> dict[str, Any]:
     return dict(detail.get("staging", {}).get(source, {}))
 
 
-def staged(engine: Engine, project: str, source: str) -> list[tuple[Any, ...]]:
-    table = f'"{company_schema(COMPANY)}"."{staging_table(project, source)}"'
-    with engine.connect() as conn:
-        return [tuple(r) for r in conn.execute(text(f"SELECT * FROM {table} ORDER BY _ff_ord"))]
-
-
 def keeps_previous(engine: Engine, project: str) -> bool:
     with engine.connect() as conn:
         found = conn.execute(
@@ -76,12 +71,7 @@ def keeps_previous(engine: Engine, project: str) -> bool:
 def same_as_full_and_fresh(
     engine: Engine, exports: Path, refreshed: Path, full: Path, fresh: Path, report: dict[str, Any]
 ) -> None:
-    assert named(report, refreshed.stem) == named(ok(full, "--full"), full.stem)
-    assert files(exports, refreshed.stem) == files(exports, full.stem)
-    ok(fresh)
-    assert files(exports, refreshed.stem) == files(exports, fresh.stem)
-    # The patched staging holds what a full parse stages: values, ords and line numbers.
-    assert staged(engine, refreshed.stem, "stock") == staged(engine, fresh.stem, "stock")
+    patch_same_as_full_and_fresh(engine, exports, refreshed, full, fresh, report, source="stock")
 
 
 def test_a_refresh_after_records_of_the_stock_source_changed_is_patched_and_merged_from_the_patch(
