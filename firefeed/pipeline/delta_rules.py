@@ -122,25 +122,19 @@ def rules_delta(
 
     def fanned_out(table: str) -> contract.RulesResult:
         assert run_chunks is not None
-        runner = rule_passes.ChunkJobPasses(
+        return rule_passes.run_rules_as_chunks(
             ctx.data.engine,
             service,
             company=spec.company,
             run_id=ctx.run_id,
-            fields=list(item_fields),
-            chunk_rows=ctx.settings.chunk_rows,
-            run_chunks=run_chunks,
-            max_slices=ctx.settings.rules_max_slices,
-        )
-        return rule_passes.apply_passes(
-            runner,
-            service,
-            company=spec.company,
             source_table=table,
             fields=list(item_fields),
             rules=spec.parsed_rules,
+            chunk_rows=ctx.settings.chunk_rows,
+            max_slices=ctx.settings.rules_max_slices,
+            run_chunks=run_chunks,
             rows=tables.changed,
-            check_cancel=ctx.check_cancel,
+            cancel_check=ctx.check_cancel,
         )
 
     def new_rows() -> tuple[contract.RulesResult, str, int]:

@@ -364,25 +364,19 @@ class _Driver:
         # Items that fit one slice gain nothing from chunk jobs (one slice per pass, plus the slicing's own
         # index and queries): the whole of RULES is then one job, on the rules queue all the same.
         if self.dispatcher.fans_out_rules and merged.rows > ctx.settings.chunk_rows:
-            runner = rule_passes.ChunkJobPasses(
+            result = rule_passes.run_rules_as_chunks(
                 ctx.data.engine,
                 ctx.data.schema,
                 company=ctx.spec.company,
                 run_id=ctx.run_id,
-                fields=merged.fields,
-                chunk_rows=ctx.settings.chunk_rows,
-                run_chunks=self.run_chunks,
-                max_slices=ctx.settings.rules_max_slices,
-            )
-            result = rule_passes.apply_passes(
-                runner,
-                ctx.data.schema,
-                company=ctx.spec.company,
                 source_table=ctx.items_table,
                 fields=merged.fields,
                 rules=ctx.spec.parsed_rules,
+                chunk_rows=ctx.settings.chunk_rows,
+                max_slices=ctx.settings.rules_max_slices,
+                run_chunks=self.run_chunks,
                 rows=merged.rows,
-                check_cancel=self.check_cancel,
+                cancel_check=self.check_cancel,
                 view_last=steps.read_once(ctx.spec),
             )
         else:

@@ -443,6 +443,47 @@ class ChunkJobPasses(_Parts):
         return [(r.table, ChunkCounts(r.rows_in, r.rows_out, dict(r.matched))) for r in results]
 
 
+def run_rules_as_chunks(
+    engine: Engine,
+    schema_service: SchemaService,
+    *,
+    company: str,
+    run_id: str,
+    source_table: str,
+    fields: Sequence[str],
+    rules: Sequence[Rule],
+    chunk_rows: int,
+    max_slices: int,
+    run_chunks: RunChunks,
+    rows: int | None = None,
+    cancel_check: Callable[[], None] | None = None,
+    view_last: bool = False,
+) -> RulesResult:
+    """The rules applied as `rules_chunk` jobs run by `run_chunks` (`ChunkJobPasses` through `apply_passes`):
+    a fleet's full run over its items, a delta's over its changed items' new rows."""
+    runner = ChunkJobPasses(
+        engine,
+        schema_service,
+        company=company,
+        run_id=run_id,
+        fields=fields,
+        chunk_rows=chunk_rows,
+        run_chunks=run_chunks,
+        max_slices=max_slices,
+    )
+    return apply_passes(
+        runner,
+        schema_service,
+        company=company,
+        source_table=source_table,
+        fields=fields,
+        rules=rules,
+        rows=rows,
+        check_cancel=cancel_check,
+        view_last=view_last,
+    )
+
+
 def execute_chunk(
     conn: Any, schema: SchemaService, plan: PassPlan, chunk: RulesChunkParams, *, company: str, run_id: str
 ) -> ChunkResult:
