@@ -689,16 +689,16 @@ TAKE_OVER = "over "
 
 def table_comment_in(cur: Any, schema: str, table: str) -> str | None:
     """The comment of `table` read on the caller's cursor (its transaction); None: no table, no comment."""
-    return _comment(cur, "table_comment", schema, table)
+    return _comment(cur, _sql("table_comment"), schema, table)
 
 
 def key_comment(cur: Any, schema: str, table: str) -> str | None:
     """The comment on `table`'s key column `k` (None: no table, no comment)."""
-    return _comment(cur, "key_comment", schema, table)
+    return _comment(cur, _sql("key_comment"), schema, table)
 
 
 def _comment(cur: Any, query: str, schema: str, table: str) -> str | None:
-    cur.execute(_sql(query), {"qualified": sql_qualified(schema, table)})
+    cur.execute(query, {"qualified": sql_qualified(schema, table)})
     row = cur.fetchone()
     return row[0] if row is not None else None
 
