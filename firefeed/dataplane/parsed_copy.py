@@ -26,6 +26,7 @@ or a name derived from one (`identifiers`), never a path a spec or user wrote.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -141,8 +142,12 @@ def commit(
     settings: Settings, company: str, project: str, source: str, tmp: Path, sha256: str, *, quotes_checked: bool
 ) -> KeptCopy:
     """The copy `start` made, renamed in place of the kept one; its identity as the source's row records it."""
+    from firefeed.storage import retire  # the storage package's exports import this module
+
     final = path(settings, company, project, source)
-    os.replace(tmp, final)
+    # The last kept copy (as large as the feed) is freed on the deleter's thread, under a temporary name
+    # `start` sweeps if a kill leaves it.
+    retire.replace(tmp, final, final.with_name(f"{_TMP}{final.name}-retired-{secrets.token_hex(4)}"))
     st = os.stat(final)
     return KeptCopy(st.st_size, sha256, st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, quotes_checked)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from typing import BinaryIO
 
 from firefeed.errors import StorageError, UnsafePathError
 from firefeed.export._atomic import fsync_dir
+from firefeed.storage import retire
 from firefeed.storage.base import Storage
 from firefeed.storage.keys import check_key
 
@@ -95,7 +97,9 @@ class LocalStorage(Storage):
         source, dest = self.path(src), self.path(dst)
         try:
             dest.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(source, dest)
+            # The published file this replaces is freed on the deleter's thread (storage/retire.py), under
+            # the name of a storage temporary of `source` (`leftovers`: the janitor's, if a kill leaves it).
+            retire.replace(source, dest, source.with_name(f".{source.name}.{secrets.token_hex(4)}.tmp"))
         except OSError as exc:
             raise StorageError(f"cannot move {src} to {dst}: {exc.strerror or type(exc).__name__}") from exc
         fsync_dir(dest.parent)

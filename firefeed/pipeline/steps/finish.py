@@ -13,7 +13,7 @@ from firefeed.export import line_index
 from firefeed.pipeline.context import RunContext
 from firefeed.pipeline.steps._shared import export_key
 from firefeed.schema.identifiers import lookup_staging_table, lookup_table, previous_staging_table, staging_table
-from firefeed.storage import export_storage, run_storage
+from firefeed.storage import export_storage, retire, run_storage
 from firefeed.storage.keys import partial_key, run_prefix
 
 log = logging.getLogger(__name__)
@@ -81,3 +81,5 @@ def cleanup(ctx: RunContext) -> None:
     except Exception:
         log.exception("could not remove the run's unpublished exports or downloads from storage")
     shutil.rmtree(ctx.work_dir, ignore_errors=True)  # this machine's scratch copy of the downloads
+    # The files this run's publish and kept copies replaced, freed beside its later steps: gone before it ends.
+    retire.drain()
