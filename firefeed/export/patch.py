@@ -42,7 +42,7 @@ from psycopg2 import sql
 from firefeed.db.engine import raw_connection
 from firefeed.errors import ExportError
 from firefeed.export import diff
-from firefeed.export._atomic import OutputLimitError
+from firefeed.export._atomic import OutputLimitError, Writeback
 from firefeed.export._copy import _begin_read, _ready, render
 from firefeed.export.bounds import WriteBounds, check_free_space, too_large
 from firefeed.export.line_index import LineIndex
@@ -660,6 +660,7 @@ class _Output:
 
     def __init__(self, dest: Path, limit: int | None) -> None:
         self._file = open(dest, "wb")  # noqa: SIM115  # closed by __exit__
+        self._writeback = Writeback(self._file)
         self._limit = limit
         self.bytes = 0
         self._sha = hashlib.sha256()
@@ -667,10 +668,14 @@ class _Output:
         self._queues: list[queue.Queue[bytes | None]] = [queue.Queue(maxsize=4) for _ in range(2)]
         self._threads = [
             threading.Thread(target=self._run, args=(q, fn), name=f"export-patch-{name}", daemon=True)
-            for q, fn, name in zip(self._queues, (self._sha.update, self._file.write), ("hash", "write"), strict=True)
+            for q, fn, name in zip(self._queues, (self._sha.update, self._write), ("hash", "write"), strict=True)
         ]
         for thread in self._threads:
             thread.start()
+
+    def _write(self, data: bytes) -> None:
+        self._file.write(data)
+        self._writeback.wrote(len(data))
 
     def _run(self, q: queue.Queue[bytes | None], fn: Callable[[Any], object]) -> None:
         while (data := q.get()) is not None:

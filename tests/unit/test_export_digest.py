@@ -50,3 +50,30 @@ def test_a_failed_export_leaves_no_file_and_stops_the_thread(tmp_path: Path) -> 
     assert dest.read_bytes() == b"previous"
     assert [p.name for p in tmp_path.iterdir()] == ["out.bin"]
     assert not [t for t in threading.enumerate() if t.name == "export-writer"]
+
+
+def test_the_disk_is_handed_the_pages_while_the_file_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every `_WRITEBACK_BYTES` written, the file's dirty pages are started on their way to the disk (the real
+    `sync_file_range`, which answers 0), so that the fsync before the rename has little left to wait for."""
+    from firefeed.export import _atomic
+
+    real = _atomic._sync_file_range
+    assert real is not None  # Linux: the call exists
+    calls: list[int] = []
+
+    def recorded(fd: int, *args: object) -> int:
+        calls.append(fd)
+        answer = real(fd, *args)
+        assert answer == 0
+        return answer
+
+    monkeypatch.setattr(_atomic, "_WRITEBACK_BYTES", 1 << 20)
+    monkeypatch.setattr(_atomic, "_sync_file_range", recorded)
+    chunk = os.urandom(256 << 10)
+    with atomic_output(tmp_path / "out.bin") as out:
+        for _ in range(17):  # 4.25 MiB: four starts, the last quarter left to the fsync
+            out.write(chunk)
+    assert len(calls) == 4 and len(set(calls)) == 1
+    assert (tmp_path / "out.bin").read_bytes() == chunk * 17
