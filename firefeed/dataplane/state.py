@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 from firefeed.dataplane.file_identity import FileIdentity, read_digest
 from firefeed.db.models import PipelineRun
@@ -138,13 +139,37 @@ def last_succeeded(store: RunStore, project: str, *, before: str) -> KeptRun | N
     return None
 
 
-def file_sha256(storage: Storage, key: str) -> str | None:
+class CheckStopped(Exception):
+    """`moved_files` stopped by its caller (`stop` set): nobody will read its answer."""
+
+
+class _Stoppable:
+    """A file read in chunks that raises CheckStopped at the next read once `stop` is set."""
+
+    def __init__(self, f: BinaryIO, stop: threading.Event | None) -> None:
+        self._f, self._stop = f, stop
+
+    def read(self, n: int = -1) -> bytes:
+        if self._stop is not None and self._stop.is_set():
+            raise CheckStopped
+        return self._f.read(n)
+
+    def fileno(self) -> int:
+        return self._f.fileno()
+
+    @property
+    def name(self) -> str:
+        return str(self._f.name)
+
+
+def file_sha256(storage: Storage, key: str, stop: threading.Event | None = None) -> str | None:
     """The SHA-256 of the stored file `key`; None when it is gone."""
     if not storage.exists(key):
         return None
     digest = hashlib.sha256()
     with storage.reading(key) as path, path.open("rb") as f:
-        while chunk := f.read(_CHUNK):
+        read = _Stoppable(f, stop)
+        while chunk := read.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
 
@@ -155,8 +180,10 @@ def moved_files(
     *,
     store: RunStore | None = None,
     project: str | None = None,
+    stop: threading.Event | None = None,
 ) -> list[str]:
-    """The names of the published exports whose file is gone or holds other bytes than recorded.
+    """The names of the published exports whose file is gone or holds other bytes than recorded
+    (CheckStopped once `stop` is set: a check begun on a thread that the run no longer needs).
 
     With `store` and `project`, a local file whose stat is the identity kept for it (`published_files`,
     taken by an earlier check that read it) is not read; a file read and found unchanged keeps the
@@ -176,9 +203,9 @@ def moved_files(
             moved.append(name)
             continue
         if isinstance(storage, LocalStorage):
-            if not _local_file_holds(storage, key, recorded, name, kept, store, project):
+            if not _local_file_holds(storage, key, recorded, name, kept, store, project, stop):
                 moved.append(name)
-        elif file_sha256(storage, key) != recorded:
+        elif file_sha256(storage, key, stop) != recorded:
             moved.append(name)
     return moved
 
@@ -191,6 +218,7 @@ def _local_file_holds(
     kept: Mapping[str, tuple[str, dict[str, Any]]],
     store: RunStore | None,
     project: str | None,
+    stop: threading.Event | None = None,
 ) -> bool:
     """Whether the local file `key` holds the bytes of `recorded`, by its kept identity or by reading it."""
     try:
@@ -200,7 +228,7 @@ def _local_file_holds(
             identity = FileIdentity.from_json(known[1]) if known is not None and known[0] == key else None
             if identity is not None and identity.vouches_for(os.fstat(f.fileno()), recorded):
                 return True
-            sha256, _, taken = read_digest(f)
+            sha256, _, taken = read_digest(_Stoppable(f, stop))  # type: ignore[arg-type]
     except (OSError, StorageError, UnsafePathError):
         return False
     if sha256 != recorded:

@@ -63,9 +63,16 @@ class Writeback:
 
     def wrote(self, n: int) -> None:
         self._pending += n
-        if self._pending >= _WRITEBACK_BYTES and _sync_file_range is not None and self._fd is not None:
+        if self._pending >= _WRITEBACK_BYTES and self._fd is not None:
             self._pending = 0
-            _sync_file_range(self._fd, ctypes.c_longlong(0), ctypes.c_longlong(0), _SYNC_FILE_RANGE_WRITE)
+            start_writeback(self._fd)
+
+
+def start_writeback(fd: int) -> None:
+    """Start the disk on every dirty page of the open file `fd`, waiting for none (nothing where the call is
+    missing)."""
+    if _sync_file_range is not None:
+        _sync_file_range(fd, ctypes.c_longlong(0), ctypes.c_longlong(0), _SYNC_FILE_RANGE_WRITE)
 
 
 def _libc_sync_file_range() -> Callable[..., int] | None:

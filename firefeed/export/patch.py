@@ -714,11 +714,11 @@ class _Output:
 class Beside:
     """`fn()` on a thread of its own (the log lines keep the run id); `result()` waits and re-raises."""
 
-    def __init__(self, fn: Callable[[], Any]) -> None:
+    def __init__(self, fn: Callable[[], Any], name: str = "export-patch") -> None:
         self._value: Any = None
         self._error: BaseException | None = None
         context = contextvars.copy_context()
-        self._thread = threading.Thread(target=context.run, args=(self._run, fn), name="export-patch", daemon=True)
+        self._thread = threading.Thread(target=context.run, args=(self._run, fn), name=name, daemon=True)
         self._thread.start()
 
     def _run(self, fn: Callable[[], Any]) -> None:

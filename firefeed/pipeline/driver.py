@@ -206,14 +206,21 @@ class _Driver:
             raise RunCancelledError(f"run {self.ctx.run_id} was cancelled")
 
     def steps(self) -> None:
-        parsed = self.fetch_and_parse()
         run = self.store.run(self.ctx.run_id)
-        decision = incremental.decide(
-            self.ctx,
-            parsed,
-            full=run.full,
-            accept_invalid=run.accept_invalid,
-        )
+        # Whether the last run's files are still in place, read beside FETCH and PARSE for the decision.
+        published = incremental.PublishedCheck.begin(self.ctx, full=run.full)
+        try:
+            parsed = self.fetch_and_parse()
+            decision = incremental.decide(
+                self.ctx,
+                parsed,
+                full=run.full,
+                accept_invalid=run.accept_invalid,
+                published=published,
+            )
+        finally:
+            if published is not None:
+                published.close()
         log.info("refresh: %s (%s)", decision.mode, decision.reason)
         metrics.run_mode(decision.mode)
         if decision.mode == "unchanged":

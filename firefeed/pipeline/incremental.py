@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import copy
 import logging
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from firefeed.dataplane import state
 from firefeed.dataplane.state import KeptRun, RunState
+from firefeed.export.patch import Beside
 from firefeed.pipeline.context import RunContext
 from firefeed.pipeline.lookups import DIGEST_KEY, inline_digest
 from firefeed.runs import contract
@@ -100,12 +102,56 @@ def time_dependent(spec: ProjectSpec) -> str | None:
     return None
 
 
+#: the name of `PublishedCheck`'s thread
+CHECK_THREAD = "published-check"
+
+
+class PublishedCheck:
+    """`state.moved_files` of the last succeeded run's exports, begun on a thread of its own before FETCH.
+
+    A refresh reads a file FireFeed has just published once (its stamps are too fresh to vouch for it,
+    dataplane/file_identity.py): the 690 MB export of a 1M-item delta, ~1 s on the next refresh's serial
+    path between PARSE and the decision. Its answer depends on nothing PARSE does, so it is read beside
+    FETCH and PARSE; `close` stops a read the decision did not wait for (a full run never needs it)."""
+
+    def __init__(self, ctx: RunContext, previous: KeptRun) -> None:
+        self.previous_run_id = previous.run_id
+        self._stop = threading.Event()
+        exports, store, project = previous.exports, ctx.store, ctx.spec.project
+        storage = export_storage(ctx.settings)
+        self._job = Beside(
+            lambda: state.moved_files(storage, exports, store=store, project=project, stop=self._stop),
+            name=CHECK_THREAD,
+        )
+
+    @classmethod
+    def begin(cls, ctx: RunContext, *, full: bool) -> PublishedCheck | None:
+        """The check begun, where `_full_reason` may come to ask it: no `--full`, a last succeeded run with the
+        same spec version and exports."""
+        if full:
+            return None
+        previous = state.last_succeeded(ctx.store, ctx.spec.project, before=ctx.run_id)
+        run = ctx.store.run(ctx.run_id)
+        if previous is None or run.spec_version_id is None or run.spec_version_id != previous.run.spec_version_id:
+            return None
+        if sorted(e.get("name", "") for e in previous.exports) != sorted(e.name for e in ctx.spec.exports):
+            return None
+        return cls(ctx, previous)
+
+    def moved(self) -> list[str]:
+        return list(self._job.result())
+
+    def close(self) -> None:
+        self._stop.set()
+
+
 def decide(
     ctx: RunContext,
     parsed: Sequence[contract.SourceResult],
     *,
     full: bool,
     accept_invalid: bool,
+    published: PublishedCheck | None = None,
 ) -> Decision:
     """After PARSE: `unchanged` when the last succeeded run's work is still this run's (see the module);
     `delta` when only enrich sources changed and pipeline/delta.py can recompute just their items."""
@@ -115,9 +161,9 @@ def decide(
     previous = state.last_succeeded(ctx.store, spec.project, before=ctx.run_id)
     if previous is None:
         return Decision.full("first run (no succeeded run to reuse)")
-    reason = _full_reason(ctx, parsed, previous, accept_invalid=accept_invalid)
+    reason = _full_reason(ctx, parsed, previous, accept_invalid=accept_invalid, published=published)
     if reason is not None:
-        return _delta_or_full(ctx, parsed, previous, reason, accept_invalid=accept_invalid)
+        return _delta_or_full(ctx, parsed, previous, reason, accept_invalid=accept_invalid, published=published)
     return Decision("unchanged", f"no source, lookup table or the spec changed since run {previous.run_id}", previous)
 
 
@@ -128,6 +174,7 @@ def _delta_or_full(
     reason: str,
     *,
     accept_invalid: bool,
+    published: PublishedCheck | None = None,
 ) -> Decision:
     """A delta when the sources that changed are all that changed and pipeline/delta.py can take them;
     else full with `reason` (and why not a delta, when only enrich sources changed)."""
@@ -144,7 +191,8 @@ def _delta_or_full(
             return Decision.full(f"{reason}; not a delta: {why}", previous)
     elif not changed or any(index.get(n, 0) == 0 or ctx.spec.sources[index[n]].mode != "enrich" for n in changed):
         return Decision.full(reason, previous)
-    if _full_reason(ctx, parsed, previous, accept_invalid=accept_invalid, ignore=frozenset(changed)) is not None:
+    ignore = frozenset(changed)
+    if _full_reason(ctx, parsed, previous, accept_invalid=accept_invalid, ignore=ignore, published=published):
         return Decision.full(reason, previous)
     computed_by = Decision("delta", reason, previous).computed_by
     assert computed_by is not None
@@ -172,6 +220,7 @@ def _full_reason(
     *,
     accept_invalid: bool,
     ignore: frozenset[str] = frozenset(),
+    published: PublishedCheck | None = None,
 ) -> str | None:
     """The first thing that makes the last succeeded run's work not this run's; None: nothing does.
     `ignore`: sources whose change a delta takes (their own checks are skipped)."""
@@ -206,7 +255,10 @@ def _full_reason(
     exports = previous.exports
     if sorted(e.get("name", "") for e in exports) != sorted(e.name for e in spec.exports):
         return "the last succeeded run published other exports"
-    moved = state.moved_files(export_storage(ctx.settings), exports, store=ctx.store, project=spec.project)
+    if published is not None and published.previous_run_id == previous.run_id:
+        moved = published.moved()
+    else:
+        moved = state.moved_files(export_storage(ctx.settings), exports, store=ctx.store, project=spec.project)
     if moved:
         return f"export {moved[0]!r}: its published file is gone or changed"
     for entry in exports:

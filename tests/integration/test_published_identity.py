@@ -5,6 +5,7 @@ after it is published, then only stat'ed; any edit, however it hides, is still s
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 from firefeed.dataplane import file_identity, state
 from firefeed.runs.service import RunStore
+from firefeed.storage import LocalStorage
 from tests.integration.test_incremental import ok, write_project, write_sources
 
 pytestmark = pytest.mark.integration
@@ -98,3 +100,34 @@ def test_an_identity_kept_for_another_path_is_not_trusted(run_env: Path, tmp_pat
     assert ok(spec)["incremental"]["mode"] == "unchanged"
     assert reads == ["feed.csv"]  # read again, and its identity kept under its own path
     assert store.published_identities(project)["feed"][0] == path
+
+
+def test_the_check_reads_beside_fetch_and_parse_and_stops_when_the_run_needs_it_not(
+    run_env: Path, tmp_path: Path, reads: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The files a refresh must read (just published) are read on the check's own thread, begun before FETCH;
+    a refresh that turns out full stops the read it no longer needs."""
+    from firefeed.pipeline import incremental
+
+    threads: list[str] = []
+    digest = state.read_digest
+
+    def on_thread(f: Any, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return digest(f, **kwargs)
+
+    monkeypatch.setattr(state, "read_digest", on_thread)
+    project = f"pid{uuid.uuid4().hex[:8]}"
+    write_sources(tmp_path)
+    spec = write_project(tmp_path, project)
+    ok(spec)
+    settle()
+    assert ok(spec)["incremental"]["mode"] == "unchanged"
+    assert sorted(threads) == [incremental.CHECK_THREAD] * 2  # both files, on the check's thread
+
+    stop = threading.Event()
+    stop.set()
+    exports = state.last_succeeded(RunStore(), project, before="").exports  # type: ignore[union-attr]
+    RunStore().keep_published_identity(project, "feed", "elsewhere.csv", {})  # no identity vouches: a read
+    with pytest.raises(state.CheckStopped):
+        state.moved_files(LocalStorage(run_env), exports, store=RunStore(), project=project, stop=stop)
