@@ -59,7 +59,7 @@ from firefeed.export.quality import (
 from firefeed.export.select import Piece, sql_text
 from firefeed.export.writer import _rendering
 from firefeed.schema.identifiers import KEY, ORD, company_schema, ident, published_keys_table
-from firefeed.schema.service import TAKE_OVER, unchanged_values
+from firefeed.schema.service import BASELINE_TID, TAKE_OVER, unchanged_values
 
 if TYPE_CHECKING:
     from firefeed.schema.service import SchemaService
@@ -139,8 +139,10 @@ def changed_rows(
             checks=f"{checked} {label(target.run_id, p.checks)}" if checked is not None else None,
             conn=conn,
             with_payload=export.sync is not None,
+            # Taken over at the promote (`complete`), unless the duplicate ids make it whole here.
+            with_baseline_tid=p.id_at is None,
         )
-        names = schema.table_columns(target.company, run_table, conn=conn)
+        names = [n for n in schema.table_columns(target.company, run_table, conn=conn) if n != BASELINE_TID]
         if names != schema.table_columns(target.company, baseline.table, conn=conn):
             raise NotPatched("the published keys have other columns than this run's")
         scan_settings(cur)
@@ -248,6 +250,7 @@ def complete(engine: Any, target: Target, export: ExportSpec, changed: Changed) 
                 p.checked_at,
                 (),
                 payload=export.sync is not None,
+                baseline_tid=why is None,
             )
             cur.execute(render(statement, cur))
             inserted = int(cur.rowcount)

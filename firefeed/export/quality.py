@@ -51,6 +51,7 @@ from firefeed.export.diagnostics import Check, channel_checks, findings, finding
 from firefeed.export.select import OutputColumn, Piece, output_columns, sql_text, where_clause
 from firefeed.rules.lists import NO_LISTS, ListFields
 from firefeed.schema.identifiers import KEY, ORD, company_schema, ident, published_keys_table
+from firefeed.schema.service import BASELINE_TID
 
 #: the flag bit of an item whose channel id an earlier item has (the checks take bits 0-61)
 DUPLICATE_BIT = 1 << 62
@@ -115,6 +116,7 @@ def _insert(
     checked_at: dict[str, int] | None = None,
     variant_at: Sequence[int] = (),
     payload: bool = False,
+    baseline_tid: bool = False,
 ) -> Piece:
     """INSERT the run table's rows from one scan of the items joined to the published rows.
 
@@ -126,6 +128,8 @@ def _insert(
     array's text form (`{"x,y"}` is not `{x,y}`, `[0:0]={x}` not `{x}`), not the joined value.
     `payload` (an export with `sync`, SPEC 10 C9): `j`, the output values as a JSON array in column
     order (a list column as an array of its elements), what the sync engine sends for the item.
+    `baseline_tid`: each row's published row's TID into `BASELINE_TID` (a delta's taken-over run table, whose
+    take-over then deletes those rows by TID: `schema.service._take_over`).
     """
     schema = company_schema(target.company)
     checked_at = checked_at or {}
@@ -162,6 +166,9 @@ def _insert(
         # the duplicate-id bit is the run's own (`_mark_duplicates`): another item may hold the id now
         flags = sql_text(f"CASE WHEN p.h = s.h THEN p.f & {~DUPLICATE_BIT} ELSE ") + flags + sql_text(" END")
     names = "k, kh, h, f, o, d" + (", i" if id_at is not None else "") + ", fv, v, w" + (", j" if payload else "")
+    if baseline_tid:
+        assert baseline is not None
+        names += f", {BASELINE_TID}"
     select = sql_text("SELECT s.k, s.kh, s.h, ") + flags + sql_text(" AS f, s.o, ") + Piece(diff.state_sql(baseline))
     select = select + sql_text(" AS d")
     if id_at is not None:
@@ -172,6 +179,8 @@ def _insert(
         select = select + sql_text(", p.h = s.h AS pv_same, p.v AS pv")
     if payload:
         select = select + sql_text(", s.j")
+    if baseline_tid:
+        select = select + sql_text(f", p.ctid AS {BASELINE_TID}")
     source = sql_text(" FROM (") + hashed + sql_text(") s")
     if baseline is not None:
         source = source + Piece(
@@ -187,6 +196,8 @@ def _insert(
         outer += _variant_hash(variant_at) + ", NULL::bigint"
     if payload:
         outer += ", j"
+    if baseline_tid:
+        outer += f", {BASELINE_TID}"
     inner = select + source + sql_text(" OFFSET 0")
     insert = Piece(sql.SQL("INSERT INTO {} (" + names + ") ").format(ident(schema, run_table)))
     return insert + sql_text(outer + " FROM (") + inner + sql_text(") q")

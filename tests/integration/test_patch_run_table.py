@@ -167,3 +167,64 @@ def test_a_changed_item_excluded_before_and_after_is_looked_for_in_the_baseline_
     assert written(delta["run_id"]) == {"feed": "patched", "google": "patched"}
     ok(specs[1], "--full")
     same_tables(specs[0], specs[1], run_env, TAKEN)
+
+
+def test_the_take_over_deletes_the_published_rows_by_their_tids_and_refuses_a_tid_of_another_row(
+    run_env: Path,
+) -> None:
+    """The take-over deletes each changed item's published row by the TID EXPORT read beside it (no scan of the
+    baseline); a TID that is not the item's row where it was (another item, another position) leaves the
+    baseline as it was and drops the run table."""
+    from firefeed.schema.service import BASELINE_TID, TAKE_OVER, SchemaService
+
+    company = f"tid{uuid.uuid4().hex[:8]}"
+    where, engine = company_schema(company), get_engine()
+    cols = "k text, kh bigint, h bigint, f bigint, o bigint, d smallint, fv text[], v bigint, w bigint"
+
+    def rows() -> list[tuple[Any, ...]]:
+        with raw_connection(engine) as conn, conn.cursor() as cur:
+            cur.execute(f'SELECT k, h, o FROM "{where}".pub ORDER BY o')
+            return [tuple(r) for r in cur.fetchall()]
+
+    def run_table(name: str, tid_of: str) -> None:
+        """A delta's run table changing item `b` (position 1), its published row's TID that of item `tid_of`."""
+        with raw_connection(engine) as conn, conn.cursor() as cur:
+            cur.execute(f'CREATE TABLE "{where}".{name} ({cols}, {BASELINE_TID} tid)')
+            cur.execute(
+                f'INSERT INTO "{where}".{name} SELECT k, kh, 99, f, o, 1, fv, v, w, (SELECT ctid FROM "{where}".pub'
+                f" WHERE k = %s) FROM \"{where}\".pub WHERE k = 'b'",
+                (tid_of,),
+            )
+            cur.execute(f'COMMENT ON COLUMN "{where}".{name}.k IS %s', (TAKE_OVER + "file abc",))
+            conn.commit()
+
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        cur.execute(f'CREATE SCHEMA "{where}"')
+        cur.execute(f'CREATE TABLE "{where}".pub ({cols})')
+        cur.execute(
+            f'INSERT INTO "{where}".pub SELECT k, hashtextextended(k, 0), 1, 0, o, 0, NULL, NULL, NULL'
+            " FROM unnest(ARRAY['a', 'b', 'c']) WITH ORDINALITY AS x(k, o)"
+        )
+        cur.execute(f'COMMENT ON COLUMN "{where}".pub.k IS %s', ("file abc",))
+        conn.commit()
+    try:
+        service = SchemaService(engine)
+        before = rows()
+        run_table("wrong", "c")
+        service.promote_export_keys(company, [("wrong", "pub")], key_comments={"pub": "file new"})
+        assert rows() == before  # refused: the TID was item c's row
+        assert published_or_none(where, "wrong") is None
+        run_table("right", "b")
+        service.promote_export_keys(company, [("right", "pub")], key_comments={"pub": "file new"})
+        assert rows() == [("a", 1, 1), ("b", 99, 2), ("c", 1, 3)]
+        assert published_or_none(where, "right") is None
+    finally:
+        with raw_connection(engine) as conn, conn.cursor() as cur:
+            cur.execute(f'DROP SCHEMA "{where}" CASCADE')
+            conn.commit()
+
+
+def published_or_none(where: str, name: str) -> str | None:
+    with raw_connection(get_engine()) as conn, conn.cursor() as cur:
+        cur.execute("SELECT to_regclass(%s)::text", (f'"{where}"."{name}"',))
+        return cur.fetchone()[0]  # type: ignore[no-any-return]
