@@ -26,9 +26,11 @@ import bisect
 import contextlib
 import contextvars
 import hashlib
+import itertools
 import mmap
 import os
 import queue
+import sys
 import threading
 from array import array
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
@@ -500,16 +502,23 @@ def baseline_ords(engine: Any, target: Target, changed: Changed) -> array[int]:
     """Every item's position in the last file (`o` of its published keys), ascending: the line index keeps
     them for the next patch (a delta moves no item), which then finds the changed items' places by them."""
     company = company_schema(target.company)
-    sink = _Lines()
     with raw_connection(engine) as conn, conn.cursor() as cur:
         scan_settings(cur)
-        cur.copy_expert(
-            sql.SQL("COPY (SELECT o FROM {} ORDER BY o) TO STDOUT")
-            .format(ident(company, changed.baseline.table))
-            .as_string(cur),
-            sink,
+        # One bytea of the positions as they lie (8 bytes each, big-endian), sorted here when they are not in
+        # order already (a table a full run published is): 0.40 s against 0.7-0.9 s for a sorted COPY of 946k
+        # numbers parsed one by one.
+        cur.execute(
+            sql.SQL("SELECT coalesce(string_agg(int8send(o), ''::bytea), ''::bytea) FROM {}").format(
+                ident(company, changed.baseline.table)
+            )
         )
-    return array("q", map(int, b"".join(sink.parts).split()))
+        ords = array("q")
+        ords.frombytes(bytes(cur.fetchone()[0]))
+    if sys.byteorder == "little":
+        ords.byteswap()
+    if any(a >= b for a, b in itertools.pairwise(ords)):
+        ords = array("q", sorted(ords))
+    return ords
 
 
 def places_of(ords: Sequence[int], changed: Sequence[int]) -> list[int]:

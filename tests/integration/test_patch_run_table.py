@@ -227,4 +227,34 @@ def test_the_take_over_deletes_the_published_rows_by_their_tids_and_refuses_a_ti
 def published_or_none(where: str, name: str) -> str | None:
     with raw_connection(get_engine()) as conn, conn.cursor() as cur:
         cur.execute("SELECT to_regclass(%s)::text", (f'"{where}"."{name}"',))
-        return cur.fetchone()[0]  # type: ignore[no-any-return]
+        return cur.fetchone()[0]
+
+
+@pytest.mark.parametrize("order", ["g", "random()"])
+def test_the_baseline_positions_are_read_ascending_as_they_lie_or_not(run_env: Path, order: str) -> None:
+    """`baseline_ords`: every published position, ascending, whether the table holds them in order (a full
+    run's) or not (after take-overs); an empty baseline has none."""
+    from types import SimpleNamespace
+
+    from firefeed.export.patch import baseline_ords
+
+    company = f"ord{uuid.uuid4().hex[:8]}"
+    where, engine = company_schema(company), get_engine()
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        cur.execute(f'CREATE SCHEMA "{where}"')
+        cur.execute(f'CREATE TABLE "{where}".pub (k text, o bigint)')
+        cur.execute(f'CREATE TABLE "{where}".empty (k text, o bigint)')
+        cur.execute(
+            f'INSERT INTO "{where}".pub SELECT g::text, g * 3 - 2 FROM generate_series(1, 5000) g ORDER BY {order}'
+        )
+        cur.execute(f'INSERT INTO "{where}".pub VALUES (%s, %s)', ("big", 2**40))
+        conn.commit()
+    try:
+        target = SimpleNamespace(company=company)
+        got = baseline_ords(engine, target, SimpleNamespace(baseline=SimpleNamespace(table="pub")))  # type: ignore[arg-type]
+        assert list(got) == [g * 3 - 2 for g in range(1, 5001)] + [2**40]
+        assert list(baseline_ords(engine, target, SimpleNamespace(baseline=SimpleNamespace(table="empty")))) == []  # type: ignore[arg-type]
+    finally:
+        with raw_connection(engine) as conn, conn.cursor() as cur:
+            cur.execute(f'DROP SCHEMA "{where}" CASCADE')
+            conn.commit()
