@@ -208,7 +208,7 @@ class _Driver:
     def steps(self) -> None:
         run = self.store.run(self.ctx.run_id)
         # Whether the last run's files are still in place, read beside FETCH and PARSE for the decision.
-        published = incremental.PublishedCheck.begin(self.ctx, full=run.full)
+        published = incremental.PublishedCheck.begin(self.ctx, run)
         try:
             parsed = self.fetch_and_parse()
             decision = incremental.decide(

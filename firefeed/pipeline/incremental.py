@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from firefeed.dataplane import state
 from firefeed.dataplane.state import KeptRun, RunState
+from firefeed.db.models import PipelineRun
 from firefeed.export.patch import Beside
 from firefeed.pipeline.context import RunContext
 from firefeed.pipeline.lookups import DIGEST_KEY, inline_digest
@@ -115,7 +116,9 @@ class PublishedCheck:
     FETCH and PARSE; `close` stops a read the decision did not wait for (a full run never needs it)."""
 
     def __init__(self, ctx: RunContext, previous: KeptRun) -> None:
-        self.previous_run_id = previous.run_id
+        #: the last succeeded run, read once for the check and the decision (the project's lock: no other
+        #: run of it can succeed meanwhile)
+        self.previous = previous
         self._stop = threading.Event()
         exports, store, project = previous.exports, ctx.store, ctx.spec.project
         storage = export_storage(ctx.settings)
@@ -125,13 +128,12 @@ class PublishedCheck:
         )
 
     @classmethod
-    def begin(cls, ctx: RunContext, *, full: bool) -> PublishedCheck | None:
+    def begin(cls, ctx: RunContext, run: PipelineRun) -> PublishedCheck | None:
         """The check begun, where `_full_reason` may come to ask it: no `--full`, a last succeeded run with the
-        same spec version and exports."""
-        if full:
+        same spec version and exports. `run`: this run's row."""
+        if run.full:
             return None
         previous = state.last_succeeded(ctx.store, ctx.spec.project, before=ctx.run_id)
-        run = ctx.store.run(ctx.run_id)
         if previous is None or run.spec_version_id is None or run.spec_version_id != previous.run.spec_version_id:
             return None
         if sorted(e.get("name", "") for e in previous.exports) != sorted(e.name for e in ctx.spec.exports):
@@ -158,7 +160,11 @@ def decide(
     if full:
         return Decision.full("--full asked")
     spec = ctx.spec
-    previous = state.last_succeeded(ctx.store, spec.project, before=ctx.run_id)
+    previous = (
+        published.previous
+        if published is not None
+        else state.last_succeeded(ctx.store, spec.project, before=ctx.run_id)
+    )
     if previous is None:
         return Decision.full("first run (no succeeded run to reuse)")
     reason = _full_reason(ctx, parsed, previous, accept_invalid=accept_invalid, published=published)
@@ -255,7 +261,7 @@ def _full_reason(
     exports = previous.exports
     if sorted(e.get("name", "") for e in exports) != sorted(e.name for e in spec.exports):
         return "the last succeeded run published other exports"
-    if published is not None and published.previous_run_id == previous.run_id:
+    if published is not None:
         moved = published.moved()
     else:
         moved = state.moved_files(export_storage(ctx.settings), exports, store=ctx.store, project=spec.project)
