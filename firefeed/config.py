@@ -62,6 +62,10 @@ class Settings(BaseSettings):
     # Where exports and a run's downloads live (firefeed/storage): unset = export_dir and data_dir/runs.
     storage_url: str | None = None
     storage_endpoint_url: str | None = None
+    # A local export of this many bytes or more that a publish replaces is kept as `.<name>.spare` and written
+    # over by the export's next file (#52, storage/spares.py): one more copy on disk for less time writing;
+    # 0 keeps none.
+    export_spare_min_bytes: int = Field(default=64 * 1024**2, ge=0)
     chunk_rows: int = Field(default=2000, ge=1)
     # The longest value PARSE takes from any feed format, in characters (parse/_base.py): a row holding a
     # longer one is malformed and skipped. 2^28: four bytes a character still fits a Postgres text (1 GB).

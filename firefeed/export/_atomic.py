@@ -244,8 +244,12 @@ def atomic_output(
     add nothing but a second file for a killed worker to leave behind.
     """
     if scratch:
-        with open(dest, "wb") as file, _filling(file, compress, limit) as out:
-            yield out
+        # Written from its start and cut where the writing ended: the temporary may be a kept spare whose
+        # cached pages the new bytes take (storage/spares.py).
+        with open_over(dest) as file:
+            with _filling(file, compress, limit) as out:
+                yield out
+            file.truncate()
         return
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
@@ -263,6 +267,13 @@ def atomic_output(
             tmp.unlink()
         raise
     fsync_dir(dest.parent)
+
+
+def open_over(path: Path) -> BinaryIO:
+    """`path` opened to be written from its first byte without emptying it first (the caller truncates at the
+    end): overwritten pages of a file still cached need no new memory, as a new file's do."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    return os.fdopen(fd, "wb")
 
 
 def fsync_dir(folder: Path) -> None:

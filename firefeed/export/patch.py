@@ -44,7 +44,7 @@ from psycopg2 import sql
 from firefeed.db.engine import raw_connection
 from firefeed.errors import ExportError
 from firefeed.export import diff
-from firefeed.export._atomic import OutputLimitError, Writeback
+from firefeed.export._atomic import OutputLimitError, Writeback, open_over
 from firefeed.export._copy import _begin_read, _ready, render
 from firefeed.export.bounds import WriteBounds, check_free_space, too_large
 from firefeed.export.line_index import LineIndex
@@ -422,6 +422,10 @@ def _changed_copy(target: Target, export: ExportSpec, title: str | None) -> tupl
     return rendering, select
 
 
+#: the changed lines' COPY's sort memory (as `quality.scan_settings` gives the run table's hash)
+_SORT_MEMORY = "SET LOCAL work_mem = '128MB'"
+
+
 def _copy_out(engine: Any, export: ExportSpec, rendering: Any, select: Piece, sink: Any) -> int:
     """COPY the rows of `select` as `rendering` renders them into `sink`; how many."""
     try:
@@ -429,6 +433,9 @@ def _copy_out(engine: Any, export: ExportSpec, rendering: Any, select: Piece, si
             _ready(conn)
             with conn.cursor() as cur:
                 _begin_read(cur)
+                # The changed rows sorted in memory: with the default 4 MB, 75k rows (65 MB) were sorted on disk,
+                # 0.3 s more of the COPY that feeds the file's writer.
+                cur.execute(_SORT_MEMORY)
                 query = sql_text("COPY (") + select + sql_text(f") TO STDOUT WITH ({rendering.options})")
                 cur.copy_expert(render(query, cur), sink)
                 return int(cur.rowcount)
@@ -671,7 +678,9 @@ class _Output:
     """The new file's bytes, counted (up to `limit`: OutputLimitError), hashed and written on two threads."""
 
     def __init__(self, dest: Path, limit: int | None) -> None:
-        self._file = open(dest, "wb")  # noqa: SIM115  # closed by __exit__
+        # Written from its start and cut at its end, not emptied first: `dest` may be a kept spare whose cached
+        # pages the new bytes take (storage/spares.py).
+        self._file = open_over(dest)
         self._writeback = Writeback(self._file)
         self._limit = limit
         self.bytes = 0
@@ -718,7 +727,11 @@ class _Output:
             q.put(None)
         for thread in self._threads:
             thread.join()
-        self._file.close()
+        try:
+            if self._error is None and exc[0] is None:
+                self._file.truncate()
+        finally:
+            self._file.close()
         if self._error is not None and exc[0] is None:
             raise self._error
 

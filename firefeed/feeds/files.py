@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from firefeed.feeds.index import Feed, Published
+from firefeed.storage import spares
 from firefeed.storage.base import Storage
 from firefeed.storage.local import LocalStorage
 
@@ -101,7 +102,9 @@ def open_published(storage: Storage, feed: Feed) -> OpenFile | None:
     key = feed.published[0].key
     if isinstance(storage, LocalStorage):
         try:
-            fd = os.open(storage.path(key), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            # Held with a shared lock until closed: a publish may make it the export's spare, which the next
+            # export writes over only when no reader holds it (storage/spares.py).
+            fd = spares.open_shared(storage.path(key))
         except OSError:
             return None
         st = os.fstat(fd)

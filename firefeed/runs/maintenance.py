@@ -8,6 +8,7 @@ skewed clocks still agree on which cron slot is due.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -390,6 +391,7 @@ def remove_stale_export_temporaries(engine: Engine | None = None, stale_after_s:
     from firefeed.storage import export_storage
     from firefeed.storage.leftovers import stale_leftovers
     from firefeed.storage.local import LocalStorage
+    from firefeed.storage.spares import orphans
 
     settings = get_settings()
     storage = export_storage(settings)
@@ -417,4 +419,11 @@ def remove_stale_export_temporaries(engine: Engine | None = None, stale_after_s:
             continue
         removed.append(str(path))
         log.info("removed the leftover temporary export file %s (%d bytes) of an ended run", path, size)
+    # The copies kept beside large exports (storage/spares.py) whose export is gone (a path changed, a
+    # project deleted): nothing would write over them again.
+    for path in orphans(storage.root):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed.append(str(path))
+            log.info("removed the spare copy %s of an export that is gone", path)
     return removed

@@ -425,6 +425,13 @@ class ExportSpec(_Strict):
 
         if leftover_run(p.name) is not None:
             raise ValueError(f"{p.name!r} has the shape of FireFeed's temporary files, which the janitor removes")
+        from firefeed.storage.spares import is_spare
+
+        if is_spare(p.name):
+            raise ValueError(
+                f"{p.name!r} has the shape of the copy FireFeed keeps beside a large export ('.<name>.spare'),"
+                " which the export's next file is written over"
+            )
         return v
 
     @property

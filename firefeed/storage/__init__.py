@@ -73,24 +73,31 @@ def parse_storage_url(url: str) -> tuple[str, str]:
 
 def export_storage(settings: Settings) -> Storage:
     """The exports area: `<company>/<project>/<path>` keys."""
-    return _areas(settings.storage_url, settings.storage_endpoint_url, settings.export_dir, settings.data_dir)[0]
+    return _areas_of(settings)[0]
 
 
 def run_storage(settings: Settings) -> Storage:
     """The runs area: `<run_id>/...` keys (raw downloads between FETCH and PARSE)."""
-    return _areas(settings.storage_url, settings.storage_endpoint_url, settings.export_dir, settings.data_dir)[1]
+    return _areas_of(settings)[1]
+
+
+def _areas_of(settings: Settings) -> tuple[Storage, Storage]:
+    s = settings
+    return _areas(s.storage_url, s.storage_endpoint_url, s.export_dir, s.data_dir, s.export_spare_min_bytes)
 
 
 @lru_cache(maxsize=16)
-def _areas(url: str | None, endpoint: str | None, export_dir: Path, data_dir: Path) -> tuple[Storage, Storage]:
+def _areas(
+    url: str | None, endpoint: str | None, export_dir: Path, data_dir: Path, spare_min_bytes: int = 0
+) -> tuple[Storage, Storage]:
     if url is None:
-        return LocalStorage(export_dir), LocalStorage(data_dir / "runs")
+        return LocalStorage(export_dir, spare_min_bytes=spare_min_bytes), LocalStorage(data_dir / "runs")
     try:
         protocol, root = parse_storage_url(url)
     except ValueError as exc:
         raise ConfigError(f"FIREFEED_STORAGE_URL: {exc}") from exc
     if protocol == "file":
-        return LocalStorage(Path(root) / "exports"), LocalStorage(Path(root) / "runs")
+        return LocalStorage(Path(root) / "exports", spare_min_bytes=spare_min_bytes), LocalStorage(Path(root) / "runs")
     options: dict[str, Any] = {"use_listings_cache": False}  # other machines change the bucket: never trust a listing
     if endpoint:
         options["endpoint_url"] = endpoint

@@ -32,6 +32,12 @@ _TEMPORARY = re.compile(r"\.(?P<inner>.+)\.[a-z0-9_]{8}\.tmp")
 _MAX_TEMPORARIES = 2
 
 
+def published_name(filename: str) -> str | None:
+    """The file name a run's partial export (`keys.partial_key`) is published as; None for any other name."""
+    partial = _PARTIAL.fullmatch(filename)
+    return partial["name"] if partial is not None else None
+
+
 def leftover_run(filename: str) -> str | None:
     """The run-id prefix a FireFeed temporary export file names; None for any other file.
 

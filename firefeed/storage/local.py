@@ -21,19 +21,23 @@ from typing import BinaryIO
 
 from firefeed.errors import StorageError, UnsafePathError
 from firefeed.export._atomic import fsync_dir
-from firefeed.storage import retire
+from firefeed.storage import retire, spares
 from firefeed.storage.base import Storage
 from firefeed.storage.keys import check_key
+from firefeed.storage.leftovers import published_name
 
 #: A new file is world-readable, like a served feed; a replaced file keeps its mode.
 _NEW_FILE_MODE = 0o644
 
 
 class LocalStorage(Storage):
-    """Keys as files under a folder (created on first write)."""
+    """Keys as files under a folder (created on first write). With `spare_min_bytes` (the export folder), a
+    published file of that many bytes or more that a publish replaces is kept for the next write of its key
+    (storage/spares.py); 0 keeps none."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, spare_min_bytes: int = 0) -> None:
         self.root = Path(root)
+        self.spare_min_bytes = spare_min_bytes
 
     def __repr__(self) -> str:
         return f"LocalStorage({str(self.root)!r})"
@@ -62,6 +66,9 @@ class LocalStorage(Storage):
             # The key, not `dest`: the message reaches the tenant, the server's folders are not theirs to see.
             raise StorageError(f"cannot write {key}: {exc.strerror or type(exc).__name__}") from exc
         tmp = Path(name)
+        # A run's export written over the file its last publish replaced, when that is kept (storage/spares.py).
+        final = published_name(dest.name) if self.spare_min_bytes else None
+        held = spares.claim(spares.spare_of(dest.with_name(final)), tmp) if final else None
         try:
             yield tmp
             _fsync_file(tmp)
@@ -71,6 +78,9 @@ class LocalStorage(Storage):
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
             raise
+        finally:
+            if held is not None:
+                os.close(held)
         fsync_dir(dest.parent)
 
     def put_file(self, src: Path, key: str) -> None:
@@ -84,7 +94,15 @@ class LocalStorage(Storage):
         path = self.path(key)
         if not path.is_file():
             raise StorageError(f"no such file in storage: {key}")
-        yield path
+        if not self.spare_min_bytes:
+            yield path
+            return
+        try:
+            # Held while read: a publish may make the file a spare, which no write takes while it is read.
+            with spares.read_lock(path):
+                yield path
+        except BlockingIOError as exc:
+            raise StorageError(f"cannot read {key}: it is being replaced") from exc
 
     def open(self, key: str) -> BinaryIO:
         path = self.path(key)
@@ -97,12 +115,35 @@ class LocalStorage(Storage):
         source, dest = self.path(src), self.path(dst)
         try:
             dest.parent.mkdir(parents=True, exist_ok=True)
-            # The published file this replaces is freed on the deleter's thread (storage/retire.py), under
-            # the name of a storage temporary of `source` (`leftovers`: the janitor's, if a kill leaves it).
-            retire.replace(source, dest, source.with_name(f".{source.name}.{secrets.token_hex(4)}.tmp"))
+            if self.spare_min_bytes and self._keep_spare(source, dest):
+                try:
+                    os.replace(source, dest)
+                except BaseException:
+                    spares.spare_of(dest).unlink(missing_ok=True)  # a second name of the live file is no spare
+                    raise
+            else:
+                # The published file this replaces is freed on the deleter's thread (storage/retire.py), under
+                # the name of a storage temporary of `source` (`leftovers`: the janitor's, if a kill leaves it).
+                retire.replace(source, dest, _retired_name(source))
         except OSError as exc:
             raise StorageError(f"cannot move {src} to {dst}: {exc.strerror or type(exc).__name__}") from exc
         fsync_dir(dest.parent)
+
+    def _keep_spare(self, source: Path, dest: Path) -> bool:
+        """Whether the file `dest` (about to be replaced by `source`) now also has its spare's name; an older
+        spare (one that was being read when `dest` was written) is freed on the deleter's thread."""
+        spare = spares.spare_of(dest)
+        try:
+            if dest.stat().st_size < self.spare_min_bytes:
+                return False
+            if spare.exists():
+                retired = _retired_name(source)
+                os.replace(spare, retired)
+                retire.later(retired)
+            os.link(dest, spare)
+        except OSError:
+            return False  # no file to replace, or no second name to be had: freed as before
+        return True
 
     def delete(self, key: str) -> None:
         self.path(key).unlink(missing_ok=True)
@@ -129,6 +170,11 @@ class LocalStorage(Storage):
             return self.path(key).stat().st_size
         except OSError:
             return None
+
+
+def _retired_name(source: Path) -> Path:
+    """A replaced file's name until the deleter removes it: a storage temporary of `source`."""
+    return source.with_name(f".{source.name}.{secrets.token_hex(4)}.tmp")
 
 
 def _mode_of(dest: Path) -> int:

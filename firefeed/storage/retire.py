@@ -59,6 +59,12 @@ def replace(src: Path, dest: Path, retired: Path) -> None:
         _queue.put(retired)
 
 
+def later(path: Path) -> None:
+    """Remove `path` on the deleter's thread (a file that already has a name of its caller's sweep)."""
+    _start()
+    _queue.put(path)
+
+
 def drain() -> None:
     """Wait until every file handed to the deleter is removed."""
     if _started:

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from firefeed.config import reset_settings
+from firefeed.storage import spares
 from tests.integration.file_servers import ftp, sftp, transfer_env, trusted_cert  # noqa: F401  (fixtures)
 
 
@@ -62,10 +63,20 @@ def run_env(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     reset_settings()
 
 
+def published_files(folder: Path) -> dict[str, bytes]:
+    """The files of an export folder, by name: what it publishes (not the spares kept beside large exports
+    for their next write, storage/spares.py)."""
+    if not folder.exists():
+        return {}
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file() and not spares.is_spare(p.name)}
+
+
 @pytest.fixture()
 def patch_env(run_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """`run_env` where every csv source keeps its copy for PARSE by patch (the test files are small)."""
+    """`run_env` where every csv source keeps its copy for PARSE by patch and every replaced export its spare
+    for the next write (the test files are small)."""
     monkeypatch.setenv("FIREFEED_PARSE_KEEP_COPY_MIN_BYTES", "1")
+    monkeypatch.setenv("FIREFEED_EXPORT_SPARE_MIN_BYTES", "1")
     reset_settings()
     yield run_env
     reset_settings()

@@ -17,7 +17,7 @@ from sqlalchemy import Engine
 
 from firefeed.runs.service import RunStore
 from firefeed.spec.loader import parse_spec
-from tests.integration.conftest import cli, write_csv
+from tests.integration.conftest import cli, published_files, write_csv
 from tests.integration.test_api import add_project, new_company
 from tests.integration.test_processes import insert, make_worker, row, workspace  # noqa: F401
 
@@ -86,8 +86,7 @@ def write_sources(tmp: Path, n: int = 30, *, price_of: int = 0) -> None:
 
 
 def files(exports: Path, project: str) -> dict[str, bytes]:
-    folder = exports / "increfresh" / project
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+    return published_files(exports / "increfresh" / project)
 
 
 def test_an_unchanged_refresh_reuses_the_last_run_and_reports_what_a_full_run_reports(

@@ -244,8 +244,11 @@ def test_the_janitor_removes_an_ended_runs_old_temporary_export_files_only(engin
     other = aged(f"..out.csv.{live[:8]}.partial.abcdefgh.tmp", 3600)
     user = aged("out.csv.tmp", 3600)
     published = aged("out.csv", 3600)
+    # The copy kept beside a large export for its next write (storage/spares.py), and one whose export is gone.
+    spare = aged(".out.csv.spare", 3600)
+    orphan = aged(".gone.csv.spare", 5)
 
     removed = remove_stale_export_temporaries(engine, stale_after_s=300)
 
-    assert sorted(removed) == sorted([str(killed.resolve()), str(killed_before.resolve())])
-    assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in (young, other, user, published))
+    assert sorted(removed) == sorted([str(killed.resolve()), str(killed_before.resolve()), str(orphan.resolve())])
+    assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in (young, other, user, published, spare))

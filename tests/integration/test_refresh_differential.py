@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from firefeed.config import reset_settings
-from tests.integration.conftest import cli, write_csv
+from tests.integration.conftest import cli, published_files, write_csv
 from tests.integration.test_rules_differential import (
     FIELDS,
     GROUP_FIELD,
@@ -148,8 +148,7 @@ def _changed_by(run_id: str) -> str:
 
 
 def _files(exports: Path, project: str) -> dict[str, bytes]:
-    folder = exports / COMPANY / project
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()} if folder.exists() else {}
+    return published_files(exports / COMPANY / project)
 
 
 #: the stock source's rows: an item's key (0-9: some name no item, some repeat) and its price and brand
@@ -266,8 +265,10 @@ def test_a_refresh_gives_a_full_runs_files_and_report_and_a_fresh_projects_files
     channel: list[dict[str, Any]],
     change: dict[str, Any] | None,
 ) -> None:
-    # Every primary keeps its copy (the files are small): a changed primary is patched when it may be.
+    # Every primary keeps its copy (the files are small): a changed primary is patched when it may be. Every
+    # replaced export is kept as its spare, which the next write of the export (patched or full) writes over.
     monkeypatch.setenv("FIREFEED_PARSE_KEEP_COPY_MIN_BYTES", "1")
+    monkeypatch.setenv("FIREFEED_EXPORT_SPARE_MIN_BYTES", "1")
     reset_settings()
     tag = uuid.uuid4().hex[:8]
     refreshed, full, fresh = f"r{tag}", f"f{tag}", f"n{tag}"

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration.conftest import write_csv
+from tests.integration.conftest import published_files, write_csv
 from tests.integration.test_incremental import named, ok
 
 pytestmark = pytest.mark.integration
@@ -140,16 +140,17 @@ def write_stock(tmp: Path, cat: Catalog, keys: list[str], level: Any) -> None:
 
 
 def files(exports: Path, project: str) -> dict[str, bytes]:
-    folder = exports / "realrefresh" / project
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+    return published_files(exports / "realrefresh" / project)
 
 
 @pytest.mark.parametrize("cat", CATALOGS, ids=[c.name for c in CATALOGS])
 def test_a_real_catalogs_refreshes_give_a_full_runs_files_and_report(
     run_env: Path, tmp_path: Path, cat: Catalog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # PARSE keeps a copy of every catalog file, however small, so that an edit may be patched (#52).
+    # PARSE keeps a copy of every catalog file, however small, so that an edit may be patched (#52), and each
+    # replaced export is kept as the spare the next write takes.
     monkeypatch.setenv("FIREFEED_PARSE_KEEP_COPY_MIN_BYTES", "1")
+    monkeypatch.setenv("FIREFEED_EXPORT_SPARE_MIN_BYTES", "1")
     (tmp_path / "feeds").mkdir()
     folder = tmp_path / "feeds"
     shutil.copy(cat.file, folder / cat.file.name)

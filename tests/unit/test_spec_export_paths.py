@@ -45,6 +45,13 @@ def test_a_path_shaped_like_firefeeds_temporary_files_is_refused(path: str) -> N
     assert err.path == "exports[0].path" and "temporary files" in err.detail
 
 
+@pytest.mark.parametrize("path", [".feed.csv.spare", "sub/.google.xml.spare"])
+def test_a_path_shaped_like_the_spare_kept_beside_a_large_export_is_refused(path: str) -> None:
+    # Another export's next file is written over such a file (storage/spares.py): a feed of that name would be.
+    err = _error(_spec({"path": path}))
+    assert err.path == "exports[0].path" and "'.<name>.spare'" in err.detail
+
+
 @pytest.mark.parametrize(
     ("first", "second", "bad"),
     [
