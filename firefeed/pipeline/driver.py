@@ -245,13 +245,18 @@ class _Driver:
         previous = decision.previous
         assert previous is not None
         merged, tables = delta.merge_delta(self.ctx, parsed, previous)
-        rows = previous.rows[Step.MERGE][1]  # an enrich source adds no item
-        detail: dict[str, Any] = {"sources": merged.sources_report(), "fields": merged.fields}
-        detail["changed_by"] = tables.found_by
-        lookups = previous.details.get(Step.MERGE, {}).get("lookups")
-        if lookups:
-            detail["lookups"] = lookups
-        incremental.delta_merge_detail(decision, self.ctx, detail, tables.changed)
+        try:
+            rows = previous.rows[Step.MERGE][1]  # an enrich source adds no item
+            detail: dict[str, Any] = {"sources": merged.sources_report(), "fields": merged.fields}
+            detail["changed_by"] = tables.found_by
+            lookups = previous.details.get(Step.MERGE, {}).get("lookups")
+            if lookups:
+                detail["lookups"] = lookups
+            incremental.delta_merge_detail(decision, self.ctx, detail, tables.changed)
+        except BaseException:
+            if tables.items_update is not None:
+                tables.items_update.settle()
+            raise
         return (merged, tables), _Done(merged.rows_in, rows, detail)
 
     def rules_delta(
@@ -261,16 +266,24 @@ class _Driver:
 
         previous, computed_by = decision.previous, decision.computed_by
         assert previous is not None and computed_by is not None
-        result = delta_rules.rules_delta(
-            self.ctx,
-            tables,
-            merged.fields,
-            kept_result_table(computed_by),
-            previous.details.get(Step.RULES, {}),
-            previous.rows[Step.RULES],
-            # Fanned out, the changed items' new rows are ruled as chunk jobs when they are more than a chunk.
-            run_chunks=self.run_chunks if self.dispatcher.fans_out_rules else None,
-        )
+        try:
+            result = delta_rules.rules_delta(
+                self.ctx,
+                tables,
+                merged.fields,
+                kept_result_table(computed_by),
+                previous.details.get(Step.RULES, {}),
+                previous.rows[Step.RULES],
+                # Fanned out, the changed items' new rows are ruled as chunk jobs when they are more than a chunk.
+                run_chunks=self.run_chunks if self.dispatcher.fans_out_rules else None,
+            )
+        except BaseException:
+            if tables.items_update is not None:
+                tables.items_update.settle()
+            raise
+        if tables.items_update is not None:
+            # The items table's UPDATE ran beside (delta.ItemsUpdate): done before anything is exported.
+            tables.items_update.result()
         detail = result.report()
         warnings = spec_warnings(self.ctx.spec, merged.fields, result.fields)
         if warnings:

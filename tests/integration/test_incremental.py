@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -301,6 +302,69 @@ def test_a_change_of_the_stock_source_alone_recomputes_only_its_items_as_a_full_
     assert named(again, refreshed) == named(ok(specs[full], "--full"), full)
     assert files(run_env, refreshed) == files(run_env, full)
     assert ok(specs[refreshed])["incremental"]["mode"] == "unchanged"
+
+
+def _stock_delta_ready(tmp: Path) -> tuple[Path, Path]:
+    """A project with a run behind it and its fresh twin, the stock changed since (a delta next)."""
+    refreshed, fresh = (f"inc{uuid.uuid4().hex[:8]}" for _ in range(2))
+    write_sources(tmp)
+    specs = [write_project(tmp, p, rules=PER_ITEM_RULES) for p in (refreshed, fresh)]
+    ok(specs[0])
+    write_csv(tmp / "stock.csv", ["id", "stock"], [[str(i), str((i + 1) % 5)] for i in range(1, 31)])
+    return specs[0], specs[1]
+
+
+def test_a_delta_whose_items_update_fails_fails_before_publishing_and_the_next_run_is_a_full_runs(
+    run_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The changed items' UPDATE of the items table runs beside RULES (delta.ItemsUpdate): its failure fails
+    the run before EXPORT, the published files stay the last run's, and the next run gives a full run's."""
+    from firefeed.pipeline import delta
+
+    refreshed, fresh = _stock_delta_ready(tmp_path)
+    before = files(run_env, refreshed.stem)
+
+    def failing(engine: Any, statement: Any) -> int:
+        time.sleep(0.2)  # RULES runs meanwhile
+        raise RuntimeError("the items table could not be updated")
+
+    with monkeypatch.context() as m:
+        m.setattr(delta.ItemsUpdate, "_run", staticmethod(failing))
+        code, report = run(refreshed)
+    assert code != 0 and report["status"] == "FAILED", report
+    assert report["error"]["step"] == "RULES" and "could not be updated" in report["error"]["message"]
+    assert files(run_env, refreshed.stem) == before
+    ok(refreshed)
+    ok(fresh)
+    assert files(run_env, refreshed.stem) == files(run_env, fresh.stem)
+
+
+def test_a_delta_whose_rules_fail_waits_for_the_items_update_before_it_ends(
+    run_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from firefeed.pipeline import delta, delta_rules
+
+    refreshed, fresh = _stock_delta_ready(tmp_path)
+    updated: list[int] = []
+    original = delta.ItemsUpdate._run
+
+    def slow(engine: Any, statement: Any) -> int:
+        time.sleep(0.5)  # longer than RULES takes to fail
+        updated.append(original(engine, statement))
+        return updated[-1]
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the rules broke")
+
+    with monkeypatch.context() as m:
+        m.setattr(delta.ItemsUpdate, "_run", staticmethod(slow))
+        m.setattr(delta_rules, "rules_delta", broken)
+        code, report = run(refreshed)
+    assert code != 0 and "the rules broke" in report["error"]["message"], report
+    assert updated == [30]  # every item changed, done before the run ended (the project was not free while it wrote)
+    ok(refreshed)
+    ok(fresh)
+    assert files(run_env, refreshed.stem) == files(run_env, fresh.stem)
 
 
 def merge_detail(run_id: str) -> dict[str, Any]:
