@@ -209,9 +209,12 @@ def drop_run_table(engine: Any, company: str, run_table: str) -> None:
         cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(company_schema(company), run_table)))
 
 
-def complete(engine: Any, target: Target, export: ExportSpec, changed: Changed) -> dict[str, Any]:
+def complete(
+    engine: Any, target: Target, export: ExportSpec, changed: Changed, *, count_left: bool = True
+) -> dict[str, Any]:
     """The run table's rows, then the export's `diagnostics` and `diff`, as a full run's; NotPatched when the
-    baseline holds a changed item the export no longer selects (it left the export).
+    baseline holds a changed item the export no longer selects (it left the export). Without `count_left`
+    the caller checks that by the baseline's positions (`left_the_export`) instead of a count of its rows.
 
     The run table holds the changed items' rows as a full run computes them, and stands for the baseline less
     their rows with them (the others unchanged): the diff and the findings read the two parts, and the promote
@@ -228,10 +231,12 @@ def complete(engine: Any, target: Target, export: ExportSpec, changed: Changed) 
     keys = keys_table_of(target)
     if why:
         others = Beside(lambda: _copy_unchanged(engine, company, changed, keys))
-    else:
+    elif count_left:
         # Beside the changed rows' INSERT, where the copy ran: the baseline's rows of changed keys counted, when
         # some changed item is not selected now (it may have left the export).
         others = Beside(lambda: _changed_in_baseline(engine, company, changed, keys))
+    else:
+        others = Beside(lambda: None)
     try:
         with raw_connection(engine) as conn, conn.cursor() as cur:
             scan_settings(cur)
@@ -519,13 +524,43 @@ def baseline_ords(engine: Any, target: Target, changed: Changed) -> array[int]:
                 ident(company, changed.baseline.table)
             )
         )
-        ords = array("q")
-        ords.frombytes(bytes(cur.fetchone()[0]))
-    if sys.byteorder == "little":
-        ords.byteswap()
+        ords = _int8s(bytes(cur.fetchone()[0]))
     if any(a >= b for a, b in itertools.pairwise(ords)):
         ords = array("q", sorted(ords))
     return ords
+
+
+def left_the_export(engine: Any, target: Target, changed: Changed, ords: Sequence[int]) -> None:
+    """NotPatched when a changed item the export does not select now is among the last file's items (at
+    `ords`, ascending): it left the export. An item's position is its identity between a run and its delta
+    (a delta moves no item, and the baseline is the last file's: `changed_rows`), as `places_of` takes it for
+    the items the export selects; this spares `complete` a count over the baseline's ~1M rows (0.3 s)."""
+    from firefeed.dataplane.names import rules_tmp_table
+    from firefeed.pipeline.delta import NEW_ROWS
+
+    company = company_schema(target.company)
+    with raw_connection(engine) as conn, conn.cursor() as cur:
+        cur.execute(
+            sql.SQL("SELECT coalesce(string_agg(int8send({o}), ''::bytea), ''::bytea) FROM {t}").format(
+                o=ident(ORD), t=ident(company, rules_tmp_table(target.run_id, NEW_ROWS))
+            )
+        )
+        every = _int8s(bytes(cur.fetchone()[0]))
+    selected = set(changed.ords)
+    for o in every:
+        if o not in selected:
+            at = bisect.bisect_left(ords, o)
+            if at < len(ords) and ords[at] == o:
+                raise NotPatched("a changed item enters or leaves the export")
+
+
+def _int8s(data: bytes) -> array[int]:
+    """The big-endian 8-byte integers of `int8send`s joined."""
+    values = array("q")
+    values.frombytes(data)
+    if sys.byteorder == "little":
+        values.byteswap()
+    return values
 
 
 def places_of(ords: Sequence[int], changed: Sequence[int]) -> list[int]:

@@ -158,6 +158,7 @@ def _patched(ctx: RunContext, index: int, table: str, fields: Sequence[str], row
         complete,
         drop_run_table,
         find_places,
+        left_the_export,
         new_lines,
         patch_file,
         places_of,
@@ -194,12 +195,14 @@ def _patched(ctx: RunContext, index: int, table: str, fields: Sequence[str], row
     try:
         # The run table's rows, the diff and the findings on their own connection while the changed items'
         # places are found and the file is written.
-        side = Beside(lambda: complete(engine, target, exp, changed))
+        # With the last file's item positions (`kept`), a changed item leaving the export is found by them.
+        side = Beside(lambda: complete(engine, target, exp, changed, count_left=kept is None))
         ords = None
         if kept is not None:
             # Every item's position: kept with the lengths by an earlier patch, else read once (and kept).
             ords = kept.ords if kept.ords is not None else baseline_ords(engine, target, changed)
             places, old_rows = places_of(ords, changed.ords), len(ords)
+            left_the_export(engine, target, changed, ords)
         else:
             places, old_rows = find_places(engine, target, changed)
         # While the file is written: where the kept result holds the changed items' rows, so that keeping this
