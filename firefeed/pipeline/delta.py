@@ -49,7 +49,7 @@ from typing import Any
 
 from psycopg2 import sql
 
-from firefeed.dataplane.kept import keep_in_place
+from firefeed.dataplane.kept import PreparedKeep, keep_in_place
 from firefeed.dataplane.names import RESULT_PREFIX, rules_tmp_table
 from firefeed.dataplane.state import KeptRun, SourceState
 from firefeed.db.engine import raw_connection
@@ -467,10 +467,33 @@ def _patched_only(spec: ProjectSpec) -> bool:
     return all(static_reason(exp) is None for exp in spec.exports)
 
 
-def keep_viewed(schema: SchemaService, company: str, run_id: str, table: str) -> str | None:
+def keep_viewed(
+    schema: SchemaService, company: str, run_id: str, table: str, prepared: PreparedKeep | None = None
+) -> str | None:
     """Keep this delta run's result when `delta_rules.rules_delta` made it a view over the kept result
-    (`keep_in_place`); returns the kept name, or None when `table` is no such view (a full run's result,
-    a spliced table)."""
+    (`keep_in_place`, or the change `prepare_keep` began beside EXPORT committed); returns the kept name, or
+    None when `table` is no such view (a full run's result, a spliced table)."""
+    if prepared is not None:
+        return prepared.commit()
+    where = _kept_viewed(schema, company, run_id, table)
+    return None if where is None else keep_in_place(schema, company, run_id, **where)
+
+
+def prepare_keep(schema: SchemaService, company: str, run_id: str, table: str) -> PreparedKeep | None:
+    """`keep_viewed`'s change of the kept result begun while EXPORT runs (dataplane/kept.py `PreparedKeep`);
+    None when `table` is no view over the kept result (nothing to prepare), or when that cannot be told (the
+    keep after the publish then says why: keeping the result never fails the run)."""
+    try:
+        where = _kept_viewed(schema, company, run_id, table)
+    except Exception:
+        log.warning("the kept result's change was not begun beside EXPORT", exc_info=True)
+        return None
+    return None if where is None else PreparedKeep(schema, company, run_id, **where)
+
+
+def _kept_viewed(schema: SchemaService, company: str, run_id: str, table: str) -> dict[str, Any] | None:
+    """What `keep_in_place` takes to keep the run's result `table`, a view over the kept result; None when it
+    is no such view."""
     if table != rules_tmp_table(run_id, SPLICED):
         return None
     where = company_schema(company)
@@ -480,12 +503,9 @@ def keep_viewed(schema: SchemaService, company: str, run_id: str, table: str) ->
         kept = [name for name, _ in view_reads(cur, where, table) if name.startswith(RESULT_PREFIX)]
     if len(kept) != 1:
         raise RuntimeError(f"the delta's result {table} reads {len(kept)} kept results")
-    return keep_in_place(
-        schema,
-        company,
-        run_id,
-        kept=kept[0],
-        keys=rules_tmp_table(run_id, KEYS),
-        ruled=rules_tmp_table(run_id, RULED),
-        columns=schema.table_columns(company, table),
-    )
+    return {
+        "kept": kept[0],
+        "keys": rules_tmp_table(run_id, KEYS),
+        "ruled": rules_tmp_table(run_id, RULED),
+        "columns": schema.table_columns(company, table),
+    }

@@ -30,6 +30,7 @@ from sqlalchemy import Engine
 
 from firefeed import metrics
 from firefeed.config import Settings, get_settings
+from firefeed.dataplane.kept import PreparedKeep
 from firefeed.db.engine import get_engine
 from firefeed.errors import FireFeedError, PublishBlockedError, RunCancelledError
 from firefeed.logging import run_context
@@ -415,28 +416,36 @@ class _Driver:
 
     # -- EXPORT: every export written beside its published name, checked, then all published at once
     def export(self, rules: contract.RulesResult) -> tuple[None, _Done]:
+        from firefeed.pipeline.delta import prepare_keep
+
         ctx = self.ctx
         params = contract.ExportParams(rules.table, rules.fields, rules.rows_out)
         specs = [JobSpec(JobKind.EXPORT, idx=i, params=params) for i in range(len(ctx.spec.exports))]
-        states = self.run_jobs(JobKind.EXPORT, specs) if specs else []
-        exports = [contract.ExportResult.from_json(s.result_doc()) for s in states]
-        entries = [e.entry for e in exports]
-        # How a delta run wrote each export (patched, or full and why): the step's detail, not the report's.
-        written = {e["name"]: e.pop("written") for e in entries if "written" in e}
-        self.check_cancel()
-        warnings = self.check_publish(entries)
-        detail: dict[str, Any] = {"exports": entries} | ({"written": written} if written else {})
-        if warnings:
-            detail["warnings"] = warnings
-        done = _Done(rules.rows_out, sum(e.rows for e in exports), detail)
-        # Recorded with the step's success, then switched: from here the run publishes, whatever dies when.
-        publishing.publish(ctx, entries, rows_in=done.rows_in, rows_out=done.rows_out, detail=detail)
-        # The diff baselines and the kept rules result are tables apart: kept side by side, on a connection each
-        # (a delta's take-over and in-place keep: ~0.45 s and ~0.2 s of 1M items, one after the other before).
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="promote") as pool:
-            promoted = pool.submit(contextvars.copy_context().run, self.promote, entries)
-            self.keep_result(rules)
-            promoted.result()
+        # A delta's change of the kept result, begun beside the exports and committed once they are published.
+        prepared = prepare_keep(ctx.data.schema, ctx.spec.company, ctx.run_id, rules.table)
+        try:
+            states = self.run_jobs(JobKind.EXPORT, specs) if specs else []
+            exports = [contract.ExportResult.from_json(s.result_doc()) for s in states]
+            entries = [e.entry for e in exports]
+            # How a delta run wrote each export (patched, or full and why): the step's detail, not the report's.
+            written = {e["name"]: e.pop("written") for e in entries if "written" in e}
+            self.check_cancel()
+            warnings = self.check_publish(entries)
+            detail: dict[str, Any] = {"exports": entries} | ({"written": written} if written else {})
+            if warnings:
+                detail["warnings"] = warnings
+            done = _Done(rules.rows_out, sum(e.rows for e in exports), detail)
+            # Recorded with the step's success, then switched: from here the run publishes, whatever dies when.
+            publishing.publish(ctx, entries, rows_in=done.rows_in, rows_out=done.rows_out, detail=detail)
+            # The diff baselines and the kept rules result are tables apart: kept side by side, on a connection
+            # each (a delta's take-over and in-place keep: ~0.45 s and ~0.2 s of 1M items, one after the other).
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="promote") as pool:
+                promoted = pool.submit(contextvars.copy_context().run, self.promote, entries)
+                self.keep_result(rules, prepared)
+                promoted.result()
+        finally:
+            if prepared is not None:
+                prepared.abandon()  # rolled back unless committed: the run did not publish
         steps.drop_unnamed_tables(ctx)
         self.deliver(entries, detail)
         self.sync(entries, rules.fields, detail)
@@ -519,13 +528,18 @@ class _Driver:
         except Exception:  # the run fails anyway; only its findings list is lost
             log.exception("could not keep the blocked exports' rows for their findings list")
 
-    def keep_result(self, rules: contract.RulesResult) -> None:
+    def keep_result(self, rules: contract.RulesResult, prepared: PreparedKeep | None = None) -> None:
         """The rules' result stays, renamed, for `firefeed values` (its pass tables are not dropped at the end)."""
         from firefeed.pipeline.values import keep_result
 
         ctx = self.ctx
         keep_result(
-            ctx.data.schema, company=ctx.spec.company, project=ctx.spec.project, run_id=ctx.run_id, table=rules.table
+            ctx.data.schema,
+            company=ctx.spec.company,
+            project=ctx.spec.project,
+            run_id=ctx.run_id,
+            table=rules.table,
+            prepared=prepared,
         )
 
     # -- the plumbing every step shares

@@ -33,7 +33,7 @@ from psycopg2 import errors as pg_errors
 from psycopg2 import sql
 from sqlalchemy import Engine
 
-from firefeed.dataplane.kept import drop_kept_results, keep_rules_result
+from firefeed.dataplane.kept import PreparedKeep, drop_kept_results, keep_rules_result
 from firefeed.dataplane.names import kept_result_table
 from firefeed.db.engine import raw_connection
 from firefeed.errors import NotFoundError, SpecError, ValuesTimeoutError
@@ -71,13 +71,24 @@ class FieldValues:
         }
 
 
-def keep_result(schema: SchemaService, *, company: str, project: str, run_id: str, table: str) -> None:
+def keep_result(
+    schema: SchemaService,
+    *,
+    company: str,
+    project: str,
+    run_id: str,
+    table: str,
+    prepared: PreparedKeep | None = None,
+) -> None:
     """Once a run has published its files: keep its rules' result `table` for values, and drop the
-    result an earlier run kept. Never fails the run (values then applies the rules again)."""
+    result an earlier run kept (`prepared`: a delta's change of the kept result begun beside EXPORT, to
+    commit). Never fails the run (values then applies the rules again)."""
     try:
         from firefeed.pipeline.delta import keep_viewed
 
-        kept = keep_viewed(schema, company, run_id, table) or keep_rules_result(schema, company, project, run_id, table)
+        kept = keep_viewed(schema, company, run_id, table, prepared) or keep_rules_result(
+            schema, company, project, run_id, table
+        )
         drop_kept_results(schema, company, project, keep=kept)
     except Exception:
         log.exception("could not keep the run's rules result; `firefeed values` applies the rules again")

@@ -5,6 +5,7 @@ way `firefeed values`, the files and the report are a full run's, and a delta bu
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -210,6 +211,41 @@ def test_a_delta_with_an_export_written_whole_splices_the_result_in_order(
     again = ok(specs[0])
     assert again["incremental"]["mode"] == "delta", again["incremental"]
     assert kept_keys(database_url, again["run_id"]) == [str(i) for i in range(1, 21)]
+    same_as_full(run_env, again, specs)
+    same_values(specs)
+
+
+def test_the_keep_begun_beside_the_export_is_committed_once_published_else_kept_in_place_after(
+    run_env: Path, tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kept result's change is made while EXPORT runs (`kept.PreparedKeep`) and committed after the
+    publish; when making it beside fails, the keep after the publish makes it as before."""
+    threads: list[str] = []
+    real = kept._replace_rows
+
+    def spy(cur: Any, *args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        if len(threads) == 2:  # the second delta's first try, beside its EXPORT
+            raise psycopg2.OperationalError("the connection was lost")
+        return real(cur, *args, **kwargs)
+
+    monkeypatch.setattr(kept, "_replace_rows", spy)
+    sources(tmp_path)
+    specs = three(tmp_path, EXPORTS[:1])
+    ok(specs[0])
+    ok(specs[1])
+    sources(tmp_path, {3: "out_of_stock", 7: "preorder"})
+    delta = ok(specs[0])
+    assert threads == ["keep-in-place"]
+    assert kept_keys(database_url, delta["run_id"]) == [str(i) for i in range(1, 21) if i not in (3, 7)] + ["3", "7"]
+    same_as_full(run_env, delta, specs)
+    same_values(specs)
+
+    sources(tmp_path, {7: "preorder", 12: "out_of_stock"})
+    again = ok(specs[0])
+    assert threads[1] == "keep-in-place" and len(threads) == 3  # failed beside, then kept after the publish
+    assert kept_keys(database_url, delta["run_id"]) is None
+    assert sorted(kept_keys(database_url, again["run_id"]) or [], key=int) == [str(i) for i in range(1, 21)]
     same_as_full(run_env, again, specs)
     same_values(specs)
 
