@@ -236,8 +236,21 @@ class _Driver:
 
     # -- a delta run (SPEC 11 I1, pipeline/delta.py): MERGE and RULES for the changed items, EXPORT in full
     def take_delta(self, parsed: list[contract.SourceResult], decision: incremental.Decision) -> None:
-        merged, tables = self.step(Step.MERGE, lambda: self.merge_delta(parsed, decision))
-        rules = self.step(Step.RULES, lambda: self.rules_delta(merged, tables, decision))
+        from firefeed.dataplane.names import kept_result_table
+
+        assert decision.computed_by is not None
+        # The kept result's rows of the patched records' keys, found while MERGE runs (RULES takes them).
+        early = None
+        try:
+            early = delta_rules.EarlyFound.begin(self.ctx, parsed, kept_result_table(decision.computed_by))
+        except Exception:  # not the run's: RULES finds them itself
+            log.warning("the kept result's rows were not searched beside MERGE", exc_info=True)
+        try:
+            merged, tables = self.step(Step.MERGE, lambda: self.merge_delta(parsed, decision))
+            rules = self.step(Step.RULES, lambda: self.rules_delta(merged, tables, decision, early))
+        finally:
+            if early is not None:
+                early.settle()
         self.step(Step.EXPORT, lambda: self.export(rules))
 
     def merge_delta(
@@ -261,7 +274,11 @@ class _Driver:
         return (merged, tables), _Done(merged.rows_in, rows, detail)
 
     def rules_delta(
-        self, merged: contract.MergeResult, tables: delta.DeltaTables, decision: incremental.Decision
+        self,
+        merged: contract.MergeResult,
+        tables: delta.DeltaTables,
+        decision: incremental.Decision,
+        early: delta_rules.EarlyFound | None = None,
     ) -> tuple[contract.RulesResult, _Done]:
         from firefeed.dataplane.names import kept_result_table
 
@@ -277,6 +294,7 @@ class _Driver:
                 previous.rows[Step.RULES],
                 # Fanned out, the changed items' new rows are ruled as chunk jobs when they are more than a chunk.
                 run_chunks=self.run_chunks if self.dispatcher.fans_out_rules else None,
+                early=early,
             )
         except BaseException:
             if tables.items_update is not None:

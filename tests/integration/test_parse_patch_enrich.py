@@ -223,3 +223,69 @@ def test_two_changed_sources_one_patched_one_parsed_in_full_merge_their_candidat
     assert merge_detail(report["run_id"])["changed_by"] == "patched staged rows: more than one source changed"
     assert report["incremental"]["items_changed"] == 2, report["incremental"]
     same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, report)
+
+
+def _early_spy(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
+    """What RULES took from the kept result's rows found beside MERGE (`EarlyFound.found_from`), per delta."""
+    from firefeed.pipeline.delta_rules import EarlyFound
+
+    taken: list[str | None] = []
+    real = EarlyFound.found_from
+
+    def spy(self: EarlyFound, *args: Any, **kwargs: Any) -> str | None:
+        taken.append(real(self, *args, **kwargs))
+        return taken[-1]
+
+    monkeypatch.setattr(EarlyFound, "found_from", spy)
+    return taken
+
+
+def test_the_kept_rows_of_the_patched_keys_found_beside_merge_are_the_ones_rules_takes(
+    patch_env: Path, tmp_path: Path, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    taken = _early_spy(monkeypatch)
+    refreshed, full, fresh = start(tmp_path, stock_rows())
+    rows = stock_rows()
+    rows[2], rows[6], rows[7] = "3,0", "7,4", '"8",3'  # one excluded now, one labelled, one the same values
+    write_stock(tmp_path, rows)
+    report = ok(refreshed)
+    assert report["incremental"]["items_changed"] == 2, report["incremental"]
+    assert len(taken) == 1 and taken[0] is not None and taken[0].endswith("_9000104")
+    same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, report)
+
+
+def test_a_changed_key_not_searched_beside_merge_or_a_failed_search_finds_the_kept_rows_in_rules(
+    patch_env: Path, tmp_path: Path, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from psycopg2 import sql
+
+    from firefeed.pipeline.delta_rules import EarlyFound
+
+    taken = _early_spy(monkeypatch)
+    refreshed, full, fresh = start(tmp_path, stock_rows())
+    real_init = EarlyFound.__init__
+
+    def one_key_short(self: EarlyFound, ctx: Any, keys: Any, params: list[Any], heaps: list[str]) -> None:
+        # The search misses item 7's key: RULES must not take its rows for the changed items'.
+        short = sql.SQL("SELECT k.* FROM ({keys}) k (key) WHERE k.key <> '7'").format(keys=keys)
+        real_init(self, ctx, short, params, heaps)
+
+    rows = stock_rows()
+    rows[2], rows[6] = "3,0", "7,4"
+    write_stock(tmp_path, rows)
+    with monkeypatch.context() as m:
+        m.setattr(EarlyFound, "__init__", one_key_short)
+        report = ok(refreshed)
+    assert taken == [None]
+    same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, report)
+
+    def failing(self: EarlyFound, *args: Any) -> None:
+        raise RuntimeError("the search failed")
+
+    rows[2], rows[20] = "3,3", "21,0"
+    write_stock(tmp_path, rows)
+    with monkeypatch.context() as m:
+        m.setattr(EarlyFound, "_run", failing)
+        again = ok(refreshed)
+    assert again["incremental"]["mode"] == "delta" and taken == [None, None]
+    same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, again)
