@@ -63,6 +63,8 @@ T = TypeVar("T")
 #: TIDs: the keep's table of them, `kept.CHANGED_ROWS`, which it deletes them by after the publish), the
 #: changed items' old rows the kept result lacks
 FOUND, OLD_EXCLUDED = CHANGED_ROWS, CHANGED_ROWS + 1
+#: the start of the rules' flag columns' names (`_plan.flag_column`)
+FLAG_PREFIX = "_ff_m"
 #: the keys of the records PARSE patched (a superset of the changed items' keys) and the kept result's rows of
 #: them, found while MERGE runs (`EarlyFound`)
 EARLY_KEYS, EARLY_FOUND = CHANGED_ROWS + 2, CHANGED_ROWS + 3
@@ -91,10 +93,14 @@ class EarlyFound:
     Begun only when every changed source was patched (`begin`); nothing writes the kept result before
     EXPORT. A failure here is not the run's: RULES then scans the kept result as before."""
 
-    def __init__(self, ctx: RunContext, keys: sql.Composable, params: list[Any], heaps: list[str]) -> None:
+    def __init__(
+        self, ctx: RunContext, keys: sql.Composable, params: list[Any], heaps: list[str], flags: Sequence[str] = ()
+    ) -> None:
         from firefeed.export.patch import Beside
 
         self._heaps = heaps
+        #: the rules' flag columns read with each row (its counts then need no second read of the kept result)
+        self.flags = list(flags)
         self._job = Beside(lambda: self._run(ctx, keys, params), name="kept-rows")
 
     def _run(self, ctx: RunContext, keys: sql.Composable, params: list[Any]) -> None:
@@ -112,8 +118,8 @@ class EarlyFound:
                 spec.company,
                 ctx.run_id,
                 EARLY_FOUND,
-                [KEY, "r", "t"],
-                _found_select(schema, self._heaps, keys_t),
+                [KEY, "r", "t", *self.flags],
+                _found_select(schema, self._heaps, keys_t, self.flags),
                 [],
                 conn=conn,
             )
@@ -133,6 +139,8 @@ class EarlyFound:
         heaps = kept_heaps(ctx.data.schema, ctx.spec.company, kept_result)
         if heaps is None:
             return None
+        kept_columns = ctx.data.schema.table_columns(ctx.spec.company, kept_result)
+        flags = [c for c in kept_columns if c.startswith(FLAG_PREFIX)]
         schema = company_schema(ctx.spec.company)
         sources, _, _ = _staged(ctx, parsed)
         params: list[Any] = []
@@ -144,7 +152,7 @@ class EarlyFound:
             for j, p in zip(changed, patches, strict=True)
             if p is not None
         )
-        return cls(ctx, keys, params, heaps)
+        return cls(ctx, keys, params, heaps, flags)
 
     def found_from(self, ctx: RunContext, keys: str, heaps: Sequence[str]) -> str | None:
         """The early rows' table when they stand for the changed items' (their keys in `keys`, the kept
@@ -175,13 +183,14 @@ class EarlyFound:
             self._job.result()
 
 
-def _found_select(schema: str, heaps: Sequence[str], keys: str) -> sql.Composable:
-    """The kept result's rows (in `heaps`) of the keys in table `keys`: their key, heap and TID."""
+def _found_select(schema: str, heaps: Sequence[str], keys: str, flags: Sequence[str] = ()) -> sql.Composable:
+    """The kept result's rows (in `heaps`) of the keys in table `keys`: their key, heap and TID (and `flags`)."""
+    carried = sql.SQL("").join(sql.SQL(", h.{}").format(ident(c)) for c in flags)
     return sql.SQL(" UNION ALL ").join(
         sql.SQL(
-            "SELECT h.{key}, h.tableoid, h.ctid FROM {heap} h"
+            "SELECT h.{key}, h.tableoid, h.ctid{carried} FROM {heap} h"
             " WHERE EXISTS (SELECT 1 FROM {keys} c WHERE c.{key} = h.{key})"
-        ).format(heap=ident(schema, heap), keys=ident(schema, keys), key=ident(KEY))
+        ).format(heap=ident(schema, heap), keys=ident(schema, keys), key=ident(KEY), carried=carried)
         for heap in heaps
     )
 
@@ -397,16 +406,31 @@ def _old_from_kept(
         )
         note_changed_rows(service, spec.company, ctx.run_id, in_kept, conn=conn)
         flagged = dict.fromkeys(flags, 0)
+        # The flags came with the rows found beside MERGE: counted from them, no second read of the kept result.
+        carried = searched is not None and early is not None and set(flags) <= set(early.flags)
+        counts = sql.SQL(", ").join(sql.SQL("count(*) FILTER (WHERE {})").format(ident(c)) for c in flags)
         with conn.cursor() as cur:
-            for heap in heaps if flags else []:
+            if carried and flags:
+                assert searched is not None
+                cur.execute(
+                    sql.SQL(
+                        "SELECT {counts} FROM {early} e WHERE EXISTS (SELECT 1 FROM {keys} c WHERE c.{key} = e.{key})"
+                    ).format(
+                        counts=counts,
+                        early=ident(schema, searched),
+                        keys=ident(schema, tables.keys),
+                        key=ident(KEY),
+                    )
+                )
+                for c, n in zip(flags, cur.fetchone(), strict=True):
+                    flagged[c] += int(n)
+            for heap in heaps if flags and not carried else []:
                 cur.execute(
                     sql.SQL(
                         "SELECT {counts} FROM {heap} h"
                         " WHERE h.ctid = ANY(ARRAY(SELECT t FROM {found} WHERE r = %s::regclass))"
                     ).format(
-                        counts=sql.SQL(", ").join(
-                            sql.SQL("count(*) FILTER (WHERE {})").format(ident(c)) for c in flags
-                        ),
+                        counts=counts,
                         heap=ident(schema, heap),
                         found=ident(schema, found),
                     ),

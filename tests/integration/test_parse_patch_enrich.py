@@ -265,10 +265,10 @@ def test_a_changed_key_not_searched_beside_merge_or_a_failed_search_finds_the_ke
     refreshed, full, fresh = start(tmp_path, stock_rows())
     real_init = EarlyFound.__init__
 
-    def one_key_short(self: EarlyFound, ctx: Any, keys: Any, params: list[Any], heaps: list[str]) -> None:
+    def one_key_short(self: EarlyFound, ctx: Any, keys: Any, params: list[Any], *rest: Any) -> None:
         # The search misses item 7's key: RULES must not take its rows for the changed items'.
         short = sql.SQL("SELECT k.* FROM ({keys}) k (key) WHERE k.key <> '7'").format(keys=keys)
-        real_init(self, ctx, short, params, heaps)
+        real_init(self, ctx, short, params, *rest)
 
     rows = stock_rows()
     rows[2], rows[6] = "3,0", "7,4"
