@@ -33,6 +33,7 @@ from firefeed.config import Settings, get_settings
 from firefeed.dataplane.kept import PreparedKeep
 from firefeed.db.engine import get_engine
 from firefeed.errors import FireFeedError, PublishBlockedError, RunCancelledError
+from firefeed.export.patch import Beside
 from firefeed.logging import run_context
 from firefeed.pipeline import delta, delta_rules, incremental, publishing, rule_passes, steps
 from firefeed.pipeline.context import RunContext, load_context
@@ -227,15 +228,23 @@ class _Driver:
         if decision.mode == "unchanged":
             self.reuse(decision)
             return
-        if decision.mode == "delta":
-            self.take_delta(parsed, decision)
-            return
-        merged = self.step(Step.MERGE, lambda: self.merge(parsed, decision))
-        rules = self.step(Step.RULES, lambda: self.rules(merged))
-        self.step(Step.EXPORT, lambda: self.export(rules))
+        # The exports' spares, made beside MERGE and RULES where a published file has none (steps.prefill_spares).
+        spared = Beside(lambda: steps.prefill_spares(self.ctx), name="spares")
+        try:
+            if decision.mode == "delta":
+                self.take_delta(parsed, decision, spared)
+                return
+            merged = self.step(Step.MERGE, lambda: self.merge(parsed, decision))
+            rules = self.step(Step.RULES, lambda: self.rules(merged))
+            spared.result()
+            self.step(Step.EXPORT, lambda: self.export(rules))
+        finally:
+            spared.result()
 
     # -- a delta run (SPEC 11 I1, pipeline/delta.py): MERGE and RULES for the changed items, EXPORT in full
-    def take_delta(self, parsed: list[contract.SourceResult], decision: incremental.Decision) -> None:
+    def take_delta(
+        self, parsed: list[contract.SourceResult], decision: incremental.Decision, spared: Beside | None = None
+    ) -> None:
         from firefeed.dataplane.names import kept_result_table
 
         assert decision.computed_by is not None
@@ -251,6 +260,8 @@ class _Driver:
         finally:
             if early is not None:
                 early.settle()
+        if spared is not None:
+            spared.result()
         self.step(Step.EXPORT, lambda: self.export(rules))
 
     def merge_delta(

@@ -129,6 +129,10 @@ class LocalStorage(Storage):
             raise StorageError(f"cannot move {src} to {dst}: {exc.strerror or type(exc).__name__}") from exc
         fsync_dir(dest.parent)
 
+    def prepare_spare(self, key: str) -> bool:
+        """Give the published file `key` a spare for its next write when it has none (`spares.prefill`)."""
+        return bool(self.spare_min_bytes) and spares.prefill(self.path(key), self.spare_min_bytes)
+
     def _keep_spare(self, source: Path, dest: Path) -> bool:
         """Whether the file `dest` (about to be replaced by `source`) now also has its spare's name; an older
         spare (one that was being read when `dest` was written) is freed on the deleter's thread."""

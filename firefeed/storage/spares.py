@@ -33,6 +33,38 @@ from collections.abc import Iterator
 from pathlib import Path
 
 _SUFFIX = ".spare"
+#: a spare being made (`prefill`)
+_FILLING = ".tmp"
+
+
+def prefill(live: Path, min_bytes: int) -> bool:
+    """Give `live` a spare now when it has none (the first refresh after a project's first run, or after a spare
+    was being read): a copy of it made in the kernel (`copy_file_range`: the page cache's own pages, no user
+    buffer), under a temporary name and linked as the spare once whole, so that no write takes it half made.
+    Its bytes do not matter (the write takes its pages, writing from its first byte); what it saves is the
+    new pages' first touch, on a core the run leaves idle (the driver begins it with MERGE). Whether it made one."""
+    spare = spare_of(live)
+    try:
+        if live.stat().st_size < min_bytes or spare.exists():
+            return False
+    except OSError:
+        return False
+    filling = spare.with_name(spare.name + _FILLING)
+    filling.unlink(missing_ok=True)  # one a killed run left (one run of a project at a time)
+    try:
+        with open(live, "rb") as src, open(filling, "xb") as out:
+            left = os.fstat(src.fileno()).st_size
+            while left > 0:
+                n = os.copy_file_range(src.fileno(), out.fileno(), left)
+                if n == 0:
+                    break
+                left -= n
+        os.link(filling, spare)  # never over a spare a publish made meanwhile
+    except OSError:
+        return False
+    finally:
+        filling.unlink(missing_ok=True)
+    return True
 
 
 def spare_of(live: Path) -> Path:
@@ -41,13 +73,14 @@ def spare_of(live: Path) -> Path:
 
 
 def is_spare(filename: str) -> bool:
-    """Whether `filename` has a spare's shape (`.<name>.spare`)."""
-    return filename.startswith(".") and filename.endswith(_SUFFIX) and len(filename) > len(_SUFFIX) + 1
+    """Whether `filename` has a spare's shape (`.<name>.spare`, or `.<name>.spare.tmp` while one is made)."""
+    name = filename.removesuffix(_FILLING)
+    return name.startswith(".") and name.endswith(_SUFFIX) and len(name) > len(_SUFFIX) + 1
 
 
 def live_of(spare: Path) -> Path:
-    """The live file a spare was replaced from."""
-    return spare.with_name(spare.name[1 : -len(_SUFFIX)])
+    """The live file a spare (or one being made) was replaced from."""
+    return spare.with_name(spare.name.removesuffix(_FILLING)[1 : -len(_SUFFIX)])
 
 
 def claim(spare: Path, into: Path) -> int | None:

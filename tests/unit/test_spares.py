@@ -130,3 +130,40 @@ def test_a_file_read_through_the_storage_is_not_taken_while_read(tmp_path: Path)
         assert path == live
         assert spares.claim(live, into) is None  # (a spare's claim, tried on the file being read)
     assert not into.exists() and live.read_bytes() == b"first file of the export\n"
+
+
+def test_a_published_export_without_a_spare_gets_one_made_beside_which_its_next_write_takes(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path, spare_min_bytes=10)
+    first = _publish(storage, RUN_A, b"the first file of the export\n")
+    live = storage.path(KEY)
+    spare = spares.spare_of(live)
+    assert storage.prepare_spare(KEY) and spare.read_bytes() == live.read_bytes()
+    made = spare.stat().st_ino
+    assert made != first and not storage.prepare_spare(KEY)  # one is there: nothing more
+    assert _publish(storage, RUN_B, b"short\n") == made  # written over, cut
+    assert live.read_bytes() == b"short\n"
+    assert spare.stat().st_ino == first  # the replaced file is the spare now
+    assert sorted(p.name for p in _folder(storage).iterdir()) == [".out.csv.spare", "out.csv"]
+
+
+def test_no_spare_is_made_for_a_small_or_missing_file_or_by_a_storage_keeping_none(tmp_path: Path) -> None:
+    small = LocalStorage(tmp_path / "small", spare_min_bytes=1 << 20)
+    _publish(small, RUN_A, b"one\n")
+    assert not small.prepare_spare(KEY) and not small.prepare_spare("acme/shop/none.csv")
+    none = LocalStorage(tmp_path / "none")
+    _publish(none, RUN_A, b"one\n")
+    assert not none.prepare_spare(KEY)
+    for storage in (small, none):
+        assert sorted(p.name for p in _folder(storage).iterdir()) == ["out.csv"]
+
+
+def test_a_spare_being_made_is_never_taken_and_a_killed_ones_leftover_is_replaced(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path, spare_min_bytes=10)
+    _publish(storage, RUN_A, b"the first file of the export\n")
+    live = storage.path(KEY)
+    filling = spares.spare_of(live).with_name(".out.csv.spare.tmp")
+    filling.write_bytes(b"half")  # a run killed while it made one
+    assert spares.claim(spares.spare_of(live), tmp_path / "into") is None  # no spare yet: nothing taken
+    assert storage.prepare_spare(KEY)
+    assert not filling.exists() and spares.spare_of(live).read_bytes() == live.read_bytes()
+    assert spares.is_spare(".out.csv.spare.tmp") and spares.live_of(filling) == live

@@ -45,7 +45,7 @@ def test_a_path_shaped_like_firefeeds_temporary_files_is_refused(path: str) -> N
     assert err.path == "exports[0].path" and "temporary files" in err.detail
 
 
-@pytest.mark.parametrize("path", [".feed.csv.spare", "sub/.google.xml.spare"])
+@pytest.mark.parametrize("path", [".feed.csv.spare", "sub/.google.xml.spare", ".feed.csv.spare.tmp"])
 def test_a_path_shaped_like_the_spare_kept_beside_a_large_export_is_refused(path: str) -> None:
     # Another export's next file is written over such a file (storage/spares.py): a feed of that name would be.
     err = _error(_spec({"path": path}))

@@ -10,7 +10,7 @@ of them need. The names are re-exported here: callers write `steps.fetch_one`.
 
 from firefeed.dataplane.passes import CHANNEL_PASS_STRIDE
 from firefeed.pipeline.steps._shared import PARSER_VERSION, export_key, parse_signature
-from firefeed.pipeline.steps.export import export_one
+from firefeed.pipeline.steps.export import export_one, prefill_spares
 from firefeed.pipeline.steps.fetch import FetchOutcome, fetch_feed, fetch_one, fetch_settings
 from firefeed.pipeline.steps.finish import cleanup, discard_partials, drop_unnamed_tables
 from firefeed.pipeline.steps.merge import merge
@@ -36,6 +36,7 @@ __all__ = [
     "merge",
     "parse_one",
     "parse_signature",
+    "prefill_spares",
     "read_once",
     "stage_feed",
 ]

@@ -102,6 +102,22 @@ def export_one(
     )
 
 
+def prefill_spares(ctx: RunContext) -> None:
+    """Give each published local export a spare for this run's write when it has none
+    (`LocalStorage.prepare_spare`): the driver runs this beside MERGE and RULES, whose one backend at a time
+    leaves a core idle, so the export then writes over pages already in the page cache. Never fails the run."""
+    from firefeed.storage.local import LocalStorage
+
+    storage = export_storage(ctx.settings)
+    if not isinstance(storage, LocalStorage) or not storage.spare_min_bytes:
+        return
+    for index in range(len(ctx.spec.exports)):
+        try:
+            storage.prepare_spare(export_key(ctx, index))
+        except Exception:  # the export writes a new file, as without a spare
+            log.warning("no spare made for export %r", ctx.spec.exports[index].name, exc_info=True)
+
+
 def _patchable(exp: Any) -> bool:
     """Whether a delta run may patch the export's file (export/patch.py `static_reason`)."""
     from firefeed.export.patch import static_reason
