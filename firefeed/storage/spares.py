@@ -32,6 +32,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from firefeed.storage.copying import copy_in_kernel
+
 _SUFFIX = ".spare"
 #: a spare being made (`prefill`)
 _FILLING = ".tmp"
@@ -53,12 +55,7 @@ def prefill(live: Path, min_bytes: int) -> bool:
     filling.unlink(missing_ok=True)  # one a killed run left (one run of a project at a time)
     try:
         with open(live, "rb") as src, open(filling, "xb") as out:
-            left = os.fstat(src.fileno()).st_size
-            while left > 0:
-                n = os.copy_file_range(src.fileno(), out.fileno(), left)
-                if n == 0:
-                    break
-                left -= n
+            copy_in_kernel(src.fileno(), out.fileno())
         os.link(filling, spare)  # never over a spare a publish made meanwhile
     except OSError:
         return False

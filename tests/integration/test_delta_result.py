@@ -20,7 +20,7 @@ from firefeed.pipeline import rule_passes
 from firefeed.schema.identifiers import KEY, company_schema, ident
 from tests.integration.conftest import cli
 from tests.integration.test_incremental import ok, run
-from tests.integration.test_incremental_export import EXPORTS, same_as_full, sources, three, written
+from tests.integration.test_incremental_export import EXPORTS, first_delta, same_as_full, sources, three, written
 
 pytestmark = pytest.mark.integration
 
@@ -108,12 +108,7 @@ def test_the_keep_deletes_the_changed_rows_by_the_tids_found_beside_the_export_e
         return by_tid[-1]
 
     monkeypatch.setattr(kept, "_delete_by_tid", spy)
-    sources(tmp_path)
-    specs = three(tmp_path, EXPORTS[:1])
-    ok(specs[0])
-    ok(specs[1])
-    sources(tmp_path, {3: "out_of_stock", 7: "preorder"})
-    delta = ok(specs[0])
+    specs, delta = first_delta(tmp_path)
     assert written(delta["run_id"]) == {"feed": "patched"}
     assert by_tid == [True]
     assert kept_keys(database_url, delta["run_id"]) == [str(i) for i in range(1, 21) if i not in (3, 7)] + ["3", "7"]
@@ -230,12 +225,7 @@ def test_the_keep_begun_beside_the_export_is_committed_once_published_else_kept_
         return real(cur, *args, **kwargs)
 
     monkeypatch.setattr(kept, "_replace_rows", spy)
-    sources(tmp_path)
-    specs = three(tmp_path, EXPORTS[:1])
-    ok(specs[0])
-    ok(specs[1])
-    sources(tmp_path, {3: "out_of_stock", 7: "preorder"})
-    delta = ok(specs[0])
+    specs, delta = first_delta(tmp_path)
     assert threads == ["keep-in-place"]
     assert kept_keys(database_url, delta["run_id"]) == [str(i) for i in range(1, 21) if i not in (3, 7)] + ["3", "7"]
     same_as_full(run_env, delta, specs)

@@ -17,7 +17,7 @@ from firefeed.pipeline import delta, delta_rules, rule_passes
 from firefeed.schema.identifiers import ORD, company_schema
 from tests.integration.test_delta_result import GOOGLE_XML, kept_keys, same_values, titled
 from tests.integration.test_incremental import ok
-from tests.integration.test_incremental_export import EXPORTS, same_as_full, sources, three, written
+from tests.integration.test_incremental_export import EXPORTS, first_delta, same_as_full, sources, three, written
 
 pytestmark = pytest.mark.integration
 
@@ -131,12 +131,7 @@ def test_ruled_is_a_copy_in_the_kept_results_column_order_when_the_pass_table_ha
         return table, n
 
     monkeypatch.setattr(delta_rules, "_as_ruled", reordered)
-    sources(tmp_path)
-    specs = three(tmp_path, EXPORTS[:1])
-    ok(specs[0])
-    ok(specs[1])
-    sources(tmp_path, {3: "out_of_stock", 7: "preorder"})
-    changed = ok(specs[0])
+    specs, changed = first_delta(tmp_path)
     assert changed["incremental"]["mode"] == "delta", changed["incremental"]
     assert len(copies) == 1
     other, made, columns = copies[0]

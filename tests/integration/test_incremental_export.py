@@ -79,6 +79,17 @@ def three(tmp: Path, exports: list[dict[str, Any]] | None = None) -> tuple[Path,
     return project(tmp, refreshed, exports), project(tmp, full, exports), project(tmp, fresh, exports)
 
 
+def first_delta(tmp: Path) -> tuple[tuple[Path, Path, Path], dict[str, Any]]:
+    """`three` with the first export, the first two run, then items 3 and 7's stock changed and the first
+    refreshed (a delta whose export is patched): the projects and that run's report."""
+    sources(tmp)
+    specs = three(tmp, EXPORTS[:1])
+    ok(specs[0])
+    ok(specs[1])
+    sources(tmp, {3: "out_of_stock", 7: "preorder"})
+    return specs, ok(specs[0])
+
+
 def same_as_full(run_env: Path, delta: dict[str, Any], specs: tuple[Path, Path, Path]) -> None:
     """The delta's files and report are those of a --full run and of a fresh project's first run."""
     refreshed, full, fresh = (s.stem for s in specs)
