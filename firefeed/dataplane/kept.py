@@ -12,6 +12,7 @@ import logging
 import re
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from psycopg2 import sql
@@ -128,6 +129,17 @@ def find_changed_rows(schema: SchemaService, company: str, run_id: str, *, view:
     return found
 
 
+@dataclass(frozen=True)
+class KeptChange:
+    """What keeping a delta's result changes: the kept result `kept` gets the rows of the changed items (their
+    keys in table `keys`) replaced by their ruled rows (table `ruled`, with the result's `columns`)."""
+
+    kept: str
+    keys: str
+    ruled: str
+    columns: list[str]
+
+
 class PreparedKeep:
     """`keep_in_place`'s DELETE and INSERT done while the run's EXPORT runs, in a transaction left open on a
     connection and thread of its own, then committed with the renames once the run has published (`commit`),
@@ -138,21 +150,9 @@ class PreparedKeep:
 
     A failure while preparing is not the run's: `commit` then keeps the result in place as before."""
 
-    def __init__(
-        self,
-        schema: SchemaService,
-        company: str,
-        run_id: str,
-        *,
-        kept: str,
-        keys: str,
-        ruled: str,
-        columns: Sequence[str],
-    ) -> None:
+    def __init__(self, schema: SchemaService, company: str, run_id: str, change: KeptChange) -> None:
         self._args = (schema, company, run_id)
-        self._tables: dict[str, str] = {"kept": kept, "keys": keys, "ruled": ruled}
-        self._columns = list(columns)
-        self._prepared = threading.Event()
+        self._change = change
         self._decided = threading.Event()
         self._commit = False
         self._kept: str | None = None
@@ -165,18 +165,15 @@ class PreparedKeep:
         schema, company, run_id = self._args
         try:
             with raw_connection(schema.engine) as conn, conn.cursor() as cur:
-                heaps = _replace_rows(cur, company, run_id, **self._tables, columns=self._columns)
-                self._prepared.set()
+                heaps = _replace_rows(cur, company, run_id, self._change)
                 self._decided.wait()
                 if not self._commit:
                     raise _Abandoned
-                self._kept = _rename_kept(schema, cur, conn, company, run_id, self._tables["kept"], heaps)
+                self._kept = _rename_kept(schema, cur, conn, company, run_id, self._change.kept, heaps)
         except _Abandoned:
             pass
         except BaseException as exc:  # kept for `commit`, which keeps in place as before
             self._error = exc
-        finally:
-            self._prepared.set()
 
     def commit(self) -> str | None:
         """Once the run has published: the prepared change committed with the renames; the kept name (None:
@@ -188,7 +185,7 @@ class PreparedKeep:
             return self._kept
         log.warning("keeping the result beside EXPORT failed (%s): kept in place after the publish", self._error)
         schema, company, run_id = self._args
-        return keep_in_place(schema, company, run_id, **self._tables, columns=self._columns)
+        return keep_in_place(schema, company, run_id, self._change)
 
     def abandon(self) -> None:
         """The run did not publish: the prepared change rolled back."""
@@ -200,13 +197,12 @@ class _Abandoned(Exception):
     """The run did not publish: the prepared keep rolls back."""
 
 
-def _replace_rows(
-    cur: Any, company: str, run_id: str, *, kept: str, keys: str, ruled: str, columns: Sequence[str]
-) -> list[str] | None:
-    """In `cur`'s transaction: the changed items' rows of `kept` (their keys in `keys`) deleted and their ruled
-    rows (`ruled`) inserted; the heaps (None, nothing changed: `kept` is no table or view of parts)."""
+def _replace_rows(cur: Any, company: str, run_id: str, change: KeptChange) -> list[str] | None:
+    """In `cur`'s transaction: the changed items' rows of `change.kept` deleted and their ruled rows inserted;
+    the heaps (None, nothing changed: `kept` is no table or view of parts)."""
     where = company_schema(company)
-    cols = sql.SQL(", ").join(ident(c) for c in columns)
+    kept, keys, ruled = change.kept, change.keys, change.ruled
+    cols = sql.SQL(", ").join(ident(c) for c in change.columns)
     # A `values` call counting `kept` holds it: leave it then, as drop_unless_busy leaves a table.
     cur.execute("SET LOCAL lock_timeout = %s", (f"{int(UNUSED_DROP_LOCK_S * 1000)}ms",))
     heaps = _heaps(cur, where, kept)
@@ -242,19 +238,10 @@ def _rename_kept(
     return new
 
 
-def keep_in_place(
-    schema: SchemaService,
-    company: str,
-    run_id: str,
-    *,
-    kept: str,
-    keys: str,
-    ruled: str,
-    columns: Sequence[str],
-) -> str | None:
+def keep_in_place(schema: SchemaService, company: str, run_id: str, change: KeptChange) -> str | None:
     """Keep a delta run's result (pipeline/delta.py) without copying it: the kept result `kept` it was
     made from gets the changed items' rows (their keys in `keys`) replaced by their ruled rows (`ruled`)
-    and is renamed this run's, with its parts, in one transaction (a run dying before the commit
+    (`change`) and is renamed this run's, with its parts, in one transaction (a run dying before the commit
     leaves `kept` as it was). Only once the run has published: until then `kept` is the last
     succeeded run's, which `values` reads. Returns the kept name; None, changing nothing, when `kept`
     is no longer a table or a view of parts.
@@ -267,8 +254,8 @@ def keep_in_place(
     export's COPY checks the order before it trusts a scan).
     """
     with raw_connection(schema.engine) as conn, conn.cursor() as cur:
-        heaps = _replace_rows(cur, company, run_id, kept=kept, keys=keys, ruled=ruled, columns=columns)
-        return _rename_kept(schema, cur, conn, company, run_id, kept, heaps)
+        heaps = _replace_rows(cur, company, run_id, change)
+        return _rename_kept(schema, cur, conn, company, run_id, change.kept, heaps)
 
 
 def _noted_rows(cur: Any, where: str, run_id: str) -> int | None:

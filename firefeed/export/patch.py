@@ -229,14 +229,13 @@ def complete(
     # The duplicate ids are flagged by an UPDATE over all the run table's rows (`quality._duplicates`).
     why = "the duplicate ids are flagged over all rows" if p.id_at is not None else None
     keys = keys_table_of(target)
+    others: Beside | None = None
     if why:
         others = Beside(lambda: _copy_unchanged(engine, company, changed, keys))
     elif count_left:
         # Beside the changed rows' INSERT, where the copy ran: the baseline's rows of changed keys counted, when
         # some changed item is not selected now (it may have left the export).
         others = Beside(lambda: _changed_in_baseline(engine, company, changed, keys))
-    else:
-        others = Beside(lambda: None)
     try:
         with raw_connection(engine) as conn, conn.cursor() as cur:
             scan_settings(cur)
@@ -262,11 +261,13 @@ def complete(
             cur.execute(render(statement, cur))
             inserted = int(cur.rowcount)
     except BaseException:
-        with contextlib.suppress(BaseException):  # the first error is the one to report
-            others.result()
+        if others is not None:
+            with contextlib.suppress(BaseException):  # the first error is the one to report
+                others.result()
         raise
     if why is None:
-        return _taken_over(engine, company, changed, inserted, others.result())
+        return _taken_over(engine, company, changed, inserted, others.result() if others is not None else None)
+    assert others is not None
     copied = others.result()
     rows = inserted + copied
     with raw_connection(engine) as conn, conn.cursor() as cur:

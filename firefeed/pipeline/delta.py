@@ -49,7 +49,7 @@ from typing import Any
 
 from psycopg2 import sql
 
-from firefeed.dataplane.kept import PreparedKeep, keep_in_place
+from firefeed.dataplane.kept import KeptChange, PreparedKeep, keep_in_place
 from firefeed.dataplane.names import RESULT_PREFIX, rules_tmp_table
 from firefeed.dataplane.state import KeptRun, SourceState
 from firefeed.db.engine import raw_connection
@@ -108,6 +108,8 @@ class DeltaTables:
     old: str
     keys: str
     changed: int
+    #: the items table's UPDATE by their new rows, running beside RULES (`ItemsUpdate`)
+    items_update: ItemsUpdate
     #: how MERGE found them: by comparing a changed source's kept staged rows with its new ones, their
     #: new rows made from their items rows ("items rows") or merged again ("staged rows"), or every
     #: item's merged row with the items table ("merged rows"); a patched primary's records merged again from
@@ -116,8 +118,6 @@ class DeltaTables:
     #: ("patched staged rows: <why not from the items rows>"); "merged rows: <why>" when a patch could not
     #: be used
     found_by: str = "merged rows"
-    #: the items table's UPDATE, running beside RULES (`ItemsUpdate`); None when nothing changed it
-    items_update: ItemsUpdate | None = None
 
 
 def _reads_across_items(rule: Rule) -> str | None:
@@ -476,7 +476,7 @@ def keep_viewed(
     if prepared is not None:
         return prepared.commit()
     where = _kept_viewed(schema, company, run_id, table)
-    return None if where is None else keep_in_place(schema, company, run_id, **where)
+    return None if where is None else keep_in_place(schema, company, run_id, where)
 
 
 def prepare_keep(schema: SchemaService, company: str, run_id: str, table: str) -> PreparedKeep | None:
@@ -488,10 +488,10 @@ def prepare_keep(schema: SchemaService, company: str, run_id: str, table: str) -
     except Exception:
         log.warning("the kept result's change was not begun beside EXPORT", exc_info=True)
         return None
-    return None if where is None else PreparedKeep(schema, company, run_id, **where)
+    return None if where is None else PreparedKeep(schema, company, run_id, where)
 
 
-def _kept_viewed(schema: SchemaService, company: str, run_id: str, table: str) -> dict[str, Any] | None:
+def _kept_viewed(schema: SchemaService, company: str, run_id: str, table: str) -> KeptChange | None:
     """What `keep_in_place` takes to keep the run's result `table`, a view over the kept result; None when it
     is no such view."""
     if table != rules_tmp_table(run_id, SPLICED):
@@ -503,9 +503,6 @@ def _kept_viewed(schema: SchemaService, company: str, run_id: str, table: str) -
         kept = [name for name, _ in view_reads(cur, where, table) if name.startswith(RESULT_PREFIX)]
     if len(kept) != 1:
         raise RuntimeError(f"the delta's result {table} reads {len(kept)} kept results")
-    return {
-        "kept": kept[0],
-        "keys": rules_tmp_table(run_id, KEYS),
-        "ruled": rules_tmp_table(run_id, RULED),
-        "columns": schema.table_columns(company, table),
-    }
+    return KeptChange(
+        kept[0], rules_tmp_table(run_id, KEYS), rules_tmp_table(run_id, RULED), schema.table_columns(company, table)
+    )

@@ -279,8 +279,7 @@ class _Driver:
                 detail["lookups"] = lookups
             incremental.delta_merge_detail(decision, self.ctx, detail, tables.changed)
         except BaseException:
-            if tables.items_update is not None:
-                tables.items_update.settle()
+            tables.items_update.settle()
             raise
         return (merged, tables), _Done(merged.rows_in, rows, detail)
 
@@ -308,12 +307,10 @@ class _Driver:
                 early=early,
             )
         except BaseException:
-            if tables.items_update is not None:
-                tables.items_update.settle()
+            tables.items_update.settle()
             raise
-        if tables.items_update is not None:
-            # The items table's UPDATE ran beside (delta.ItemsUpdate): done before anything is exported.
-            tables.items_update.result()
+        # The items table's UPDATE ran beside (delta.ItemsUpdate): done before anything is exported.
+        tables.items_update.result()
         detail = result.report()
         warnings = spec_warnings(self.ctx.spec, merged.fields, result.fields)
         if warnings:
