@@ -389,3 +389,16 @@ def test_concurrent_applies_of_one_new_project_create_it_exactly_once(database_u
     with ThreadPoolExecutor(8) as pool:
         created = list(pool.map(apply, range(8)))
     assert sorted(created) == [False] * 7 + [True]
+
+
+def test_a_spec_whose_export_path_is_shaped_like_another_exports_spare_is_a_422(http: httpx.Client) -> None:
+    """A tenant naming an export `.<name>.spare` would have another export's next file written over it
+    (storage/spares.py): refused through the API, naming the key, and nothing stored."""
+    company, auth = new_company()
+    project = "spare_" + uuid.uuid4().hex[:8]
+    spec = spec_of(company, project, url="https://feeds.example.com/a.csv")
+    spec["exports"].append({**spec["exports"][0], "name": "shadow", "path": f".{spec['exports'][0]['path']}.spare"})
+    r = http.put(f"/api/projects/{project}", headers=auth, json=spec)
+    assert r.status_code == 422, r.text
+    assert r.json()["path"] == "exports[1].path" and "'.<name>.spare'" in r.json()["message"]
+    assert http.get(f"/api/projects/{project}", headers=auth).status_code == 404
