@@ -413,6 +413,22 @@ def unsafe_keys(cur: Any, contrib: Sequence[Sequence[str]], changed: int) -> str
     return None
 
 
+def values_changed(cur: Any, contrib: Sequence[str]) -> frozenset[str]:
+    """The fields of `contrib` (the changed source's, `CANDIDATES` with their values) whose new value differs
+    from the old for some candidate: `changed_by_items` gives every other field of a changed item its items
+    row's value, and one whose new and old values are the same its items row's too."""
+    if not contrib:
+        return frozenset()
+    differs = sql.SQL(", ").join(
+        sql.SQL("coalesce(bool_or({n} IS DISTINCT FROM {o}), false)").format(
+            n=ident(new_value(i)), o=ident(old_value(i))
+        )
+        for i in range(len(contrib))
+    )
+    cur.execute(sql.SQL("SELECT {d} FROM {t}").format(d=differs, t=ident(CANDIDATES)))
+    return frozenset(f for f, d in zip(contrib, cur.fetchone(), strict=True) if d)
+
+
 def changed_by_items(items: sql.Composable, columns: Sequence[str], contrib: Sequence[str]) -> sql.Composable:
     """The SELECT of `CHANGED` from the candidates (with their values) and their items rows: each changed
     item's new row (its items row with the changed source's fields, `contrib`, as MERGE would give

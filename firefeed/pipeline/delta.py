@@ -68,6 +68,7 @@ from firefeed.pipeline._delta_keys import (
     skips_before,
     temp_table,
     unsafe_keys,
+    values_changed,
 )
 from firefeed.pipeline.context import RunContext
 from firefeed.pipeline.merge import (
@@ -118,6 +119,10 @@ class DeltaTables:
     #: ("patched staged rows: <why not from the items rows>"); "merged rows: <why>" when a patch could not
     #: be used
     found_by: str = "merged rows"
+    #: the fields whose values may differ between the changed items' old and new rows, where MERGE knows them
+    #: (their new rows made from their items rows: the changed source's fields whose values changed); None:
+    #: not known (RULES then rules every field: pipeline/delta_slice.py)
+    changed_fields: frozenset[str] | None = None
 
 
 def _reads_across_items(rule: Rule) -> str | None:
@@ -254,6 +259,7 @@ def merge_delta(
     schema = company_schema(spec.company)
     service, run_id = ctx.data.schema, ctx.run_id
     result = MergeResult(fields=fields, rows=0)
+    changed_fields: frozenset[str] | None = None
     primary = patched_primary(parsed)
     kept, unusable = (None, None) if primary is not None else kept_rows(ctx, sources, previous, parsed)
     # The changed items' new rows from their items rows, without the primary's staging (_delta_keys.py
@@ -295,6 +301,7 @@ def merge_delta(
             # table, and no run but this one writes it): the old rows are then read and updated in place
             # by TID instead of two more scans of the whole table.
             temp_table(cur, CHANGED, changed_by_items(items, columns, contrib[next(iter(kept))]), [])
+            changed_fields = values_changed(cur, contrib[next(iter(kept))])
         else:
             if kept is not None:
                 log.info("delta: the changed items are merged again from every source: %s", refused)
@@ -350,6 +357,7 @@ def merge_delta(
         changed=changed,
         found_by=_found_by(primary, kept, refused, unusable),
         items_update=update,
+        changed_fields=changed_fields,
     )
 
 

@@ -251,7 +251,13 @@ class _Driver:
         # The kept result's rows of the patched records' keys, found while MERGE runs (RULES takes them).
         early = None
         try:
-            early = delta_rules.EarlyFound.begin(self.ctx, parsed, kept_result_table(decision.computed_by))
+            early = delta_rules.EarlyFound.begin(
+                self.ctx,
+                parsed,
+                kept_result_table(decision.computed_by),
+                # Whole rows where RULES may take the changed items' kept rows (a batch RULES: not fanned out).
+                whole=not self.dispatcher.fans_out_rules,
+            )
         except Exception:  # not the run's: RULES finds them itself
             log.warning("the kept result's rows were not searched beside MERGE", exc_info=True)
         try:
@@ -294,6 +300,7 @@ class _Driver:
 
         previous, computed_by = decision.previous, decision.computed_by
         assert previous is not None and computed_by is not None
+        notes: dict[str, Any] = {}
         try:
             result = delta_rules.rules_delta(
                 self.ctx,
@@ -305,13 +312,14 @@ class _Driver:
                 # Fanned out, the changed items' new rows are ruled as chunk jobs when they are more than a chunk.
                 run_chunks=self.run_chunks if self.dispatcher.fans_out_rules else None,
                 early=early,
+                notes=notes,
             )
         except BaseException:
             tables.items_update.settle()
             raise
         # The items table's UPDATE ran beside (delta.ItemsUpdate): done before anything is exported.
         tables.items_update.result()
-        detail = result.report()
+        detail = result.report() | notes
         warnings = spec_warnings(self.ctx.spec, merged.fields, result.fields)
         if warnings:
             detail["warnings"] = warnings

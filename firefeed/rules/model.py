@@ -340,10 +340,12 @@ class Rule:
     def writes(self) -> tuple[str, ...]:
         """Fields the rule may change on an item it keeps (a branch that excludes changes nothing), in the
         order the rule writes them: a field it creates takes that place among the default columns (8.21)."""
-        return tuple(dict.fromkeys(f for a in (*effective(self.then), *effective(self.else_)) for f in _written(a)))
+        return tuple(
+            dict.fromkeys(f for a in (*effective(self.then), *effective(self.else_)) for f in action_writes(a))
+        )
 
 
-def _written(action: FieldAction) -> tuple[str, ...]:
+def action_writes(action: FieldAction) -> tuple[str, ...]:
     """The fields an action writes, in written order: a lookup's parts compute its matched field last."""
     if isinstance(action, LookupSet):
         return action.written

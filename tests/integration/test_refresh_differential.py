@@ -147,6 +147,15 @@ def _changed_by(run_id: str) -> str:
     return str(detail.get("changed_by"))
 
 
+def _ruled_by(run_id: str) -> str:
+    """How a delta's RULES ruled the changed items' new rows (its detail's `ruled_by`)."""
+    from firefeed.runs.contract import Step
+    from firefeed.runs.service import RunStore
+
+    detail = next(dict(st.detail or {}) for st in RunStore().steps(run_id) if st.step == Step.RULES)
+    return str(detail.get("ruled_by"))
+
+
 def _files(exports: Path, project: str) -> dict[str, bytes]:
     return published_files(exports / COMPANY / project)
 
@@ -304,6 +313,7 @@ def test_a_refresh_gives_a_full_runs_files_and_report_and_a_fresh_projects_files
     if code_r == 0 and report_r["incremental"]["mode"] == "delta":
         for name, how in _written(report_r["run_id"]).items():
             event(f"delta export {name}: {how}")
+        event(f"delta rules: {_ruled_by(report_r['run_id'])[:5]}")  # a slice (pipeline/delta_slice.py) or every rule
     assert code_r == code_f
     assume(code_r != 2)
     assert _comparable(report_r, refreshed) == _comparable(report_f, full)

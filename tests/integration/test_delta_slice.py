@@ -1,0 +1,138 @@
+"""A delta's RULES over only what the changed fields reach (#52, pipeline/delta_slice.py): a stock refresh whose
+changed field three of five rules need (one decides on it, one reads what that one writes, one writes what
+that one reads) rules its changed items through those three, takes every other column from their kept rows,
+and gives the files and report of a `--full` run and of a fresh project: the counts of the rule deciding on
+the changed field, the rows the last run excluded (ruled in full, excluded again). Where slicing is not exact
+(an exclusion decides on the changed field) every rule runs, and the step's detail says which it was."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from sqlalchemy import Engine
+
+from firefeed.runs.contract import Step
+from firefeed.runs.service import RunStore
+from tests.integration.test_incremental import ok
+from tests.integration.test_parse_patch import SOURCES, write_main
+from tests.integration.test_parse_patch_enrich import same_as_full_and_fresh, write_stock
+
+pytestmark = pytest.mark.integration
+
+#: `level` decides on the stock; `note` reads what it writes and the title `upper` writes; `outlet` excludes by
+#: the title, `cheap` reads the price: neither needs the stock
+RULES: list[dict[str, Any]] = [
+    {"name": "upper", "then": [{"uppercase": "title"}]},
+    {"name": "outlet", "when": {"field": "title", "op": "contains", "value": "OUTLET"}, "then": [{"exclude": True}]},
+    {
+        "name": "level",
+        "when": {"field": "stock", "op": "lt", "value": "2"},
+        "then": [{"set": "label", "value": "low"}],
+        "else": [{"set": "label", "value": "ok"}],
+    },
+    {"name": "note", "then": [{"set": "note", "value": "{label}: {title}"}]},
+    {
+        "name": "cheap",
+        "when": {"field": "price", "op": "lt", "value": "10"},
+        "then": [{"set": "tag", "value": "cheap"}],
+    },
+]
+#: the same, the exclusion deciding on the stock: no slice is exact
+EXCLUDING_BY_STOCK: list[dict[str, Any]] = [
+    *RULES[:1],
+    {"name": "outlet", "when": {"field": "stock", "op": "eq", "value": "0"}, "then": [{"exclude": True}]},
+    *RULES[2:],
+]
+FIELDS = {
+    "id": "{id}",
+    "title": "{title}",
+    "price": "{price}",
+    "stock": "{stock}",
+    "label": "{label}",
+    "note": "{note}",
+    "tag": "{tag}",
+}
+
+
+def main_rows() -> list[list[str]]:
+    rows = [[str(i), f"item {i}", str(i), f"b{i % 3}"] for i in range(1, 41)]
+    for i in (5, 17, 30):
+        rows[i - 1][1] = f"outlet item {i}"  # excluded by `outlet`
+    return rows
+
+
+def stock_lines() -> list[str]:
+    return [f"{i},{i % 5}" for i in range(1, 41)]
+
+
+def start(tmp: Path, rules: list[dict[str, Any]]) -> list[Path]:
+    """Three projects of the same spec (refreshed, its `--full` twin, a fresh one), the first two run."""
+    write_main(tmp, main_rows())
+    write_stock(tmp, stock_lines())
+    specs = []
+    for _ in range(3):
+        project = f"sl{uuid.uuid4().hex[:8]}"
+        doc: dict[str, Any] = {
+            "company": "increfresh",
+            "project": project,
+            "key": "id",
+            "sources": SOURCES,
+            "rules": rules,
+            "exports": [{"name": "feed", "path": "feed.csv", "format": "csv", "fields": FIELDS}],
+        }
+        path = tmp / f"{project}.yaml"
+        path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+        specs.append(path)
+    for spec in specs[:-1]:
+        ok(spec)
+    return specs
+
+
+def ruled_by(run_id: str) -> str:
+    detail = next(dict(st.detail or {}) for st in RunStore().steps(run_id) if st.step == Step.RULES)
+    return str(detail.get("ruled_by"))
+
+
+def test_a_stock_refresh_rules_its_items_through_the_rules_the_stock_reaches(
+    patch_env: Path, tmp_path: Path, engine: Engine
+) -> None:
+    refreshed, full, fresh = start(tmp_path, RULES)
+    lines = stock_lines()
+    lines[0] = "1,4"  # item 1: low -> ok
+    lines[7] = "8,0"  # item 8: ok -> low
+    lines[16] = "17,0"  # item 17: excluded by `outlet` before and after (the kept result lacks it)
+    lines[39] = "40,3"  # item 40, the last record: low -> ok
+    write_stock(tmp_path, lines)
+    report = ok(refreshed)
+    assert report["incremental"]["mode"] == "delta", report["incremental"]
+    assert report["incremental"]["items_changed"] == 4, report["incremental"]
+    assert ruled_by(report["run_id"]) == "slice: 3 rules (stock changed)"
+    same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, report)
+    detail = next(dict(st.detail or {}) for st in RunStore().steps(report["run_id"]) if st.step == Step.RULES)
+    # `level` matched 14 of the 37 items `outlet` keeps: two fewer (items 1 and 40), one more (item 8).
+    assert dict(detail["matched"])["level"] == 13 and detail["excluded"] == 3, detail
+
+    # Again, on the result the slice kept: the changed items' flags are the slice's.
+    lines[0], lines[7] = "1,0", "8,3"
+    write_stock(tmp_path, lines)
+    again = ok(refreshed)
+    assert ruled_by(again["run_id"]) == "slice: 3 rules (stock changed)"
+    same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, again)
+
+
+def test_an_exclusion_deciding_on_the_changed_field_rules_every_rule(
+    patch_env: Path, tmp_path: Path, engine: Engine
+) -> None:
+    refreshed, full, fresh = start(tmp_path, EXCLUDING_BY_STOCK)
+    lines = stock_lines()
+    lines[2] = "3,0"  # item 3: excluded now
+    lines[4] = "5,2"  # item 5 (stock 0 before): back
+    write_stock(tmp_path, lines)
+    report = ok(refreshed)
+    assert report["incremental"]["mode"] == "delta", report["incremental"]
+    assert ruled_by(report["run_id"]) == "every rule"
+    same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, report)
