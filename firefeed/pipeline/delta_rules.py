@@ -297,27 +297,40 @@ def rules_delta(
             cancel_check=ctx.check_cancel,
         )
 
-    # The changed items' new rows through only the rules their changed fields reach (pipeline/delta_slice.py),
-    # once the old side has found their kept rows (`found`).
-    slicing = (
+    # The changed items' new rows through only the rules their changed fields reach (pipeline/delta_slice.py):
+    # decided before the pieces start, on the kept rows of their keys found beside MERGE (`searched`).
+    the_slice: delta_slice.Slice | None = None
+    searched: str | None = None
+    if (
         by_kept is not None
+        and heaps is not None
         and early is not None
-        and bool(early.whole)
+        and early.whole
         and tables.changed_fields is not None
         and run_chunks is None
-        and bool(previous.get("fields"))
-        and delta_slice.sliceable(spec.parsed_rules)
-    )
-    found: Future[str | None] | None = Future() if slicing else None
+        and previous.get("fields")
+    ):
+        the_slice = delta_slice.reach(spec.parsed_rules, tables.changed_fields)
+        if the_slice is not None:
+            searched = early.found_from(ctx, tables.keys, heaps)
+            if searched is None or sorted(early.whole) != sorted(columns):
+                the_slice = None
+    # No rule decides on a reached field: no count changes, and the rows the kept result lacks (those the last
+    # run excluded) are excluded again; only the kept rows' places are needed of the old side.
+    recounted = the_slice is not None and bool(the_slice.counted)
 
     def new_rows() -> tuple[contract.RulesResult, str, int] | SlicedRows:
-        if found is not None:
-            assert early is not None
+        if the_slice is not None:
+            assert searched is not None
             sliced = _timed(
-                seconds, "new rows sliced", lambda: _sliced_rows(ctx, tables, item_fields, columns, early, found, ruled)
+                seconds,
+                "new rows sliced",
+                lambda: _sliced_rows(ctx, tables, item_fields, columns, searched, the_slice, ruled, recounted),
             )
             if sliced is not None:
                 return sliced
+            if not recounted:
+                raise RuntimeError("the rules slice lacks a column of the kept result")
         if run_chunks is not None and tables.changed > ctx.settings.chunk_rows:
             new_r = _timed(seconds, "new rows ruled as chunk jobs", lambda: fanned_out(tables.new))
         else:
@@ -328,9 +341,12 @@ def rules_delta(
         return new_r, ruled_rows, ruled_n
 
     def old_rows() -> OldCounts:
+        if the_slice is not None and not recounted:
+            assert searched is not None
+            return _timed(seconds, "old rows found", lambda: _kept_places(ctx, tables, searched))
         if by_kept is not None:
             assert heaps is not None
-            return _old_from_kept(ctx, tables, heaps, by_kept, ruled, seconds, early, found)
+            return _old_from_kept(ctx, tables, heaps, by_kept, ruled, seconds, early, searched)
         old_r = _timed(seconds, "old rows ruled", lambda: ruled(tables.old, OLD_FIRST_PASS))
         return OldCounts(old_r.matched, old_r.excluded, old_r.rows_out, None)
 
@@ -353,7 +369,7 @@ def rules_delta(
         in_kept = count_f.result() if count_f is not None else old_r.in_kept
     if isinstance(new_side, SlicedRows):
         new_r, ruled_rows, ruled_n = (
-            _as_result(new_side, old_r, previous, tables.changed),
+            _as_result(new_side, old_r, previous, tables.changed, recounted),
             new_side.ruled,
             new_side.rows,
         )
@@ -449,30 +465,12 @@ def _old_from_kept(
     ruled: Callable[[str, int, int], contract.RulesResult],
     seconds: dict[str, float],
     early: EarlyFound | None = None,
-    searched_out: Future[str | None] | None = None,
+    searched: str | None = None,
 ) -> OldCounts:
     """The rules' counts on the changed items' old rows without ruling those the kept result holds: their
     counts read from its rows (`survivor_counts`), the others (the items the last run excluded) ruled,
     which must exclude them again. One scan of the kept result's tables `heaps`, as the view's count check was,
-    unless `early` found their rows beside MERGE. `searched_out` (a sliced delta's new side waits on it) is given the
-    table of the early rows when they stand for the changed items' (else None), on every path."""
-    try:
-        return _counted_from_kept(ctx, tables, heaps, by_kept, ruled, seconds, early, searched_out)
-    finally:
-        if searched_out is not None and not searched_out.done():
-            searched_out.set_result(None)
-
-
-def _counted_from_kept(
-    ctx: RunContext,
-    tables: DeltaTables,
-    heaps: Sequence[str],
-    by_kept: dict[str, bool | str],
-    ruled: Callable[[str, int, int], contract.RulesResult],
-    seconds: dict[str, float],
-    early: EarlyFound | None,
-    searched_out: Future[str | None] | None,
-) -> OldCounts:
+    unless `early` found their rows beside MERGE (`searched`: their table, when RULES already asked)."""
     spec, service = ctx.spec, ctx.data.schema
     schema = company_schema(spec.company)
     flags = sorted({c for c in by_kept.values() if isinstance(c, str)})
@@ -482,20 +480,10 @@ def _counted_from_kept(
             cur.execute("SET LOCAL jit = off")  # as for a pass: compiling its scan costs more than it saves
         # Their keys and places: the scan reads the key only (near the row's start); the flags (at its end)
         # are then read from the found rows by TID, not taken apart from every row of the kept result.
-        searched = early.found_from(ctx, tables.keys, heaps) if early is not None else None
-        if searched_out is not None:
-            searched_out.set_result(searched)
-        if searched is not None:
-            # Found beside MERGE for the patched records' keys: those of the changed items kept.
-            select: sql.Composable = sql.SQL(
-                "SELECT e.{key}, e.r, e.t FROM {early} e WHERE EXISTS (SELECT 1 FROM {keys} c WHERE c.{key} = e.{key})"
-            ).format(early=ident(schema, searched), keys=ident(schema, tables.keys), key=ident(KEY))
-        else:
-            select = _found_select(schema, heaps, tables.keys)
-        found, in_kept = service.create_rules_tmp_as(
-            spec.company, ctx.run_id, FOUND, [KEY, "r", "t"], select, [], conn=conn
-        )
-        note_changed_rows(service, spec.company, ctx.run_id, in_kept, conn=conn)
+        if searched is None and early is not None:
+            searched = early.found_from(ctx, tables.keys, heaps)
+        select = _of_changed(schema, searched, tables.keys) if searched is not None else None
+        found, in_kept = _found_rows(ctx, conn, select or _found_select(schema, heaps, tables.keys))
         flagged = dict.fromkeys(flags, 0)
         # The flags came with the rows found beside MERGE: counted from them, no second read of the kept result.
         carried = searched is not None and early is not None and set(flags) <= set(early.flags)
@@ -564,32 +552,100 @@ def _counted_from_kept(
     return OldCounts(matched, rest.excluded, in_kept, in_kept, kept_matched)
 
 
+def _of_changed(schema: str, early: str, keys: str) -> sql.Composable:
+    """The SELECT of the rows found beside MERGE (table `early`, for the patched records' keys) of the changed
+    items' keys (`keys`): their key, heap and TID."""
+    return sql.SQL(
+        "SELECT e.{key}, e.r, e.t FROM {early} e WHERE EXISTS (SELECT 1 FROM {keys} c WHERE c.{key} = e.{key})"
+    ).format(early=ident(schema, early), keys=ident(schema, keys), key=ident(KEY))
+
+
+def _found_rows(ctx: RunContext, conn: Any, select: sql.Composable) -> tuple[str, int]:
+    """`FOUND`, the kept result's rows of the changed items by `select` (their key, heap and TID), noted for the
+    keep, which deletes them by it after the publish: (its name, its rows)."""
+    service = ctx.data.schema
+    found, in_kept = service.create_rules_tmp_as(
+        ctx.spec.company, ctx.run_id, FOUND, [KEY, "r", "t"], select, [], conn=conn
+    )
+    note_changed_rows(service, ctx.spec.company, ctx.run_id, in_kept, conn=conn)
+    return found, in_kept
+
+
+def _kept_places(ctx: RunContext, tables: DeltaTables, searched: str) -> OldCounts:
+    """The old side of a slice that changes no count (`delta_slice.Slice.counted` empty): only where the kept
+    result holds the changed items (`FOUND`, which the keep deletes by); their counts are the new rows'."""
+    schema = company_schema(ctx.spec.company)
+    with raw_connection(ctx.data.engine) as conn:
+        found, in_kept = _found_rows(ctx, conn, _of_changed(schema, searched, tables.keys))
+        with conn.cursor() as cur:
+            cur.execute(
+                sql.SQL("SELECT count(DISTINCT {key}) FROM {found}").format(key=ident(KEY), found=ident(schema, found))
+            )
+            if int(cur.fetchone()[0]) != in_kept:
+                raise RuntimeError("the kept result holds a changed item twice")
+    return OldCounts({}, 0, in_kept, in_kept)
+
+
 def _sliced_rows(
     ctx: RunContext,
     tables: DeltaTables,
     item_fields: Sequence[str],
     columns: Sequence[str],
-    early: EarlyFound,
-    found: Future[str | None],
+    kept_rows: str,
+    the_slice: delta_slice.Slice,
     ruled: Callable[..., contract.RulesResult],
+    recounted: bool,
 ) -> SlicedRows | None:
-    """The changed items' new rows' result by the slice of the rules their changed fields reach
-    (pipeline/delta_slice.py), as `RULED` in the kept result's `columns`; None (nothing of it is used: the
-    rules run in full) where a slice is not exact. `found`: the table of the kept rows of the changed items'
-    keys (`early`'s, read whole), from the old side (`_old_from_kept`)."""
+    """The changed items' new rows' result by `the_slice` of the rules (pipeline/delta_slice.py), as `RULED` in
+    the kept result's `columns`, from their kept rows (the table `kept_rows`, read whole beside MERGE); None
+    (the rules then run in full) when a flag the kept result holds is not the slice's. `recounted`: some rule
+    decides on a reached field: the rows the kept result lacks are ruled (their counts), and the slice's
+    counts of the rows it holds are read from its flags."""
     spec, service = ctx.spec, ctx.data.schema
     schema = company_schema(spec.company)
-    if tables.changed_fields is None or sorted(early.whole) != sorted(columns):
-        return None
-    the_slice = delta_slice.reach(spec.parsed_rules, tables.changed_fields)
-    if the_slice is None:
-        return None
     # The slice reads and writes few fields: its tables hold those alone.
-    used = the_slice.fields
-    fields = [f for f in item_fields if f in used]
-    kept_rows = found.result()
-    if kept_rows is None:
+    fields = [f for f in item_fields if f in the_slice.fields]
+    sliced = ruled(tables.new, SLICE_FIRST_PASS, tables.changed, the_slice.rules, fields)
+    out = service.table_columns(spec.company, sliced.table)
+    if any(the_slice.from_slice(c) and c not in out for c in columns):
         return None
+    rest = _lacking_ruled(ctx, tables, kept_rows, ruled) if recounted else None
+    # The counted rules' new counts over the rows the kept result holds: their flags in `RULED` are the slice's.
+    flags = [(r.name, flag_column(r)) for r in the_slice.rules if r.name in the_slice.counted and r.when is not None]
+    matched: dict[str, int] = {}
+    with raw_connection(ctx.data.engine) as conn:
+        _join_settings(conn)
+        table, rows = service.create_rules_tmp_as(
+            spec.company,
+            ctx.run_id,
+            RULED,
+            columns,
+            delta_slice.assembled_select(schema, kept_rows, sliced.table, columns, the_slice),
+            [],
+            conn=conn,
+        )
+        if flags:
+            with conn.cursor() as cur:
+                cur.execute(
+                    sql.SQL("SELECT {counts} FROM {t}").format(
+                        counts=sql.SQL(", ").join(
+                            sql.SQL("count(*) FILTER (WHERE {})").format(ident(f)) for _, f in flags
+                        ),
+                        t=ident(schema, table),
+                    )
+                )
+                matched = {name: int(n) for (name, _), n in zip(flags, cur.fetchone(), strict=True)}
+    log.debug("delta rules sliced: %s changed, %d of the rules", sorted(the_slice.changed), len(the_slice.rules))
+    return SlicedRows(the_slice, matched, rest, table, rows)
+
+
+def _lacking_ruled(
+    ctx: RunContext, tables: DeltaTables, kept_rows: str, ruled: Callable[..., contract.RulesResult]
+) -> contract.RulesResult | None:
+    """The rules over the changed items' new rows the kept result lacks (the items the last run excluded, which
+    the slice leaves excluded): their counts; None when there are none."""
+    spec, service = ctx.spec, ctx.data.schema
+    schema = company_schema(spec.company)
     with raw_connection(ctx.data.engine) as conn:
         _join_settings(conn)
         new_columns = service.table_columns(spec.company, tables.new, conn=conn)
@@ -611,42 +667,12 @@ def _sliced_rows(
             [],
             conn=conn,
         )
-    sliced = ruled(tables.new, SLICE_FIRST_PASS, tables.changed, the_slice.rules, fields)
-    out = service.table_columns(spec.company, sliced.table)
-    if any(the_slice.from_slice(c) and c not in out for c in columns):
-        return None  # a flag the kept result holds is not the slice's
-    rest = ruled(lacking, LACKING_FIRST_PASS, lacked) if lacked else None
-    if rest is not None and rest.rows_out:
+    if not lacked:
+        return None
+    rest = ruled(lacking, LACKING_FIRST_PASS, lacked)
+    if rest.rows_out:
         raise RuntimeError(f"the rules keep {rest.rows_out} changed items the kept result lacks")
-    # The counted rules' new counts over the rows the kept result holds: their flags in `RULED` are the slice's.
-    flags = [(r.name, flag_column(r)) for r in the_slice.rules if r.name in the_slice.counted and r.when is not None]
-    with raw_connection(ctx.data.engine) as conn:
-        _join_settings(conn)
-        table, rows = service.create_rules_tmp_as(
-            spec.company,
-            ctx.run_id,
-            RULED,
-            columns,
-            delta_slice.assembled_select(schema, kept_rows, sliced.table, columns, the_slice),
-            [],
-            conn=conn,
-        )
-        matched: dict[str, int] = {}
-        if flags:
-            with conn.cursor() as cur:
-                cur.execute(
-                    sql.SQL("SELECT {counts} FROM {t}").format(
-                        counts=sql.SQL(", ").join(
-                            sql.SQL("count(*) FILTER (WHERE {})").format(ident(f)) for _, f in flags
-                        ),
-                        t=ident(schema, table),
-                    )
-                )
-                matched = {name: int(n) for (name, _), n in zip(flags, cur.fetchone(), strict=True)}
-    if rows + lacked != tables.changed:
-        raise RuntimeError(f"the sliced rules result holds {rows} items, the kept result {tables.changed - lacked}")
-    log.debug("delta rules sliced: %s changed, %d of the rules", sorted(tables.changed_fields), len(the_slice.rules))
-    return SlicedRows(the_slice, matched, rest, table, rows)
+    return rest
 
 
 def _join_settings(conn: Any) -> None:
@@ -658,16 +684,20 @@ def _join_settings(conn: Any) -> None:
         cur.execute("SET LOCAL jit = off")
 
 
-def _as_result(sliced: SlicedRows, old: OldCounts, previous: dict[str, Any], rows_in: int) -> contract.RulesResult:
+def _as_result(
+    sliced: SlicedRows, old: OldCounts, previous: dict[str, Any], rows_in: int, recounted: bool
+) -> contract.RulesResult:
     """A sliced new side's counts as the rules' result over the changed items' new rows: the kept rows'
     own counts where the slice did not count (`OldCounts.kept_matched`), the slice's where it did, plus
-    those of the rows the kept result lacks."""
-    if old.kept_matched is None:
-        raise RuntimeError("the kept rows' counts were not read apart")
+    those of the rows the kept result lacks; none changed unless `recounted` (the old side's are none too)."""
     rest = sliced.lacking
-    matched = delta_slice.replace_counts(
-        old.kept_matched, sliced.the_slice, sliced.matched, rest.matched if rest else {}
-    )
+    matched: dict[str, int] = {}
+    if recounted:
+        if old.kept_matched is None:
+            raise RuntimeError("the kept rows' counts were not read apart")
+        matched = delta_slice.replace_counts(
+            old.kept_matched, sliced.the_slice, sliced.matched, rest.matched if rest else {}
+        )
     return contract.RulesResult(
         table=sliced.ruled,
         fields=list(previous["fields"]),

@@ -47,6 +47,12 @@ EXCLUDING_BY_STOCK: list[dict[str, Any]] = [
     {"name": "outlet", "when": {"field": "stock", "op": "eq", "value": "0"}, "then": [{"exclude": True}]},
     *RULES[2:],
 ]
+#: the stock read by an action only (as the benchmark's availability): no count can change
+WRITING_STOCK: list[dict[str, Any]] = [
+    *RULES[:2],
+    {"name": "level", "then": [{"set": "label", "value": "stock {stock}"}]},
+    *RULES[3:],
+]
 FIELDS = {
     "id": "{id}",
     "title": "{title}",
@@ -122,6 +128,19 @@ def test_a_stock_refresh_rules_its_items_through_the_rules_the_stock_reaches(
     again = ok(refreshed)
     assert ruled_by(again["run_id"]) == "slice: 3 rules (stock changed)"
     same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, again)
+
+
+def test_a_stock_refresh_no_rule_decides_on_changes_no_count(patch_env: Path, tmp_path: Path, engine: Engine) -> None:
+    refreshed, full, fresh = start(tmp_path, WRITING_STOCK)
+    lines = stock_lines()
+    lines[1] = "2,9"
+    lines[16] = "17,9"  # item 17: excluded by `outlet`, and still
+    lines[29] = "30,9"  # item 30: the same
+    write_stock(tmp_path, lines)
+    report = ok(refreshed)
+    assert report["incremental"]["mode"] == "delta" and report["incremental"]["items_changed"] == 3
+    assert ruled_by(report["run_id"]) == "slice: 3 rules (stock changed)"
+    same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, report)
 
 
 def test_an_exclusion_deciding_on_the_changed_field_rules_every_rule(
