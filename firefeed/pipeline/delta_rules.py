@@ -297,12 +297,15 @@ def rules_delta(
             cancel_check=ctx.check_cancel,
         )
 
+    # MERGE read no old row where no count can change (`delta_slice.counts_unchanged`): each changed item is
+    # kept or excluded as before, and counted as before; of the old side only where the kept result holds them.
+    unchanged_counts = tables.old is None
     # The changed items' new rows through only the rules their changed fields reach (pipeline/delta_slice.py):
     # decided before the pieces start, on the kept rows of their keys found beside MERGE (`searched`).
     the_slice: delta_slice.Slice | None = None
     searched: str | None = None
     if (
-        by_kept is not None
+        (by_kept is not None or unchanged_counts)
         and heaps is not None
         and early is not None
         and early.whole
@@ -315,8 +318,6 @@ def rules_delta(
             searched = early.found_from(ctx, tables.keys, heaps)
             if searched is None or sorted(early.whole) != sorted(columns):
                 the_slice = None
-    # No rule decides on a reached field: no count changes, and the rows the kept result lacks (those the last
-    # run excluded) are excluded again; only the kept rows' places are needed of the old side.
     recounted = the_slice is not None and bool(the_slice.counted)
 
     def new_rows() -> tuple[contract.RulesResult, str, int] | SlicedRows:
@@ -341,13 +342,14 @@ def rules_delta(
         return new_r, ruled_rows, ruled_n
 
     def old_rows() -> OldCounts:
-        if the_slice is not None and not recounted:
-            assert searched is not None
-            return _timed(seconds, "old rows found", lambda: _kept_places(ctx, tables, searched))
+        if unchanged_counts:
+            return _timed(seconds, "old rows found", lambda: _kept_places(ctx, tables, kept_result, heaps, searched))
+        assert tables.old is not None
+        old_table = tables.old
         if by_kept is not None:
             assert heaps is not None
             return _old_from_kept(ctx, tables, heaps, by_kept, ruled, seconds, early, searched)
-        old_r = _timed(seconds, "old rows ruled", lambda: ruled(tables.old, OLD_FIRST_PASS))
+        old_r = _timed(seconds, "old rows ruled", lambda: ruled(old_table, OLD_FIRST_PASS))
         return OldCounts(old_r.matched, old_r.excluded, old_r.rows_out, None)
 
     def kept_of_changed() -> int:
@@ -360,7 +362,7 @@ def rules_delta(
             )
             return int(cur.fetchone()[0])
 
-    counted = viewed and by_kept is None
+    counted = viewed and by_kept is None and not unchanged_counts
     with ThreadPoolExecutor(max_workers=3 if counted else 2) as pool:
         new_f = _submit(pool, new_rows)
         old_f = _submit(pool, old_rows)
@@ -375,8 +377,14 @@ def rules_delta(
         )
     else:
         new_r, ruled_rows, ruled_n = new_side
+        if unchanged_counts:
+            # Ruled in full (no slice): the old rows count as the new ones, and are as many as the kept ones.
+            if new_r.rows_out != old_r.rows_out:
+                raise RuntimeError(f"the rules keep {new_r.rows_out} changed items, the kept result {old_r.rows_out}")
+            old_r = OldCounts(new_r.matched, new_r.excluded, old_r.rows_out, old_r.in_kept)
     if notes is not None:
-        notes["ruled_by"] = new_side.the_slice.describe() if isinstance(new_side, SlicedRows) else "every rule"
+        how = new_side.the_slice.describe() if isinstance(new_side, SlicedRows) else "every rule"
+        notes["ruled_by"] = how + ("; no count changes (no old row read)" if unchanged_counts else "")
 
     matched_before = {str(name): int(n) for name, n in previous.get("matched", [])}
     matched = {
@@ -517,6 +525,8 @@ def _old_from_kept(
                 )
                 for c, n in zip(flags, cur.fetchone(), strict=True):
                     flagged[c] += int(n)
+        if tables.old is None:
+            raise RuntimeError("MERGE read no old row of the changed items")
         old_columns = service.table_columns(spec.company, tables.old, conn=conn)
         cols = sql.SQL(", ").join(ident(c) for c in old_columns)
         excluded, lacked = service.create_rules_tmp_as(
@@ -571,12 +581,27 @@ def _found_rows(ctx: RunContext, conn: Any, select: sql.Composable) -> tuple[str
     return found, in_kept
 
 
-def _kept_places(ctx: RunContext, tables: DeltaTables, searched: str) -> OldCounts:
-    """The old side of a slice that changes no count (`delta_slice.Slice.counted` empty): only where the kept
-    result holds the changed items (`FOUND`, which the keep deletes by); their counts are the new rows'."""
+def _kept_places(
+    ctx: RunContext, tables: DeltaTables, kept_result: str, heaps: Sequence[str] | None, searched: str | None
+) -> OldCounts:
+    """The old side where no count changes (`delta_slice.counts_unchanged`): only where the kept result holds
+    the changed items (`FOUND`, which the keep deletes by: from the rows found beside MERGE, `searched`, else
+    a scan of its `heaps`), and how many; their counts are the new rows'."""
     schema = company_schema(ctx.spec.company)
     with raw_connection(ctx.data.engine) as conn:
-        found, in_kept = _found_rows(ctx, conn, _of_changed(schema, searched, tables.keys))
+        with conn.cursor() as cur:
+            cur.execute("SET LOCAL jit = off")
+        if heaps is None:
+            with conn.cursor() as cur:
+                cur.execute(
+                    sql.SQL(
+                        "SELECT count(*) FROM {kept} k WHERE EXISTS (SELECT 1 FROM {keys} c WHERE c.{key} = k.{key})"
+                    ).format(kept=ident(schema, kept_result), keys=ident(schema, tables.keys), key=ident(KEY))
+                )
+                held = int(cur.fetchone()[0])
+            return OldCounts({}, 0, held, held)
+        select = _of_changed(schema, searched, tables.keys) if searched is not None else None
+        found, in_kept = _found_rows(ctx, conn, select or _found_select(schema, heaps, tables.keys))
         with conn.cursor() as cur:
             cur.execute(
                 sql.SQL("SELECT count(DISTINCT {key}) FROM {found}").format(key=ident(KEY), found=ident(schema, found))

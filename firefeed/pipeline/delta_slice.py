@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 from psycopg2 import sql
 
-from firefeed.pipeline.delta import _reads_across_items
 from firefeed.rules._plan import flag_column
+from firefeed.rules.lookups import LookupSet
 from firefeed.rules.model import Rule, action_reads, action_writes, condition_fields, effective
 from firefeed.schema.identifiers import KEY, ORD, column_for_field, ident
 
@@ -71,12 +71,30 @@ class Slice:
         return frozenset(flag_column(r) for r in self.rules if r.name in self.counted and r.when is not None)
 
 
+def reads_across_items(rule: Rule) -> str | None:
+    """What makes a rule's outcome for one item depend on more than that item; None: nothing does."""
+    if rule.uses_groups:
+        return f"rule {rule.name!r} reads groups (aggregate or group_first)"
+    if any(isinstance(a, LookupSet) for a in (*rule.then, *rule.else_)):
+        # Its report lists the top unmatched values over all items: not a sum of the items' counts.
+        return f"rule {rule.name!r} uses a lookup"
+    return None
+
+
+def counts_unchanged(rules: Sequence[Rule], changed: Iterable[str]) -> bool:
+    """Whether a change of the fields `changed` leaves every count as it was: the slice is exact and no rule
+    decides on a reached field. Each changed item is then kept or excluded as before, and counted by each
+    rule as before: its old row is never needed (MERGE reads none, RULES rules none)."""
+    the_slice = reach(rules, changed)
+    return the_slice is not None and not the_slice.counted
+
+
 def sliceable(rules: Sequence[Rule]) -> bool:
     """Whether any change could be sliced: no enabled rule reads across items, and names are unique."""
     enabled = [r for r in rules if r.enabled]
     if len({r.name for r in enabled}) != len(enabled):
         return False
-    return all(_reads_across_items(r) is None for r in enabled)
+    return all(reads_across_items(r) is None for r in enabled)
 
 
 def reach(rules: Sequence[Rule], changed: Iterable[str]) -> Slice | None:

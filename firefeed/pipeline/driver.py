@@ -190,6 +190,8 @@ class _Driver:
         self.current: Step | None = None
         #: Set by `drive` for a dispatcher whose jobs run elsewhere (the batch one runs them in `submit`).
         self.wakeups: RunWakeups | None = None
+        #: A delta's change of the kept result, begun once RULES has its rows (`rules_delta`), for EXPORT to commit.
+        self.prepared: PreparedKeep | None = None
 
     def drive(self) -> None:
         if not self.dispatcher.runs_elsewhere:
@@ -261,14 +263,19 @@ class _Driver:
         except Exception:  # not the run's: RULES finds them itself
             log.warning("the kept result's rows were not searched beside MERGE", exc_info=True)
         try:
-            merged, tables = self.step(Step.MERGE, lambda: self.merge_delta(parsed, decision))
-            rules = self.step(Step.RULES, lambda: self.rules_delta(merged, tables, decision, early))
+            try:
+                merged, tables = self.step(Step.MERGE, lambda: self.merge_delta(parsed, decision))
+                rules = self.step(Step.RULES, lambda: self.rules_delta(merged, tables, decision, early))
+            finally:
+                if early is not None:
+                    early.settle()
+            if spared is not None:
+                spared.result()
+            self.step(Step.EXPORT, lambda: self.export(rules))
         finally:
-            if early is not None:
-                early.settle()
-        if spared is not None:
-            spared.result()
-        self.step(Step.EXPORT, lambda: self.export(rules))
+            if self.prepared is not None:  # begun by RULES, never taken by EXPORT: the run did not publish
+                self.prepared.abandon()
+                self.prepared = None
 
     def merge_delta(
         self, parsed: list[contract.SourceResult], decision: incremental.Decision
@@ -317,6 +324,9 @@ class _Driver:
         except BaseException:
             tables.items_update.settle()
             raise
+        # The kept result's change (`delta.prepare_keep`) begun now, while the items table's UPDATE may still run
+        # (on the 1M stock delta a core is idle then), and committed once EXPORT has published.
+        self.prepared = delta.prepare_keep(self.ctx.data.schema, self.ctx.spec.company, self.ctx.run_id, result.table)
         # The items table's UPDATE ran beside (delta.ItemsUpdate): done before anything is exported.
         tables.items_update.result()
         detail = result.report() | notes
@@ -455,8 +465,11 @@ class _Driver:
         ctx = self.ctx
         params = contract.ExportParams(rules.table, rules.fields, rules.rows_out)
         specs = [JobSpec(JobKind.EXPORT, idx=i, params=params) for i in range(len(ctx.spec.exports))]
-        # A delta's change of the kept result, begun beside the exports and committed once they are published.
-        prepared = prepare_keep(ctx.data.schema, ctx.spec.company, ctx.run_id, rules.table)
+        # A delta's change of the kept result, begun by RULES (or beside the exports) and committed once they are
+        # published.
+        prepared, self.prepared = self.prepared, None
+        if prepared is None:
+            prepared = prepare_keep(ctx.data.schema, ctx.spec.company, ctx.run_id, rules.table)
         try:
             states = self.run_jobs(JobKind.EXPORT, specs) if specs else []
             exports = [contract.ExportResult.from_json(s.result_doc()) for s in states]

@@ -139,7 +139,25 @@ def test_a_stock_refresh_no_rule_decides_on_changes_no_count(patch_env: Path, tm
     write_stock(tmp_path, lines)
     report = ok(refreshed)
     assert report["incremental"]["mode"] == "delta" and report["incremental"]["items_changed"] == 3
-    assert ruled_by(report["run_id"]) == "slice: 3 rules (stock changed)"
+    assert ruled_by(report["run_id"]) == "slice: 3 rules (stock changed); no count changes (no old row read)"
+    same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, report)
+
+
+def test_no_count_changes_without_the_kept_rows_found_beside_merge(
+    patch_env: Path, tmp_path: Path, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No old row is read where no count can change: without the kept rows found beside MERGE (as where RULES fans
+    out) every rule runs over the new rows, which count as the old did, and the kept result is scanned for them."""
+    from firefeed.pipeline import delta_rules
+
+    refreshed, full, fresh = start(tmp_path, WRITING_STOCK)
+    lines = stock_lines()
+    lines[3], lines[16] = "4,8", "17,8"
+    write_stock(tmp_path, lines)
+    monkeypatch.setattr(delta_rules.EarlyFound, "begin", classmethod(lambda cls, *a, **k: None))
+    report = ok(refreshed)
+    assert report["incremental"]["mode"] == "delta" and report["incremental"]["items_changed"] == 2
+    assert ruled_by(report["run_id"]) == "every rule; no count changes (no old row read)"
     same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, report)
 
 
