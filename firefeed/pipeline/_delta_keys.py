@@ -346,7 +346,15 @@ def changed_keys(
         # Every source parsed again is back to the rows the last succeeded run merged (a run that failed
         # in between staged others): no key changed. An empty UNION was a syntax error and failed the run.
         parts.append(sql.SQL("SELECT NULL::text AS key WHERE FALSE"))
-    temp_table(cur, CANDIDATES, sql.SQL(" UNION ").join(parts), params, analyze=True)
+    # Analyzed where it is joined (its distinct values size the semi-joins); the values' table (`with_values`) is
+    # read whole, copied for `changed_by_items` (delta.py), and analyzed only if the changed items are merged
+    # again after all (`analyze_candidates`).
+    temp_table(cur, CANDIDATES, sql.SQL(" UNION ").join(parts), params, analyze=not with_values)
+
+
+def analyze_candidates(cur: Any) -> None:
+    """`CANDIDATES` analyzed, made with its values, before a join reads it (`changed_keys`)."""
+    cur.execute(sql.SQL("ANALYZE {t}").format(t=ident(CANDIDATES)))
 
 
 # -- the changed items' new rows from their items rows (no scan of the primary's staging) ---------------
@@ -429,10 +437,17 @@ def values_changed(cur: Any, contrib: Sequence[str]) -> frozenset[str]:
     return frozenset(f for f, d in zip(contrib, cur.fetchone(), strict=True) if d)
 
 
-def changed_by_items(items: sql.Composable, columns: Sequence[str], contrib: Sequence[str]) -> sql.Composable:
+def changed_by_items(
+    items: sql.Composable,
+    columns: Sequence[str],
+    contrib: Sequence[str],
+    candidates: sql.Composable | None = None,
+    part: sql.Composable | None = None,
+) -> sql.Composable:
     """The SELECT of `CHANGED` from the candidates (with their values) and their items rows: each changed
     item's new row (its items row with the changed source's fields, `contrib`, as MERGE would give
-    them: see above) and its old row's ctid (`TID`). `columns`: the items table's."""
+    them: see above) and its old row's ctid (`TID`). `columns`: the items table's; `candidates`: where the
+    candidates are (`CANDIDATES` by default); `part`: a condition on the items rows read (`i`)."""
     replaced = {column_for_field(f): i for i, f in enumerate(contrib)}
 
     def value(c: str) -> sql.Composable:
@@ -453,6 +468,15 @@ def changed_by_items(items: sql.Composable, columns: Sequence[str], contrib: Seq
             new=sql.SQL(", ").join(value(c) for c in replaced),
             old=sql.SQL(", ").join(sql.SQL("i.{c}").format(c=ident(c)) for c in replaced),
         )
+    if part is not None:
+        differs = sql.SQL("({}) AND ({})").format(differs, part)
     return sql.SQL(
         "SELECT i.ctid AS {tid}, {new_row} FROM {t} c JOIN {items} i ON i.{k} = c.key WHERE {differs}"
-    ).format(tid=ident(TID), new_row=new_row, t=ident(CANDIDATES), items=items, k=ident(KEY), differs=differs)
+    ).format(
+        tid=ident(TID),
+        new_row=new_row,
+        t=candidates if candidates is not None else ident(CANDIDATES),
+        items=items,
+        k=ident(KEY),
+        differs=differs,
+    )

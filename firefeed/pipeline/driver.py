@@ -213,28 +213,35 @@ class _Driver:
         run = self.store.run(self.ctx.run_id)
         # Whether the last run's files are still in place, read beside FETCH and PARSE for the decision.
         published = incremental.PublishedCheck.begin(self.ctx, run)
+        # The kept result's rows of a patched source's changed records, searched while PARSE goes on.
+        watch = self.watch_patches(published)
         try:
-            parsed = self.fetch_and_parse()
-            decision = incremental.decide(
-                self.ctx,
-                parsed,
-                full=run.full,
-                accept_invalid=run.accept_invalid,
-                published=published,
-            )
+            try:
+                parsed = self.fetch_and_parse()
+                decision = incremental.decide(
+                    self.ctx,
+                    parsed,
+                    full=run.full,
+                    accept_invalid=run.accept_invalid,
+                    published=published,
+                )
+            finally:
+                if published is not None:
+                    published.close()
+            log.info("refresh: %s (%s)", decision.mode, decision.reason)
+            metrics.run_mode(decision.mode)
+            if decision.mode == "unchanged":
+                self.reuse(decision)
+                return
+            early = watch.take(parsed) if watch is not None and decision.mode == "delta" else None
         finally:
-            if published is not None:
-                published.close()
-        log.info("refresh: %s (%s)", decision.mode, decision.reason)
-        metrics.run_mode(decision.mode)
-        if decision.mode == "unchanged":
-            self.reuse(decision)
-            return
+            if watch is not None:
+                watch.close()
         # The exports' spares, made beside MERGE and RULES where a published file has none (steps.prefill_spares).
         spared = Beside(lambda: steps.prefill_spares(self.ctx), name="spares")
         try:
             if decision.mode == "delta":
-                self.take_delta(parsed, decision, spared)
+                self.take_delta(parsed, decision, spared, early)
                 return
             merged = self.step(Step.MERGE, lambda: self.merge(parsed, decision))
             rules = self.step(Step.RULES, lambda: self.rules(merged))
@@ -244,16 +251,32 @@ class _Driver:
             spared.result()
 
     # -- a delta run (SPEC 11 I1, pipeline/delta.py): MERGE and RULES for the changed items, EXPORT in full
+    def watch_patches(self, published: incremental.PublishedCheck | None) -> delta_rules.PatchWatch | None:
+        """A watch of PARSE's patches (`delta_rules.PatchWatch`) where a delta may follow: a last succeeded run
+        whose files the check reads (no `--full`, the same spec and exports)."""
+        from firefeed.dataplane.names import kept_result_table
+
+        if published is None:
+            return None
+        computed_by = incremental.Decision("delta", "", published.previous).computed_by
+        assert computed_by is not None
+        return delta_rules.PatchWatch.watch(
+            self.ctx, kept_result_table(computed_by), whole=not self.dispatcher.fans_out_rules
+        )
+
     def take_delta(
-        self, parsed: list[contract.SourceResult], decision: incremental.Decision, spared: Beside | None = None
+        self,
+        parsed: list[contract.SourceResult],
+        decision: incremental.Decision,
+        spared: Beside | None = None,
+        early: delta_rules.EarlyFound | None = None,
     ) -> None:
         from firefeed.dataplane.names import kept_result_table
 
         assert decision.computed_by is not None
-        # The kept result's rows of the patched records' keys, found while MERGE runs (RULES takes them).
-        early = None
+        # The kept result's rows of the patched records' keys, found while PARSE or MERGE runs (RULES takes them).
         try:
-            early = delta_rules.EarlyFound.begin(
+            early = early or delta_rules.EarlyFound.begin(
                 self.ctx,
                 parsed,
                 kept_result_table(decision.computed_by),

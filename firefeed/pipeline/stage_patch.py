@@ -191,6 +191,8 @@ def patch_staging(ctx: RunContext, src: SourceSpec, row: Source, table: str, new
     old_lines = [_lines(c.old) for c in changed]
     new_lines = [_lines(c.new) for c in changed]
     _stage_records(ctx, src, work / "new.csv", header, [c.new for c in changed], new_lines, fields, new_t)
+    # Their keys are known: the driver may search the kept result for them while the rest of PARSE runs.
+    watch_staged(ctx, index, src, new_t, fields)
     _stage_records(ctx, src, work / "old.csv", header, [c.old for c in changed], old_lines, fields, old_t)
     parsed = time.monotonic()
     _apply(ctx, table, fields, key, new_t, old_t, old_lines, new_lines, rows, most)
@@ -203,6 +205,14 @@ def patch_staging(ctx: RunContext, src: SourceSpec, row: Source, table: str, new
         time.monotonic() - parsed,
     )
     return Patched(len(changed), new_t, old_t)
+
+
+def watch_staged(ctx: RunContext, index: int, src: SourceSpec, new_t: str, fields: Sequence[str]) -> None:
+    """Tell a watch of this run in this process (delta_rules.PatchWatch) where the changed records' new rows are."""
+    from firefeed.pipeline.delta_rules import PatchWatch
+    from firefeed.pipeline.merge import StagedSource
+
+    PatchWatch.staged(ctx.run_id, index, StagedSource.of(src, new_t, fields))
 
 
 def _empty_tables(ctx: RunContext, fields: Sequence[str], *tables: str) -> None:

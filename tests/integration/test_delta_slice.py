@@ -154,7 +154,7 @@ def test_no_count_changes_without_the_kept_rows_found_beside_merge(
     lines = stock_lines()
     lines[3], lines[16] = "4,8", "17,8"
     write_stock(tmp_path, lines)
-    monkeypatch.setattr(delta_rules.EarlyFound, "begin", classmethod(lambda cls, *a, **k: None))
+    monkeypatch.setattr(delta_rules.EarlyFound, "of_records", classmethod(lambda cls, *a, **k: None))
     report = ok(refreshed)
     assert report["incremental"]["mode"] == "delta" and report["incremental"]["items_changed"] == 2
     assert ruled_by(report["run_id"]) == "every rule; no count changes (no old row read)"
@@ -173,3 +173,46 @@ def test_an_exclusion_deciding_on_the_changed_field_rules_every_rule(
     assert report["incremental"]["mode"] == "delta", report["incremental"]
     assert ruled_by(report["run_id"]) == "every rule"
     same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, report)
+
+
+def test_the_kept_rows_searched_while_parse_runs_are_taken_only_for_the_one_source_patched(
+    patch_env: Path, tmp_path: Path, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The search begun once PARSE staged the stock's changed records (delta_rules.PatchWatch) is the one RULES
+    takes; when the primary changed too (a full run) it is discarded, its tables dropped."""
+    from firefeed.pipeline import delta_rules
+
+    taken: list[bool] = []
+    discarded: list[str] = []
+    take, discard = delta_rules.PatchWatch.take, delta_rules.EarlyFound.discard
+
+    def spied(self: delta_rules.PatchWatch, parsed: Any) -> Any:
+        early = take(self, parsed)
+        if parsed:
+            taken.append(early is not None)
+        return early
+
+    def dropped(self: delta_rules.EarlyFound, ctx: Any) -> None:
+        discard(self, ctx)
+        discarded.append(ctx.run_id)
+
+    monkeypatch.setattr(delta_rules.PatchWatch, "take", spied)
+    monkeypatch.setattr(delta_rules.EarlyFound, "discard", dropped)
+    refreshed, full, fresh = start(tmp_path, WRITING_STOCK)
+    lines = stock_lines()
+    lines[5] = "6,7"
+    write_stock(tmp_path, lines)
+    report = ok(refreshed)
+    assert report["incremental"]["mode"] == "delta" and taken == [True] and not discarded
+    same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, report)
+
+    rows = main_rows()
+    rows[9][1] = "item ten, edited"
+    write_main(tmp_path, rows)
+    lines[6] = "7,7"
+    write_stock(tmp_path, lines)
+    again = ok(refreshed)
+    assert again["incremental"]["mode"] == "full" and taken == [True], again["incremental"]
+    # Begun for each patched source's records while PARSE ran (the stock's, the primary's), none used.
+    assert discarded and set(discarded) == {again["run_id"]}, discarded
+    same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, again)
