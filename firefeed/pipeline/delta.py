@@ -44,7 +44,7 @@ import contextlib
 import contextvars
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -328,10 +328,7 @@ def merge_delta(
     cols = sql.SQL(", ").join(ident(c) for c in columns)
 
     def new_rows() -> tuple[str, int, str]:
-        with raw_connection(ctx.data.engine) as conn:
-            with conn.cursor() as cur:
-                for setting in _MERGE_SETTINGS:
-                    cur.execute(setting)
+        with _merging(ctx.data.engine) as conn:
             new, changed = service.create_rules_tmp_as(
                 spec.company,
                 run_id,
@@ -355,10 +352,7 @@ def merge_delta(
     def old_rows() -> str:
         old_cols = sql.SQL(", ").join(sql.SQL("i.{}").format(ident(c)) for c in columns)
         tids = sql.SQL("i.ctid = ANY(ARRAY(SELECT {tid} FROM {t}))").format(tid=ident(TID), t=changed_t)
-        with raw_connection(ctx.data.engine) as conn:
-            with conn.cursor() as cur:
-                for setting in _MERGE_SETTINGS:
-                    cur.execute(setting)
+        with _merging(ctx.data.engine) as conn:
             old, _ = service.create_rules_tmp_as(
                 spec.company,
                 run_id,
@@ -409,6 +403,17 @@ def merge_delta(
     )
 
 
+@contextlib.contextmanager
+def _merging(engine: Any) -> Iterator[Any]:
+    """A connection (in a transaction: `raw_connection`) with MERGE's settings, for a piece of the delta's MERGE
+    on a connection of its own."""
+    with raw_connection(engine) as conn:
+        with conn.cursor() as cur:
+            for setting in _MERGE_SETTINGS:
+                cur.execute(setting)
+        yield conn
+
+
 def _changed_in_halves(
     ctx: RunContext, items: sql.Composable, columns: Sequence[str], contrib: Sequence[str], candidates: sql.Composable
 ) -> str:
@@ -427,10 +432,7 @@ def _changed_in_halves(
     )
 
     def scan(number: int, part: sql.Composable) -> str:
-        with raw_connection(ctx.data.engine) as conn:
-            with conn.cursor() as cur:
-                for setting in _MERGE_SETTINGS:
-                    cur.execute(setting)
+        with _merging(ctx.data.engine) as conn:
             table, _ = service.create_rules_tmp_as(
                 spec.company,
                 ctx.run_id,
@@ -485,9 +487,7 @@ class ItemsUpdate:
 
     @staticmethod
     def _run(engine: Any, statement: sql.Composable) -> int:
-        with raw_connection(engine) as conn, conn.cursor() as cur:
-            for setting in _MERGE_SETTINGS:
-                cur.execute(setting)
+        with _merging(engine) as conn, conn.cursor() as cur:
             cur.execute(statement)
             return int(cur.rowcount)
 
