@@ -327,42 +327,31 @@ def merge_delta(
     changed_t = ident(schema, changed_name)
     cols = sql.SQL(", ").join(ident(c) for c in columns)
 
+    def made(conn: Any, number: int, names: Sequence[str], select: sql.Composable) -> tuple[str, int]:
+        return service.create_rules_tmp_as(spec.company, run_id, number, names, select, [], conn=conn)
+
     def new_rows() -> tuple[str, int, str]:
         with _merging(ctx.data.engine) as conn:
-            new, changed = service.create_rules_tmp_as(
-                spec.company,
-                run_id,
+            new, changed = made(
+                conn,
                 NEW_ROWS,
                 columns,
                 sql.SQL("SELECT {cols} FROM {t} ORDER BY {ord}").format(cols=cols, t=changed_t, ord=ident(ORD)),
-                [],
-                conn=conn,
             )
-            keys, _ = service.create_rules_tmp_as(
-                spec.company,
-                run_id,
-                KEYS,
-                [KEY],
-                sql.SQL("SELECT {k} FROM {t}").format(k=ident(KEY), t=changed_t),
-                [],
-                conn=conn,
-            )
+            keys, _ = made(conn, KEYS, [KEY], sql.SQL("SELECT {k} FROM {t}").format(k=ident(KEY), t=changed_t))
         return new, changed, keys
 
     def old_rows() -> str:
         old_cols = sql.SQL(", ").join(sql.SQL("i.{}").format(ident(c)) for c in columns)
         tids = sql.SQL("i.ctid = ANY(ARRAY(SELECT {tid} FROM {t}))").format(tid=ident(TID), t=changed_t)
         with _merging(ctx.data.engine) as conn:
-            old, _ = service.create_rules_tmp_as(
-                spec.company,
-                run_id,
+            old, _ = made(
+                conn,
                 OLD_ROWS,
                 columns,
                 sql.SQL("SELECT {old_cols} FROM {items} i WHERE {tids} ORDER BY i.{ord}").format(
                     old_cols=old_cols, items=items, tids=tids, ord=ident(ORD)
                 ),
-                [],
-                conn=conn,
             )
         return old
 
