@@ -45,9 +45,9 @@ from firefeed.schema.identifiers import KEY, ORD, column_for_field, ident
 
 log = logging.getLogger(__name__)
 
-#: temporary tables of the delta's MERGE transaction: the keys whose kept and new staged rows differ, their
-#: merged rows, and the changed items' new rows with their old rows' ctid (`TID`)
-CANDIDATES, MERGED, CHANGED = "ff_delta_keys", "ff_delta_merged", "ff_delta_changed"
+#: temporary tables of the delta's MERGE transaction: the keys whose kept and new staged rows differ, and their
+#: merged rows; `TID`: the column of an old row's ctid beside the changed items' new rows
+CANDIDATES, MERGED = "ff_delta_keys", "ff_delta_merged"
 TID = "_ff_tid"
 
 
@@ -444,10 +444,11 @@ def changed_by_items(
     candidates: sql.Composable | None = None,
     part: sql.Composable | None = None,
 ) -> sql.Composable:
-    """The SELECT of `CHANGED` from the candidates (with their values) and their items rows: each changed
-    item's new row (its items row with the changed source's fields, `contrib`, as MERGE would give
-    them: see above) and its old row's ctid (`TID`). `columns`: the items table's; `candidates`: where the
-    candidates are (`CANDIDATES` by default); `part`: a condition on the items rows read (`i`)."""
+    """The SELECT of the changed rows (delta.py `CHANGED_ROWS`) from the candidates (with their values) and
+    their items rows: each changed item's new row (its items row with the changed source's fields, `contrib`,
+    as MERGE would give them: see above) and its old row's ctid (`TID`). `columns`: the items table's;
+    `candidates`: where the candidates are (`CANDIDATES` by default); `part`: a condition on the items rows
+    read (`i`)."""
     replaced = {column_for_field(f): i for i, f in enumerate(contrib)}
 
     def value(c: str) -> sql.Composable:

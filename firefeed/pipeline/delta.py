@@ -254,6 +254,8 @@ def merge_delta(
     service, run_id = ctx.data.schema, ctx.run_id
     result = MergeResult(fields=fields, rows=0)
     changed_fields: frozenset[str] | None = None
+    #: the run table of the candidates whose items rows make the changed rows (`_changed_in_halves`), when they do
+    halves_of: str | None = None
     primary = patched_primary(parsed)
     kept, unusable = (None, None) if primary is not None else kept_rows(ctx, sources, previous, parsed)
     # The changed items' new rows from their items rows, without the primary's staging (_delta_keys.py
@@ -295,12 +297,11 @@ def merge_delta(
             # The changed items' new rows, with where their old row is (its ctid: no index on the items
             # table, and no run but this one writes it): the old rows are then read and updated in place
             # by TID instead of two more scans of the whole table.
-            changed_select: sql.Composable | None = None
-            changed_params: list[Any] = []
-            changed_fields = values_changed(cur, contrib[next(iter(kept))])
+            contributed = contrib[next(iter(kept))]
+            changed_fields = values_changed(cur, contributed)
             # The candidates in a run table: the items table is then scanned for them in two halves at once.
             cur.execute(sql.SQL("SELECT * FROM {} LIMIT 0").format(ident(CANDIDATES)))
-            candidates_t, _ = service.create_rules_tmp_as(
+            halves_of, _ = service.create_rules_tmp_as(
                 spec.company,
                 run_id,
                 CANDIDATE_ROWS,
@@ -316,14 +317,12 @@ def merge_delta(
             changed_select, changed_params = _changed_by_merging(
                 cur, schema, spec.key, sources, fields, contrib, clean, items, candidates
             )
-        if changed_select is not None:
             # A run table, committed: the new rows and the old ones are then read from it on a connection each.
             changed_name, _ = service.create_rules_tmp_as(
                 spec.company, run_id, CHANGED_ROWS, [TID, *columns], changed_select, changed_params, conn=conn
             )
-    if changed_select is None:
-        contributed = contrib[next(iter(kept or {}))]
-        changed_name = _changed_in_halves(ctx, items, columns, contributed, ident(schema, candidates_t))
+    if halves_of is not None:
+        changed_name = _changed_in_halves(ctx, items, columns, contributed, ident(schema, halves_of))
     changed_t = ident(schema, changed_name)
     cols = sql.SQL(", ").join(ident(c) for c in columns)
 
@@ -412,7 +411,11 @@ def _changed_in_halves(
     spec, service = ctx.spec, ctx.data.schema
     schema = company_schema(spec.company)
     with raw_connection(ctx.data.engine) as conn, conn.cursor() as cur:
-        cur.execute(sql.SQL("SELECT pg_relation_size({}::regclass) / 8192").format(sql.Literal(items.as_string(cur))))
+        cur.execute(
+            sql.SQL("SELECT pg_relation_size({}::regclass) / current_setting('block_size')::int").format(
+                sql.Literal(items.as_string(cur))
+            )
+        )
         pages = int(cur.fetchone()[0])
     half = sql.Literal(f"({pages // 2},0)")
     parts = (

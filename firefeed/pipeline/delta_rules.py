@@ -72,9 +72,9 @@ FLAG_PREFIX = "_ff_m"
 EARLY_KEYS, EARLY_FOUND = CHANGED_ROWS + 2, CHANGED_ROWS + 3
 #: the first pass table number of the rules over those old rows
 EXCLUDED_FIRST_PASS = 6_000_001
-#: a sliced delta's tables (pipeline/delta_slice.py): the new rows of the changed items the kept result holds,
-#: and of those it lacks; the first pass numbers of the slice over the former and the rules over the latter
-SURVIVING, LACKING = CHANGED_ROWS + 4, CHANGED_ROWS + 5
+#: a sliced delta's table of the changed items' new rows the kept result lacks; the first pass numbers of the
+#: slice (pipeline/delta_slice.py) over every new row and of the rules over those
+LACKING = CHANGED_ROWS + 5
 SLICE_FIRST_PASS, LACKING_FIRST_PASS = 7_000_001, 8_000_001
 
 
@@ -265,10 +265,9 @@ class PatchWatch:
         when this process watches the run (its error is not the run's: the search begins after PARSE)."""
         with cls._lock:
             watch = cls._watching.get(run_id)
+            old = watch._begun.pop(index, None) if watch is not None else None
         if watch is None:
             return
-        with cls._lock:
-            old = watch._begun.pop(index, None)
         if old is not None:  # the source patched again (its tables are the same names)
             old[1].discard(watch._ctx)
         try:
@@ -443,21 +442,15 @@ def rules_delta(
         old_r = _timed(seconds, "old rows ruled", lambda: ruled(old_table, OLD_FIRST_PASS))
         return OldCounts(old_r.matched, old_r.excluded, old_r.rows_out, None)
 
-    def kept_of_changed() -> int:
-        """The kept result's rows of the changed keys (one semi-join scan of it)."""
-        with raw_connection(ctx.data.engine) as conn, conn.cursor() as cur:
-            cur.execute(
-                sql.SQL(
-                    "SELECT count(*) FROM {kept} k WHERE EXISTS (SELECT 1 FROM {keys} c WHERE c.{key} = k.{key})"
-                ).format(kept=ident(schema, kept_result), keys=ident(schema, tables.keys), key=ident(KEY))
-            )
-            return int(cur.fetchone()[0])
-
     counted = viewed and by_kept is None and not unchanged_counts
     with ThreadPoolExecutor(max_workers=3 if counted else 2) as pool:
         new_f = _submit(pool, new_rows)
         old_f = _submit(pool, old_rows)
-        count_f = _submit(pool, lambda: _timed(seconds, "count check", kept_of_changed)) if counted else None
+        count_f = (
+            _submit(pool, lambda: _timed(seconds, "count check", lambda: _kept_of_changed(ctx, kept_result, tables)))
+            if counted
+            else None
+        )
         new_side, old_r = new_f.result(), old_f.result()
         in_kept = count_f.result() if count_f is not None else old_r.in_kept
     if isinstance(new_side, SlicedRows):
@@ -586,7 +579,7 @@ def _old_from_kept(
         flagged = dict.fromkeys(flags, 0)
         # The flags came with the rows found beside MERGE: counted from them, no second read of the kept result.
         carried = searched is not None and early is not None and set(flags) <= set(early.flags)
-        counts = sql.SQL(", ").join(sql.SQL("count(*) FILTER (WHERE {})").format(ident(c)) for c in flags)
+        counts = _flag_counts(flags)
         with conn.cursor() as cur:
             if carried and flags:
                 assert searched is not None
@@ -653,6 +646,25 @@ def _old_from_kept(
     return OldCounts(matched, rest.excluded, in_kept, in_kept, kept_matched)
 
 
+def _kept_of_changed(ctx: RunContext, kept_result: str, tables: DeltaTables, conn: Any = None) -> int:
+    """The kept result's rows of the changed keys (one semi-join scan of it), on `conn` or a connection of its own."""
+    schema = company_schema(ctx.spec.company)
+    count = sql.SQL(
+        "SELECT count(*) FROM {kept} k WHERE EXISTS (SELECT 1 FROM {keys} c WHERE c.{key} = k.{key})"
+    ).format(kept=ident(schema, kept_result), keys=ident(schema, tables.keys), key=ident(KEY))
+    with contextlib.ExitStack() as stack:
+        if conn is None:
+            conn = stack.enter_context(raw_connection(ctx.data.engine))
+        with conn.cursor() as cur:
+            cur.execute(count)
+            return int(cur.fetchone()[0])
+
+
+def _flag_counts(flags: Sequence[str]) -> sql.Composable:
+    """The select list counting the rows where each of the flag columns `flags` holds."""
+    return sql.SQL(", ").join(sql.SQL("count(*) FILTER (WHERE {})").format(ident(c)) for c in flags)
+
+
 def _of_changed(schema: str, early: str, keys: str) -> sql.Composable:
     """The SELECT of the rows found beside MERGE (table `early`, for the patched records' keys) of the changed
     items' keys (`keys`): their key, heap and TID."""
@@ -683,13 +695,7 @@ def _kept_places(
         with conn.cursor() as cur:
             cur.execute("SET LOCAL jit = off")
         if heaps is None:
-            with conn.cursor() as cur:
-                cur.execute(
-                    sql.SQL(
-                        "SELECT count(*) FROM {kept} k WHERE EXISTS (SELECT 1 FROM {keys} c WHERE c.{key} = k.{key})"
-                    ).format(kept=ident(schema, kept_result), keys=ident(schema, tables.keys), key=ident(KEY))
-                )
-                held = int(cur.fetchone()[0])
+            held = _kept_of_changed(ctx, kept_result, tables, conn)
             return OldCounts({}, 0, held, held)
         select = _of_changed(schema, searched, tables.keys) if searched is not None else None
         found, in_kept = _found_rows(ctx, conn, select or _found_select(schema, heaps, tables.keys))
@@ -730,7 +736,7 @@ def _sliced_rows(
         return None
     rest = _lacking_ruled(ctx, tables, kept_rows, ruled) if recounted else None
     # The counted rules' new counts over the rows the kept result holds: their flags in `RULED` are the slice's.
-    flags = [(r.name, flag_column(r)) for r in the_slice.rules if r.name in the_slice.counted and r.when is not None]
+    flags = the_slice.counted_flags
     matched: dict[str, int] = {}
     with raw_connection(ctx.data.engine) as conn:
         _join_settings(conn)
@@ -747,10 +753,7 @@ def _sliced_rows(
             with conn.cursor() as cur:
                 cur.execute(
                     sql.SQL("SELECT {counts} FROM {t}").format(
-                        counts=sql.SQL(", ").join(
-                            sql.SQL("count(*) FILTER (WHERE {})").format(ident(f)) for _, f in flags
-                        ),
-                        t=ident(schema, table),
+                        counts=_flag_counts([f for _, f in flags]), t=ident(schema, table)
                     )
                 )
                 matched = {name: int(n) for (name, _), n in zip(flags, cur.fetchone(), strict=True)}

@@ -19,8 +19,8 @@ It applies only where that is exact, else the rules run in full (`None`):
 - no excluding rule's `when` reads a reached field: each changed item is then kept or excluded as it was,
   so the kept result holds exactly the changed items it will hold. Those it lacks (excluded last time)
   are ruled in full, and must be excluded again;
-- the changed items' old and new rows have the same keys, ords and columns (an enrich source changed
-  some of their values: no item added, removed or moved);
+- the changed fields are known: MERGE made the changed items' new rows from their items rows (one enrich
+  source changed some of their values: no item added, removed or moved);
 - the kept result's flag columns of the rules counted by the slice are in the slice's result.
 """
 
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from psycopg2 import sql
 
@@ -55,20 +56,29 @@ class Slice:
 
     def from_slice(self, column: str) -> bool:
         """Whether the result's `column` is taken from the slice's row (else from the kept row)."""
-        return column in {column_for_field(f) for f in self.reached} or column in self.flags
+        return column in self._taken
+
+    @cached_property
+    def _taken(self) -> frozenset[str]:
+        return frozenset(column_for_field(f) for f in self.reached) | self.flags
 
     @property
     def fields(self) -> frozenset[str]:
         """The fields the slice's rules read or write, and the reached ones: all its tables need hold."""
         used = set(self.reached)
         for rule in self.rules:
-            used.update(_reads(rule))
+            used.update(rule.reads)
             used.update(rule.writes)
         return frozenset(used)
 
     @property
+    def counted_flags(self) -> list[tuple[str, str]]:
+        """The counted rules' names and flag columns, in the rules' order (a counted rule has a `when`)."""
+        return [(r.name, flag_column(r)) for r in self.rules if r.name in self.counted and r.when is not None]
+
+    @property
     def flags(self) -> frozenset[str]:
-        return frozenset(flag_column(r) for r in self.rules if r.name in self.counted and r.when is not None)
+        return frozenset(column for _, column in self.counted_flags)
 
 
 def reads_across_items(rule: Rule) -> str | None:
@@ -118,26 +128,18 @@ def reach(rules: Sequence[Rule], changed: Iterable[str]) -> Slice | None:
                     reached.update(action_writes(action))
     # The rules those outputs and counts need, and every earlier rule writing a field one of them reads.
     needed = [r for r in enabled if r.name in counted or set(r.writes) & reached]
-    wanted = {f for r in needed for f in _reads(r)}
     chosen = {r.name for r in needed}
-    for at in range(len(enabled) - 1, -1, -1):
-        rule = enabled[at]
+    wanted = {f for r in needed for f in r.reads}
+    for rule in reversed(enabled):
         if rule.name in chosen:
-            wanted.update(_reads(rule))
+            wanted.update(rule.reads)
         elif set(rule.writes) & wanted:
             if rule.excludes:
                 return None  # an excluding rule that also writes: its exclusions would run in the slice
             chosen.add(rule.name)
-            wanted.update(_reads(rule))
+            wanted.update(rule.reads)
     sliced = tuple(r for r in enabled if r.name in chosen)
     return Slice(frozenset(changed), frozenset(reached), sliced, frozenset(counted))
-
-
-def _reads(rule: Rule) -> set[str]:
-    names = set(condition_fields(rule.when)) if rule.when is not None else set()
-    for action in (*rule.then, *rule.else_):
-        names.update(action_reads(action))
-    return names
 
 
 def assembled_select(schema: str, kept: str, sliced: str, columns: Sequence[str], the_slice: Slice) -> sql.Composable:

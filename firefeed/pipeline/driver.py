@@ -258,10 +258,10 @@ class _Driver:
 
         if published is None:
             return None
-        computed_by = incremental.Decision("delta", "", published.previous).computed_by
-        assert computed_by is not None
         return delta_rules.PatchWatch.watch(
-            self.ctx, kept_result_table(computed_by), whole=not self.dispatcher.fans_out_rules
+            self.ctx,
+            kept_result_table(incremental.computed_by(published.previous)),
+            whole=not self.dispatcher.fans_out_rules,
         )
 
     def take_delta(

@@ -47,6 +47,11 @@ MODES: tuple[Mode, ...] = ("full", "delta", "unchanged")
 REUSED_STEPS = (Step.MERGE, Step.RULES, Step.EXPORT)
 
 
+def computed_by(previous: KeptRun) -> str:
+    """The run that computed `previous`'s rules result: itself, or the run it reused (an unchanged run)."""
+    return str(previous.details.get(Step.RULES, {}).get("reused_from") or previous.run_id)
+
+
 @dataclass(frozen=True)
 class Decision:
     """How a run computes its items, and why."""
@@ -64,16 +69,14 @@ class Decision:
     @property
     def computed_by(self) -> str | None:
         """The run that computed the last succeeded run's rules result (the one an unchanged run reused)."""
-        if self.previous is None:
-            return None
-        return str(self.previous.details.get(Step.RULES, {}).get("reused_from") or self.previous.run_id)
+        return None if self.previous is None else computed_by(self.previous)
 
     @property
     def reused_from(self) -> str | None:
         """The run whose MERGE, RULES and EXPORT an unchanged run shows (the one that computed them)."""
         if self.mode != "unchanged" or self.previous is None:
             return None
-        return str(self.previous.details.get(Step.RULES, {}).get("reused_from") or self.previous.run_id)
+        return computed_by(self.previous)
 
     def report(self, *, recomputed: int) -> dict[str, Any]:
         """The RunReport's `incremental` part (SPEC 11 I2). A full run does not work out what changed
@@ -200,10 +203,8 @@ def _delta_or_full(
     ignore = frozenset(changed)
     if _full_reason(ctx, parsed, previous, accept_invalid=accept_invalid, ignore=ignore, published=published):
         return Decision.full(reason, previous)
-    computed_by = Decision("delta", reason, previous).computed_by
-    assert computed_by is not None
     fields = list(previous.details.get(Step.MERGE, {}).get("fields") or [])
-    why = delta.why_not(ctx, parsed, changed, fields, kept_result_table(computed_by))
+    why = delta.why_not(ctx, parsed, changed, fields, kept_result_table(computed_by(previous)))
     if why is not None:
         return Decision.full(f"{reason}; not a delta: {why}", previous)
     if changed == (primary,):

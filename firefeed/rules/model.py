@@ -337,6 +337,14 @@ class Rule:
         )
 
     @property
+    def reads(self) -> frozenset[str]:
+        """Fields the rule reads: its `when`'s and every action's (a rule's `writes`' other side)."""
+        names = set(condition_fields(self.when)) if self.when is not None else set()
+        for action in (*self.then, *self.else_):
+            names.update(action_reads(action))
+        return frozenset(names)
+
+    @property
     def writes(self) -> tuple[str, ...]:
         """Fields the rule may change on an item it keeps (a branch that excludes changes nothing), in the
         order the rule writes them: a field it creates takes that place among the default columns (8.21)."""
