@@ -30,7 +30,6 @@ import itertools
 import mmap
 import os
 import queue
-import sys
 import threading
 from array import array
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
@@ -41,6 +40,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import psycopg2
 from psycopg2 import sql
 
+from firefeed.db.binary import network_ints
 from firefeed.db.engine import raw_connection
 from firefeed.errors import ExportError
 from firefeed.export import diff
@@ -557,11 +557,7 @@ def left_the_export(engine: Any, target: Target, changed: Changed, ords: Sequenc
 
 def _int8s(data: bytes) -> array[int]:
     """The big-endian 8-byte integers of `int8send`s joined."""
-    values = array("q")
-    values.frombytes(data)
-    if sys.byteorder == "little":
-        values.byteswap()
-    return values
+    return network_ints(data, "q")
 
 
 def places_of(ords: Sequence[int], changed: Sequence[int]) -> list[int]:

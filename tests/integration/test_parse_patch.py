@@ -138,6 +138,7 @@ def test_a_refresh_after_records_of_the_primary_changed_is_a_patched_parse_and_a
     report = ok(refreshed)
     staging = parse_staging(report["run_id"])
     assert staging["staged"] == "patched" and staging["changed"] == 5, staging
+    assert staging["found_by"] == "keys", staging  # each key one staged row: no old record parsed again
     assert report["incremental"]["mode"] == "delta", report["incremental"]
     assert report["incremental"]["reason"].startswith("only records of the primary source 'main' changed")
     assert merge_detail(report["run_id"])["changed_by"] == "patched rows"
@@ -311,6 +312,7 @@ def test_many_changed_records_are_patched_together(patch_env: Path, tmp_path: Pa
         "new_rows": "",
         "old_rows": "",
         "from": "",
+        "found_by": "keys",
     }
     assert report["incremental"]["mode"] == "delta", report["incremental"]
     same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, report)

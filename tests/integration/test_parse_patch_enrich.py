@@ -88,6 +88,7 @@ def test_a_refresh_after_records_of_the_stock_source_changed_is_patched_and_merg
     report = ok(refreshed)
     staging = staging_of(report["run_id"])
     assert staging["staged"] == "patched" and staging["changed"] == 5, staging
+    assert staging["found_by"] == "keys", staging  # item 8's key quoted now is still its key
     assert report["incremental"]["mode"] == "delta", report["incremental"]
     assert merge_detail(report["run_id"])["changed_by"] == "patched items rows"
     assert report["incremental"]["items_changed"] == 4, report["incremental"]
@@ -144,7 +145,9 @@ def test_a_repeated_key_in_the_stock_source_merges_the_patched_keys_again(
     rows[9] = "10,1"
     write_stock(tmp_path, rows)
     report = ok(refreshed)
-    assert staging_of(report["run_id"])["staged"] == "patched"
+    staging = staging_of(report["run_id"])
+    # Key 7 is two staged rows: which one changed, its old record's row says.
+    assert staging["staged"] == "patched" and staging["found_by"] == "old records", staging
     assert report["incremental"]["mode"] == "delta", report["incremental"]
     assert merge_detail(report["run_id"])["changed_by"] == (
         "patched staged rows: the last succeeded run found an empty or repeated key in 'stock'"

@@ -363,6 +363,7 @@ def _stage(
                 ).to_json(),
                 "new_rows": patched.new_rows,
                 "old_rows": patched.old_rows,
+                "found_by": patched.found_by,
             }
         log.info("source %r is parsed in full: %s", src.name, why)
     if _is_enrich(ctx, index):
