@@ -47,7 +47,7 @@ from firefeed.dataplane.names import rules_tmp_table, run_id_of_tmp_table
 from firefeed.db.engine import raw_connection
 from firefeed.pipeline import delta_slice, rule_passes
 from firefeed.pipeline.context import RunContext
-from firefeed.pipeline.delta import OLD_FIRST_PASS, RULED, SPLICED, DeltaTables, _patched_only
+from firefeed.pipeline.delta import NEW_ROWS_COPY, OLD_FIRST_PASS, RULED, SPLICED, DeltaTables, _patched_only
 from firefeed.pipeline.merge import StagedSource
 from firefeed.rules._plan import PassPlan, flag_column
 from firefeed.rules.limits import check_sql_size
@@ -377,7 +377,7 @@ def rules_delta(
             service,
             company=spec.company,
             run_id=ctx.run_id,
-            source_table=table,
+            source_table=_stored(ctx, table),
             fields=list(item_fields),
             rules=spec.parsed_rules,
             chunk_rows=ctx.settings.chunk_rows,
@@ -795,6 +795,30 @@ def _lacking_ruled(
     if rest.rows_out:
         raise RuntimeError(f"the rules keep {rest.rows_out} changed items the kept result lacks")
     return rest
+
+
+def _stored(ctx: RunContext, table: str) -> str:
+    """`table`, or a table of its rows in their order when it is a view (MERGE's `NEW_ROWS` where no old row was
+    read): chunk jobs cut their source by its heap pages, which a view has none of."""
+    spec, service = ctx.spec, ctx.data.schema
+    schema = company_schema(spec.company)
+    with raw_connection(ctx.data.engine) as conn:
+        with conn.cursor() as cur:
+            if relation_kind(cur, schema, table) != "v":
+                return table
+        columns = service.table_columns(spec.company, table, conn=conn)
+        copy, _ = service.create_rules_tmp_as(
+            spec.company,
+            ctx.run_id,
+            NEW_ROWS_COPY,
+            columns,
+            sql.SQL("SELECT {cols} FROM {t}").format(
+                cols=sql.SQL(", ").join(ident(c) for c in columns), t=ident(schema, table)
+            ),
+            [],
+            conn=conn,
+        )
+    return copy
 
 
 def _join_settings(conn: Any) -> None:

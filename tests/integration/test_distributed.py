@@ -347,9 +347,11 @@ def test_a_failed_step_fails_the_run_keeps_exports_and_frees_the_project(
     assert wait_finished(start_run("dist_fail", "api"))["status"] == "SUCCEEDED"
 
 
-def _stock_spec(folder: Path, project: str, quantities: dict[int, str], items: int = 60) -> Path:
+def _stock_spec(
+    folder: Path, project: str, quantities: dict[int, str], items: int = 60, rules: list[Any] = RULES
+) -> Path:
     """`_spec`'s items with their quantity from an enrich stock source (`quantities` overrides some)."""
-    spec = _spec(folder, "acme", project, items=items)
+    spec = _spec(folder, "acme", project, items=items, rules=rules)
     write_csv(
         folder / "stock.csv", ["id", "quantity"], [[f"K{i}", quantities.get(i, str(i % 5))] for i in range(items)]
     )
@@ -360,26 +362,36 @@ def _stock_spec(folder: Path, project: str, quantities: dict[int, str], items: i
     return spec
 
 
-def test_a_fleet_delta_rules_only_the_changed_items_as_chunk_jobs(client_env: dict[str, str], tmp_path: Path) -> None:
+#: rules no decision of which reads the stock's quantity (an action does): no count can change, MERGE reads no
+#: old row, and its new rows are a view (pipeline/delta.py)
+UNCOUNTED_RULES = [*RULES[1:], {"name": "stock note", "then": [{"append": "title", "value": " ({quantity} left)"}]}]
+
+
+@pytest.mark.parametrize("rules", [RULES, UNCOUNTED_RULES], ids=["counted", "uncounted"])
+def test_a_fleet_delta_rules_only_the_changed_items_as_chunk_jobs(
+    client_env: dict[str, str], tmp_path: Path, rules: list[Any]
+) -> None:
     """SPEC 11 through the fleet (#52): a stock change is a delta there too, its RULES chunk jobs cover only the
-    changed items (25 here, more than a chunk of 10), and its file and counts are a fresh batch run's."""
+    changed items (25 here, more than a chunk of 10), and its file and counts are a fresh batch run's. Where
+    MERGE's new rows are a view, the jobs cut a copy of them (a view has no heap pages)."""
     from sqlalchemy import select
 
     from firefeed.db.engine import session_factory
     from firefeed.db.models import PipelineJob
     from firefeed.spec.loader import load_spec_file
 
-    spec = _stock_spec(tmp_path / "fleet", "dist_delta", {})
+    project = "dist_delta" if rules is RULES else "dist_delta_uncounted"
+    spec = _stock_spec(tmp_path / "fleet", project, {}, rules=rules)
     RunStore().apply_spec(load_spec_file(spec), spec_dir=spec.parent)
-    first = wait_finished(start_run("dist_delta", "api"), timeout=120)
+    first = wait_finished(start_run(project, "api"), timeout=120)
     assert first["status"] == "SUCCEEDED", first["error"]
     changed = {i: "0" if i % 5 else "7" for i in range(0, 50, 2)}  # 25 items' quantity
-    _stock_spec(tmp_path / "fleet", "dist_delta", changed)
-    report = wait_finished(start_run("dist_delta", "api"), timeout=120)
+    _stock_spec(tmp_path / "fleet", project, changed, rules=rules)
+    report = wait_finished(start_run(project, "api"), timeout=120)
     assert report["status"] == "SUCCEEDED", report["error"]
     assert report["incremental"]["mode"] == "delta", report["incremental"]
     assert report["incremental"]["items_changed"] == 25
-    code, fresh = run_json(_stock_spec(tmp_path / "fresh", "dist_delta_fresh", changed))
+    code, fresh = run_json(_stock_spec(tmp_path / "fresh", f"{project}_fresh", changed, rules=rules))
     assert code == 0, fresh["error"]
     assert report["rules"] == fresh["rules"]
     assert [(e["rows"], e["sha256"]) for e in report["exports"]] == [(e["rows"], e["sha256"]) for e in fresh["exports"]]
@@ -389,11 +401,12 @@ def test_a_fleet_delta_rules_only_the_changed_items_as_chunk_jobs(client_env: di
         ).all()
     if shared_broker_available():  # RULES fans out only when the driver's worker does not take the rules queue
         from firefeed.dataplane.names import rules_tmp_table
-        from firefeed.pipeline.delta import NEW_ROWS
+        from firefeed.pipeline.delta import NEW_ROWS, NEW_ROWS_COPY
 
         first_pass = [j.params or {} for j in jobs if j.pass_no == 1]
         # The changed items' new rows, not the items table (the parts are runs of heap pages: one page here).
-        assert {p["src"] for p in first_pass} == {rules_tmp_table(report["run_id"], NEW_ROWS)}, first_pass
+        source = rules_tmp_table(report["run_id"], NEW_ROWS if rules is RULES else NEW_ROWS_COPY)
+        assert {p["src"] for p in first_pass} == {source}, first_pass
         assert sum(int(p["rows"] or 0) for p in first_pass) == 25, first_pass
     else:
         assert jobs == []
