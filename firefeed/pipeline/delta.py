@@ -465,11 +465,11 @@ class ItemsUpdate:
     `delta_slice.counts_unchanged`, while it sorts the new rows).
 
     Nothing of this run reads the items table after MERGE (RULES reads the new and old rows' tables and the
-    kept result, EXPORT the rules result), and the next run reads it only after this one: the UPDATE (0.6-0.7 s
-    of 80k rows of the 1M stock delta) runs beside RULES, which waits for it before it ends (`result`), so a
-    failed UPDATE fails the run before anything is published, and a run that fails meanwhile still waits for it
-    (the project is not free while it writes). A run that fails after it makes the next run full, as any
-    failure after MERGE does."""
+    kept result, EXPORT the rules result), and the next run reads it only after this one: the UPDATE (0.6-1.25 s
+    of 80k rows of the 1M stock delta) runs beside RULES and EXPORT, whose driver waits for it before the
+    publish (`result`), so a failed UPDATE fails the run before anything is published, and a run that fails
+    meanwhile still waits for it (the project is not free while it writes). A run that fails after it makes the
+    next run full, as any failure after MERGE does."""
 
     def __init__(self, ctx: RunContext, items: sql.Composable, columns: Sequence[str], changed: sql.Composable) -> None:
         from firefeed.export.patch import Beside

@@ -192,6 +192,8 @@ class _Driver:
         self.wakeups: RunWakeups | None = None
         #: A delta's change of the kept result, begun once RULES has its rows (`rules_delta`), for EXPORT to commit.
         self.prepared: PreparedKeep | None = None
+        #: a delta's UPDATE of the items table (`delta.ItemsUpdate`), begun by MERGE and awaited before the publish
+        self.items_update: delta.ItemsUpdate | None = None
 
     def drive(self) -> None:
         if not self.dispatcher.runs_elsewhere:
@@ -296,6 +298,9 @@ class _Driver:
                 spared.result()
             self.step(Step.EXPORT, lambda: self.export(rules))
         finally:
+            if self.items_update is not None:  # not awaited by EXPORT: the run fails once it is done
+                self.items_update.settle()
+                self.items_update = None
             if self.prepared is not None:  # begun by RULES, never taken by EXPORT: the run did not publish
                 self.prepared.abandon()
                 self.prepared = None
@@ -350,8 +355,10 @@ class _Driver:
         # The kept result's change (`delta.prepare_keep`) begun now, while the items table's UPDATE may still run
         # (on the 1M stock delta a core is idle then), and committed once EXPORT has published.
         self.prepared = delta.prepare_keep(self.ctx.data.schema, self.ctx.spec.company, self.ctx.run_id, result.table)
-        # The items table's UPDATE ran beside (delta.ItemsUpdate): done before anything is exported.
-        tables.items_update.result()
+        # The items table's UPDATE runs on beside EXPORT (delta.ItemsUpdate), which reads only the rules result and
+        # the kept one: it is awaited before the publish, so a failed UPDATE fails the run before anything is
+        # published (on the 1M stock delta's first refresh it took 1.2 s, which RULES waited for).
+        self.items_update = tables.items_update
         detail = result.report() | notes
         warnings = spec_warnings(self.ctx.spec, merged.fields, result.fields)
         if warnings:
@@ -505,6 +512,9 @@ class _Driver:
             if warnings:
                 detail["warnings"] = warnings
             done = _Done(rules.rows_out, sum(e.rows for e in exports), detail)
+            update, self.items_update = self.items_update, None
+            if update is not None:
+                update.result()
             # Recorded with the step's success, then switched: from here the run publishes, whatever dies when.
             publishing.publish(ctx, entries, rows_in=done.rows_in, rows_out=done.rows_out, detail=detail)
             # The diff baselines and the kept rules result are tables apart: kept side by side, on a connection

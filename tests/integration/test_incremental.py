@@ -317,8 +317,9 @@ def _stock_delta_ready(tmp: Path) -> tuple[Path, Path]:
 def test_a_delta_whose_items_update_fails_fails_before_publishing_and_the_next_run_is_a_full_runs(
     run_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The changed items' UPDATE of the items table runs beside RULES (delta.ItemsUpdate): its failure fails
-    the run before EXPORT, the published files stay the last run's, and the next run gives a full run's."""
+    """The changed items' UPDATE of the items table runs beside RULES and EXPORT (delta.ItemsUpdate): its failure
+    fails the run before the publish, the published files stay the last run's, and the next run gives a full
+    run's."""
     from firefeed.pipeline import delta
 
     refreshed, fresh = _stock_delta_ready(tmp_path)
@@ -332,7 +333,7 @@ def test_a_delta_whose_items_update_fails_fails_before_publishing_and_the_next_r
         m.setattr(delta.ItemsUpdate, "_run", staticmethod(failing))
         code, report = run(refreshed)
     assert code != 0 and report["status"] == "FAILED", report
-    assert report["error"]["step"] == "RULES" and "could not be updated" in report["error"]["message"]
+    assert report["error"]["step"] == "EXPORT" and "could not be updated" in report["error"]["message"]
     assert files(run_env, refreshed.stem) == before
     ok(refreshed)
     ok(fresh)
@@ -362,6 +363,38 @@ def test_a_delta_whose_rules_fail_waits_for_the_items_update_before_it_ends(
         code, report = run(refreshed)
     assert code != 0 and "the rules broke" in report["error"]["message"], report
     assert updated == [30]  # every item changed, done before the run ended (the project was not free while it wrote)
+    ok(refreshed)
+    ok(fresh)
+    assert files(run_env, refreshed.stem) == files(run_env, fresh.stem)
+
+
+def test_a_delta_whose_export_fails_waits_for_the_items_update_before_it_ends(
+    run_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The UPDATE goes on beside EXPORT: an export that fails meanwhile ends the run only once it is done."""
+    from firefeed.pipeline import delta, steps
+
+    refreshed, fresh = _stock_delta_ready(tmp_path)
+    before = files(run_env, refreshed.stem)
+    updated: list[int] = []
+    original = delta.ItemsUpdate._run
+
+    def slow(engine: Any, statement: Any) -> int:
+        time.sleep(1.0)  # longer than RULES and the export take to fail
+        updated.append(original(engine, statement))
+        return updated[-1]
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the export broke")
+
+    with monkeypatch.context() as m:
+        m.setattr(delta.ItemsUpdate, "_run", staticmethod(slow))
+        m.setattr(steps, "export_one", broken)
+        code, report = run(refreshed)
+    assert code != 0 and "the export broke" in report["error"]["message"], report
+    assert report["error"]["step"] == "EXPORT", report["error"]
+    assert updated == [30]  # done before the run ended (the project was not free while it wrote)
+    assert files(run_env, refreshed.stem) == before
     ok(refreshed)
     ok(fresh)
     assert files(run_env, refreshed.stem) == files(run_env, fresh.stem)
