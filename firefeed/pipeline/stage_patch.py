@@ -3,11 +3,13 @@
 A full parse of the 1M-item feed costs 12-25 s, most of a refresh where 1% of the items changed. When
 the source's kept copy (dataplane/parsed_copy.py) is the bytes its staging table was parsed from,
 `record_diff.diff_records` names the records whose bytes changed, record for record (none added,
-removed or moved, the header the same). Only those are parsed, their old and their new bytes each
-after the header, by the same reader settings and the same COPY (`stage.stage_source`) as a full
-parse, into two run tables; their rows then replace the staged ones in place, found by their old
-values (the whole row, so a repeated key cannot mislead), keeping each row's `_ff_ord`; `_ff_line`
-follows a record whose line count changed. The staging table then holds what a full parse would
+removed or moved, the header the same). Only their new bytes are parsed, after the header, by the
+same reader settings and the same COPY (`stage.stage_source`) as a full parse, into a run table; their
+rows then replace the staged ones in place, keeping each row's `_ff_ord`, and the rows they replace
+are copied into a second run table first; `_ff_line` follows a record whose line count changed. The
+staged rows are found by the records' keys (`_keys_kept`: none shared, each one staged row), else by
+their old bytes parsed as well and compared value for value (the whole row, so a repeated key cannot
+mislead). The staging table then holds what a full parse would
 have staged (its rows' values, ords and lines: only the rows' places in the heap differ), and the
 new and old rows' tables, with their real ords, are what the delta merges (pipeline/delta.py): for the
 primary, MERGE's SELECT over the records' new rows; for an enrich source, the candidate keys (and their
