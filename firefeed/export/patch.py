@@ -536,14 +536,12 @@ def left_the_export(engine: Any, target: Target, changed: Changed, ords: Sequenc
     `ords`, ascending): it left the export. An item's position is its identity between a run and its delta
     (a delta moves no item, and the baseline is the last file's: `changed_rows`), as `places_of` takes it for
     the items the export selects; this spares `complete` a count over the baseline's ~1M rows (0.3 s)."""
-    from firefeed.dataplane.names import rules_tmp_table
-    from firefeed.pipeline.delta import NEW_ROWS
-
     company = company_schema(target.company)
     with raw_connection(engine) as conn, conn.cursor() as cur:
+        # Every changed item's position, from the delta's keys table (it carries them: pipeline/delta.py).
         cur.execute(
             sql.SQL("SELECT coalesce(string_agg(int8send({o}), ''::bytea), ''::bytea) FROM {t}").format(
-                o=ident(ORD), t=ident(company, rules_tmp_table(target.run_id, NEW_ROWS))
+                o=ident(ORD), t=ident(company, keys_table_of(target))
             )
         )
         every = _int8s(bytes(cur.fetchone()[0]))

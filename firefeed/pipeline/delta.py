@@ -334,15 +334,17 @@ def merge_delta(
 
     def new_rows(*, viewed: bool = False) -> tuple[str, int, str]:
         sorted_rows = sql.SQL("SELECT {cols} FROM {t} ORDER BY {ord}").format(cols=cols, t=changed_t, ord=ident(ORD))
+        # The keys with their positions: EXPORT reads the positions of every changed item from this narrow table
+        # (`patch.left_the_export`), not from the new rows (a view over the wide changed rows, where no old row
+        # is read).
+        keys_select = sql.SQL("SELECT {k}, {ord} FROM {t}").format(k=ident(KEY), ord=ident(ORD), t=changed_t)
         with _merging(ctx.data.engine) as conn:
             if viewed:
-                keys, changed = made(
-                    conn, KEYS, [KEY], sql.SQL("SELECT {k} FROM {t}").format(k=ident(KEY), t=changed_t)
-                )
+                keys, changed = made(conn, KEYS, [KEY, ORD], keys_select)
                 new = ctx.data.views.pass_view(spec.company, run_id, NEW_ROWS, columns, sorted_rows, [])
                 return new, changed, keys
             new, changed = made(conn, NEW_ROWS, columns, sorted_rows)
-            keys, _ = made(conn, KEYS, [KEY], sql.SQL("SELECT {k} FROM {t}").format(k=ident(KEY), t=changed_t))
+            keys, _ = made(conn, KEYS, [KEY, ORD], keys_select)
         return new, changed, keys
 
     def old_rows() -> str:
