@@ -545,12 +545,11 @@ def left_the_export(engine: Any, target: Target, changed: Changed, ords: Sequenc
             )
         )
         every = _int8s(bytes(cur.fetchone()[0]))
-    selected = set(changed.ords)
-    for o in every:
-        if o not in selected:
-            at = bisect.bisect_left(ords, o)
-            if at < len(ords) and ords[at] == o:
-                raise NotPatched("a changed item enters or leaves the export")
+    # The changed items the export does not select now (few: a set difference in C), each looked for.
+    for o in set(every).difference(changed.ords):
+        at = bisect.bisect_left(ords, o)
+        if at < len(ords) and ords[at] == o:
+            raise NotPatched("a changed item enters or leaves the export")
 
 
 def _int8s(data: bytes) -> array[int]:
@@ -562,12 +561,14 @@ def places_of(ords: Sequence[int], changed: Sequence[int]) -> list[int]:
     """The places of the items at positions `changed` (ascending) among a file's items at positions `ords`
     (ascending); NotPatched when one is not among them (a changed item entered the export: one that left it
     is `complete`'s count)."""
-    places, at = [], 0
-    for o in changed:
-        at = bisect.bisect_left(ords, o, at)
-        if at == len(ords) or ords[at] != o:
-            raise NotPatched("a changed item enters or leaves the export")
-        places.append(at)
+    # A bisection each, in C (a loop of them in Python cost 0.1 s of 75k changed items), then checked at once.
+    places = list(map(bisect.bisect_left, itertools.repeat(ords), changed))
+    try:
+        found = list(map(ords.__getitem__, places))
+    except IndexError:  # past the last item
+        raise NotPatched("a changed item enters or leaves the export") from None
+    if found != list(changed):
+        raise NotPatched("a changed item enters or leaves the export")
     return places
 
 

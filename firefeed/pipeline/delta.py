@@ -400,6 +400,14 @@ def merge_delta(
     )
 
 
+def by_tid(cur: Any) -> None:
+    """The transaction's joins on a row's TID made nested loops, each outer row's match fetched by a TID scan
+    (no other way is left open): the page of each row is read when its row is changed, not once to hash the
+    TIDs and again to change them."""
+    for setting in ("enable_hashjoin", "enable_mergejoin", "enable_seqscan"):
+        cur.execute(f"SET LOCAL {setting} = off")
+
+
 @contextlib.contextmanager
 def _merging(engine: Any) -> Iterator[Any]:
     """A connection (in a transaction: `raw_connection`) with MERGE's settings, for a piece of the delta's MERGE
@@ -478,17 +486,21 @@ class ItemsUpdate:
 
         engine = ctx.data.engine
         assignments = sql.SQL(", ").join(sql.SQL("{c} = n.{c}").format(c=ident(c)) for c in columns if c != KEY)
-        # `changed`: the changed items' new rows with their old rows' ctids (`TID`), as MERGE found them.
-        statement = sql.SQL(
-            "UPDATE {items} i SET {assignments} FROM {changed} n"
-            " WHERE i.ctid = ANY(ARRAY(SELECT {tid} FROM {changed})) AND i.ctid = n.{tid}"
-        ).format(items=items, assignments=assignments, changed=changed, tid=ident(TID))
+        # `changed`: the changed items' new rows with their old rows' ctids (`TID`), as MERGE found them, in the
+        # items table's order (its halves were read in it). Each old row fetched by its TID as its new row comes
+        # (`by_tid`), so its page is read once and updated at once: a hash of the old rows' TIDs, fetched first,
+        # read each page twice through shared buffers the table does not fit in (100k rows of 1M: 0.8-0.95 s
+        # against 0.56-0.6 s).
+        statement = sql.SQL("UPDATE {items} i SET {assignments} FROM {changed} n WHERE i.ctid = n.{tid}").format(
+            items=items, assignments=assignments, changed=changed, tid=ident(TID)
+        )
 
         self._job = Beside(lambda: self._run(engine, statement), name="items-update")
 
     @staticmethod
     def _run(engine: Any, statement: sql.Composable) -> int:
         with _merging(engine) as conn, conn.cursor() as cur:
+            by_tid(cur)
             cur.execute(statement)
             return int(cur.rowcount)
 
