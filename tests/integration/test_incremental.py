@@ -340,39 +340,13 @@ def test_a_delta_whose_items_update_fails_fails_before_publishing_and_the_next_r
     assert files(run_env, refreshed.stem) == files(run_env, fresh.stem)
 
 
-def test_a_delta_whose_rules_fail_waits_for_the_items_update_before_it_ends(
-    run_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("step", ["RULES", "EXPORT"])
+def test_a_delta_failing_beside_the_items_update_waits_for_it_before_it_ends(
+    run_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str
 ) -> None:
-    from firefeed.pipeline import delta, delta_rules
-
-    refreshed, fresh = _stock_delta_ready(tmp_path)
-    updated: list[int] = []
-    original = delta.ItemsUpdate._run
-
-    def slow(engine: Any, statement: Any) -> int:
-        time.sleep(0.5)  # longer than RULES takes to fail
-        updated.append(original(engine, statement))
-        return updated[-1]
-
-    def broken(*args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError("the rules broke")
-
-    with monkeypatch.context() as m:
-        m.setattr(delta.ItemsUpdate, "_run", staticmethod(slow))
-        m.setattr(delta_rules, "rules_delta", broken)
-        code, report = run(refreshed)
-    assert code != 0 and "the rules broke" in report["error"]["message"], report
-    assert updated == [30]  # every item changed, done before the run ended (the project was not free while it wrote)
-    ok(refreshed)
-    ok(fresh)
-    assert files(run_env, refreshed.stem) == files(run_env, fresh.stem)
-
-
-def test_a_delta_whose_export_fails_waits_for_the_items_update_before_it_ends(
-    run_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The UPDATE goes on beside EXPORT: an export that fails meanwhile ends the run only once it is done."""
-    from firefeed.pipeline import delta, steps
+    """The UPDATE goes on beside RULES and EXPORT: a step failing meanwhile ends the run only once it is done
+    (the project is not free while it writes), with nothing published."""
+    from firefeed.pipeline import delta, delta_rules, steps
 
     refreshed, fresh = _stock_delta_ready(tmp_path)
     before = files(run_env, refreshed.stem)
@@ -380,20 +354,23 @@ def test_a_delta_whose_export_fails_waits_for_the_items_update_before_it_ends(
     original = delta.ItemsUpdate._run
 
     def slow(engine: Any, statement: Any) -> int:
-        time.sleep(1.0)  # longer than RULES and the export take to fail
+        time.sleep(1.0)  # longer than the step takes to fail
         updated.append(original(engine, statement))
         return updated[-1]
 
     def broken(*args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError("the export broke")
+        raise RuntimeError(f"{step} broke")
 
     with monkeypatch.context() as m:
         m.setattr(delta.ItemsUpdate, "_run", staticmethod(slow))
-        m.setattr(steps, "export_one", broken)
+        if step == "RULES":
+            m.setattr(delta_rules, "rules_delta", broken)
+        else:
+            m.setattr(steps, "export_one", broken)
         code, report = run(refreshed)
-    assert code != 0 and "the export broke" in report["error"]["message"], report
-    assert report["error"]["step"] == "EXPORT", report["error"]
-    assert updated == [30]  # done before the run ended (the project was not free while it wrote)
+    assert code != 0 and f"{step} broke" in report["error"]["message"], report
+    assert report["error"]["step"] == step, report["error"]
+    assert updated == [30]  # every item changed, done before the run ended
     assert files(run_env, refreshed.stem) == before
     ok(refreshed)
     ok(fresh)
