@@ -339,12 +339,11 @@ def merge_delta(
         # is read).
         keys_select = sql.SQL("SELECT {k}, {ord} FROM {t}").format(k=ident(KEY), ord=ident(ORD), t=changed_t)
         with _merging(ctx.data.engine) as conn:
+            keys, changed = made(conn, KEYS, [KEY, ORD], keys_select)
             if viewed:
-                keys, changed = made(conn, KEYS, [KEY, ORD], keys_select)
                 new = ctx.data.views.pass_view(spec.company, run_id, NEW_ROWS, columns, sorted_rows, [])
-                return new, changed, keys
-            new, changed = made(conn, NEW_ROWS, columns, sorted_rows)
-            keys, _ = made(conn, KEYS, [KEY, ORD], keys_select)
+            else:
+                new, _ = made(conn, NEW_ROWS, columns, sorted_rows)
         return new, changed, keys
 
     def old_rows() -> str:
@@ -423,24 +422,21 @@ def _changed_in_halves(
     ctx: RunContext, items: sql.Composable, columns: Sequence[str], contrib: Sequence[str], candidates: sql.Composable
 ) -> str:
     """`CHANGED_ROWS` from the items rows of the candidates (`changed_by_items`), as a view of two tables, each
-    read from half of the items table's pages on a connection of its own (one scan of 1M rows, ~0.95 s of the
-    stock delta, was MERGE's longest piece, one backend's). Returns its name."""
+    read from half of the items table's pages (`page_parts`) on a connection of its own (one scan of 1M rows,
+    ~0.95 s of the stock delta, was MERGE's longest piece, one backend's). Returns its name."""
+    from firefeed.rules.executor import page_parts
+
     spec, service = ctx.spec, ctx.data.schema
     schema = company_schema(spec.company)
-    with raw_connection(ctx.data.engine) as conn, conn.cursor() as cur:
-        cur.execute(
-            sql.SQL("SELECT pg_relation_size({}::regclass) / current_setting('block_size')::int").format(
-                sql.Literal(items.as_string(cur))
-            )
-        )
-        pages = int(cur.fetchone()[0])
-    half = sql.Literal(f"({pages // 2},0)")
-    parts = (
-        sql.SQL("i.ctid < {}::tid").format(half),
-        sql.SQL("i.ctid >= {}::tid").format(half),
-    )
 
-    def scan(number: int, part: sql.Composable) -> str:
+    def scan(number: int, bounds: tuple[int | None, int | None]) -> str:
+        lo, hi = bounds
+        cuts = []
+        if lo is not None:
+            cuts.append(sql.SQL("i.ctid >= {}::tid").format(sql.Literal(f"({lo},0)")))
+        if hi is not None:
+            cuts.append(sql.SQL("i.ctid < {}::tid").format(sql.Literal(f"({hi},0)")))
+        part = sql.SQL(" AND ").join(cuts) if cuts else None
         with _merging(ctx.data.engine) as conn:
             table, _ = service.create_rules_tmp_as(
                 spec.company,
@@ -453,9 +449,14 @@ def _changed_in_halves(
             )
         return table
 
+    # The items table's pages in two runs (one when it has a single page), as the rules' passes cut it.
+    parts = page_parts(ctx.data.engine, spec.company, ctx.items_table, len(CHANGED_HALVES))
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="merge-half") as pool:
-        second = pool.submit(contextvars.copy_context().run, scan, CHANGED_HALVES[1], parts[1])
-        tables = [scan(CHANGED_HALVES[0], parts[0]), second.result()]
+        rest = [
+            pool.submit(contextvars.copy_context().run, scan, number, bounds)
+            for number, bounds in zip(CHANGED_HALVES[1:], parts[1:], strict=False)
+        ]
+        tables = [scan(CHANGED_HALVES[0], parts[0]), *(f.result() for f in rest)]
     cols = sql.SQL(", ").join(ident(c) for c in [TID, *columns])
     return ctx.data.views.pass_view(
         spec.company,

@@ -238,8 +238,8 @@ class EarlyFound:
 class PatchWatch:
     """The kept result's search (`EarlyFound`) begun while PARSE still runs, in the process that drives the run:
     as soon as PARSE has staged a patched source's changed records' new rows (`staged`, called by
-    stage_patch.py), before it stages their old rows and patches the staging (on the 1M stock refresh PARSE
-    leaves a core idle for ~1.3 s of its 2 s, and the search, ~1 s of CPU, took it from MERGE's scan).
+    stage_patch.py), before it finds and replaces their staged rows (on the 1M stock refresh PARSE left a core
+    idle for ~1.3 s of its 2 s, and the search, ~1 s of CPU, took it from MERGE's scan).
 
     Watched only where a PARSE job runs in this process (a batch run; a fleet's workers call `staged` for no
     watch, a no-op). Taken (`take`) when one source changed and this run's PARSE patched it from those rows;

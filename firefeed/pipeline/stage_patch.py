@@ -518,7 +518,8 @@ def _apply(
             if by_keys:
                 raise _NotByKeys
             raise Refused("the changed records' old rows are not in the file's order")
-        if old_rows is not None:
+        if by_keys:
+            assert old_rows is not None
             # The old rows as the staging holds them (each with its staged ord), before they are replaced.
             ctx.data.schema.create_rules_tmp_as(
                 ctx.spec.company,
@@ -572,7 +573,8 @@ def _apply(
                 [(i + 1, ords[i], new_line[i]) for i in range(n)],
                 page_size=10_000,
             )
-        for t, moved_line in ((new, True), (old, False))[: 1 if by_keys else 2]:
+        renumbered = ((new, True),) if by_keys else ((new, True), (old, False))  # by keys: `old` has its ords
+        for t, moved_line in renumbered:
             line = sql.SQL(", {line} = v.line").format(line=ident(LINE)) if moved_line else sql.SQL("")
             cur.execute(
                 sql.SQL("UPDATE {t} p SET {ord} = v.ord{line} FROM {s} v WHERE p.{ord} = v.i").format(
