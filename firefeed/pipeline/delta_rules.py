@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import csv
 import dataclasses
+import io
 import logging
 import threading
 import time
@@ -53,7 +55,7 @@ from firefeed.rules._plan import PassPlan, flag_column
 from firefeed.rules.limits import check_sql_size
 from firefeed.rules.model import Rule, branch_excludes
 from firefeed.runs import contract
-from firefeed.schema.identifiers import KEY, ORD, company_schema, ident
+from firefeed.schema.identifiers import KEY, ORD, column_for_field, company_schema, ident
 from firefeed.schema.service import relation_kind, sql_qualified
 
 log = logging.getLogger(__name__)
@@ -70,6 +72,8 @@ FLAG_PREFIX = "_ff_m"
 #: the keys of the records PARSE patched (a superset of the changed items' keys) and the kept result's rows of
 #: them, found while MERGE runs (`EarlyFound`)
 EARLY_KEYS, EARLY_FOUND = CHANGED_ROWS + 2, CHANGED_ROWS + 3
+#: those keys as PARSE read them from the records' bytes (`EarlyFound.of_keys`), before it staged the records
+EARLY_READ = CHANGED_ROWS + 4
 #: the first pass table number of the rules over those old rows
 EXCLUDED_FIRST_PASS = 6_000_001
 #: a sliced delta's table of the changed items' new rows the kept result lacks; the first pass numbers of the
@@ -121,6 +125,7 @@ class EarlyFound:
         heaps: list[str],
         flags: Sequence[str] = (),
         whole: Sequence[str] = (),
+        load: Callable[[Any], None] | None = None,
     ) -> None:
         from firefeed.export.patch import Beside
 
@@ -131,14 +136,18 @@ class EarlyFound:
         #: empty when only their flags are
         self.whole = list(whole)
         self._carried = [c for c in self.whole if c != KEY] if self.whole else self.flags
-        self._job = Beside(lambda: self._run(ctx, keys, params), name="kept-rows")
+        self._job = Beside(lambda: self._run(ctx, keys, params, load), name="kept-rows")
 
-    def _run(self, ctx: RunContext, keys: sql.Composable, params: list[Any]) -> None:
+    def _run(
+        self, ctx: RunContext, keys: sql.Composable, params: list[Any], load: Callable[[Any], None] | None
+    ) -> None:
         spec, service = ctx.spec, ctx.data.schema
         schema = company_schema(spec.company)
         with raw_connection(ctx.data.engine) as conn:
             with conn.cursor() as cur:
                 cur.execute("SET LOCAL jit = off")
+            if load is not None:
+                load(conn)
             keys_t, _ = service.create_rules_tmp_as(
                 spec.company, ctx.run_id, EARLY_KEYS, [KEY], keys, params, conn=conn
             )
@@ -199,11 +208,51 @@ class EarlyFound:
         whole_rows = kept_columns if whole and delta_slice.sliceable(ctx.spec.parsed_rules) else []
         return cls(ctx, keys, params, heaps, flags, whole_rows)
 
+    @classmethod
+    def of_keys(
+        cls, ctx: RunContext, records: StagedSource, read: Sequence[str], kept_result: str, *, whole: bool = False
+    ) -> EarlyFound | None:
+        """The search for the keys `read` of a patched source's changed records as PARSE read them from their
+        bytes (untrimmed; `records`: the source, whose key column they are), before it staged them: copied into
+        a run table of that one column and trimmed as MERGE trims them (`merge._source_key`). None as
+        `of_records`, and for a key made by a template."""
+        from firefeed.pipeline.merge import _source_key
+
+        if records.key_from is not None:
+            return None
+        heaps = kept_heaps(ctx.data.schema, ctx.spec.company, kept_result)
+        if heaps is None:
+            return None
+        kept_columns = ctx.data.schema.table_columns(ctx.spec.company, kept_result)
+        schema = company_schema(ctx.spec.company)
+        column = column_for_field(ctx.spec.key)
+        table = ident(schema, rules_tmp_table(ctx.run_id, EARLY_READ))
+        read = list(read)
+
+        def load(conn: Any) -> None:
+            # Every value quoted: an empty key stays an empty string, not a NULL.
+            data = io.StringIO()
+            csv.writer(data, quoting=csv.QUOTE_ALL, lineterminator="\n").writerows([k] for k in read)
+            data.seek(0)
+            with conn.cursor() as cur:
+                cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table))
+                cur.execute(sql.SQL("CREATE UNLOGGED TABLE {} ({} text)").format(table, ident(column)))
+                cur.copy_expert(
+                    sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT csv)").format(table, ident(column)).as_string(cur),
+                    data,
+                )
+
+        key, params = _source_key(ctx.spec.key, records, aliased=True)
+        keys = sql.SQL("SELECT {key} AS {k} FROM {t} s").format(key=key, k=ident(KEY), t=table)
+        whole_rows = kept_columns if whole and delta_slice.sliceable(ctx.spec.parsed_rules) else []
+        flags = [c for c in kept_columns if c.startswith(FLAG_PREFIX)]
+        return cls(ctx, keys, list(params), heaps, flags, whole_rows, load)
+
     def discard(self, ctx: RunContext) -> None:
         """Not used: waited for, and its tables dropped (a search begun again makes them anew)."""
         self.settle()
         with contextlib.suppress(Exception):
-            for number in (EARLY_KEYS, EARLY_FOUND):
+            for number in (EARLY_READ, EARLY_KEYS, EARLY_FOUND):
                 ctx.data.schema.drop_table(ctx.spec.company, rules_tmp_table(ctx.run_id, number))
 
     def found_from(self, ctx: RunContext, keys: str, heaps: Sequence[str]) -> str | None:
@@ -237,9 +286,10 @@ class EarlyFound:
 
 class PatchWatch:
     """The kept result's search (`EarlyFound`) begun while PARSE still runs, in the process that drives the run:
-    as soon as PARSE has staged a patched source's changed records' new rows (`staged`, called by
-    stage_patch.py), before it finds and replaces their staged rows (on the 1M stock refresh PARSE left a core
-    idle for ~1.3 s of its 2 s, and the search, ~1 s of CPU, took it from MERGE's scan).
+    as soon as PARSE has read a patched source's changed records' keys from their bytes (`keyed`, called by
+    stage_patch.py), before it parses and stages them (~0.5 s of the 1M stock refresh, one core's), or else once
+    it has staged their new rows (`staged`), before it finds and replaces their staged rows (on the 1M stock
+    refresh PARSE left a core idle for ~1.3 s of its 2 s, and the search, ~1 s of CPU, took it from MERGE's scan).
 
     Watched only where a PARSE job runs in this process (a batch run; a fleet's workers call `staged` for no
     watch, a no-op). Taken (`take`) when one source changed and this run's PARSE patched it from those rows;
@@ -278,6 +328,29 @@ class PatchWatch:
         if early is not None:
             with cls._lock:
                 watch._begun[index] = (records.table, early)
+
+    @classmethod
+    def keyed(cls, run_id: str, index: int, records: StagedSource, keys: Sequence[str]) -> bool:
+        """Source `index`'s changed records' keys are read (`keys`), their new rows to be staged in `records`: the
+        search for them begun, when this process watches the run. False when it could not begin so (the caller
+        then tells `staged` once the rows are staged)."""
+        with cls._lock:
+            watch = cls._watching.get(run_id)
+            old = watch._begun.pop(index, None) if watch is not None else None
+        if watch is None:
+            return True  # nothing watches: nothing to tell later either
+        if old is not None:  # the source patched again (its tables are the same names)
+            old[1].discard(watch._ctx)
+        try:
+            early = EarlyFound.of_keys(watch._ctx, records, keys, watch._kept_result, whole=watch._whole)
+        except Exception:
+            log.warning("the kept result's rows were not searched beside PARSE", exc_info=True)
+            return True
+        if early is None:
+            return False
+        with cls._lock:
+            watch._begun[index] = (records.table, early)
+        return True
 
     def take(self, parsed: Sequence[contract.SourceResult]) -> EarlyFound | None:
         """The search begun for the one changed source, when PARSE patched it from the rows searched; else

@@ -257,6 +257,34 @@ def test_the_kept_rows_of_the_patched_keys_found_beside_merge_are_the_ones_rules
     same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, report)
 
 
+def test_the_kept_rows_are_searched_by_the_keys_read_from_the_records_before_they_are_staged(
+    patch_env: Path, tmp_path: Path, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The search begins with the keys PARSE read from the changed records' bytes (`EarlyFound.of_keys`), trimmed
+    as MERGE trims them: a quoted key with white space around it finds its item's kept row."""
+    from firefeed.pipeline.delta_rules import EarlyFound
+
+    taken = _early_spy(monkeypatch)
+    read: list[list[str]] = []
+    of_keys = EarlyFound.of_keys.__func__  # type: ignore[attr-defined]
+
+    def spied(cls: type[EarlyFound], ctx: Any, records: Any, keys: Any, *rest: Any, **kw: Any) -> Any:
+        read.append(list(keys))
+        return of_keys(cls, ctx, records, keys, *rest, **kw)
+
+    monkeypatch.setattr(EarlyFound, "of_keys", classmethod(spied))
+    rows = stock_rows()
+    rows[4] = '" 5 ",2'
+    refreshed, full, fresh = start(tmp_path, rows)
+    rows[4], rows[9] = '" 5 ",4', "10,3"
+    write_stock(tmp_path, rows)
+    report = ok(refreshed)
+    assert report["incremental"]["mode"] == "delta" and report["incremental"]["items_changed"] == 2
+    assert read == [[" 5 ", "10"]], read
+    assert len(taken) == 1 and taken[0] is not None and taken[0].endswith("_9000104")
+    same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, report)
+
+
 def test_a_changed_key_not_searched_beside_merge_or_a_failed_search_finds_the_kept_rows_in_rules(
     patch_env: Path, tmp_path: Path, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:

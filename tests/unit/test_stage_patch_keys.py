@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from firefeed.pipeline.record_diff import ChangedRecord
-from firefeed.pipeline.stage_patch import Refused, _keys_kept, _record_keys
+from firefeed.pipeline.stage_patch import Refused, _check_bytes, _keys_kept, _record_keys
 
 
 def changed(*pairs: tuple[bytes, bytes]) -> list[ChangedRecord]:
@@ -33,14 +33,34 @@ def test_a_record_that_is_not_one_row_here_gives_no_keys() -> None:
 
 
 def test_kept_keys_distinct_allow_the_keys_way() -> None:
-    assert _keys_kept(changed((b"1,a", b"1,b"), (b"2,a", b'"2",a')), b",", 0)
+    assert _keys_kept(changed((b"1,a", b"1,b"), (b"2,a", b'"2",a')), b",", 0) == ["1", "2"]
 
 
 def test_a_key_two_changed_records_share_takes_the_old_records_way() -> None:
-    assert not _keys_kept(changed((b"1,a", b"1,b"), (b"1,c", b"1,d")), b",", 0)
+    assert _keys_kept(changed((b"1,a", b"1,b"), (b"1,c", b"1,d")), b",", 0) is None
 
 
 @pytest.mark.parametrize("new", [b"9,b", b",b"])
 def test_a_changed_or_emptied_key_is_refused(new: bytes) -> None:
     with pytest.raises(Refused, match="changes its key"):
         _keys_kept(changed((b"1,a", new)), b",", 0)
+
+
+def test_clean_utf8_records_pass_the_byte_checks() -> None:
+    _check_bytes(changed((b"1,\xc3\xa9", b"1,\xe2\x82\xac"), (b"2,a", b"2,b")))
+
+
+@pytest.mark.parametrize(
+    ("pairs", "reason"),
+    [
+        (((b"1,a", b"1,\x00"),), "NUL"),
+        (((b"1,\x00", b"1,a"),), "NUL"),
+        (((b"1,a", b"1,\xff"),), "not UTF-8"),
+        # A multibyte character cut between two records: each record alone is not UTF-8, though their bytes
+        # joined without a separator would be.
+        (((b"1,a", b"1,\xc3"), (b"2,a", b"\xa9,b")), "not UTF-8"),
+    ],
+)
+def test_a_nul_or_a_record_that_is_not_utf8_is_refused(pairs: tuple[tuple[bytes, bytes], ...], reason: str) -> None:
+    with pytest.raises(Refused, match=reason):
+        _check_bytes(changed(*pairs))
