@@ -11,7 +11,7 @@ import contextvars
 import logging
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,12 +148,21 @@ class PreparedKeep:
     reader sees `kept` as it was (the DELETE and INSERT take row locks only: a `values` call or an export
     reading the result's view is not held); the renames, which lock `kept`, wait for the commit.
 
-    A failure while preparing is not the run's: `commit` then keeps the result in place as before."""
+    A failure while preparing is not the run's: `commit` then keeps the result in place as before.
 
-    def __init__(self, schema: SchemaService, company: str, run_id: str, change: KeptChange) -> None:
+    Begun before the ruled rows are made (`rows_ready` False: the delta's RULES begins it once it has found where
+    the kept result holds the changed items, pipeline/delta_rules.py), it deletes them at once, while RULES still
+    makes the ruled rows with a core to spare, and inserts those once told they are made (`rows_ready`)."""
+
+    def __init__(
+        self, schema: SchemaService, company: str, run_id: str, change: KeptChange, *, rows_ready: bool = True
+    ) -> None:
         self._args = (schema, company, run_id)
         self._change = change
         self._decided = threading.Event()
+        self._rows = threading.Event()
+        if rows_ready:
+            self._rows.set()
         self._commit = False
         self._kept: str | None = None
         self._error: BaseException | None = None
@@ -161,11 +170,24 @@ class PreparedKeep:
         self._thread = threading.Thread(target=context.run, args=(self._run,), name="keep-in-place", daemon=True)
         self._thread.start()
 
+    @property
+    def change(self) -> KeptChange:
+        return self._change
+
+    def rows_ready(self) -> None:
+        """The ruled rows (`change.ruled`) are made and committed: the INSERT may run."""
+        self._rows.set()
+
+    def _wait_rows(self) -> None:
+        self._rows.wait()
+        if self._decided.is_set() and not self._commit:
+            raise _Abandoned
+
     def _run(self) -> None:
         schema, company, run_id = self._args
         try:
             with raw_connection(schema.engine) as conn, conn.cursor() as cur:
-                heaps = _replace_rows(cur, company, run_id, self._change)
+                heaps = _replace_rows(cur, company, run_id, self._change, before_insert=self._wait_rows)
                 self._decided.wait()
                 if not self._commit:
                     raise _Abandoned
@@ -180,6 +202,7 @@ class PreparedKeep:
         `kept` is no longer a table or a view of parts). Prepared in vain (an error), kept in place now."""
         self._commit = True
         self._decided.set()
+        self._rows.set()
         self._thread.join()
         if self._error is None:
             return self._kept
@@ -190,6 +213,7 @@ class PreparedKeep:
     def abandon(self) -> None:
         """The run did not publish: the prepared change rolled back."""
         self._decided.set()
+        self._rows.set()
         self._thread.join()
 
 
@@ -197,9 +221,12 @@ class _Abandoned(Exception):
     """The run did not publish: the prepared keep rolls back."""
 
 
-def _replace_rows(cur: Any, company: str, run_id: str, change: KeptChange) -> list[str] | None:
-    """In `cur`'s transaction: the changed items' rows of `change.kept` deleted and their ruled rows inserted;
-    the heaps (None, nothing changed: `kept` is no table or view of parts)."""
+def _replace_rows(
+    cur: Any, company: str, run_id: str, change: KeptChange, before_insert: Callable[[], None] | None = None
+) -> list[str] | None:
+    """In `cur`'s transaction: the changed items' rows of `change.kept` deleted and their ruled rows inserted
+    (after `before_insert`, which may wait for them); the heaps (None, nothing changed: `kept` is no table or
+    view of parts)."""
     where = company_schema(company)
     kept, keys, ruled = change.kept, change.keys, change.ruled
     cols = sql.SQL(", ").join(ident(c) for c in change.columns)
@@ -216,6 +243,8 @@ def _replace_rows(cur: Any, company: str, run_id: str, change: KeptChange) -> li
             cur.execute(
                 sql.SQL("DELETE FROM {heap} h WHERE {changed}").format(heap=ident(where, heap), changed=changed)
             )
+    if before_insert is not None:
+        before_insert()
     cur.execute(
         sql.SQL("INSERT INTO {heap} ({cols}) SELECT {cols} FROM {ruled}").format(
             heap=ident(where, heaps[-1]), cols=cols, ruled=ident(where, ruled)

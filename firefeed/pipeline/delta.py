@@ -590,15 +590,22 @@ def keep_viewed(
     return None if where is None else keep_in_place(schema, company, run_id, where)
 
 
-def prepare_keep(schema: SchemaService, company: str, run_id: str, table: str) -> PreparedKeep | None:
+def prepare_keep(
+    schema: SchemaService, company: str, run_id: str, table: str, begun: PreparedKeep | None = None
+) -> PreparedKeep | None:
     """`keep_viewed`'s change of the kept result begun while EXPORT runs (dataplane/kept.py `PreparedKeep`);
     None when `table` is no view over the kept result (nothing to prepare), or when that cannot be told (the
-    keep after the publish then says why: keeping the result never fails the run)."""
+    keep after the publish then says why: keeping the result never fails the run). `begun`: the change RULES
+    began already (`delta_rules.rules_delta`), taken when it is the one `table` needs, else abandoned."""
     try:
         where = _kept_viewed(schema, company, run_id, table)
     except Exception:
         log.warning("the kept result's change was not begun beside EXPORT", exc_info=True)
-        return None
+        where = None
+    if begun is not None:
+        if where is not None and begun.change == where:
+            return begun
+        begun.abandon()
     return None if where is None else PreparedKeep(schema, company, run_id, where)
 
 

@@ -336,6 +336,10 @@ class _Driver:
         previous, computed_by = decision.previous, decision.computed_by
         assert previous is not None and computed_by is not None
         notes: dict[str, Any] = {}
+
+        def begun(keep: PreparedKeep) -> None:
+            self.prepared = keep  # from now on abandoned by `take_delta` unless EXPORT commits it
+
         try:
             result = delta_rules.rules_delta(
                 self.ctx,
@@ -348,13 +352,16 @@ class _Driver:
                 run_chunks=self.run_chunks if self.dispatcher.fans_out_rules else None,
                 early=early,
                 notes=notes,
+                keep_begun=begun,
             )
         except BaseException:
             tables.items_update.settle()
             raise
-        # The kept result's change (`delta.prepare_keep`) begun now, while the items table's UPDATE may still run
-        # (on the 1M stock delta a core is idle then), and committed once EXPORT has published.
-        self.prepared = delta.prepare_keep(self.ctx.data.schema, self.ctx.spec.company, self.ctx.run_id, result.table)
+        # The kept result's change (`delta.prepare_keep`) begun now unless RULES began it, while the items table's
+        # UPDATE may still run (on the 1M stock delta a core is idle then), and committed once EXPORT has published.
+        self.prepared = delta.prepare_keep(
+            self.ctx.data.schema, self.ctx.spec.company, self.ctx.run_id, result.table, self.prepared
+        )
         # The items table's UPDATE runs on beside EXPORT (delta.ItemsUpdate), which reads only the rules result and
         # the kept one: it is awaited before the publish, so a failed UPDATE fails the run before anything is
         # published (on the 1M stock delta's first refresh it took 1.2 s, which RULES waited for).

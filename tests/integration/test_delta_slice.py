@@ -17,8 +17,8 @@ from sqlalchemy import Engine
 
 from firefeed.runs.contract import Step
 from firefeed.runs.service import RunStore
-from tests.integration.test_incremental import ok
-from tests.integration.test_parse_patch import SOURCES, write_main
+from tests.integration.test_incremental import ok, run
+from tests.integration.test_parse_patch import SOURCES, files, write_main
 from tests.integration.test_parse_patch_enrich import same_as_full_and_fresh, write_stock
 
 pytestmark = pytest.mark.integration
@@ -218,3 +218,78 @@ def test_the_kept_rows_searched_while_parse_runs_are_taken_only_for_the_one_sour
     # Begun for each patched source's records while PARSE ran (the stock's, the primary's), none used.
     assert discarded and set(discarded) == {again["run_id"]}, discarded
     same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, again)
+
+
+def test_the_kept_result_change_rules_begins_is_the_one_committed_after_the_publish(
+    patch_env: Path, tmp_path: Path, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where no count changes, RULES begins the kept result's change as soon as it found the changed items' kept
+    rows, before their ruled rows are made (`PreparedKeep`, rows_ready False): that change is the one committed
+    after the publish, no second one is begun, and the kept result is what a full run keeps."""
+    from firefeed.dataplane import kept
+
+    begun: list[bool] = []
+    committed: list[bool] = []
+    init, commit = kept.PreparedKeep.__init__, kept.PreparedKeep.commit
+
+    def spied_init(self: kept.PreparedKeep, *args: Any, rows_ready: bool = True) -> None:
+        begun.append(rows_ready)
+        init(self, *args, rows_ready=rows_ready)
+
+    def spied_commit(self: kept.PreparedKeep) -> str | None:
+        committed.append(self._rows.is_set())
+        return commit(self)
+
+    monkeypatch.setattr(kept.PreparedKeep, "__init__", spied_init)
+    monkeypatch.setattr(kept.PreparedKeep, "commit", spied_commit)
+    refreshed, full, fresh = start(tmp_path, WRITING_STOCK)
+    lines = stock_lines()
+    lines[1], lines[29] = "2,9", "30,9"  # item 30: excluded by `outlet` (the kept result lacks it)
+    write_stock(tmp_path, lines)
+    report = ok(refreshed)
+    assert report["incremental"]["mode"] == "delta" and report["incremental"]["items_changed"] == 2
+    assert ruled_by(report["run_id"]) == "slice: 3 rules (stock changed); no count changes (no old row read)"
+    assert begun == [False] and committed == [True], (begun, committed)
+    same_as_full_and_fresh(engine, patch_env, refreshed, full, fresh, report)
+
+
+def test_a_delta_failing_after_rules_began_the_keep_leaves_the_kept_result_as_it_was(
+    patch_env: Path, tmp_path: Path, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The change RULES began (its DELETE done, uncommitted) is rolled back when the run fails: the last succeeded
+    run's kept result holds every row it held, and the next run (full, as after any failure past MERGE) gives
+    what a full run and a fresh project give."""
+    from sqlalchemy import text
+
+    from firefeed.dataplane import kept
+    from firefeed.dataplane.names import kept_result_table
+    from firefeed.schema.identifiers import company_schema
+
+    refreshed, full, fresh = start(tmp_path, WRITING_STOCK)
+    last = RunStore().runs_of_project(refreshed.stem, limit=1)[0]
+
+    def kept_rows() -> list[tuple[str, str]]:
+        table = f'"{company_schema("increfresh")}"."{kept_result_table(str(last.id))}"'
+        with engine.connect() as conn:
+            return sorted((str(k), str(v)) for k, v in conn.execute(text(f'SELECT "_ff_key", label FROM {table}')))
+
+    before = kept_rows()
+    assert ("4", "stock 4") in before and len(before) == 37
+    lines = stock_lines()
+    lines[3] = "4,9"
+    write_stock(tmp_path, lines)
+
+    def failing(self: kept.PreparedKeep) -> None:
+        raise RuntimeError("RULES failed once its ruled rows were made")
+
+    with monkeypatch.context() as m:
+        m.setattr(kept.PreparedKeep, "rows_ready", failing)
+        code, failed = run(refreshed)
+    assert code != 0 and failed["status"] == "FAILED" and failed["error"]["step"] == "RULES", failed
+    assert kept_rows() == before
+    again = ok(refreshed)
+    assert again["incremental"]["mode"] == "full", again["incremental"]
+    # Its report's FETCH differs from a full twin's (the failed run read the stock already): the files are compared.
+    ok(full, "--full")
+    ok(fresh)
+    assert files(patch_env, refreshed.stem) == files(patch_env, full.stem) == files(patch_env, fresh.stem)
