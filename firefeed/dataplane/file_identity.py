@@ -3,11 +3,13 @@
 git's index and rsync do the same: a file whose device, inode, size, mtime and ctime are the ones seen
 when its digest was taken holds the same bytes. FETCH keeps one per local source (pipeline/fetch.py,
 in the source's `sources` row) and the unchanged-run check one per published export
-(dataplane/state.py `moved_files`, in `published_files`).
+(dataplane/state.py `moved_files`, in `published_files`): the publish keeps the one of each file it moved
+into place (`FileIdentity.written_by_us`, pipeline/publishing.py), else the first check that reads it does.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import time
@@ -28,7 +30,7 @@ class FileIdentity:
 
     A later stat with the same device, inode, size, mtime and ctime is the same bytes, without reading
     them: ctime cannot be set by a user, so an edit that puts the mtime back still shows.
-    `taken_ns`: the wall clock when the read that took the digest began.
+    `taken_ns`: the wall clock when the read that took the digest began (or, `written`, when the writer took it).
     """
 
     dev: int
@@ -38,10 +40,36 @@ class FileIdentity:
     ctime_ns: int
     sha256: str
     taken_ns: int
+    #: taken by the writer of the bytes once they were in place (`written`), not by a read
+    written: bool = False
 
     @classmethod
     def of(cls, st: os.stat_result, sha256: str, taken_ns: int) -> FileIdentity:
         return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, sha256, taken_ns)
+
+    @classmethod
+    def written_by_us(cls, before: Mapping[str, int], after: os.stat_result, sha256: str) -> FileIdentity | None:
+        """The identity of a file FireFeed wrote (`sha256`: the digest of the bytes it wrote) and then moved into
+        place: `before` its device, inode, size and mtime once its writer was done (pipeline/publishing.py
+        `written_stamp`), `after` its stat once moved. None unless it is the same file with the same last
+        write's stamp, and that write is stamped before its move (`vouches_for`).
+
+        Such a file needs no read to be vouched for: any later write stamps its mtime with the time of that
+        write, never before the move's ctime, so an mtime still older than the ctime says no write came since
+        the move (setting the mtime back moves the ctime); a write after the writer's, before the move, would
+        have moved the mtime `before` holds. Only a deliberate write and mtime reset within the move's own stamp
+        would go unseen.
+        """
+        if (before.get("dev"), before.get("ino"), before.get("size"), before.get("mtime_ns")) != (
+            after.st_dev,
+            after.st_ino,
+            after.st_size,
+            after.st_mtime_ns,
+        ):
+            return None
+        if not after.st_mtime_ns < after.st_ctime_ns:
+            return None
+        return dataclasses.replace(cls.of(after, sha256, time.time_ns()), written=True)
 
     @property
     def stat_key(self) -> tuple[int, int, int, int, int]:
@@ -56,12 +84,12 @@ class FileIdentity:
         stamps, often a network one whose server stamps by its own clock, which may lag this one by
         more than the margin (then a same-size edit in the stamp's second would look unchanged).
         """
-        return (
-            sha256 is not None
-            and sha256 == self.sha256
-            and stat_key(st) == self.stat_key
-            and max(self.mtime_ns, self.ctime_ns) < self.taken_ns - RACY_MARGIN_NS
-            and not (self.mtime_ns % 1_000_000_000 == 0 and self.ctime_ns % 1_000_000_000 == 0)
+        if sha256 is None or sha256 != self.sha256 or stat_key(st) != self.stat_key:
+            return False
+        if self.written:  # the writer's own identity (`written_by_us`): its mtime before its ctime
+            return self.mtime_ns < self.ctime_ns
+        return max(self.mtime_ns, self.ctime_ns) < self.taken_ns - RACY_MARGIN_NS and not (
+            self.mtime_ns % 1_000_000_000 == 0 and self.ctime_ns % 1_000_000_000 == 0
         )
 
     def to_json(self) -> dict[str, int | str]:
@@ -77,9 +105,10 @@ class FileIdentity:
             sha256 = doc["sha256"]
         except KeyError:
             return None
-        if not isinstance(sha256, str) or not all(type(v) is int for v in ints.values()):
+        written = doc.get("written", False)
+        if not isinstance(sha256, str) or not all(type(v) is int for v in ints.values()) or type(written) is not bool:
             return None
-        return cls(sha256=sha256, **ints)
+        return cls(sha256=sha256, written=written, **ints)
 
 
 def stat_key(st: os.stat_result) -> tuple[int, int, int, int, int]:

@@ -513,6 +513,8 @@ class _Driver:
             entries = [e.entry for e in exports]
             # How a delta run wrote each export (patched, or full and why): the step's detail, not the report's.
             written = {e["name"]: e.pop("written") for e in entries if "written" in e}
+            # Each local file's stamp as its writer left it: the publish keeps its identity by it, not reported.
+            stamps = {e["name"]: e.pop(publishing.WRITTEN_STAMP) for e in entries if publishing.WRITTEN_STAMP in e}
             self.check_cancel()
             warnings = self.check_publish(entries)
             detail: dict[str, Any] = {"exports": entries} | ({"written": written} if written else {})
@@ -523,7 +525,9 @@ class _Driver:
             if update is not None:
                 update.result()
             # Recorded with the step's success, then switched: from here the run publishes, whatever dies when.
-            publishing.publish(ctx, entries, rows_in=done.rows_in, rows_out=done.rows_out, detail=detail)
+            publishing.publish(
+                ctx, entries, rows_in=done.rows_in, rows_out=done.rows_out, detail=detail, written=stamps
+            )
             # The diff baselines and the kept rules result are tables apart: kept side by side, on a connection
             # each (a delta's take-over and in-place keep: ~0.45 s and ~0.2 s of 1M items, one after the other).
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="promote") as pool:

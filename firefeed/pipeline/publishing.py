@@ -23,14 +23,17 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine
 
 from firefeed import metrics
 from firefeed.config import Settings, get_settings
+from firefeed.dataplane.file_identity import FileIdentity
 from firefeed.db.engine import get_engine
 from firefeed.errors import RunEndedError, StorageError
 from firefeed.pipeline.context import RunContext
@@ -38,6 +41,7 @@ from firefeed.runs.statements import run_statement
 from firefeed.storage import export_storage
 from firefeed.storage.base import Storage
 from firefeed.storage.keys import partial_key
+from firefeed.storage.local import LocalStorage
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +53,20 @@ Moves = list[list[str]]
 
 
 def publish(
-    ctx: RunContext, entries: Sequence[dict[str, Any]], *, rows_in: int, rows_out: int, detail: dict[str, Any]
+    ctx: RunContext,
+    entries: Sequence[dict[str, Any]],
+    *,
+    rows_in: int,
+    rows_out: int,
+    detail: dict[str, Any],
+    written: dict[str, dict[str, int]] | None = None,
 ) -> None:
     """Record the run's switch with its EXPORT step's success, then switch every written export into place.
 
     `entries` are the written exports (their `name`); `rows_in`, `rows_out` and `detail` are what the
     EXPORT step records. Nothing is switched when a cancel came before the record (RunCancelledError) or the
-    run was ended meanwhile (RunEndedError).
+    run was ended meanwhile (RunEndedError). `written`: each local file's stamp as its writer left it (by
+    export name, `written_stamp`), for the identities kept once they are in place.
     """
     from firefeed.pipeline.steps import export_key
 
@@ -80,7 +91,51 @@ def publish(
         raise RunEndedError(
             f"run {ctx.run_id} ended before it could publish (its heartbeat went stale): nothing was published"
         )
-    switch(export_storage(ctx.settings), moves, after=lambda done: _pause(ctx.settings, f"switched-{done}"))
+    storage = export_storage(ctx.settings)
+    switch(storage, moves, after=lambda done: _pause(ctx.settings, f"switched-{done}"))
+    if written:
+        _keep_identities(ctx, storage, entries, moves, written)
+
+
+#: an export entry's stamp of its file as its writer left it (`written_stamp`), taken out before it is reported
+WRITTEN_STAMP = "_written_stamp"
+
+
+def written_stamp(path: Path) -> dict[str, int] | None:
+    """The stamp of the file an export's writer just wrote at `path` (a local file, its last byte written):
+    what `FileIdentity.written_by_us` compares once the publish moved it into place. None when it cannot be
+    read (the next run then reads the published file)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return {"dev": st.st_dev, "ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _keep_identities(
+    ctx: RunContext,
+    storage: Storage,
+    entries: Sequence[dict[str, Any]],
+    moves: Moves,
+    written: dict[str, dict[str, int]],
+) -> None:
+    """Keep the identity of each local file just moved into place (`FileIdentity.written_by_us`), by its stamp as
+    its writer left it (`written`, by export name): the next run's check of the published files
+    (dataplane/state.py `moved_files`) then vouches for it by its stat instead of reading it once (the 1M export:
+    690 MB, ~0.65 s of CPU beside the next refresh's PARSE). Never fails the publish: without it the next check
+    reads the file, as before."""
+    if not isinstance(storage, LocalStorage):
+        return
+    for entry, (_, key) in zip(entries, moves, strict=True):
+        stamp, sha256 = written.get(str(entry.get("name"))), entry.get("sha256")
+        if stamp is None or not isinstance(sha256, str):
+            continue
+        try:
+            identity = FileIdentity.written_by_us(stamp, os.stat(storage.path(key)), sha256)
+            if identity is not None:
+                ctx.store.keep_published_identity(ctx.spec.project, str(entry["name"]), key, identity.to_json())
+        except Exception:
+            log.warning("the identity of the published %s was not kept: the next run reads it", key, exc_info=True)
 
 
 def switch(storage: Storage, moves: Moves, *, after: Callable[[int], None] | None = None) -> None:

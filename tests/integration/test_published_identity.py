@@ -1,6 +1,7 @@
 """An unchanged run checks that the last succeeded run's files are still in place (SPEC 11 I2) by their stat
-when an earlier check read them and kept their identity (`published_files`, #52): a file is read once
-after it is published, then only stat'ed; any edit, however it hides, is still seen."""
+when their identity is kept (`published_files`, #52): the publish keeps the identity of each file it moved into
+place (`FileIdentity.written_by_us`), else the first check that reads it does; then it is only stat'ed; any
+edit, however it hides, is still seen."""
 
 from __future__ import annotations
 
@@ -42,8 +43,49 @@ def settle() -> None:
     time.sleep(MARGIN_NS / 1e9 + 0.1)
 
 
+@pytest.fixture
+def unkept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The publish keeps no identity (as when a file is moved within its last write's stamp): checks read."""
+    from firefeed.pipeline import publishing
+
+    monkeypatch.setattr(publishing, "_keep_identities", lambda *args, **kwargs: None)
+
+
+@pytest.fixture
+def stamped_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each publish's move comes a clock stamp after its files' last writes (as a 1M export's does)."""
+    from firefeed.pipeline import publishing
+
+    switch = publishing.switch
+
+    def later(*args: Any, **kwargs: Any) -> None:
+        time.sleep(0.03)
+        switch(*args, **kwargs)
+
+    monkeypatch.setattr(publishing, "switch", later)
+
+
+def test_the_publish_keeps_each_file_identity_and_no_check_reads_it(
+    run_env: Path, tmp_path: Path, reads: list[str], stamped_apart: None
+) -> None:
+    project = f"pid{uuid.uuid4().hex[:8]}"
+    write_sources(tmp_path)
+    spec = write_project(tmp_path, project)
+    first = ok(spec)
+    kept = RunStore().published_identities(project)
+    assert sorted(kept) == ["feed", "json"]
+    for entry in first["exports"]:
+        path, identity = kept[entry["name"]]
+        assert path == entry["path"] and identity["sha256"] == entry["sha256"] and identity["written"] is True
+        assert identity["mtime_ns"] < identity["ctime_ns"]
+    assert all("_written_stamp" not in entry for entry in first["exports"])  # not reported
+    again = ok(spec)
+    assert again["incremental"]["mode"] == "unchanged" and reads == []
+    assert RunStore().published_identities(project) == kept
+
+
 def test_a_published_file_is_read_by_one_check_then_known_by_its_stat(
-    run_env: Path, tmp_path: Path, reads: list[str]
+    run_env: Path, tmp_path: Path, reads: list[str], unkept: None
 ) -> None:
     project = f"pid{uuid.uuid4().hex[:8]}"
     write_sources(tmp_path)
@@ -63,9 +105,23 @@ def test_a_published_file_is_read_by_one_check_then_known_by_its_stat(
     assert RunStore().published_identities(project) == kept
 
 
+@pytest.mark.parametrize("kept_by", ["publish", "check"])
 def test_an_edit_of_a_published_file_that_keeps_its_size_and_mtime_is_seen(
-    run_env: Path, tmp_path: Path, reads: list[str]
+    run_env: Path, tmp_path: Path, reads: list[str], monkeypatch: pytest.MonkeyPatch, kept_by: str
 ) -> None:
+    """Whether its identity was kept by its publish or by the check that read it."""
+    from firefeed.pipeline import publishing
+
+    if kept_by == "check":
+        monkeypatch.setattr(publishing, "_keep_identities", lambda *args, **kwargs: None)
+    else:
+        switch = publishing.switch
+
+        def later(*args: Any, **kwargs: Any) -> None:
+            time.sleep(0.03)  # the move a clock stamp after the last write
+            switch(*args, **kwargs)
+
+        monkeypatch.setattr(publishing, "switch", later)
     project = f"pid{uuid.uuid4().hex[:8]}"
     write_sources(tmp_path)
     spec = write_project(tmp_path, project)
@@ -75,6 +131,7 @@ def test_an_edit_of_a_published_file_that_keeps_its_size_and_mtime_is_seen(
     reads.clear()
     assert ok(spec)["incremental"]["mode"] == "unchanged" and reads == []
 
+    assert RunStore().published_identities(project)["feed"][1].get("written", False) is (kept_by == "publish")
     published = run_env / "increfresh" / project / "feed.csv"
     st = published.stat()
     data = bytearray(published.read_bytes())
@@ -86,7 +143,9 @@ def test_an_edit_of_a_published_file_that_keeps_its_size_and_mtime_is_seen(
     assert report["incremental"]["reason"] == "export 'feed': its published file is gone or changed"
 
 
-def test_an_identity_kept_for_another_path_is_not_trusted(run_env: Path, tmp_path: Path, reads: list[str]) -> None:
+def test_an_identity_kept_for_another_path_is_not_trusted(
+    run_env: Path, tmp_path: Path, reads: list[str], unkept: None
+) -> None:
     project = f"pid{uuid.uuid4().hex[:8]}"
     write_sources(tmp_path)
     spec = write_project(tmp_path, project)
@@ -103,7 +162,7 @@ def test_an_identity_kept_for_another_path_is_not_trusted(run_env: Path, tmp_pat
 
 
 def test_the_check_reads_beside_fetch_and_parse_and_stops_when_the_run_needs_it_not(
-    run_env: Path, tmp_path: Path, reads: list[str], monkeypatch: pytest.MonkeyPatch
+    run_env: Path, tmp_path: Path, reads: list[str], monkeypatch: pytest.MonkeyPatch, unkept: None
 ) -> None:
     """The files a refresh must read (just published) are read on the check's own thread, begun before FETCH;
     a refresh that turns out full stops the read it no longer needs."""

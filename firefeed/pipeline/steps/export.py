@@ -13,10 +13,12 @@ import psycopg2
 from firefeed.db.engine import side_work_first
 from firefeed.errors import ExportError
 from firefeed.pipeline.context import RunContext
+from firefeed.pipeline.publishing import WRITTEN_STAMP, written_stamp
 from firefeed.pipeline.steps._shared import export_key
 from firefeed.pipeline.steps.rules import channel_report, channel_rules
 from firefeed.storage import export_storage
 from firefeed.storage.keys import partial_key
+from firefeed.storage.local import LocalStorage
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +81,7 @@ def export_one(
             only=quality.valid_only(target) if exclude else None,
             lengths=lengths,
         )
+        stamp = written_stamp(local) if isinstance(storage, LocalStorage) else None
     if lengths and len(lengths) == result.rows:
         kept = line_index.LineIndex(result.sha256, result.bytes, result.bytes - sum(lengths), lengths)
         line_index.save(line_index.path(ctx.settings, ctx.spec.company, ctx.spec.project, exp.name), kept)
@@ -99,6 +102,7 @@ def export_one(
         }
         | entry
         | ({"written": written} if written is not None else {})
+        | ({WRITTEN_STAMP: stamp} if stamp is not None else {})
     )
 
 
@@ -252,6 +256,7 @@ def _patched(ctx: RunContext, index: int, table: str, fields: Sequence[str], row
                 )
                 if left is not None:
                     left.result()  # NotPatched: the partial file goes with the block
+                stamp = written_stamp(local) if isinstance(storage, LocalStorage) else None
         except StorageError as err:
             raise NotPatched("the last file is not in the storage") from err
         rendered.result()
@@ -275,11 +280,15 @@ def _patched(ctx: RunContext, index: int, table: str, fields: Sequence[str], row
         for place, length in zip(places, rendered.lengths, strict=True):
             lengths[place] = length
         line_index.save(kept_at, line_index.LineIndex(sha256, size, len(head), lengths, ords))
-    return {
-        "name": exp.name,
-        "path": key,
-        "rows": written,
-        "bytes": size,
-        "sha256": sha256,
-        "definition": export_definition(exp),
-    } | quality
+    return (
+        {
+            "name": exp.name,
+            "path": key,
+            "rows": written,
+            "bytes": size,
+            "sha256": sha256,
+            "definition": export_definition(exp),
+        }
+        | quality
+        | ({WRITTEN_STAMP: stamp} if stamp is not None else {})
+    )
