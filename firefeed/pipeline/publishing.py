@@ -35,7 +35,7 @@ from firefeed import metrics
 from firefeed.config import Settings, get_settings
 from firefeed.dataplane.file_identity import FileIdentity
 from firefeed.db.engine import get_engine
-from firefeed.errors import RunEndedError, StorageError
+from firefeed.errors import RunEndedError, StorageError, UnsafePathError
 from firefeed.pipeline.context import RunContext
 from firefeed.runs.statements import run_statement
 from firefeed.storage import export_storage
@@ -126,16 +126,22 @@ def _keep_identities(
     reads the file, as before."""
     if not isinstance(storage, LocalStorage):
         return
+    kept: dict[str, tuple[str, dict[str, Any]]] = {}
     for entry, (_, key) in zip(entries, moves, strict=True):
         stamp, sha256 = written.get(str(entry.get("name"))), entry.get("sha256")
         if stamp is None or not isinstance(sha256, str):
             continue
         try:
             identity = FileIdentity.written_by_us(stamp, os.stat(storage.path(key)), sha256)
-            if identity is not None:
-                ctx.store.keep_published_identity(ctx.spec.project, str(entry["name"]), key, identity.to_json())
-        except Exception:
-            log.warning("the identity of the published %s was not kept: the next run reads it", key, exc_info=True)
+        except (OSError, StorageError, UnsafePathError):
+            log.warning("the published %s could not be stat'ed: the next run reads it", key, exc_info=True)
+            continue
+        if identity is not None:
+            kept[str(entry["name"])] = (key, identity.to_json())
+    try:
+        ctx.store.keep_published_identities(ctx.spec.project, kept)  # one transaction for all the files
+    except Exception:
+        log.warning("the published files' identities were not kept: the next run reads them", exc_info=True)
 
 
 def switch(storage: Storage, moves: Moves, *, after: Callable[[int], None] | None = None) -> None:

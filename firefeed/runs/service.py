@@ -6,7 +6,7 @@ import dataclasses
 import json
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -233,9 +233,19 @@ class RunStore:
             return {r.export_name: (r.path, dict(r.identity)) for r in rows}
 
     def keep_published_identity(self, project_id: str, export_name: str, path: str, identity: dict[str, Any]) -> None:
+        self.keep_published_identities(project_id, {export_name: (path, identity)})
+
+    def keep_published_identities(self, project_id: str, identities: Mapping[str, tuple[str, dict[str, Any]]]) -> None:
+        """Keep each export's published-file identity ({export name: (storage key, identity)}), in one
+        transaction: a publish keeps those of all its files at once."""
+        if not identities:
+            return
         with self.sessions() as s, s.begin():
             stmt = pg_insert(PublishedFile).values(
-                project_id=project_id, export_name=export_name, path=path, identity=identity
+                [
+                    {"project_id": project_id, "export_name": name, "path": path, "identity": identity}
+                    for name, (path, identity) in identities.items()
+                ]
             )
             s.execute(
                 stmt.on_conflict_do_update(
