@@ -43,16 +43,14 @@ def settle() -> None:
     time.sleep(MARGIN_NS / 1e9 + 0.1)
 
 
-@pytest.fixture
-def unkept(monkeypatch: pytest.MonkeyPatch) -> None:
+def keep_none(monkeypatch: pytest.MonkeyPatch) -> None:
     """The publish keeps no identity (as when a file is moved within its last write's stamp): checks read."""
     from firefeed.pipeline import publishing
 
     monkeypatch.setattr(publishing, "_keep_identities", lambda *args, **kwargs: None)
 
 
-@pytest.fixture
-def stamped_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+def move_stamped_apart(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each publish's move comes a clock stamp after its files' last writes (as a 1M export's does)."""
     from firefeed.pipeline import publishing
 
@@ -65,13 +63,24 @@ def stamped_apart(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(publishing, "switch", later)
 
 
-def test_the_publish_keeps_each_file_identity_and_no_check_reads_it(
-    run_env: Path, tmp_path: Path, reads: list[str], stamped_apart: None
-) -> None:
+@pytest.fixture
+def unkept(monkeypatch: pytest.MonkeyPatch) -> None:
+    keep_none(monkeypatch)
+
+
+def first_run(tmp_path: Path) -> tuple[str, Path, dict[str, Any]]:
+    """A new project on the shared sources, run once: its name, spec and report."""
     project = f"pid{uuid.uuid4().hex[:8]}"
     write_sources(tmp_path)
     spec = write_project(tmp_path, project)
-    first = ok(spec)
+    return project, spec, ok(spec)
+
+
+def test_the_publish_keeps_each_file_identity_and_no_check_reads_it(
+    run_env: Path, tmp_path: Path, reads: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    move_stamped_apart(monkeypatch)
+    project, spec, first = first_run(tmp_path)
     kept = RunStore().published_identities(project)
     assert sorted(kept) == ["feed", "json"]
     for entry in first["exports"]:
@@ -87,10 +96,7 @@ def test_the_publish_keeps_each_file_identity_and_no_check_reads_it(
 def test_a_published_file_is_read_by_one_check_then_known_by_its_stat(
     run_env: Path, tmp_path: Path, reads: list[str], unkept: None
 ) -> None:
-    project = f"pid{uuid.uuid4().hex[:8]}"
-    write_sources(tmp_path)
-    spec = write_project(tmp_path, project)
-    first = ok(spec)
+    project, spec, first = first_run(tmp_path)
     settle()
     assert ok(spec)["incremental"]["mode"] == "unchanged"
     assert sorted(reads) == ["feed.csv", "feed.json"]  # read once: no identity kept yet
@@ -110,22 +116,11 @@ def test_an_edit_of_a_published_file_that_keeps_its_size_and_mtime_is_seen(
     run_env: Path, tmp_path: Path, reads: list[str], monkeypatch: pytest.MonkeyPatch, kept_by: str
 ) -> None:
     """Whether its identity was kept by its publish or by the check that read it."""
-    from firefeed.pipeline import publishing
-
     if kept_by == "check":
-        monkeypatch.setattr(publishing, "_keep_identities", lambda *args, **kwargs: None)
+        keep_none(monkeypatch)
     else:
-        switch = publishing.switch
-
-        def later(*args: Any, **kwargs: Any) -> None:
-            time.sleep(0.03)  # the move a clock stamp after the last write
-            switch(*args, **kwargs)
-
-        monkeypatch.setattr(publishing, "switch", later)
-    project = f"pid{uuid.uuid4().hex[:8]}"
-    write_sources(tmp_path)
-    spec = write_project(tmp_path, project)
-    ok(spec)
+        move_stamped_apart(monkeypatch)
+    project, spec, _ = first_run(tmp_path)
     settle()
     ok(spec)
     reads.clear()
@@ -146,10 +141,7 @@ def test_an_edit_of_a_published_file_that_keeps_its_size_and_mtime_is_seen(
 def test_an_identity_kept_for_another_path_is_not_trusted(
     run_env: Path, tmp_path: Path, reads: list[str], unkept: None
 ) -> None:
-    project = f"pid{uuid.uuid4().hex[:8]}"
-    write_sources(tmp_path)
-    spec = write_project(tmp_path, project)
-    ok(spec)
+    project, spec, _ = first_run(tmp_path)
     settle()
     ok(spec)
     store = RunStore()
@@ -176,10 +168,7 @@ def test_the_check_reads_beside_fetch_and_parse_and_stops_when_the_run_needs_it_
         return digest(f, **kwargs)
 
     monkeypatch.setattr(state, "read_digest", on_thread)
-    project = f"pid{uuid.uuid4().hex[:8]}"
-    write_sources(tmp_path)
-    spec = write_project(tmp_path, project)
-    ok(spec)
+    project, spec, _ = first_run(tmp_path)
     settle()
     assert ok(spec)["incremental"]["mode"] == "unchanged"
     assert sorted(threads) == [incremental.CHECK_THREAD] * 2  # both files, on the check's thread
