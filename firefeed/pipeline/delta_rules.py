@@ -192,11 +192,6 @@ class EarlyFound:
         kept result is no table or view of parts."""
         from firefeed.pipeline.merge import derived_rows
 
-        heaps = kept_heaps(ctx.data.schema, ctx.spec.company, kept_result)
-        if heaps is None:
-            return None
-        kept_columns = ctx.data.schema.table_columns(ctx.spec.company, kept_result)
-        flags = [c for c in kept_columns if c.startswith(FLAG_PREFIX)]
         schema = company_schema(ctx.spec.company)
         params: list[Any] = []
         keys = sql.SQL(" UNION ").join(
@@ -205,8 +200,27 @@ class EarlyFound:
             )
             for rows in records
         )
+        return cls._over(ctx, kept_result, keys, params, whole=whole)
+
+    @classmethod
+    def _over(
+        cls,
+        ctx: RunContext,
+        kept_result: str,
+        keys: sql.Composable,
+        params: list[Any],
+        *,
+        whole: bool,
+        load: Callable[[Any], None] | None = None,
+    ) -> EarlyFound | None:
+        """The search of `kept_result` for the keys `keys` selects; None when it is no table or view of parts."""
+        heaps = kept_heaps(ctx.data.schema, ctx.spec.company, kept_result)
+        if heaps is None:
+            return None
+        kept_columns = ctx.data.schema.table_columns(ctx.spec.company, kept_result)
+        flags = [c for c in kept_columns if c.startswith(FLAG_PREFIX)]
         whole_rows = kept_columns if whole and delta_slice.sliceable(ctx.spec.parsed_rules) else []
-        return cls(ctx, keys, params, heaps, flags, whole_rows)
+        return cls(ctx, keys, params, heaps, flags, whole_rows, load)
 
     @classmethod
     def of_keys(
@@ -220,10 +234,6 @@ class EarlyFound:
 
         if records.key_from is not None:
             return None
-        heaps = kept_heaps(ctx.data.schema, ctx.spec.company, kept_result)
-        if heaps is None:
-            return None
-        kept_columns = ctx.data.schema.table_columns(ctx.spec.company, kept_result)
         schema = company_schema(ctx.spec.company)
         column = column_for_field(ctx.spec.key)
         table = ident(schema, rules_tmp_table(ctx.run_id, EARLY_READ))
@@ -244,9 +254,7 @@ class EarlyFound:
 
         key, params = _source_key(ctx.spec.key, records, aliased=True)
         keys = sql.SQL("SELECT {key} AS {k} FROM {t} s").format(key=key, k=ident(KEY), t=table)
-        whole_rows = kept_columns if whole and delta_slice.sliceable(ctx.spec.parsed_rules) else []
-        flags = [c for c in kept_columns if c.startswith(FLAG_PREFIX)]
-        return cls(ctx, keys, list(params), heaps, flags, whole_rows, load)
+        return cls._over(ctx, kept_result, keys, list(params), whole=whole, load=load)
 
     def discard(self, ctx: RunContext) -> None:
         """Not used: waited for, and its tables dropped (a search begun again makes them anew)."""
@@ -313,27 +321,30 @@ class PatchWatch:
     def staged(cls, run_id: str, index: int, records: StagedSource) -> None:
         """Source `index`'s changed records' new rows are staged (`records`): the search for their keys begun,
         when this process watches the run (its error is not the run's: the search begins after PARSE)."""
-        with cls._lock:
-            watch = cls._watching.get(run_id)
-            old = watch._begun.pop(index, None) if watch is not None else None
-        if watch is None:
-            return
-        if old is not None:  # the source patched again (its tables are the same names)
-            old[1].discard(watch._ctx)
-        try:
-            early = EarlyFound.of_records(watch._ctx, [records], watch._kept_result, whole=watch._whole)
-        except Exception:
-            log.warning("the kept result's rows were not searched beside PARSE", exc_info=True)
-            return
-        if early is not None:
-            with cls._lock:
-                watch._begun[index] = (records.table, early)
+        cls._begin(
+            run_id,
+            index,
+            records.table,
+            lambda w: EarlyFound.of_records(w._ctx, [records], w._kept_result, whole=w._whole),
+        )
 
     @classmethod
     def keyed(cls, run_id: str, index: int, records: StagedSource, keys: Sequence[str]) -> bool:
         """Source `index`'s changed records' keys are read (`keys`), their new rows to be staged in `records`: the
         search for them begun, when this process watches the run. False when it could not begin so (the caller
         then tells `staged` once the rows are staged)."""
+        return cls._begin(
+            run_id,
+            index,
+            records.table,
+            lambda w: EarlyFound.of_keys(w._ctx, records, keys, w._kept_result, whole=w._whole),
+        )
+
+    @classmethod
+    def _begin(cls, run_id: str, index: int, table: str, search: Callable[[PatchWatch], EarlyFound | None]) -> bool:
+        """The search `search` makes begun for source `index` (its records' new rows in `table`), when this process
+        watches the run, in place of one begun for it before; False when `search` gives none. A failure is
+        logged, not the run's (the search then begins after PARSE)."""
         with cls._lock:
             watch = cls._watching.get(run_id)
             old = watch._begun.pop(index, None) if watch is not None else None
@@ -342,14 +353,14 @@ class PatchWatch:
         if old is not None:  # the source patched again (its tables are the same names)
             old[1].discard(watch._ctx)
         try:
-            early = EarlyFound.of_keys(watch._ctx, records, keys, watch._kept_result, whole=watch._whole)
+            early = search(watch)
         except Exception:
             log.warning("the kept result's rows were not searched beside PARSE", exc_info=True)
             return True
         if early is None:
             return False
         with cls._lock:
-            watch._begun[index] = (records.table, early)
+            watch._begun[index] = (table, early)
         return True
 
     def take(self, parsed: Sequence[contract.SourceResult]) -> EarlyFound | None:
